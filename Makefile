@@ -1,0 +1,43 @@
+# make demo | make test | make lab -- each creates or refreshes .venv when requirements change.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+HASH_FILE := $(VENV)/.requirements.sha256
+DEMO_OUT ?= out/demo
+
+.PHONY: venv demo test lab browser-deps clean
+
+venv:
+	@h=$$(cat requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1); \
+	if [ ! -x $(PY) ] || [ "$$(cat $(HASH_FILE) 2>/dev/null)" != "$$h" ]; then \
+		echo "fastdiff: setting up $(VENV) from requirements.txt (first time: a few minutes)"; \
+		[ -x $(PY) ] || $(PYTHON) -m venv $(VENV); \
+		$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt && \
+		$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e . && \
+		echo "$$h" > $(HASH_FILE) || exit 1; \
+	else \
+		echo "fastdiff: $(VENV) is up to date"; \
+	fi
+
+demo: venv
+	$(PY) -m fastdiff_helpers ladder --model sdxl --weights auto --out $(DEMO_OUT)
+
+# Chromium for the browser test comes from Debian (never `playwright install`).
+browser-deps:
+	@if [ ! -x /usr/bin/chromium ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "fastdiff: installing Debian's chromium for the browser test"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+		else \
+			echo "fastdiff: /usr/bin/chromium missing; run 'sudo apt-get install chromium' (the browser test is skipped without it)"; \
+		fi; \
+	fi
+
+test: venv browser-deps
+	$(PY) -m pytest -q -rs
+
+lab: venv
+	$(VENV)/bin/jupyter lab notebooks/
+
+clean:
+	rm -rf $(VENV) out .pytest_cache

@@ -1,0 +1,259 @@
+"""The four models of the course: hub ids, pipeline classes, full-size and tiny configs.
+
+Introduced in 00_setup.ipynb. Pure data: this module imports nothing of the package and no
+heavy library, so `fdh.MODELS` can be read without loading torch or diffusers.
+
+The full-size configs reproduce the published architectures, so `weights="random"` has the
+real parameter counts, FLOPs, speed and memory (checked against shared/notes/facts.md in
+tests/test_loading.py). The tiny configs keep every class and code path but shrink widths
+and depths so a 64x64 image takes about a second on a CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Component:
+    """One pipeline component built in code: its class and constructor config."""
+
+    library: str  # "diffusers" or "transformers"
+    class_name: str
+    config: dict[str, Any]
+    config_class: str | None = None  # transformers config class, e.g. "CLIPTextConfig"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything the helpers need to know about one model of the course."""
+
+    key: str
+    name: str
+    hub_id: str
+    pipeline_class: str
+    denoiser: str  # attribute name on the pipeline: "unet" or "transformer"
+    resolution: int
+    steps: int
+    guidance: float
+    tokenizers: dict[str, str]  # attribute -> "clip" | "t5"
+    max_tokens: int  # tokens per prompt fed to the denoiser's cross-attention
+    scheduler: Component
+    full: dict[str, Component]
+    tiny: dict[str, Component]
+    tiny_resolution: int = 64
+    pipeline_kwargs: dict[str, Any] = field(default_factory=dict)
+    # passed on every pipe() call by the helpers: PixArt's resolution binning would resize
+    # tiny images to 256 px, and its caption cleaning needs ftfy/bs4.
+    call_kwargs: dict[str, Any] = field(default_factory=dict)
+    notes: str = ""
+
+
+# --- shared building blocks -------------------------------------------------------------
+
+_SD_SCHEDULER_KW = dict(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
+                        num_train_timesteps=1000, steps_offset=1)
+_EULER = Component("diffusers", "EulerDiscreteScheduler",
+                   dict(_SD_SCHEDULER_KW, timestep_spacing="leading", prediction_type="epsilon"))
+_PNDM = Component("diffusers", "PNDMScheduler",
+                  dict(_SD_SCHEDULER_KW, skip_prk_steps=True, set_alpha_to_one=False))
+_DPM = Component("diffusers", "DPMSolverMultistepScheduler",
+                 dict(beta_start=0.0001, beta_end=0.02, beta_schedule="linear",
+                      num_train_timesteps=1000, solver_order=2, algorithm_type="dpmsolver++",
+                      prediction_type="epsilon", lower_order_final=True))
+
+
+def _vae(scaling_factor: float, sample_size: int, force_upcast: bool,
+         channels=(128, 256, 512, 512), groups: int = 32) -> Component:
+    return Component("diffusers", "AutoencoderKL", dict(
+        in_channels=3, out_channels=3, latent_channels=4, layers_per_block=2,
+        block_out_channels=list(channels), norm_num_groups=groups,
+        down_block_types=["DownEncoderBlock2D"] * len(channels),
+        up_block_types=["UpDecoderBlock2D"] * len(channels),
+        sample_size=sample_size, scaling_factor=scaling_factor, force_upcast=force_upcast))
+
+
+def _clip(hidden: int, inter: int, layers: int, heads: int, act: str, proj: int,
+          vocab: int = 49408, projection: bool = False) -> Component:
+    return Component(
+        "transformers", "CLIPTextModelWithProjection" if projection else "CLIPTextModel",
+        dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter,
+             num_hidden_layers=layers, num_attention_heads=heads, max_position_embeddings=77,
+             hidden_act=act, projection_dim=proj, bos_token_id=0, eos_token_id=1,
+             pad_token_id=1),
+        config_class="CLIPTextConfig")
+
+
+def _sdxl_unet(**over: Any) -> Component:
+    cfg = dict(
+        sample_size=128, in_channels=4, out_channels=4, layers_per_block=2,
+        block_out_channels=[320, 640, 1280],
+        down_block_types=["DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"],
+        up_block_types=["CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"],
+        transformer_layers_per_block=[1, 2, 10], attention_head_dim=[5, 10, 20],
+        cross_attention_dim=2048, use_linear_projection=True,
+        addition_embed_type="text_time", addition_time_embed_dim=256,
+        projection_class_embeddings_input_dim=2816)
+    cfg.update(over)
+    return Component("diffusers", "UNet2DConditionModel", cfg)
+
+
+def _tiny_sdxl_unet(**over: Any) -> Component:
+    # cross_attention_dim = 32 + 32 (both tiny text encoders); the added embedding takes
+    # 6 time ids of addition_time_embed_dim plus text_encoder_2's 32-wide pooled output.
+    return _sdxl_unet(
+        sample_size=8, block_out_channels=[32, 64], layers_per_block=1, norm_num_groups=8,
+        down_block_types=["DownBlock2D", "CrossAttnDownBlock2D"],
+        up_block_types=["CrossAttnUpBlock2D", "UpBlock2D"],
+        transformer_layers_per_block=[1, 2], attention_head_dim=[2, 4],
+        cross_attention_dim=64, addition_time_embed_dim=8,
+        projection_class_embeddings_input_dim=6 * 8 + 32, **over)
+
+
+_CLIP_L = _clip(768, 3072, 12, 12, "quick_gelu", 768)
+_CLIP_BIGG = _clip(1280, 5120, 32, 20, "gelu", 1280, projection=True)
+_TINY_CLIP = _clip(32, 37, 2, 4, "quick_gelu", 32, vocab=1000)
+_TINY_CLIP_PROJ = _clip(32, 37, 2, 4, "gelu", 32, vocab=1000, projection=True)
+_TINY_VAE = _vae(0.18215, 64, False, channels=(8, 16, 16, 16), groups=4)
+
+_SDXL_VAE = _vae(0.13025, 1024, True)
+_SD_VAE = _vae(0.18215, 512, False)
+
+
+# --- the four models ---------------------------------------------------------------------
+
+MODELS: dict[str, ModelSpec] = {
+    "sdxl": ModelSpec(
+        key="sdxl", name="Stable Diffusion XL 1.0 (base)",
+        hub_id="stabilityai/stable-diffusion-xl-base-1.0",
+        pipeline_class="StableDiffusionXLPipeline", denoiser="unet",
+        resolution=1024, steps=30, guidance=5.0,
+        tokenizers={"tokenizer": "clip", "tokenizer_2": "clip"}, max_tokens=77,
+        scheduler=_EULER,
+        full={"unet": _sdxl_unet(), "vae": _SDXL_VAE, "text_encoder": _CLIP_L,
+              "text_encoder_2": _CLIP_BIGG},
+        tiny={"unet": _tiny_sdxl_unet(), "vae": _TINY_VAE, "text_encoder": _TINY_CLIP,
+              "text_encoder_2": _TINY_CLIP_PROJ},
+        pipeline_kwargs={"add_watermarker": False},
+    ),
+    "sd15": ModelSpec(
+        key="sd15", name="Stable Diffusion 1.5",
+        hub_id="stable-diffusion-v1-5/stable-diffusion-v1-5",
+        pipeline_class="StableDiffusionPipeline", denoiser="unet",
+        resolution=512, steps=30, guidance=7.5,
+        tokenizers={"tokenizer": "clip"}, max_tokens=77,
+        scheduler=_PNDM,
+        full={"unet": Component("diffusers", "UNet2DConditionModel", dict(
+                  sample_size=64, in_channels=4, out_channels=4, layers_per_block=2,
+                  block_out_channels=[320, 640, 1280, 1280], cross_attention_dim=768,
+                  attention_head_dim=8, down_block_types=["CrossAttnDownBlock2D"] * 3
+                  + ["DownBlock2D"], up_block_types=["UpBlock2D"]
+                  + ["CrossAttnUpBlock2D"] * 3)),
+              "vae": _SD_VAE, "text_encoder": _CLIP_L},
+        tiny={"unet": Component("diffusers", "UNet2DConditionModel", dict(
+                  sample_size=8, in_channels=4, out_channels=4, layers_per_block=1,
+                  block_out_channels=[32, 64], cross_attention_dim=32, norm_num_groups=8,
+                  attention_head_dim=4,
+                  down_block_types=["CrossAttnDownBlock2D", "DownBlock2D"],
+                  up_block_types=["UpBlock2D", "CrossAttnUpBlock2D"])),
+              "vae": _TINY_VAE, "text_encoder": _TINY_CLIP},
+        pipeline_kwargs={"safety_checker": None, "feature_extractor": None,
+                         "requires_safety_checker": False},
+        notes="512x512 native; int8 dynamic made it slower in the blog's own numbers.",
+    ),
+    "ssd1b": ModelSpec(
+        key="ssd1b", name="Segmind Stable Diffusion 1B (SSD-1B)",
+        hub_id="segmind/SSD-1B",
+        pipeline_class="StableDiffusionXLPipeline", denoiser="unet",
+        resolution=1024, steps=30, guidance=9.0,
+        tokenizers={"tokenizer": "clip", "tokenizer_2": "clip"}, max_tokens=77,
+        scheduler=_EULER,
+        # SDXL with residual and transformer blocks removed: a mid block without attention
+        # and per-block transformer depths (diffusers' reverse_transformer_layers_per_block).
+        full={"unet": _sdxl_unet(mid_block_type="UNetMidBlock2D",
+                                 transformer_layers_per_block=[[1], [2, 2], [4, 4]],
+                                 reverse_transformer_layers_per_block=[[4, 4, 10], [2, 1, 1],
+                                                                       1]),
+              "vae": _SDXL_VAE, "text_encoder": _CLIP_L, "text_encoder_2": _CLIP_BIGG},
+        tiny={"unet": _tiny_sdxl_unet(mid_block_type="UNetMidBlock2D",
+                                      reverse_transformer_layers_per_block=[[2, 1], 1]),
+              "vae": _TINY_VAE, "text_encoder": _TINY_CLIP,
+              "text_encoder_2": _TINY_CLIP_PROJ},
+        pipeline_kwargs={"add_watermarker": False},
+        notes="Distilled SDXL: same text encoders and VAE, a ~1.3B-parameter UNet.",
+    ),
+    "pixart": ModelSpec(
+        key="pixart", name="PixArt-alpha XL-2 1024-MS",
+        hub_id="PixArt-alpha/PixArt-XL-2-1024-MS",
+        pipeline_class="PixArtAlphaPipeline", denoiser="transformer",
+        resolution=1024, steps=30, guidance=4.5,
+        tokenizers={"tokenizer": "t5"}, max_tokens=120,
+        scheduler=_DPM,
+        full={"transformer": Component("diffusers", "PixArtTransformer2DModel", dict(
+                  sample_size=128, num_layers=28, num_attention_heads=16,
+                  attention_head_dim=72, in_channels=4, out_channels=8, patch_size=2,
+                  cross_attention_dim=1152, caption_channels=4096, attention_bias=True,
+                  activation_fn="gelu-approximate", num_embeds_ada_norm=1000,
+                  norm_type="ada_norm_single", norm_elementwise_affine=False,
+                  norm_eps=1e-6)),
+              "vae": _SD_VAE,
+              "text_encoder": Component("transformers", "T5EncoderModel", dict(
+                  vocab_size=32128, d_model=4096, d_kv=64, d_ff=10240, num_layers=24,
+                  num_heads=64, feed_forward_proj="gated-gelu",
+                  relative_attention_num_buckets=32),
+                  config_class="T5Config")},
+        tiny={"transformer": Component("diffusers", "PixArtTransformer2DModel", dict(
+                  sample_size=8, num_layers=2, num_attention_heads=2, attention_head_dim=8,
+                  in_channels=4, out_channels=8, patch_size=2, cross_attention_dim=16,
+                  caption_channels=32, attention_bias=True, activation_fn="gelu-approximate",
+                  num_embeds_ada_norm=1000, norm_type="ada_norm_single",
+                  norm_elementwise_affine=False, norm_eps=1e-6)),
+              "vae": _TINY_VAE,
+              "text_encoder": Component("transformers", "T5EncoderModel", dict(
+                  vocab_size=1000, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4,
+                  feed_forward_proj="gated-gelu", relative_attention_num_buckets=8),
+                  config_class="T5Config")},
+        call_kwargs={"use_resolution_binning": False, "clean_caption": False},
+        notes="Transformer denoiser (DiT) with a 4.8B-parameter T5-XXL text encoder.",
+    ),
+}
+
+# Published parameter counts (shared/notes/facts.md), the check for weights="random".
+PUBLISHED_PARAMETERS: dict[str, dict[str, int]] = {
+    "sdxl": {"unet": 2_567_463_684, "vae": 83_653_863, "text_encoder": 123_060_480,
+             "text_encoder_2": 694_659_840},
+    "sd15": {"unet": 859_520_964, "vae": 83_653_863, "text_encoder": 123_060_480},
+    "ssd1b": {"vae": 83_653_863, "text_encoder": 123_060_480,
+              "text_encoder_2": 694_659_840},  # UNet: "1.3B" (arXiv 2401.02677)
+    "pixart": {"transformer": 611_349_152, "vae": 83_653_863,
+               "text_encoder": 4_762_310_656},
+}
+
+# The seed's ladder, measured on an A100-80GB (seconds; 30 steps, batch 1; SD1.5 at 512x512,
+# the others at 1024x1024). Their "fp32" ran with TF32 matmuls on. Sources: the PyTorch blog
+# "Accelerating Generative AI Part III: Diffusion, Fast" (SDXL) and the blog's collated
+# results (the other rows), as listed in shared/notes/facts.md.
+BLOG_A100_SECONDS: dict[str, dict[str, float]] = {
+    "sdxl": {"fp32": 7.36, "bf16": 4.63, "+ SDPA": 3.31, "+ compile": 2.54,
+             "+ fused QKV": 2.52, "+ int8 dynamic": 2.43},
+    "ssd1b": {"fp32": 4.813, "bf16": 3.068, "+ SDPA": 2.245, "+ compile": 1.646,
+              "+ fused QKV": 1.636, "+ int8 dynamic": 1.573},
+    "sd15": {"fp32": 1.512, "bf16": 1.302, "+ SDPA": 1.178, "+ compile": 0.500,
+             "+ fused QKV": 0.494, "+ int8 dynamic": 0.525},
+    "pixart": {"fp32": 9.339, "bf16": 5.604, "+ SDPA": 3.085, "+ compile": 2.658,
+               "+ fused QKV": 2.624, "+ int8 dynamic": 2.619},
+}
+BLOG_SOURCE = ("PyTorch blog 'Accelerating Generative AI Part III: Diffusion, Fast' "
+               "(A100-80GB, TF32 on in its fp32 step)")
+
+
+def get_spec(model: str) -> ModelSpec:
+    """The spec of `model`; a clear error listing the known ones otherwise."""
+    if isinstance(model, ModelSpec):
+        return model
+    try:
+        return MODELS[model]
+    except (KeyError, TypeError):
+        raise ValueError(f"Unknown model {model!r}. Known models: "
+                         f"{', '.join(sorted(MODELS))}.") from None

@@ -1,0 +1,132 @@
+"""Foundation: the four models from three weight sources (issue 2)."""
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import fastdiff_helpers as fdh
+from fastdiff_helpers.loading import build_component
+from conftest import MODEL_KEYS
+
+
+@pytest.mark.parametrize("model", MODEL_KEYS)
+def test_full_size_parameter_counts_equal_published(model):
+    pipe = fdh.load_pipeline(model, weights="random", device="meta")
+    counts = fdh.count_parameters(pipe)
+    for component, published in fdh.PUBLISHED_PARAMETERS[model].items():
+        assert counts[component] == published, component
+    assert counts["total"] == sum(v for k, v in counts.items() if k != "total")
+    # meta: nothing allocated
+    assert all(p.is_meta for p in getattr(pipe, fdh.MODELS[model].denoiser).parameters())
+
+
+def test_ssd1b_unet_is_about_1_3_billion():
+    counts = fdh.count_parameters(fdh.load_pipeline("ssd1b", weights="random", device="meta"))
+    assert 1.25e9 < counts["unet"] < 1.35e9
+    sdxl = fdh.count_parameters(fdh.load_pipeline("sdxl", weights="random", device="meta"))
+    assert counts["unet"] < 0.55 * sdxl["unet"]
+
+
+def test_random_init_is_seeded_materialised_and_keeps_buffers():
+    comp = fdh.MODELS["sdxl"].tiny["text_encoder"]
+    a = build_component(comp, "cpu", torch.float32, seed=3)
+    b = build_component(comp, "cpu", torch.float32, seed=3)
+    c = build_component(comp, "cpu", torch.float32, seed=4)
+    wa = dict(a.named_parameters())
+    wb, wc = dict(b.named_parameters()), dict(c.named_parameters())
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert any(not torch.equal(wa[k], wc[k]) for k in wa)
+    assert not any(p.is_meta for p in a.parameters())
+    # buffers built in the constructor survive materialisation
+    pos = a.get_buffer("embeddings.position_ids")
+    assert torch.equal(pos[0], torch.arange(77))
+    assert not a.training
+
+
+def test_random_bf16_dtype_and_tied_t5_embeddings():
+    t5 = build_component(fdh.MODELS["pixart"].tiny["text_encoder"], "cpu", torch.bfloat16)
+    assert t5.shared.weight is t5.encoder.embed_tokens.weight
+    assert {p.dtype for p in t5.parameters()} == {torch.bfloat16}
+    assert torch.isfinite(t5.shared.weight.float()).all()
+
+
+@pytest.mark.parametrize("model", MODEL_KEYS)
+def test_tiny_generation_is_deterministic_per_seed(model, tiny_pipes):
+    pipe = tiny_pipes[model]
+    a = np.asarray(fdh.generate(pipe, steps=2, seed=0))
+    b = np.asarray(fdh.generate(pipe, steps=2, seed=0))
+    c = np.asarray(fdh.generate(pipe, steps=2, seed=1))
+    assert a.shape == (64, 64, 3)
+    assert np.array_equal(a, b)
+    assert np.abs(a.astype(int) - c.astype(int)).max() > 0
+
+
+@pytest.mark.parametrize("model", MODEL_KEYS)
+def test_every_component_is_in_eval_mode(model, tiny_pipes):
+    for name, comp in tiny_pipes[model].components.items():
+        if isinstance(comp, torch.nn.Module):
+            assert not any(m.training for m in comp.modules()), name
+
+
+@pytest.mark.parametrize("model", ["sdxl", "pixart"])
+def test_saved_tiny_pipeline_loads_back_through_pretrained_path(model, tmp_path, tiny_pipes):
+    pipe = tiny_pipes[model]
+    pipe.save_pretrained(tmp_path)
+    files = [os.path.join(r, f) for r, _, fs in os.walk(tmp_path) for f in fs]
+    assert any(f.endswith(".safetensors") for f in files)
+    assert not any(f.endswith(".bin") for f in files)
+    again = fdh.load_pipeline(model, weights="pretrained", path=str(tmp_path), device="cpu")
+    assert fdh.pipeline_info(again)["weights"] == "pretrained"
+    # call_kwargs of a pretrained pipeline default to the native size: pass the tiny one
+    a = np.asarray(fdh.generate(pipe, steps=2, height=64, width=64))
+    b = np.asarray(fdh.generate(again, steps=2, height=64, width=64))
+    assert np.array_equal(a, b)
+
+
+def test_unknown_model_lists_known_ones():
+    with pytest.raises(ValueError, match="Known models: pixart, sd15, sdxl, ssd1b"):
+        fdh.load_pipeline("sd3", weights="tiny")
+
+
+def test_unknown_weights_and_dtype():
+    with pytest.raises(fdh.FastdiffError, match="Unknown weights 'huge'"):
+        fdh.load_pipeline("sdxl", weights="huge")
+    with pytest.raises(fdh.FastdiffError, match="Unknown dtype 'fp8'.*fp32, bf16, fp16"):
+        fdh.load_pipeline("sdxl", weights="tiny", dtype="fp8")
+
+
+def test_pretrained_offline_and_not_cached_says_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    import huggingface_hub.constants as hc
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(fdh.FastdiffError) as err:
+        fdh.load_pipeline("sdxl", weights="pretrained", device="cpu")
+    msg = str(err.value)
+    assert "hf download stabilityai/stable-diffusion-xl-base-1.0" in msg
+    assert "weights='random'" in msg and "weights='tiny'" in msg
+    # one clear error: no chained traceback behind it
+    assert err.value.__cause__ is None
+    assert err.value.__context__ is None or err.value.__suppress_context__
+
+
+def test_local_path_that_is_not_a_pipeline_folder(tmp_path):
+    (tmp_path / "readme.txt").write_text("not a pipeline")
+    with pytest.raises(fdh.FastdiffError, match="not a pipeline folder"):
+        fdh.load_pipeline("sd15", weights="pretrained", path=str(tmp_path))
+
+
+def test_auto_on_cpu_without_weights_chooses_tiny_and_says_why(capsys, tmp_path, monkeypatch):
+    import huggingface_hub.constants as hc
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path))
+    pipe = fdh.load_pipeline("sd15", weights="auto", device="cpu")
+    out = capsys.readouterr().out
+    assert fdh.pipeline_info(pipe)["weights"] == "tiny"
+    assert "weights='tiny'" in out and "no GPU" in out
+
+
+def test_meta_device_needs_random_weights():
+    with pytest.raises(fdh.FastdiffError, match="weights='random'"):
+        fdh.load_pipeline("sdxl", weights="tiny", device="meta")
