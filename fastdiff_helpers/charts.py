@@ -1,0 +1,258 @@
+"""Charts of benchmark results: the ladder, memory, quality vs speed, models side by side.
+
+Introduced in 01_baseline.ipynb (ladder_chart) and used by every technique notebook. Charts
+only read Result records; they never run a pipeline. They build ``matplotlib.figure.Figure``
+objects directly (no pyplot global state), so they work headless, in scripts and in CI.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from matplotlib.figure import Figure
+
+from .results import Result
+
+__all__ = [
+    "Reference", "ChartFigure", "ladder_chart", "memory_chart", "quality_chart",
+    "models_chart", "save_figure",
+]
+
+_OURS = "#1f77b4"
+_REF = "#bbbbbb"
+_FAILED = "#d62728"
+
+
+class ChartFigure(Figure):
+    """A Figure that shows itself in Jupyter even when pyplot was never imported.
+
+    matplotlib's Figure has no ``_repr_png_``; notebooks display one only after pyplot or
+    ``%matplotlib inline`` registered a formatter. This adds the PNG repr and nothing else.
+    """
+
+    def _repr_png_(self) -> bytes:
+        buf = io.BytesIO()
+        self.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+        return buf.getvalue()
+
+
+@dataclass
+class Reference:
+    """Published timings to draw beside ours, e.g. the PyTorch blog's A100 ladder.
+
+    ``seconds`` maps a ladder step name (the same names as ``Result.step``) to seconds.
+    Introduced in 01_baseline.ipynb.
+    """
+
+    name: str
+    hardware: str
+    source: str
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.hardware}, {self.source})"
+
+
+def _check(results: Sequence[Result]) -> list[Result]:
+    results = list(results)
+    if not results:
+        raise ValueError("no results to chart; pass the Results from benchmark() or load_results()")
+    for r in results:
+        if not isinstance(r, Result):
+            raise TypeError(f"charts take Result objects, got {type(r).__name__}")
+    return results
+
+
+def _timed(r: Result) -> bool:
+    return r.error is None and r.latency_s is not None and r.latency_s > 0
+
+
+def _speedups(results: Sequence[Result]) -> list[float | None]:
+    """Speed-up of each result vs the first successful one (None for failed/untimed)."""
+    base = next((r.latency_s for r in results if _timed(r)), None)
+    return [base / r.latency_s if base is not None and _timed(r) else None for r in results]
+
+
+def _new_figure(n_bars: int) -> tuple[Figure, object]:
+    fig = ChartFigure(figsize=(min(14.0, max(6.0, 0.8 * n_bars + 2.0)), 4.5), layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def ladder_chart(
+    results: Sequence[Result], reference: Reference | None = None, title: str | None = None
+) -> Figure:
+    """One bar per result (in order): median latency, annotated "X.XX s" and the cumulative
+    speed-up "N.NNx" vs the first successful result. Failed results are a hatched empty slot
+    labelled "failed". ``reference`` adds published timings as a second bar beside each step.
+
+    Introduced in 01_baseline.ipynb.
+    """
+    results = _check(results)
+    first = results[0]
+    speedups = _speedups(results)
+    fig, ax = _new_figure(len(results) * (2 if reference else 1))
+    width = 0.4 if reference else 0.7
+    offset = -width / 2 if reference else 0.0
+    xs = list(range(len(results)))
+    timed = [r.latency_s for r in results if _timed(r)]
+    ref_values = [reference.seconds.get(r.step) for r in results] if reference else []
+    top = max(timed + [v for v in ref_values if v is not None] + [0.0]) or 1.0
+    stub = 0.06 * top
+
+    heights = [r.latency_s if _timed(r) else stub for r in results]
+    bars = ax.bar([x + offset for x in xs], heights, width, color=_OURS,
+                  label=f"Measured ({first.device_name})")
+    for x, r, bar, speedup in zip(xs, results, bars, speedups):
+        cx = x + offset
+        if speedup is None:
+            bar.set(fill=False, hatch="//", edgecolor=_FAILED)
+            text = ax.text(cx, stub, "failed" if r.error is not None else "no timing",
+                           ha="center", va="bottom", color=_FAILED, fontsize=9)
+            text.set_gid("failed")
+            continue
+        lo, hi = r.latency_min_s, r.latency_max_s
+        if lo is not None and hi is not None and hi > lo:  # spread of the timed samples
+            ax.errorbar(cx, r.latency_s, yerr=[[r.latency_s - lo], [hi - r.latency_s]],
+                        color="black", capsize=3, linewidth=1)
+        text = ax.text(cx, r.latency_s, f"{r.latency_s:.2f} s\n{speedup:.2f}x",
+                       ha="center", va="bottom", fontsize=9)
+        text.set_gid("ours")
+
+    if reference is not None:
+        pairs = [(x, v) for x, v in zip(xs, ref_values) if v is not None]
+        if not pairs:
+            raise ValueError(
+                f"reference {reference.name!r} has steps {sorted(reference.seconds)} but the "
+                f"results have {[r.step for r in results]}; name the steps the same way"
+            )
+        ref_base = pairs[0][1]
+        ax.bar([x + width / 2 for x, _ in pairs], [v for _, v in pairs], width, color=_REF,
+               edgecolor="black", linewidth=0.5, label=reference.label)
+        for x, v in pairs:
+            text = ax.text(x + width / 2, v, f"{v:.2f} s\n{ref_base / v:.2f}x",
+                           ha="center", va="bottom", fontsize=8, color="#555555")
+            text.set_gid("reference")
+        ax.legend(loc="upper right", fontsize=8)
+
+    ax.set_xticks(xs, [r.step for r in results], rotation=20, ha="right")
+    ax.set_ylabel("seconds per image (median)")
+    ax.set_ylim(0, top * 1.25)
+    ax.set_title(title or f"{first.model} on {first.device_name}: "
+                          f"{first.height}x{first.width}, {first.steps} steps")
+    return fig
+
+
+_MEMORY_KINDS = {"cuda_max_allocated": "CUDA max allocated", "process_peak_rss": "process peak RSS"}
+
+
+def memory_chart(results: Sequence[Result]) -> Figure:
+    """Peak memory in GiB per step; the axis says which kind (CUDA max allocated or peak RSS).
+
+    Introduced in 01_baseline.ipynb.
+    """
+    results = _check(results)
+    fig, ax = _new_figure(len(results))
+    xs = list(range(len(results)))
+    gib = [r.peak_memory_bytes / 2**30 if r.peak_memory_bytes is not None else 0.0 for r in results]
+    bars = ax.bar(xs, gib, 0.7, color=_OURS)
+    for x, r, bar, value in zip(xs, results, bars, gib):
+        if r.peak_memory_bytes is None:
+            bar.set(fill=False, hatch="//", edgecolor=_FAILED)
+            label = "failed" if r.error is not None else "n/a"
+        else:
+            label = f"{value:.1f} GiB"
+        ax.text(x, value, label, ha="center", va="bottom", fontsize=9)
+    kinds = sorted({r.peak_memory_kind for r in results if r.peak_memory_kind})
+    names = [_MEMORY_KINDS.get(k, k) for k in kinds]
+    kind = names[0] if len(names) == 1 else ("mixed: " + ", ".join(names) if names else "unknown kind")
+    ax.set_ylabel(f"peak memory, GiB ({kind})")
+    ax.set_xticks(xs, [r.step for r in results], rotation=20, ha="right")
+    ax.set_ylim(0, (max(gib) or 1.0) * 1.2)
+    ax.set_title(f"{results[0].model} on {results[0].device_name}: peak memory")
+    return fig
+
+
+def quality_chart(results: Sequence[Result]) -> Figure:
+    """Speed-up (x) vs PSNR against the baseline (y), one point per step, annotated by name.
+
+    PSNR = inf (bit-identical) is drawn at a capped top value labelled "identical"; NaN
+    (a broken image) at 0 dB labelled "NaN output". Introduced in 02_bf16.ipynb.
+    """
+    results = _check(results)
+    points = []
+    for r, s in zip(results, _speedups(results)):
+        if s is not None and r.quality and r.quality.get("psnr") is not None:
+            points.append((r.step, s, float(r.quality["psnr"])))
+    if not points:
+        raise ValueError("no result has both a latency and quality['psnr']; "
+                         "fill result.quality with compare_images(result.image, baseline.image)")
+    finite = [p for _, _, p in points if math.isfinite(p)]
+    cap = max(finite + [40.0]) + 10.0
+    fig = ChartFigure(figsize=(7.0, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    ys = []
+    for i, (step, s, psnr) in enumerate(points):
+        if math.isnan(psnr):
+            y, label = 0.0, f"{step} (NaN output)"
+        elif math.isinf(psnr):
+            y, label = cap, f"{step} (identical)"
+        else:
+            y, label = psnr, step
+        ys.append(y)
+        # alternate above/below so neighbouring steps (close speed-ups) stay readable
+        ax.annotate(label, (s, y), textcoords="offset points", xytext=(4, 5 if i % 2 == 0 else -12),
+                    fontsize=8)
+    ax.scatter([s for _, s, _ in points], ys, color=_OURS, zorder=3)
+    ax.axhline(cap, color="#999999", linestyle=":", linewidth=1)
+    ax.set_xlabel(f"speed-up vs {results[0].step}")
+    ax.set_ylabel("PSNR vs baseline, dB (higher = closer)")
+    ax.set_ylim(-2, cap + 6)
+    ax.set_title(f"{results[0].model}: speed vs quality")
+    return fig
+
+
+def models_chart(results_by_model: dict[str, Sequence[Result]]) -> Figure:
+    """Grouped bars: for each model, the speed-up of each ladder step vs that model's first step.
+
+    Introduced in 08_all_models.ipynb.
+    """
+    if not results_by_model:
+        raise ValueError("no models to chart; pass {model_name: [Result, ...]}")
+    steps: list[str] = []
+    for results in results_by_model.values():
+        for r in _check(results):
+            if r.step not in steps:
+                steps.append(r.step)
+    n = len(results_by_model)
+    width = 0.8 / n
+    fig, ax = _new_figure(len(steps) * max(1, n // 2))
+    for i, (model, results) in enumerate(results_by_model.items()):
+        results = list(results)
+        pairs = [(steps.index(r.step), s) for r, s in zip(results, _speedups(results)) if s is not None]
+        xs = [x - 0.4 + width * (i + 0.5) for x, _ in pairs]
+        ax.bar(xs, [s for _, s in pairs], width, label=model)
+        for x, (_, s) in zip(xs, pairs):
+            ax.text(x, s, f"{s:.2f}x", ha="center", va="bottom", fontsize=7)
+    ax.axhline(1.0, color="#999999", linestyle=":", linewidth=1)
+    ax.set_xticks(range(len(steps)), steps, rotation=20, ha="right")
+    ax.set_ylabel("speed-up vs the model's first step")
+    ax.legend(fontsize=8)
+    ax.set_title("Speed-up per step, all models")
+    return fig
+
+
+def save_figure(fig: Figure, path: str | os.PathLike) -> Path:
+    """Write the figure as PNG (dpi 120), creating folders; returns the path.
+
+    Introduced in 01_baseline.ipynb.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", dpi=120)
+    return path

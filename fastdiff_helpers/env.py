@@ -1,0 +1,133 @@
+"""env_report(): what a measurement ran on (versions, device, GPU, numeric flags).
+
+Introduced in 00_setup.ipynb. Every Result carries this report, because a timing means
+nothing without the GPU, driver and library versions (and the TF32 setting) behind it.
+Versions are read from package metadata, so diffusers, torchao and friends are not imported.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+__all__ = ["env_report"]
+
+_PACKAGES = ("torch", "diffusers", "transformers", "torchao", "accelerate", "triton")
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _cpu_name() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _driver_version(torch: Any) -> str | None:
+    """The NVIDIA driver version, or None. torch has no public getter for it, so read what the
+    device properties offer and, on Linux, the driver's own /proc file (no nvidia-smi needed)."""
+    if not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(0)
+    version = getattr(props, "driver_version", None)
+    if version:
+        return str(version)
+    proc = Path("/proc/driver/nvidia/version")
+    if proc.exists():
+        # "NVRM version: NVIDIA UNIX [Open ]Kernel Module [for x86_64]  550.54.15  ..."
+        match = re.search(r"Kernel Module(?: for \S+)?\s+(\d[\d.]*)", proc.read_text(errors="replace"))
+        if match:
+            return match.group(1)
+    return None
+
+
+def _fp32_precision(chain: list[Any]) -> str:
+    """Resolve torch's fp32_precision setting ("tf32" or "ieee"), following "none" to the parent."""
+    for node in chain:
+        value = getattr(node, "fp32_precision", "none")
+        if value != "none":
+            return value
+    return "ieee"
+
+
+def _tf32_flags(torch: Any) -> tuple[bool, bool]:
+    """(matmul, cudnn conv) TF32 on? torch >= 2.9 has the fp32_precision API; reading the legacy
+    allow_tf32 flags after the new API was used raises, so only fall back when it is absent."""
+    backends = torch.backends
+    if hasattr(backends.cuda.matmul, "fp32_precision") and hasattr(backends.cudnn, "conv"):
+        matmul = _fp32_precision([backends.cuda.matmul, backends])
+        conv = _fp32_precision([backends.cudnn.conv, backends.cudnn, backends])
+        return matmul == "tf32", conv == "tf32"
+    return bool(backends.cuda.matmul.allow_tf32), bool(backends.cudnn.allow_tf32)
+
+
+def _matmul_precision(torch: Any, tf32_matmul: bool) -> str:
+    try:
+        return torch.get_float32_matmul_precision()
+    except RuntimeError:
+        # torch refuses when legacy and new TF32 APIs were mixed; report what the new API says
+        return "high" if tf32_matmul else "highest"
+
+
+def env_report(as_text: bool = False) -> dict[str, Any] | str:
+    """Versions, device, GPU and numeric flags, as a dict (or an aligned text block).
+
+    Keys: python, platform, torch, diffusers, transformers, torchao, accelerate, triton
+    ("not installed" when missing), device ("cuda" or "cpu"), gpu_name, gpu_count,
+    gpu_memory_bytes, cuda, driver, compute_capability (None without a GPU), cpu, cpu_count,
+    tf32_matmul and tf32_cudnn (bool: is TF32 in use for fp32 matmuls / cuDNN convolutions),
+    float32_matmul_precision, sdpa_flash, sdpa_mem_efficient, sdpa_math, sdpa_cudnn (bool:
+    backend enabled), timestamp (ISO-8601 UTC).
+
+    Introduced in 00_setup.ipynb.
+    """
+    import torch
+
+    has_cuda = torch.cuda.is_available()
+    report: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+    for package in _PACKAGES:
+        report[package] = _version(package)
+    report["torch"] = torch.__version__  # the running build, e.g. "2.13.0+cpu"
+    report["device"] = "cuda" if has_cuda else "cpu"
+    report["gpu_name"] = torch.cuda.get_device_name(0) if has_cuda else None
+    report["gpu_count"] = torch.cuda.device_count() if has_cuda else 0
+    report["gpu_memory_bytes"] = torch.cuda.get_device_properties(0).total_memory if has_cuda else None
+    report["cuda"] = torch.version.cuda
+    report["driver"] = _driver_version(torch)
+    if has_cuda:
+        major, minor = torch.cuda.get_device_capability(0)
+        report["compute_capability"] = f"{major}.{minor}"
+    else:
+        report["compute_capability"] = None
+    report["cpu"] = _cpu_name()
+    report["cpu_count"] = os.cpu_count()
+    tf32_matmul, tf32_cudnn = _tf32_flags(torch)
+    report["tf32_matmul"] = tf32_matmul
+    report["tf32_cudnn"] = tf32_cudnn
+    report["float32_matmul_precision"] = _matmul_precision(torch, tf32_matmul)
+    cuda_backends = torch.backends.cuda
+    for name in ("flash", "mem_efficient", "math", "cudnn"):
+        enabled = getattr(cuda_backends, f"{name}_sdp_enabled", None)
+        report[f"sdpa_{name}"] = bool(enabled()) if enabled is not None else None
+    report["timestamp"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+    if not as_text:
+        return report
+    width = max(len(k) for k in report) + 1
+    return "\n".join(f"{k + ':':<{width}} {v}" for k, v in report.items())
