@@ -5,8 +5,18 @@
 Importing is cheap and side-effect free: no downloads, no seeds, no global settings.
 """
 
-from .presets import BLOG_A100_SECONDS, MODELS, PUBLISHED_PARAMETERS, ModelSpec
-from .loading import (FastdiffError, call_kwargs, count_parameters, generate, load_pipeline,
-                      pipeline_info)
+from .presets import (BLOG_A100_SECONDS, BLOG_SOURCE, MODELS, PUBLISHED_PARAMETERS,
+                      ModelSpec)
+from .loading import (FastdiffError, call_kwargs, count_parameters, generate, get_denoiser,
+                      load_pipeline, pipeline_info)
+from .recipe import BASELINE, LADDER, Recipe, RecipeError
+from .techniques import (apply, capture_denoiser_inputs, compile_pipeline, conv1x1_to_linear,
+                         count_syncs, fuse_qkv, graph_breaks, quantize, remove_syncs,
+                         set_attention, set_channels_last, set_inductor_flags, set_precision)
+from .quality import compare_images
+from .results import Result, ResultsFormatError, load_results, save_results
+from .charts import (Reference, ladder_chart, memory_chart, models_chart, quality_chart,
+                     save_figure)
+from .env import env_report
 
 __version__ = "0.1.0"

@@ -312,3 +312,12 @@ def generate(pipe, prompt: str = "a photo of an astronaut riding a horse on mars
     kwargs = call_kwargs(pipe, prompt, steps, height, width, guidance, seed)
     with torch.inference_mode():
         return pipe(**kwargs).images[0]
+
+
+def get_denoiser(pipe) -> torch.nn.Module:
+    """The denoising network: pipe.unet (SD family) or pipe.transformer (PixArt)."""
+    return pipe.unet if hasattr(pipe, "unet") else pipe.transformer
+
+
+def pipeline_device(pipe) -> torch.device:
+    return next(get_denoiser(pipe).parameters()).device

@@ -1,0 +1,119 @@
+"""Recipe.to_code(): the surgery as source to paste into your own notebook.
+
+"fdh" writes one helper call per technique; "plain" writes the same steps with diffusers,
+torch and torchao only. The plain pieces that have no library equivalent (a backend-pinned
+SDPA processor, the 1x1-conv swap, the quantization filter, the sync removal) are emitted
+from the helpers' own source with inspect, so plain code and helpers cannot drift apart.
+Both run in the order of fdh.apply, and tests execute both against apply().
+"""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+
+from .recipe import Recipe, RecipeError
+
+_DENOISER = 'denoiser = pipe.unet if hasattr(pipe, "unet") else pipe.transformer'
+
+
+def _source(*objects) -> list[str]:
+    return [textwrap.dedent(inspect.getsource(o)).rstrip() + "\n" for o in objects]
+
+
+def _fdh(r: Recipe) -> list[str]:
+    lines = ["import fastdiff_helpers as fdh", "", f"fdh.set_precision(pipe, {r.dtype!r})"]
+    if r.conv1x1_to_linear:
+        lines.append("fdh.conv1x1_to_linear(pipe)")
+    if r.fuse_qkv:
+        lines += [f"fdh.set_attention(pipe, {r.attention!r})", "fdh.fuse_qkv(pipe)"]
+    lines.append(f"fdh.set_attention(pipe, {r.attention!r})")
+    if r.channels_last:
+        lines.append("fdh.set_channels_last(pipe)")
+    if r.quantize:
+        lines.append(f"fdh.quantize(pipe, {r.quantize!r}, quant_filter={r.quant_filter!r})")
+    if r.no_sync:
+        lines.append("fdh.remove_syncs(pipe)")
+    if r.compile:
+        lines.append(f"fdh.compile_pipeline(pipe, mode={r.compile!r}, scope={r.compile_scope!r}, "
+                     f"compile_vae={r.compile_vae}, fullgraph={r.fullgraph}, "
+                     f"dynamic={r.dynamic}, inductor_flags={r.inductor_flags})")
+    return lines
+
+
+def _plain(r: Recipe) -> list[str]:
+    from .techniques import attention, compile as comp, precision, quantization, syncs
+
+    dtype = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+    lines = ["import torch", "", _DENOISER, "", "# precision (TF32 is a process-wide switch)",
+             f"pipe.to(dtype=torch.{dtype[r.dtype]})"]
+    lines += _source(precision.set_tf32) + [f"set_tf32({r.dtype == 'tf32'})", ""]
+    if r.conv1x1_to_linear:
+        lines += ["# 1x1 convolutions as linears, so quantization reaches them"]
+        lines += _source(quantization.Conv1x1Linear, quantization.swap_conv1x1)
+        lines += ["swap_conv1x1(denoiser)", "swap_conv1x1(pipe.vae)", ""]
+    if r.attention == "classic":
+        lines += ["from diffusers.models.attention_processor import AttnProcessor",
+                  "denoiser.set_attn_processor(AttnProcessor())",
+                  "pipe.vae.set_attn_processor(AttnProcessor())", ""]
+    else:
+        fused = "Fused" if r.fuse_qkv else ""
+        if r.fuse_qkv:
+            lines += ["# fused QKV projections (diffusers installs its fused SDPA processor)",
+                      "denoiser.fuse_qkv_projections()", "pipe.vae.fuse_qkv_projections()", ""]
+        if r.attention == "sdpa":
+            lines += [f"from diffusers.models.attention_processor import {fused}AttnProcessor2_0",
+                      f"denoiser.set_attn_processor({fused}AttnProcessor2_0())",
+                      f"pipe.vae.set_attn_processor({fused}AttnProcessor2_0())", ""]
+        else:
+            backend = attention.SDPA_BACKENDS[r.attention]
+            lines += _source(attention.SDPABackendProcessor)
+            lines += [f"denoiser.set_attn_processor(SDPABackendProcessor({backend!r}, "
+                      f"fused={r.fuse_qkv}))",
+                      f"pipe.vae.set_attn_processor(SDPABackendProcessor({backend!r}, "
+                      f"fused={r.fuse_qkv}))", ""]
+    if r.channels_last:
+        lines += ["denoiser.to(memory_format=torch.channels_last)",
+                  "pipe.vae.to(memory_format=torch.channels_last)", ""]
+    if r.quantize:
+        config = type(quantization.quant_config(r.quantize)).__name__
+        lines += [f"from torchao.quantization import quantize_, {config}"]
+        filt = "None"
+        if r.quant_filter == "blog":
+            lines += _source(quantization.blog_filter)
+            filt = "blog_filter"
+        lines += [f"quantize_(denoiser, {config}(), filter_fn={filt})",
+                  f"quantize_(pipe.vae, {config}(), filter_fn={filt})", ""]
+    if r.no_sync:
+        lines += _source(syncs.keep_scheduler_on_cpu, syncs.upload_timestep_without_sync)
+        lines += ["keep_scheduler_on_cpu(pipe)", "upload_timestep_without_sync(denoiser)", ""]
+    if r.compile:
+        if r.inductor_flags:
+            import torch._inductor.config as inductor_config
+
+            flags = dict(comp.INDUCTOR_FLAGS,
+                         **(comp.QUANT_INDUCTOR_FLAGS if r.quantize else {}))
+            lines.append("import torch._inductor.config as inductor_config")
+            lines += [f"inductor_config.{k} = {v}" for k, v in flags.items()
+                      if hasattr(inductor_config, k)]
+        args = f"mode={r.compile!r}, fullgraph={r.fullgraph}, dynamic={r.dynamic}"
+        if r.compile_scope == "full":
+            lines.append(f"denoiser.compile({args})")
+        else:
+            lines += ["# diffusers declares no (PixArt) or only transformer (UNet) blocks",
+                      f"denoiser._repeated_blocks = {comp.REGIONAL_BLOCKS['unet']!r} if "
+                      f"hasattr(pipe, 'unet') else {comp.REGIONAL_BLOCKS['transformer']!r}",
+                      f"denoiser.compile_repeated_blocks({args})"]
+        if r.compile_vae:
+            lines.append(f"pipe.vae.decode = torch.compile(pipe.vae.decode, {args})")
+    return lines
+
+
+def recipe_to_code(recipe: Recipe, flavour: str = "fdh") -> str:
+    if flavour not in ("fdh", "plain"):
+        raise RecipeError(f"Unknown flavour {flavour!r}: use 'fdh' or 'plain'.")
+    if callable(recipe.quant_filter):
+        raise RecipeError("A callable quant_filter cannot be written as code: paste your "
+                          "function and pass it as quant_filter= / filter_fn= yourself.")
+    lines = _fdh(recipe) if flavour == "fdh" else _plain(recipe)
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,231 @@
+"""Pipeline surgery (issue 3): each technique on tiny models of all four families, on the CPU."""
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import fastdiff_helpers as fdh
+from fastdiff_helpers.recipe import RecipeError
+from conftest import MODEL_KEYS
+
+# Tolerances (max abs difference of the float image in [0, 1] against the fp32 baseline).
+EXACT_MATH = 1e-4   # techniques that must not change the math (SDPA, fusion, layout, syncs...)
+BF16_TOL = 0.1      # measured 0.013-0.052 on the tiny models
+INT8_TOL = 0.15     # bf16 + int8 dynamic on every linear: measured 0.016-0.055
+
+
+def fresh(model):
+    return fdh.load_pipeline(model, weights="tiny", device="cpu")
+
+
+def image(pipe, seed=0):
+    kwargs = fdh.call_kwargs(pipe, steps=2, seed=seed)
+    kwargs["output_type"] = "np"
+    with torch.inference_mode():
+        return pipe(**kwargs).images[0].astype(np.float64)
+
+
+@pytest.fixture(scope="module")
+def baselines():
+    return {m: image(fdh.apply(fresh(m), fdh.BASELINE)) for m in MODEL_KEYS}
+
+
+SAME_MATH = {
+    "sdpa": fdh.Recipe(attention="sdpa"),
+    "sdpa-math": fdh.Recipe(attention="sdpa-math"),
+    "fused QKV": fdh.Recipe(attention="sdpa", fuse_qkv=True),
+    "fused QKV + sdpa-math": fdh.Recipe(attention="sdpa-math", fuse_qkv=True),
+    "channels_last": fdh.Recipe(channels_last=True),
+    "no_sync": fdh.Recipe(no_sync=True),
+    "conv1x1_to_linear": fdh.Recipe(conv1x1_to_linear=True),
+}
+
+
+@pytest.mark.parametrize("model", MODEL_KEYS)
+@pytest.mark.parametrize("name", list(SAME_MATH))
+def test_math_preserving_steps_match_the_fp32_baseline(model, name, baselines):
+    out = image(fdh.apply(fresh(model), SAME_MATH[name]))
+    assert np.abs(out - baselines[model]).max() <= EXACT_MATH
+
+
+@pytest.mark.parametrize("model", MODEL_KEYS)
+def test_bf16_and_int8_stay_finite_and_close(model, baselines):
+    bf16 = image(fdh.apply(fresh(model), fdh.Recipe(dtype="bf16", attention="sdpa")))
+    assert np.isfinite(bf16).all()
+    assert 0 < np.abs(bf16 - baselines[model]).max() <= BF16_TOL
+    with pytest.warns(UserWarning, match="without torch.compile"):
+        pipe = fdh.apply(fresh(model), fdh.Recipe(dtype="bf16", attention="sdpa",
+                                                  quantize="int8-dynamic", quant_filter="all"))
+    assert fdh.pipeline_info(pipe)["applied"]["quantize"]["linears"] > 10
+    int8 = image(pipe)
+    assert np.isfinite(int8).all()
+    assert np.abs(int8 - baselines[model]).max() <= INT8_TOL
+    assert not np.array_equal(int8, bf16)  # the weights really were quantized
+
+
+def test_blog_filter_skips_small_and_few_token_linears():
+    unet = fdh.load_pipeline("sdxl", weights="random", device="meta").unet
+    chosen = {n for n, m in unet.named_modules() if fdh.techniques.blog_filter(m, n)}
+    assert "down_blocks.2.attentions.0.transformer_blocks.0.attn1.to_q" in chosen  # 1280x1280
+    assert "down_blocks.2.attentions.0.transformer_blocks.0.attn2.to_k" not in chosen  # 77 tokens
+    assert "time_embedding.linear_1" not in chosen
+    assert "down_blocks.1.attentions.0.transformer_blocks.0.attn1.to_q" not in chosen  # 640x640
+    assert len(chosen) > 100
+    # tiny models have only small linears: the blog filter quantizes none of them, and says so
+    with pytest.warns(UserWarning, match="selected no linear"):
+        fdh.quantize(fdh.set_precision(fresh("sd15"), "bf16"), "int8-dynamic", "blog")
+
+
+def test_conv1x1_swap_counts_and_is_safe_twice():
+    pipe = fresh("sd15")
+    fdh.conv1x1_to_linear(pipe)
+    first = fdh.pipeline_info(pipe)["applied"]["conv1x1_to_linear"]
+    assert first > 0
+    assert not any(isinstance(m, torch.nn.Conv2d) and m.kernel_size == (1, 1)
+                   for m in pipe.unet.modules())
+    fdh.conv1x1_to_linear(pipe)
+    assert fdh.pipeline_info(pipe)["applied"]["conv1x1_to_linear"] == first
+
+
+def test_precision_sets_true_fp32_and_tf32():
+    pipe = fresh("sd15")
+    fdh.set_precision(pipe, "tf32")
+    assert torch.backends.cuda.matmul.fp32_precision == "tf32"
+    assert torch.backends.cudnn.conv.fp32_precision == "tf32"
+    fdh.set_precision(pipe, "fp32")
+    assert torch.backends.cuda.matmul.fp32_precision == "ieee"
+    assert torch.backends.cudnn.conv.fp32_precision == "ieee"
+    fdh.set_precision(pipe, "bf16")
+    assert pipe.unet.dtype == torch.bfloat16 and pipe.text_encoder.dtype == torch.bfloat16
+
+
+def test_ladder_changes_one_thing_per_step():
+    names = [name for name, _ in fdh.LADDER]
+    assert names == ["fp32", "bf16", "+ SDPA", "+ compile", "+ fused QKV", "+ int8 dynamic"]
+    assert fdh.LADDER[0][1] == fdh.Recipe(dtype="fp32", attention="classic")
+    expected = [{"dtype"}, {"attention"},
+                {"compile", "fullgraph", "inductor_flags", "channels_last"},  # the compile step
+                {"fuse_qkv"}, {"quantize"}]
+    for (_, before), (_, after), changed in zip(fdh.LADDER, fdh.LADDER[1:], expected):
+        assert set(after.changes(before)) == changed
+    assert all(not r.no_sync and r.dtype != "tf32" for _, r in fdh.LADDER)  # nothing hidden
+
+
+CODE_RECIPES = [
+    fdh.BASELINE,
+    fdh.Recipe(dtype="bf16", attention="sdpa-math", fuse_qkv=True, channels_last=True,
+               no_sync=True, conv1x1_to_linear=True),
+    fdh.Recipe(dtype="bf16", attention="sdpa", fuse_qkv=True, quantize="int8-dynamic",
+               quant_filter="all"),
+    fdh.Recipe(dtype="tf32", attention="sdpa"),
+]
+
+
+@pytest.mark.parametrize("model", ["sdxl", "pixart"])
+@pytest.mark.parametrize("index", range(len(CODE_RECIPES)))
+@pytest.mark.parametrize("flavour", ["fdh", "plain"])
+def test_to_code_executes_to_the_same_image_as_apply(model, index, flavour):
+    recipe = CODE_RECIPES[index]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = image(fdh.apply(fresh(model), recipe))
+        code = recipe.to_code(flavour)
+        namespace = {"pipe": fresh(model)}
+        exec(compile(code, f"<to_code {flavour}>", "exec"), namespace)
+    if flavour == "plain":
+        assert "fastdiff_helpers" not in code and "fdh." not in code
+    assert np.array_equal(image(namespace["pipe"]), expected)
+
+
+def test_invalid_values_fail_on_construction_with_what_to_do():
+    with pytest.raises(RecipeError, match="Unknown dtype 'fp8'.*'fp32'"):
+        fdh.Recipe(dtype="fp8")
+    with pytest.raises(RecipeError, match="Unknown attention 'xformers'"):
+        fdh.Recipe(attention="xformers")
+    with pytest.raises(RecipeError, match="Unknown compile 'fast'"):
+        fdh.Recipe(compile="fast")
+    with pytest.raises(RecipeError, match="fuse_qkv needs an SDPA attention"):
+        fdh.Recipe(fuse_qkv=True)
+    with pytest.raises(RecipeError, match="inductor_flags=True needs compile"):
+        fdh.Recipe(inductor_flags=True)
+    with pytest.raises(RecipeError, match="set dtype='bf16'"):
+        fdh.Recipe(quantize="int8-dynamic")
+
+
+@pytest.mark.parametrize("recipe, message", [
+    (fdh.Recipe(dtype="bf16", attention="sdpa", quantize="fp8-dynamic", compile="default"),
+     "fp8-dynamic needs a GPU with fp8"),
+    (fdh.Recipe(attention="sdpa", compile="max-autotune"), "needs a GPU.*'default'"),
+    (fdh.Recipe(attention="sdpa", compile="reduce-overhead"), "needs a GPU"),
+    (fdh.Recipe(attention="sdpa-flash"), "CUDA kernel.*'sdpa-math'"),
+])
+def test_device_checks_refuse_before_any_work(recipe, message):
+    pipe = fresh("sd15")
+    with pytest.raises(RecipeError, match=message):
+        fdh.apply(pipe, recipe)
+    assert pipe.unet.dtype == torch.float32 and not fdh.pipeline_info(pipe)["applied"]
+
+
+def test_for_device_adapts_cuda_only_compile_and_says_so():
+    recipe, notes = fdh.LADDER[3][1].for_device("cpu")
+    assert recipe.compile == "default" and "CUDA graphs" in notes[0]
+    assert fdh.LADDER[3][1].for_device("cuda:0") == (fdh.LADDER[3][1], [])
+
+
+def test_apply_twice_is_safe_or_refused():
+    pipe = fresh("sd15")
+    recipe = fdh.Recipe(attention="sdpa", fuse_qkv=True)
+    fdh.apply(pipe, recipe)
+    before = image(pipe)
+    assert fdh.apply(pipe, recipe) is pipe and np.array_equal(image(pipe), before)
+    assert fdh.pipeline_info(pipe)["recipe"] == recipe
+    with pytest.raises(RecipeError, match="already has a recipe"):
+        fdh.apply(pipe, fdh.Recipe(dtype="bf16"))
+    fdh.fuse_qkv(pipe)  # fusing again is a no-op
+    assert np.array_equal(image(pipe), before)
+
+
+def test_order_mistakes_are_refused():
+    pipe = fdh.set_precision(fresh("sd15"), "bf16")
+    fdh.quantize(pipe, "int8-dynamic", "all")
+    with pytest.raises(RecipeError, match="fuse_qkv must come before quantize"):
+        fdh.fuse_qkv(pipe)
+    with pytest.raises(RecipeError, match="already quantized"):
+        fdh.quantize(pipe, "int8-dynamic", "all")
+    with pytest.raises(RecipeError, match="needs an SDPA attention"):
+        fdh.fuse_qkv(fdh.set_attention(fresh("sd15"), "classic"))
+
+
+@pytest.mark.parametrize("model", MODEL_KEYS)
+def test_denoisers_trace_with_zero_graph_breaks(model):
+    recipe = fdh.Recipe(dtype="fp32", attention="sdpa", fuse_qkv=True, channels_last=True,
+                        no_sync=True)
+    report = fdh.graph_breaks(fdh.apply(fresh(model), recipe), verbose=False)
+    assert report["graph_breaks"] == 0 and report["graphs"] == 1 and report["ops"] > 50
+
+
+def test_count_syncs_on_cpu_says_it_needs_a_gpu(capsys):
+    assert fdh.count_syncs(fresh("sd15")) is None
+    assert "needs a CUDA GPU" in capsys.readouterr().out
+
+
+def test_no_sync_keeps_scheduler_state_on_cpu():
+    pipe = fdh.remove_syncs(fresh("sdxl"))
+    pipe.scheduler.set_timesteps(4, device="cuda")  # the pipeline asks for its device...
+    assert pipe.scheduler.timesteps.device.type == "cpu"  # ...the scheduler stays on the CPU
+    assert pipe.scheduler.begin_index == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, scope", [("sd15", "full"), ("pixart", "regional")])
+def test_compiled_denoiser_matches_baseline_fullgraph(model, scope, baselines):
+    recipe = fdh.Recipe(attention="sdpa", compile="default", compile_scope=scope,
+                        fullgraph=True, inductor_flags=True, channels_last=True,
+                        compile_vae=scope == "full")
+    pipe = fdh.apply(fresh(model), recipe)
+    out = image(pipe)
+    assert np.abs(out - baselines[model]).max() <= EXACT_MATH
+    with pytest.raises(RecipeError, match="already compiled"):
+        fdh.compile_pipeline(pipe, mode="default")
