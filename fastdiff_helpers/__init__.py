@@ -18,5 +18,6 @@ from .results import Result, ResultsFormatError, load_results, save_results
 from .charts import (Reference, ladder_chart, memory_chart, models_chart, quality_chart,
                      save_figure)
 from .env import env_report
+from .course import CourseSettings, course_settings, needs_gpu, smoke_mode
 
 __version__ = "0.1.0"

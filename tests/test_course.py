@@ -1,0 +1,22 @@
+import fastdiff_helpers as fdh
+from fastdiff_helpers.course import course_settings, needs_gpu, smoke_mode
+
+
+def test_smoke_settings_are_tiny_and_short(monkeypatch):
+    monkeypatch.setenv("FASTDIFF_SMOKE", "1")
+    assert smoke_mode()
+    s = course_settings("pixart")
+    assert (s.weights, s.device, s.steps, s.height, s.runs, s.warmup) == ("tiny", "cpu", 2, 64, 2, 1)
+    assert s.bench_kwargs() == dict(steps=2, height=64, width=64, runs=2, warmup=1)
+
+
+def test_full_settings_use_native_resolution(monkeypatch):
+    monkeypatch.delenv("FASTDIFF_SMOKE", raising=False)
+    s = course_settings("sd15")
+    assert (s.weights, s.steps, s.height, s.width, s.runs) == ("auto", 30, 512, 512, 5)
+    assert course_settings("sdxl", resolution=768).height == 768
+
+
+def test_needs_gpu_on_cpu_prints_why(capsys):
+    assert needs_gpu("flash attention is a CUDA kernel") is False
+    assert "Skipped on this CPU machine" in capsys.readouterr().out
