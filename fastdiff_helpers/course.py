@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from .loading import choose_weights
 from .presets import get_spec
 
 
@@ -47,13 +48,18 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
     """The parameters cell of every notebook. Smoke mode (FASTDIFF_SMOKE=1 or smoke=True):
     tiny weights on the CPU, 2 steps, 64x64, 2 timed runs. Otherwise the model's native
     resolution and 30 steps, weights="auto" (pretrained, else random on a GPU, else tiny),
-    5 timed runs after 2 warm-ups."""
+    5 timed runs after 2 warm-ups. "auto" is resolved here and the choice printed; the
+    tiny model gets its tiny resolution."""
     spec = get_spec(model)
     smoke = smoke_mode() if smoke is None else smoke
-    size = resolution or (spec.tiny_resolution if smoke else spec.resolution)
+    device = "cpu" if smoke or not torch.cuda.is_available() else "cuda"
+    weights = weights or ("tiny" if smoke else "auto")
+    if weights == "auto":  # decide once, here, so every cell uses the same weights
+        weights, why = choose_weights(spec, None, device)
+        print(f"fastdiff: weights='{weights}' for {spec.key} ({why})")
+    size = resolution or (spec.tiny_resolution if weights == "tiny" else spec.resolution)
     return CourseSettings(
-        model=spec.key, weights=weights or ("tiny" if smoke else "auto"),
-        device="cpu" if smoke or not torch.cuda.is_available() else "cuda",
+        model=spec.key, weights=weights, device=device,
         steps=steps or (2 if smoke else spec.steps), height=size, width=size,
         runs=runs or (2 if smoke else 5), warmup=1 if smoke else 2, smoke=smoke)
 

@@ -12,9 +12,18 @@ def test_smoke_settings_are_tiny_and_short(monkeypatch):
 
 def test_full_settings_use_native_resolution(monkeypatch):
     monkeypatch.delenv("FASTDIFF_SMOKE", raising=False)
-    s = course_settings("sd15")
-    assert (s.weights, s.steps, s.height, s.width, s.runs) == ("auto", 30, 512, 512, 5)
-    assert course_settings("sdxl", resolution=768).height == 768
+    s = course_settings("sd15", weights="random")
+    assert (s.weights, s.steps, s.height, s.width, s.runs) == ("random", 30, 512, 512, 5)
+    assert course_settings("sdxl", weights="random", resolution=768).height == 768
+
+
+def test_auto_is_resolved_once_and_tiny_gets_tiny_size(monkeypatch, tmp_path, capsys):
+    import huggingface_hub.constants as hc
+    monkeypatch.delenv("FASTDIFF_SMOKE", raising=False)
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path))
+    s = course_settings("sdxl")  # no GPU, no weights here
+    assert (s.weights, s.height, s.steps) == ("tiny", 64, 30)
+    assert "weights='tiny'" in capsys.readouterr().out
 
 
 def test_needs_gpu_on_cpu_prints_why(capsys):
