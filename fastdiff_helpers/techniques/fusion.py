@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from diffusers.models.attention_processor import AttnProcessor
-
 from ..recipe import RecipeError
 from ._state import applied, modules, record, refuse_after
 from .attention import is_fused, set_attention
@@ -13,6 +11,8 @@ def fuse_qkv(pipe):
     """Fuse the Q, K, V projections of the denoiser and the VAE with diffusers'
     fuse_qkv_projections() (PixArt's through its transformer), keeping the chosen SDPA
     backend. Safe to call twice (the second call does nothing)."""
+    from diffusers.models.attention_processor import AttnProcessor
+
     refuse_after(pipe, "fuse_qkv", "quantize", "compile")
     targets = [m for m in modules(pipe) if not is_fused(m)]
     if not targets:

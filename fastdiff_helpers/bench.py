@@ -1,0 +1,246 @@
+"""benchmark(): cold start, warm-up, device-correct timing, per-stage times, peak memory.
+
+Introduced in 01_baseline.ipynb. run_ladder() and format_table() (08_all_models.ipynb)
+live in ladder.py and are re-exported here.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+import torch
+
+from .loading import FastdiffError, call_kwargs, pipeline_device, pipeline_info
+
+__all__ = ["benchmark", "time_call", "synchronize", "naive_time", "run_ladder", "format_table"]
+
+DEFAULT_PROMPT = "a photo of an astronaut riding a horse on mars"
+STAGES = ("text_encoding", "denoising", "vae_decode")
+
+
+def synchronize(device: str | torch.device) -> None:
+    """Wait until every queued kernel on `device` has finished (no-op on a CPU).
+
+    GPU work is asynchronous: a call returns as soon as its kernels are queued, so a clock
+    read without this measures the queueing, not the work. Introduced in 01_baseline.ipynb."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_call(fn: Callable[[], Any], device: str | torch.device) -> tuple[Any, float]:
+    """(fn(), seconds): wall-clock time of one call, synchronised before and after so every
+    kernel the call queued is inside the measurement. Introduced in 01_baseline.ipynb."""
+    synchronize(device)
+    start = time.perf_counter()
+    out = fn()
+    synchronize(device)
+    return out, time.perf_counter() - start
+
+
+def naive_time(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
+               height: int | None = None, width: int | None = None,
+               guidance: float | None = None, seed: int = 0, runs: int = 3,
+               output_type: str = "latent") -> float:
+    """WRONG ON PURPOSE: the classic timing mistake, kept only to show it in 01_baseline.ipynb.
+
+    Times `pipe(...)` with time.perf_counter() and NO synchronisation and no warm-up, and
+    returns the median of `runs` calls. On a GPU the call returns once its kernels are queued,
+    so this measures launch overhead plus whatever the queue forced to wait; with
+    output_type="latent" nothing copies the image to the host, which hides the most work.
+    The first call also includes any compilation. Compare it with benchmark(pipe).latency_s
+    or time_call(); never use it for a real measurement."""
+    samples = []
+    for _ in range(runs):
+        kwargs = call_kwargs(pipe, prompt, steps, height, width, guidance, seed)
+        kwargs["output_type"] = output_type
+        start = time.perf_counter()
+        pipe(**kwargs)  # no synchronize(): that is the mistake being demonstrated
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+class _Marks:
+    """Timestamps at the stage wrappers: CUDA events on a GPU, perf_counter on a CPU."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.marks: dict[str, Any] = {}
+
+    def mark(self, name: str, keep_first: bool) -> None:
+        if keep_first and name in self.marks:
+            return
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.marks[name] = event
+        else:
+            self.marks[name] = time.perf_counter()
+
+    def _between(self, a: str, b: str) -> float | None:
+        if a not in self.marks or b not in self.marks:
+            return None
+        if self.cuda:
+            self.marks[b].synchronize()
+            return self.marks[a].elapsed_time(self.marks[b]) / 1000
+        return self.marks[b] - self.marks[a]
+
+    def reset(self) -> None:
+        self.marks.clear()
+
+    def read(self) -> dict[str, float]:
+        """Stage durations of the call just made; then forget the marks."""
+        spans = {"text_encoding": self._between("encode_start", "encode_end"),
+                 "denoising": self._between("encode_end", "decode_start"),
+                 "vae_decode": self._between("decode_start", "decode_end")}
+        self.marks.clear()
+        return {k: v for k, v in spans.items() if v is not None}
+
+
+@contextmanager
+def _stage_marks(pipe, device: torch.device) -> Iterator[_Marks]:
+    """Wrap pipe.encode_prompt and pipe.vae.decode as instance attributes, restored on exit.
+
+    Wrappers, not module hooks: the techniques compile the denoiser in place and replace
+    vae.decode with a compiled function, and a wrapper around the call changes neither."""
+    marks = _Marks(device)
+    saved = []
+    for owner, attr, start, end in ((pipe, "encode_prompt", "encode_start", "encode_end"),
+                                    (pipe.vae, "decode", "decode_start", "decode_end")):
+        if not hasattr(owner, attr):
+            continue
+        original = getattr(owner, attr)
+
+        def timed(*args, _original=original, _start=start, _end=end, **kwargs):
+            marks.mark(_start, keep_first=True)
+            try:
+                return _original(*args, **kwargs)
+            finally:
+                marks.mark(_end, keep_first=False)
+
+        saved.append((owner, attr, attr in owner.__dict__, owner.__dict__.get(attr)))
+        setattr(owner, attr, timed)
+    try:
+        yield marks
+    finally:
+        for owner, attr, had_own, value in reversed(saved):
+            if had_own:
+                setattr(owner, attr, value)
+            else:
+                delattr(owner, attr)
+
+
+def _peak_rss_bytes() -> int | None:
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
+
+
+def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
+              height: int | None = None, width: int | None = None,
+              guidance: float | None = None, runs: int = 5, warmup: int = 2, seed: int = 0,
+              progress: bool = True, step: str = "custom", baseline: Any = None):
+    """Time one image the honest way and return a fdh.Result. Introduced in 01_baseline.ipynb.
+
+    1. Cold start: the first call, timed alone (compilation happens here) -> cold_start_s.
+    2. Warm-up: the cold-start call counts as the first warm-up call, so warmup=2 means the
+       cold start plus 1 more untimed call (warmup=0 or 1: the cold start only).
+    3. `runs` timed calls, each synchronised on a GPU -> latency_samples, latency_s (median).
+    Every call uses a fresh generator seeded with `seed`, so every call makes the same image.
+    Per call, stage times (text_encoding, denoising, vae_decode; medians in stages, every
+    sample in stage_samples), peak memory over the timed calls (CUDA max allocated; on a CPU
+    the process-lifetime peak RSS), FLOPs per image (fdh.count_flops) and, on a GPU, the
+    achieved TFLOP/s. `baseline` (a Result or an image) fills quality via compare_images().
+    Errors propagate; run_ladder records them."""
+    from .env import env_report
+    from .flops import count_flops
+    from .recipe import BASELINE
+    from .results import Result
+
+    info = pipeline_info(pipe)
+    if runs < 1 or warmup < 0:
+        raise FastdiffError(f"runs must be >= 1 and warmup >= 0 (got runs={runs}, "
+                            f"warmup={warmup}).")
+    baseline_image = getattr(baseline, "image", baseline)
+    if baseline is not None and baseline_image is None:
+        raise FastdiffError("The baseline Result has no image (records loaded from a file "
+                            "keep only image_path); pass baseline=PIL.Image.open(path).")
+    device = pipeline_device(pipe)
+
+    def call() -> Any:
+        return pipe(**call_kwargs(pipe, prompt, steps, height, width, guidance, seed)).images[0]
+
+    resolved = call_kwargs(pipe, prompt, steps, height, width, guidance, seed)
+    extra_warmup = max(warmup - 1, 0)
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=1 + extra_warmup + runs, desc="cold start (compiling)",
+               disable=not progress, leave=False)
+    samples: list[float] = []
+    stage_samples: dict[str, list[float]] = {}
+    try:
+        with _stage_marks(pipe, device) as marks:
+            image, cold = time_call(call, device)
+            bar.update(1)
+            bar.set_description("warm-up")
+            for _ in range(extra_warmup):
+                call()
+                bar.update(1)
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            bar.set_description("timing")
+            for _ in range(runs):
+                marks.reset()  # forget the marks of the untimed calls
+                image, seconds = time_call(call, device)
+                samples.append(seconds)
+                for stage, value in marks.read().items():
+                    stage_samples.setdefault(stage, []).append(value)
+                bar.update(1)
+    finally:
+        bar.close()
+
+    notes: list[str] = []
+    if device.type == "cuda":
+        peak, kind = torch.cuda.max_memory_allocated(device), "cuda_max_allocated"
+    else:
+        peak, kind = _peak_rss_bytes(), "process_peak_rss"
+        notes.append("peak memory is the process-lifetime peak RSS (it includes everything "
+                     "this process did before, not only this benchmark)")
+    recipe = info.get("recipe")
+    if recipe is None:
+        notes.append(f"no fdh.apply() recipe: recorded as the baseline recipe; loaded as "
+                     f"{info['dtype']}, techniques applied one by one: "
+                     f"{', '.join(info['applied']) or 'none'}")
+    env = env_report()
+    latency = statistics.median(samples)
+    flops = count_flops(pipe, resolved["height"], resolved["width"],
+                        resolved["num_inference_steps"], resolved["guidance_scale"])["per_image"]
+    quality = None
+    if baseline_image is not None:
+        from .quality import compare_images
+        quality = compare_images(image, baseline_image)
+    return Result(
+        model=info["model"], weights=info["weights"], step=step,
+        recipe=(recipe or BASELINE).to_dict(),
+        device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else env["cpu"],
+        height=resolved["height"], width=resolved["width"],
+        steps=resolved["num_inference_steps"], guidance=float(resolved["guidance_scale"]),
+        seed=seed, prompt=prompt, runs=runs, warmup=warmup, latency_s=latency,
+        latency_samples=samples, cold_start_s=cold, peak_memory_bytes=peak,
+        peak_memory_kind=kind,
+        stages={k: statistics.median(v) for k, v in stage_samples.items()},
+        stage_samples=stage_samples, flops_per_image=float(flops),
+        tflops_per_s=flops / latency / 1e12 if device.type == "cuda" else None,
+        quality=quality, env=env, notes=notes, image=image)
+
+
+# run_ladder and format_table live in ladder.py (one topic per file); ladder.py imports
+# benchmark lazily, so this import at the end is not circular.
+from .ladder import format_table, run_ladder  # noqa: E402

@@ -1,0 +1,170 @@
+"""The command line: `python -m fastdiff_helpers ladder | bench | env` (also `fastdiff ...`).
+
+Introduced in 00_setup.ipynb (env) and 08_all_models.ipynb (ladder). The CLI only composes
+the package's functions; invalid input prints one line on stderr and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .loading import WEIGHTS
+from .presets import MODELS
+from .recipe import ATTENTION, COMPILE_MODES, DTYPES, LADDER, QUANT_FILTERS, QUANTIZE, SCOPES
+
+__all__ = ["main", "build_parser"]
+
+
+class UsageError(Exception):
+    """Invalid command-line input (argparse's own errors included)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would print the usage block and exit
+        raise UsageError(message)
+
+
+def _optional(choices: Sequence[str | None]) -> list[str]:
+    return [c if c is not None else "none" for c in choices]
+
+
+def _none(value: str) -> str | None:
+    return None if value == "none" else value
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="sdxl", choices=sorted(MODELS))
+    p.add_argument("--weights", default="auto", choices=WEIGHTS)
+    p.add_argument("--steps", type=int, default=None, help="inference steps (model default)")
+    p.add_argument("--height", type=int, default=None)
+    p.add_argument("--width", type=int, default=None)
+    p.add_argument("--runs", type=int, default=5, help="timed calls (median reported)")
+    p.add_argument("--warmup", type=int, default=2,
+                   help="untimed calls, the cold start counted as the first")
+    p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: cuda if any)")
+    p.add_argument("--prompt", default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m fastdiff_helpers",
+                     description="fastdiff: benchmark fast diffusion inference recipes.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    ladder = sub.add_parser("ladder", help="run every step of the blog's ladder")
+    _common(ladder)
+    ladder.add_argument("--out", default=None, help="folder for results.jsonl, images, charts")
+    ladder.add_argument("--only", action="append", default=None, metavar="STEP",
+                        choices=[n for n, _ in LADDER], help="run only this step (repeatable)")
+    ladder.add_argument("--fail-step", default=None, choices=[n for n, _ in LADDER],
+                        help="testing aid: force this step to fail")
+
+    bench = sub.add_parser("bench", help="benchmark one recipe given by flags")
+    _common(bench)
+    bench.add_argument("--out", default=None, help="append the result to OUT/results.jsonl")
+    bench.add_argument("--step", default="custom", help="name of this result")
+    bench.add_argument("--dtype", default="fp32", choices=DTYPES)
+    bench.add_argument("--attention", default="classic", choices=ATTENTION)
+    bench.add_argument("--channels-last", action="store_true")
+    bench.add_argument("--compile", default="none", choices=_optional(COMPILE_MODES))
+    bench.add_argument("--compile-scope", default="full", choices=SCOPES)
+    bench.add_argument("--no-compile-vae", action="store_true")
+    bench.add_argument("--fullgraph", action="store_true")
+    bench.add_argument("--dynamic", default=None, choices=["true", "false"])
+    bench.add_argument("--inductor-flags", action="store_true")
+    bench.add_argument("--fuse-qkv", action="store_true")
+    bench.add_argument("--no-sync", action="store_true")
+    bench.add_argument("--quantize", default="none", choices=_optional(QUANTIZE))
+    bench.add_argument("--quant-filter", default="blog", choices=QUANT_FILTERS)
+    bench.add_argument("--conv1x1-to-linear", action="store_true")
+
+    sub.add_parser("env", help="print the environment report")
+    return parser
+
+
+def _check_counts(args: argparse.Namespace) -> None:
+    for name in ("steps", "height", "width", "runs"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name} must be a positive integer, got {value}")
+    if args.warmup < 0:
+        raise UsageError(f"--warmup must be >= 0, got {args.warmup}")
+    if args.device is not None:
+        import torch
+
+        try:
+            device = torch.device(args.device)
+        except RuntimeError:
+            raise UsageError(f"--device {args.device!r} is not a device; use cuda, cuda:N "
+                             "or cpu") from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise UsageError(f"--device {args.device} but this machine has no CUDA GPU; "
+                             "use --device cpu (with --weights tiny for a quick run)")
+
+
+def _bench(args: argparse.Namespace) -> None:
+    from .bench import DEFAULT_PROMPT, benchmark
+    from .ladder import _slug, format_table
+    from .loading import load_pipeline
+    from .recipe import Recipe
+    from .results import load_results, save_results
+    from .techniques import apply
+
+    recipe = Recipe(  # RecipeError (invalid combination) before anything is loaded
+        dtype=args.dtype, attention=args.attention, channels_last=args.channels_last,
+        compile=_none(args.compile), compile_scope=args.compile_scope,
+        compile_vae=not args.no_compile_vae, fullgraph=args.fullgraph,
+        dynamic=None if args.dynamic is None else args.dynamic == "true",
+        inductor_flags=args.inductor_flags, fuse_qkv=args.fuse_qkv, no_sync=args.no_sync,
+        quantize=_none(args.quantize), quant_filter=args.quant_filter,
+        conv1x1_to_linear=args.conv1x1_to_linear)
+    pipe = load_pipeline(args.model, weights=args.weights, device=args.device, dtype="fp32")
+    apply(pipe, recipe)
+    result = benchmark(pipe, prompt=args.prompt or DEFAULT_PROMPT, steps=args.steps,
+                       height=args.height, width=args.width, runs=args.runs,
+                       warmup=args.warmup, seed=args.seed, progress=not args.no_progress,
+                       step=args.step)
+    print(result.summary())
+    print(format_table([result]))
+    if args.out:
+        out = Path(args.out)
+        store = out / "results.jsonl"
+        index = len(load_results(store)) if store.exists() else 0
+        image_path = out / "images" / f"{index}_{_slug(args.step)}.png"
+        image_path.parent.mkdir(parents=True, exist_ok=True)
+        result.image.save(image_path)
+        result.image_path = image_path.relative_to(out).as_posix()
+        save_results(result, store)
+        print(f"fastdiff: appended to {store}, image {image_path}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (0 ok, 2 invalid input)."""
+    from .loading import FastdiffError
+    from .recipe import RecipeError
+
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "env":
+            from .env import env_report
+            print(env_report(as_text=True))
+            return 0
+        _check_counts(args)
+        if args.command == "ladder":
+            from .ladder import run_ladder
+            results = run_ladder(
+                model=args.model, weights=args.weights, steps=args.steps, height=args.height,
+                width=args.width, runs=args.runs, warmup=args.warmup, out=args.out,
+                device=args.device, steps_filter=args.only, progress=not args.no_progress,
+                fail_step=args.fail_step, prompt=args.prompt, seed=args.seed)
+            return 0 if any(r.ok for r in results) else 1
+        _bench(args)
+        return 0
+    except (UsageError, FastdiffError, RecipeError) as exc:
+        message = " ".join(str(exc).split())  # one line, whatever the message
+        print(f"fastdiff: error: {message}", file=sys.stderr)
+        return 2

@@ -1,0 +1,219 @@
+"""FLOPs per image, counted from the architecture; the matmul rate that turns them into a floor.
+
+Introduced in 01_baseline.ipynb. The count runs each component once on META-device copies
+built from the component's config under torch.utils.flop_counter.FlopCounterMode: no
+weights, no memory, seconds even for PixArt's 4.8B-parameter T5. Matmuls, convolutions and
+attention are counted (on meta tensors SDPA runs its math decomposition, whose matmuls count
+the same as the classic processor's baddbmm/bmm; on a real CPU FlopCounterMode has no
+formula for SDPA's flash kernel and would miss it). Elementwise work (norms, activations)
+is not counted, as is the convention.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import json
+import time
+from typing import Any
+
+import torch
+
+from .presets import Component, get_spec
+
+__all__ = ["count_flops", "flop_floor_seconds", "measure_matmul_tflops"]
+
+# (library, "module:ClassName", "module:ConfigClass" or None, config as sorted JSON)
+_Key = tuple[str, str, "str | None", str]
+_TEXT_ENCODERS = ("text_encoder", "text_encoder_2")
+
+
+def _path(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _import(path: str) -> Any:
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _spec_key(comp: Component) -> _Key:
+    """Key of a preset component (the configs fdh.load_pipeline builds from)."""
+    lib = importlib.import_module(comp.library)
+    cls = getattr(lib, comp.class_name)
+    cfg_cls = _path(getattr(lib, comp.config_class)) if comp.config_class else None
+    return (comp.library, _path(cls), cfg_cls, json.dumps(comp.config, sort_keys=True))
+
+
+def _module_key(module: torch.nn.Module) -> _Key:
+    """Key of a live component: its class and full config (weights, dtype, device ignored)."""
+    module = getattr(module, "_orig_mod", module)  # a torch.compile(module) wrapper
+    config = module.config
+    if hasattr(config, "to_json_string"):  # transformers PretrainedConfig
+        cfg = json.dumps(config.to_dict(), sort_keys=True, default=str)
+        return ("transformers", _path(type(module)), _path(type(config)), cfg)
+    cfg = json.dumps(dict(config), sort_keys=True, default=str)
+    return ("diffusers", _path(type(module)), None, cfg)
+
+
+def _meta_copy(key: _Key) -> torch.nn.Module:
+    library, cls_path, cfg_path, cfg_json = key
+    cls = _import(cls_path)
+    config = json.loads(cfg_json)
+    with torch.device("meta"):
+        if library == "diffusers":
+            model = cls.from_config(config)
+        else:
+            model = cls(_import(cfg_path).from_dict(config))
+    return model.eval()
+
+
+def _count(fn, *args, **kwargs) -> int:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        fn(*args, **kwargs)
+    return int(counter.get_total_flops())
+
+
+def _meta(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+@functools.lru_cache(maxsize=32)
+def _denoiser_flops(key: _Key, batch: int, height: int, width: int, tokens: int,
+                    pooled_dim: int | None) -> int:
+    model = _meta_copy(key)
+    cfg = model.config
+    h, w = height // 8, width // 8
+    sample = _meta(batch, cfg.in_channels, h, w)
+    timestep = _meta(batch)
+    if "caption_channels" in cfg:  # PixArt-style transformer
+        added = {"resolution": None, "aspect_ratio": None}
+        if getattr(model, "use_additional_conditions", False):
+            added = {"resolution": _meta(batch, 2), "aspect_ratio": _meta(batch, 1)}
+        text = _meta(batch, tokens, cfg.caption_channels)
+        return _count(model, sample, encoder_hidden_states=text, timestep=timestep,
+                      added_cond_kwargs=added, encoder_attention_mask=_meta(batch, tokens))
+    kwargs: dict[str, Any] = {}
+    if cfg.addition_embed_type == "text_time":  # SDXL / SSD-1B: pooled text + 6 time ids
+        if pooled_dim is None:
+            pooled_dim = cfg.projection_class_embeddings_input_dim - 6 * cfg.addition_time_embed_dim
+        kwargs["added_cond_kwargs"] = {"text_embeds": _meta(batch, pooled_dim),
+                                       "time_ids": _meta(batch, 6)}
+    return _count(model, sample, timestep, _meta(batch, tokens, cfg.cross_attention_dim), **kwargs)
+
+
+@functools.lru_cache(maxsize=32)
+def _vae_decode_flops(key: _Key, height: int, width: int) -> int:
+    vae = _meta_copy(key)
+    scale = 2 ** (len(vae.config.block_out_channels) - 1)
+    latents = _meta(1, vae.config.latent_channels, height // scale, width // scale)
+    return _count(vae.decode, latents)
+
+
+@functools.lru_cache(maxsize=32)
+def _text_encoder_flops(key: _Key, tokens: int) -> int:
+    # attention_mask is left out: it does not change the FLOPs, and T5's mask code calls
+    # .item(), which meta tensors refuse.
+    return _count(_meta_copy(key), _meta(1, tokens, dtype=torch.long))
+
+
+def _pipeline_parts(pipe_or_model_key: Any) -> tuple[Any, dict[str, _Key], bool, int, int]:
+    """(spec, {component: key}, negative prompt encoded?, native size, text tokens)."""
+    if isinstance(pipe_or_model_key, str):
+        spec = get_spec(pipe_or_model_key)
+        keys = {name: _spec_key(c) for name, c in spec.full.items()}
+        import diffusers
+        init = inspect.signature(getattr(diffusers, spec.pipeline_class).__init__).parameters
+        zeros = getattr(init.get("force_zeros_for_empty_prompt"), "default", False)
+        return spec, keys, not zeros, spec.resolution, spec.max_tokens
+    from .loading import pipeline_info
+
+    pipe = pipe_or_model_key
+    info = pipeline_info(pipe)
+    spec = get_spec(info["model"])
+    names = (spec.denoiser, "vae", *_TEXT_ENCODERS)
+    keys = {n: _module_key(getattr(pipe, n)) for n in names if getattr(pipe, n, None) is not None}
+    # SDXL's pipeline uses zeros for an empty negative prompt instead of encoding it.
+    zeros = bool(pipe.config.get("force_zeros_for_empty_prompt", False))
+    size = spec.tiny_resolution if info["weights"] == "tiny" else spec.resolution
+    return spec, keys, not zeros, size, spec.max_tokens
+
+
+def count_flops(pipe_or_model_key: Any, height: int | None = None, width: int | None = None,
+                steps: int | None = None, guidance: float | None = None) -> dict[str, Any]:
+    """FLOPs of one image, counted from the architecture. Introduced in 01_baseline.ipynb.
+
+    `pipe_or_model_key`: a pipeline from fdh.load_pipeline (its own component configs, tiny
+    or full-size) or a model key ("sdxl", "sd15", "ssd1b", "pixart": the full-size model).
+    Height, width, steps and guidance default to the model's (tiny pipelines: 64x64). With
+    classifier-free guidance (guidance > 1) the denoiser runs on a batch of 2.
+
+    Returns FLOPs (not FLOP/s): denoiser_per_forward (one call at that batch), vae_decode,
+    text_encoders (every encoder pass of one prompt, plus the negative prompt's where the
+    pipeline encodes it), per_image = steps * denoiser_per_forward + vae_decode +
+    text_encoders, and batch, height, width, steps. Cached per configuration."""
+    spec, keys, encodes_negative, size, tokens = _pipeline_parts(pipe_or_model_key)
+    height, width = height or size, width or size
+    steps = steps or spec.steps
+    guidance = spec.guidance if guidance is None else guidance
+    cfg = guidance > 1.0
+    batch = 2 if cfg else 1
+    pooled = None
+    if "text_encoder_2" in keys:
+        pooled = json.loads(keys["text_encoder_2"][3]).get("projection_dim")
+    denoiser = _denoiser_flops(keys[spec.denoiser], batch, height, width, tokens, pooled)
+    vae = _vae_decode_flops(keys["vae"], height, width)
+    passes = 2 if cfg and encodes_negative else 1
+    text = sum(passes * _text_encoder_flops(keys[name], tokens)
+               for name in _TEXT_ENCODERS if name in keys)
+    return {"denoiser_per_forward": denoiser, "vae_decode": vae, "text_encoders": text,
+            "per_image": steps * denoiser + vae + text, "batch": batch, "height": height,
+            "width": width, "steps": steps}
+
+
+def flop_floor_seconds(flops_per_image: float | dict, tflops_per_s: float) -> float:
+    """The time one image would take if every FLOP ran at `tflops_per_s` (a lower bound).
+
+    Accepts a FLOP count or count_flops()'s dict. Introduced in 01_baseline.ipynb."""
+    if isinstance(flops_per_image, dict):
+        flops_per_image = flops_per_image["per_image"]
+    if tflops_per_s <= 0:
+        raise ValueError(f"tflops_per_s must be positive, got {tflops_per_s}")
+    return float(flops_per_image) / (tflops_per_s * 1e12)
+
+
+def measure_matmul_tflops(device: str = "cuda", dtype: torch.dtype = torch.bfloat16,
+                          n: int = 8192, iters: int = 20) -> float:
+    """Dense matmul rate in TFLOP/s: n x n @ n x n, timed with CUDA events after warm-up.
+
+    On a CPU (device="cpu") it times a smaller fp32 matmul (n capped at 1024) with
+    perf_counter. Introduced in 01_baseline.ipynb."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("measure_matmul_tflops(device='cuda') needs a CUDA GPU; "
+                         "pass device='cpu' to measure this machine's CPU.")
+    if dev.type != "cuda":
+        dtype, n, iters = torch.float32, min(n, 1024), max(3, iters // 4)
+    gen = torch.Generator(dev).manual_seed(0)
+    a = torch.randn(n, n, device=dev, dtype=dtype, generator=gen)
+    b = torch.randn(n, n, device=dev, dtype=dtype, generator=gen)
+    for _ in range(3):  # warm-up: kernel selection, clocks
+        a @ b
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            a @ b
+        end.record()
+        end.synchronize()
+        seconds = start.elapsed_time(end) / 1000
+    else:
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            a @ b
+        seconds = time.perf_counter() - t0
+    return 2 * n**3 * iters / seconds / 1e12

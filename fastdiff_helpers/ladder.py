@@ -1,0 +1,202 @@
+"""run_ladder(): every step of fdh.LADDER on a fresh pipeline, with failures isolated.
+
+Introduced in 08_all_models.ipynb (and behind `python -m fastdiff_helpers ladder`).
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import re
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import torch
+
+from .loading import WEIGHTS, FastdiffError, choose_weights, default_device, load_pipeline
+from .presets import BLOG_A100_SECONDS, BLOG_SOURCE, get_spec
+from .recipe import LADDER
+from .results import Result
+
+__all__ = ["run_ladder", "format_table"]
+
+
+class InjectedFailure(RuntimeError):
+    """Raised by run_ladder(fail_step=...): a testing aid that proves failure isolation."""
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "step"
+
+
+def _free_memory() -> None:
+    # Compiled code keeps the old modules alive, and dynamo's per-function cache would fill
+    # up across fresh pipelines (then it silently falls back to eager), so reset it too.
+    torch._dynamo.reset()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _seconds(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.1f}" if x >= 10 else f"{x:.2f}" if x >= 1 else f"{x:.3f}"
+
+
+def _memory(b: int | None) -> str:
+    if b is None:
+        return "-"
+    return f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.0f} MiB"
+
+
+def _psnr(quality: dict | None) -> str:
+    psnr = (quality or {}).get("psnr")
+    if psnr is None:
+        return "-"
+    if math.isnan(psnr):
+        return "NaN image"
+    return "identical" if math.isinf(psnr) else f"{psnr:.1f} dB"
+
+
+def format_table(results: Sequence[Result]) -> str:
+    """A text table of a ladder: step, median seconds, speed-up vs the first timed step (fp32
+    in a full ladder) and vs the previous one, peak memory, PSNR vs the baseline, cold start.
+
+    Introduced in 08_all_models.ipynb."""
+    timed = [r for r in results if r.error is None and r.latency_s]
+    head = ("step", "seconds", f"vs {timed[0].step if timed else 'first'}", "vs prev",
+            "peak memory", "PSNR vs base", "cold start")
+    rows, first, prev = [], None, None
+    for r in results:
+        if r.error is not None or not r.latency_s:
+            message = (r.error or "no timing").splitlines()[0][:90]
+            rows.append((r.step, f"FAILED: {message}"))
+            continue
+        first = first or r.latency_s
+        rows.append((r.step, _seconds(r.latency_s), f"{first / r.latency_s:.2f}x",
+                     f"{prev / r.latency_s:.2f}x" if prev else "-",
+                     _memory(r.peak_memory_bytes), _psnr(r.quality),
+                     _seconds(r.cold_start_s) + " s" if r.cold_start_s is not None else "-"))
+        prev = r.latency_s
+    widths = [max(len(head[i]), *(len(row[i]) for row in rows if len(row) > i))
+              for i in range(len(head))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    for row in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    return "\n".join(lines)
+
+
+def _check_names(names: Iterable[str] | None, what: str) -> set[str] | None:
+    if names is None:
+        return None
+    names = {names} if isinstance(names, str) else set(names)
+    known = [n for n, _ in LADDER]
+    unknown = sorted(names - set(known))
+    if unknown:
+        raise FastdiffError(f"Unknown ladder step(s) {unknown} in {what}. The steps are: "
+                            f"{', '.join(repr(n) for n in known)}.")
+    return names
+
+
+def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = None,
+               height: int | None = None, width: int | None = None, runs: int = 5,
+               warmup: int = 2, out: str | Path | None = None, device: str | None = None,
+               steps_filter: Iterable[str] | None = None, progress: bool = True,
+               fail_step: str | None = None, prompt: str | None = None,
+               seed: int = 0) -> list[Result]:
+    """Benchmark each step of fdh.LADDER (fp32 -> ... -> int8 dynamic) on a FRESH pipeline.
+
+    Each step: load_pipeline(model, weights, device, dtype="fp32"), the step's recipe adapted
+    to the device (Recipe.for_device; its notes go to Result.notes), fdh.apply, benchmark,
+    and quality against the first step's image. A step that fails is recorded as a Result
+    with error="Type: message" and the ladder goes on. Between steps the pipeline is deleted
+    and torch._dynamo reset (other compiled code in this process recompiles on its next
+    call). `steps_filter`: the step names to run (default all). `fail_step`: a step name
+    forced to fail, a testing aid for that isolation.
+
+    With `out`: each Result is appended to out/results.jsonl as soon as it is measured (a run
+    killed half-way leaves a loadable file), its image goes to out/images/<idx>_<slug>.png,
+    and out/ladder.png (with the blog's A100 timings beside ours, for non-tiny weights) and
+    out/memory.png are drawn at the end. Prints a table (format_table). Introduced in
+    08_all_models.ipynb."""
+    from .bench import DEFAULT_PROMPT, benchmark
+    from .charts import Reference, ladder_chart, memory_chart, save_figure
+    from .env import env_report
+    from .results import save_results
+    from .techniques import apply
+
+    spec = get_spec(model)
+    if weights not in WEIGHTS:
+        raise FastdiffError(f"Unknown weights {weights!r}. Use one of {', '.join(WEIGHTS)}.")
+    device = device or default_device()
+    wanted = _check_names(steps_filter, "steps_filter")
+    if fail_step is not None:
+        _check_names([fail_step], "fail_step")
+    if weights == "auto":
+        weights, why = choose_weights(spec, None, device)
+        print(f"fastdiff: weights='{weights}' for {spec.key} ({why})")
+    size = spec.tiny_resolution if weights == "tiny" else spec.resolution
+    out = Path(out) if out is not None else None
+    if out is not None and (out / "results.jsonl").exists():
+        print(f"fastdiff: appending to the existing {out / 'results.jsonl'}")
+    plan = [(i, name, recipe) for i, (name, recipe) in enumerate(LADDER)
+            if wanted is None or name in wanted]
+    results: list[Result] = []
+    baseline_image = None
+    for n, (idx, name, recipe) in enumerate(plan, start=1):
+        print(f"[{n}/{len(plan)}] {spec.key} {name}")
+        adapted, notes = recipe.for_device(device)
+        pipe = None
+        try:
+            pipe = load_pipeline(spec.key, weights=weights, device=device, dtype="fp32",
+                                 verbose=False)
+            if name == fail_step:
+                raise InjectedFailure(f"fail_step={name!r} asked this step to fail")
+            apply(pipe, adapted)
+            result = benchmark(pipe, prompt=prompt or DEFAULT_PROMPT, steps=steps,
+                               height=height, width=width, runs=runs, warmup=warmup,
+                               seed=seed, progress=progress, step=name,
+                               baseline=baseline_image)
+            if baseline_image is None:  # the first successful step is the baseline
+                from .quality import compare_images
+                baseline_image = result.image
+                result.quality = compare_images(result.image, baseline_image)
+                if idx != 0:
+                    notes.append(f"baseline for quality: {name} (the first step that ran)")
+            result.notes = notes + result.notes
+        except Exception as exc:  # one step's failure (OOM, compile error, RecipeError...)
+            # must not lose the steps already measured or stop the ones after it: record it.
+            env = env_report()
+            result = Result(
+                model=spec.key, weights=weights, step=name, recipe=adapted.to_dict(),
+                device_name=env["gpu_name"] if device.startswith("cuda") else env["cpu"],
+                height=height or size, width=width or size, steps=steps or spec.steps,
+                guidance=spec.guidance,
+                seed=seed, prompt=prompt or DEFAULT_PROMPT, runs=runs, warmup=warmup,
+                env=env, error=f"{type(exc).__name__}: {exc}".strip(), notes=notes)
+        finally:
+            del pipe
+            _free_memory()
+        if out is not None:
+            if result.image is not None:
+                image_path = out / "images" / f"{idx}_{_slug(name)}.png"
+                image_path.parent.mkdir(parents=True, exist_ok=True)
+                result.image.save(image_path)
+                result.image_path = image_path.relative_to(out).as_posix()
+            save_results(result, out / "results.jsonl")
+        print("   " + result.summary())
+        results.append(result)
+
+    print(format_table(results))
+    if out is not None:
+        reference = None
+        if weights != "tiny" and spec.key in BLOG_A100_SECONDS:
+            reference = Reference("Published", "A100-80GB", BLOG_SOURCE,
+                                  BLOG_A100_SECONDS[spec.key])
+        save_figure(ladder_chart(results, reference=reference), out / "ladder.png")
+        save_figure(memory_chart(results), out / "memory.png")
+        print(f"fastdiff: results in {out / 'results.jsonl'}, images in {out / 'images'}, "
+              f"charts {out / 'ladder.png'} and {out / 'memory.png'}")
+    return results

@@ -1,0 +1,238 @@
+"""benchmark() and run_ladder() on tiny models on a CPU."""
+
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import fastdiff_helpers as fdh
+from fastdiff_helpers.flops import count_flops
+from fastdiff_helpers.bench import benchmark, naive_time, time_call
+from fastdiff_helpers.ladder import format_table, run_ladder
+from fastdiff_helpers.loading import FastdiffError
+from fastdiff_helpers.recipe import BASELINE, LADDER
+from fastdiff_helpers.results import load_results
+
+ROOT = Path(__file__).resolve().parents[1]
+DELAY = 0.05
+
+
+@pytest.fixture
+def pipe():
+    return fdh.load_pipeline("sd15", weights="tiny", device="cpu")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # Other processes may share this machine's cores; one intra-op thread keeps the tiny
+    # model's time steady (two OpenMP threads spin on each other when a core is taken,
+    # which can make a 0.05 s call take seconds).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_result_fields_are_filled_and_consistent(pipe):
+    r = benchmark(pipe, steps=2, runs=3, warmup=2, progress=False)
+    assert r.ok and r.model == "sd15" and r.weights == "tiny" and r.step == "custom"
+    assert (r.height, r.width, r.steps, r.guidance, r.runs, r.warmup) == (64, 64, 2, 7.5, 3, 2)
+    assert len(r.latency_samples) == 3 and r.latency_s == statistics.median(r.latency_samples)
+    assert r.cold_start_s > 0
+    assert set(r.stages) == {"text_encoding", "denoising", "vae_decode"}
+    assert all(len(v) == 3 for v in r.stage_samples.values())
+    for i, total in enumerate(r.latency_samples):  # the stages happen inside each call
+        assert sum(v[i] for v in r.stage_samples.values()) <= total
+    assert r.stages == {k: statistics.median(v) for k, v in r.stage_samples.items()}
+    assert r.flops_per_image == count_flops(pipe, steps=2)["per_image"] > 0
+    assert r.tflops_per_s is None  # only on a GPU
+    assert r.peak_memory_kind == "process_peak_rss" and r.peak_memory_bytes > 2**20
+    assert any("process-lifetime" in n for n in r.notes)
+    assert r.env["torch"] == torch.__version__ and r.device_name == r.env["cpu"]
+    assert r.recipe == BASELINE.to_dict() and r.quality is None
+    assert r.image.size == (64, 64)
+    # the stage wrappers are gone again
+    assert "encode_prompt" not in vars(pipe) and "decode" not in vars(pipe.vae)
+
+
+def _growth(pipe, monkeypatch, steps, delay, calls):
+    """(latency growth, stage growths) when each denoiser call waits `delay` s longer."""
+    original = pipe.unet.forward
+
+    def delayed(wait):
+        def forward(*args, **kwargs):
+            calls.append(wait)
+            # wait on the clock rather than time.sleep(): a sleeping process hands its core
+            # (and caches) to whatever else runs on this machine, slowing the work after it
+            end = time.perf_counter() + wait
+            while time.perf_counter() < end:
+                pass
+            return original(*args, **kwargs)
+        return forward
+
+    # The reference run already waits DELAY per call, so both runs load a shared machine's
+    # cores the same way; only the known extra delay differs.
+    monkeypatch.setattr(pipe.unet, "forward", delayed(DELAY))
+    before = benchmark(pipe, steps=steps, runs=5, warmup=2, progress=False)
+    monkeypatch.setattr(pipe.unet, "forward", delayed(DELAY + delay))
+    after = benchmark(pipe, steps=steps, runs=5, warmup=2, progress=False)
+    monkeypatch.setattr(pipe.unet, "forward", original)
+    stages = {k: after.stages[k] - before.stages[k] for k in after.stages}
+    return after.latency_s - before.latency_s, stages
+
+
+def test_benchmark_times_a_known_delay(monkeypatch):
+    # SDXL's Euler scheduler makes one denoiser call per step (the two guidance halves are
+    # one batch); SD1.5's PNDM would make steps + 1.
+    pipe = fdh.load_pipeline("sdxl", weights="tiny", device="cpu")
+    steps, expected = 4, 4 * DELAY
+    failures = []
+    for _ in range(3):  # other processes on a shared CPU can disturb one attempt
+        calls: list[float] = []
+        growth, stages = _growth(pipe, monkeypatch, steps, DELAY, calls)
+        assert len(calls) == 2 * steps * (1 + 1 + 5)  # cold start, 1 more warm-up, 5 timed
+        checks = [growth == pytest.approx(expected, rel=0.10),
+                  stages["denoising"] == pytest.approx(expected, rel=0.10),
+                  abs(stages["text_encoding"]) < 0.1 * expected,
+                  abs(stages["vae_decode"]) < 0.1 * expected]
+        if all(checks):
+            return
+        failures.append((round(growth, 4), {k: round(v, 4) for k, v in stages.items()}))
+    pytest.fail(f"expected +{expected} s in the median and the denoising stage only; "
+                f"got {failures}")
+
+
+def test_same_seed_gives_identical_images_and_psnr_inf(pipe, monkeypatch):
+    images = []
+    postprocess = pipe.image_processor.postprocess
+
+    def keep(*args, **kwargs):
+        out = postprocess(*args, **kwargs)
+        images.append(np.asarray(out[0]))
+        return out
+
+    monkeypatch.setattr(pipe.image_processor, "postprocess", keep)
+    first = benchmark(pipe, steps=2, runs=2, warmup=2, progress=False)
+    assert len(images) == 4  # cold start, one more warm-up, two timed
+    assert all(np.array_equal(images[0], im) for im in images[1:])
+    again = benchmark(pipe, steps=2, runs=1, warmup=0, progress=False, baseline=first)
+    assert again.quality["psnr"] == math.inf and again.quality["ssim"] == pytest.approx(1.0)
+    other = benchmark(pipe, steps=2, runs=1, warmup=0, seed=1, progress=False,
+                      baseline=first.image)  # a plain image works too
+    assert other.seed == 1 and math.isfinite(other.quality["psnr"])
+    first.image = None  # a Result read back from a file has no image
+    with pytest.raises(FastdiffError, match="image_path"):
+        benchmark(pipe, steps=2, runs=1, progress=False, baseline=first)
+
+
+def test_progress_phases(pipe, monkeypatch):
+    import tqdm.auto
+
+    bars = []
+
+    class Bar:
+        def __init__(self, total, desc, disable, leave):
+            self.total, self.descs, self.n, self.closed = total, [desc], 0, False
+            bars.append(self)
+
+        def set_description(self, desc):
+            self.descs.append(desc)
+
+        def update(self, n):
+            self.n += n
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
+    benchmark(pipe, steps=2, runs=3, warmup=3, progress=True)
+    (bar,) = bars
+    assert bar.total == bar.n == 1 + 2 + 3 and bar.closed
+    assert bar.descs == ["cold start (compiling)", "warm-up", "timing"]
+    with pytest.raises(FastdiffError):
+        benchmark(pipe, runs=0)
+
+
+def test_time_call_and_naive_time(pipe):
+    out, seconds = time_call(lambda: time.sleep(0.02) or 7, "cpu")
+    assert out == 7 and seconds >= 0.02
+    assert naive_time(pipe, steps=2, runs=2) > 0
+
+
+def _check_ladder_out(out, results, names):
+    stored = load_results(out / "results.jsonl")
+    assert [r.step for r in stored] == names
+    assert stored == results  # exact round trip (the image is not stored)
+    assert (out / "ladder.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "memory.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for r in stored:
+        assert r.model == "sd15" and r.weights == "tiny" and r.steps == 2
+        if r.ok:
+            assert (out / r.image_path).is_file() and r.quality["psnr"] > 0
+    return stored
+
+
+def test_ladder_isolates_a_failed_step(tmp_path, capsys):
+    # the steps without compile (fast); "+ fused QKV" is forced to fail before its compile
+    names = ["fp32", "bf16", "+ SDPA", "+ fused QKV"]
+    results = run_ladder("sd15", weights="tiny", steps=2, runs=2, warmup=1, out=tmp_path,
+                         device="cpu", steps_filter=names, progress=False,
+                         fail_step="+ fused QKV")
+    stored = _check_ladder_out(tmp_path, results, names)
+    assert [r.ok for r in stored] == [True, True, True, False]
+    assert stored[3].error.startswith("InjectedFailure: ")
+    assert stored[3].recipe == LADDER[4][1].for_device("cpu")[0].to_dict()
+    assert stored[0].quality["psnr"] == math.inf  # the baseline against itself
+    assert stored[1].recipe["dtype"] == "bf16" and stored[1].quality["psnr"] < math.inf
+    assert [r.image_path for r in stored[:3]] == ["images/0_fp32.png", "images/1_bf16.png",
+                                                 "images/2_sdpa.png"]
+    printed = capsys.readouterr().out
+    assert "FAILED: InjectedFailure" in printed and str(tmp_path / "ladder.png") in printed
+    table = format_table(stored)
+    assert table.splitlines()[0].split()[:2] == ["step", "seconds"] and "identical" in table
+    with pytest.raises(FastdiffError, match="Unknown ladder step"):
+        run_ladder("sd15", weights="tiny", device="cpu", steps_filter=["fp8"])
+
+
+@pytest.mark.slow
+def test_full_ladder_on_a_tiny_model(tmp_path):
+    # every step, with inductor compiling on the CPU (max-autotune adapted to default):
+    # about 2 minutes on 2 cores with a cold inductor cache, 30 s with a warm one
+    results = run_ladder("sd15", weights="tiny", steps=2, runs=2, warmup=1, out=tmp_path,
+                         device="cpu", progress=False)
+    stored = _check_ladder_out(tmp_path, results, [name for name, _ in LADDER])
+    assert all(r.ok for r in stored), [r.error for r in stored]
+    compiled = [r for r in stored if r.recipe["compile"]]
+    assert compiled and all(r.recipe["compile"] == "default" for r in compiled)
+    assert all(any("compile='default'" in n for n in r.notes) for r in compiled)
+
+
+def test_a_killed_ladder_leaves_a_loadable_file(tmp_path):
+    out = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fastdiff_helpers", "ladder", "--model", "sd15", "--weights",
+         "tiny", "--device", "cpu", "--steps", "2", "--runs", "1", "--warmup", "1",
+         "--out", str(out), "--no-progress"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    store = out / "results.jsonl"
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and proc.poll() is None:
+            if store.exists() and store.read_bytes().count(b"\n") >= 1:
+                break
+            time.sleep(0.05)
+        assert store.exists(), "the ladder wrote no results.jsonl in time"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    results = load_results(store)
+    assert len(results) >= 1 and results[0].step == "fp32" and results[0].ok
