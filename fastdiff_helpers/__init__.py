@@ -19,5 +19,9 @@ from .charts import (Reference, ladder_chart, memory_chart, models_chart, qualit
                      save_figure)
 from .env import env_report
 from .course import CourseSettings, course_settings, needs_gpu, smoke_mode
+from .flops import count_flops, flop_floor_seconds, measure_matmul_tflops
+from .bench import benchmark, naive_time
+from .ladder import format_table, run_ladder
+from .widgets import playground
 
 __version__ = "0.1.0"

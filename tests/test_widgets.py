@@ -1,0 +1,151 @@
+"""fdh.playground(): the ipywidgets panel, driven without a browser (tiny models, CPU)."""
+
+import re
+
+import pytest
+import torch
+
+pytest.importorskip("ipywidgets")
+
+from fastdiff_helpers import widgets  # noqa: E402
+from fastdiff_helpers.recipe import Recipe  # noqa: E402
+
+
+def _panel():
+    panel = widgets.playground("sd15", weights="tiny", device="cpu")
+    c = panel.controls
+    c["steps"].value, c["runs"].value, c["warmup"].value = 2, 1, 0
+    return panel
+
+
+def _body_rows(panel) -> list[str]:
+    body = re.search(r"<tbody>(.*)</tbody>", panel.table.value, re.S).group(1)
+    return re.findall(r"<tr>.*?</tr>", body, re.S)
+
+
+def _chart_png(panel):
+    outputs = panel.chart.outputs
+    return outputs[-1]["data"]["image/png"] if outputs else None
+
+
+@pytest.fixture(scope="module")
+def two_runs():
+    """A panel after a baseline run (button click) and a bf16 run (run())."""
+    panel = _panel()
+    panel.run_button.click()
+    after_first = dict(rows=len(_body_rows(panel)), chart=_chart_png(panel),
+                       error=panel.error.value)
+    code_before = panel.code.value
+    panel.controls["dtype"].value = "bf16"
+    code_after = panel.code.value
+    result = panel.run()
+    return panel, after_first, code_before, code_after, result
+
+
+def test_controls_have_readable_labels_and_one_per_recipe_field():
+    panel = _panel()
+    fields = set(Recipe.__dataclass_fields__)
+    assert fields <= set(panel.controls)
+    assert {"model", "steps", "resolution", "runs", "warmup"} <= set(panel.controls)
+    descriptions = {name: w.description for name, w in panel.controls.items()}
+    assert descriptions["channels_last"] == "channels_last"
+    assert descriptions["fuse_qkv"] == "fused QKV"
+    assert descriptions["no_sync"] == "no GPU syncs"
+    assert type(panel.controls["channels_last"]).__name__ == "Checkbox"
+    assert type(panel.controls["dtype"]).__name__ == "Dropdown"
+    assert panel.controls["compile"].value == "off" and panel.controls["dynamic"].value == "auto"
+    assert panel.run_button.description == "Run"
+    assert "baseline" in panel.widget.children[0].value
+    bundle = panel._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert panel.rows == [] and "<tbody></tbody>" in panel.table.value
+
+
+def test_code_follows_the_controls_and_shows_invalid_combinations():
+    panel = _panel()
+    assert "set_precision(pipe, 'fp32')" in panel.code.value
+    panel.controls["dtype"].value = "bf16"
+    assert "set_precision(pipe, 'bf16')" in panel.code.value
+    panel.controls["fuse_qkv"].value = True  # classic attention cannot fuse
+    assert panel.code.value.startswith("# Invalid recipe:") and "fuse_qkv" in panel.code.value
+    panel.controls["attention"].value = "sdpa"
+    assert "fdh.fuse_qkv(pipe)" in panel.code.value
+    panel.controls["compile"].value = "max-autotune"  # adapted on a CPU, with a note
+    assert "mode='default'" in panel.code.value
+    assert "max-autotune" in panel.notes.value and "default" in panel.notes.value
+
+
+def test_run_adds_a_row_with_the_recipe_chart_and_images(two_runs):
+    panel, first, code_before, code_after, result = two_runs
+    assert first["error"] == "" and first["rows"] == 1 and first["chart"] is not None
+    assert code_before != code_after and "'bf16'" in code_after
+    assert result is panel.rows[-1] and len(panel.rows) == 2
+    assert panel.rows[0].recipe["dtype"] == "fp32"
+    assert panel.rows[-1].recipe["dtype"] == "bf16" and panel.rows[-1].step == "bf16"
+    rows = _body_rows(panel)
+    assert len(rows) == 2
+    assert "baseline" in rows[0] and "bf16" in rows[1] and "sd15" in rows[1]
+    assert re.search(r"\d+\.\d\dx", rows[1])  # speed-up vs the baseline
+    assert re.search(r"\d+\.\d dB|identical", rows[1])  # PSNR vs the baseline
+    assert panel.rows[-1].quality["psnr"] > 20  # bf16 stays close to fp32
+    assert panel.error.value == ""
+    assert _chart_png(panel) is not None and _chart_png(panel) != first["chart"]
+    assert bytes(panel.images[0].value).startswith(b"\x89PNG")
+    assert bytes(panel.images[1].value).startswith(b"\x89PNG")
+    assert "PSNR" in panel.captions[1].value
+    assert panel.progress.value == panel.progress.max and not panel.run_button.disabled
+
+
+def test_invalid_combination_is_shown_and_the_next_run_works():
+    panel = _panel()
+    panel.controls["attention"].value = "sdpa-flash"  # a CUDA kernel: refused on a CPU
+    assert panel.run() is None
+    assert "sdpa-flash" in panel.error.value and "Invalid recipe" in panel.error.value
+    assert panel.rows == [] and not panel.run_button.disabled
+    panel.controls["attention"].value = "classic"
+    panel.controls["fuse_qkv"].value = True  # invalid by itself: fusing needs SDPA
+    panel.run_button.click()
+    assert "fuse_qkv" in panel.error.value and panel.rows == []
+    panel.controls["fuse_qkv"].value = False
+    panel.controls["channels_last"].value = True
+    result = panel.run()
+    assert result is not None and panel.error.value == ""
+    assert len(_body_rows(panel)) == 1 and "channels_last" in _body_rows(panel)[0]
+
+
+def test_failures_during_a_run_stay_in_the_panel(monkeypatch):
+    panel = _panel()
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    monkeypatch.setattr(widgets, "load_pipeline", out_of_memory)
+    assert panel.run() is None
+    assert "Out of memory" in panel.error.value and "lower resolution" in panel.error.value
+    monkeypatch.undo()
+
+    def compile_failure(*args, **kwargs):
+        raise RuntimeError("inductor: C++ compile error")
+
+    monkeypatch.setattr(widgets, "benchmark", compile_failure)
+    assert panel.run() is None
+    assert "Run failed (RuntimeError)" in panel.error.value and "inductor" in panel.error.value
+    assert panel.status.value == "failed" and not panel.run_button.disabled
+    monkeypatch.undo()
+    assert panel.run() is not None and len(panel.rows) == 1 and panel.error.value == ""
+
+
+def test_reset_clears_the_table_chart_and_baselines(two_runs):
+    panel = two_runs[0]
+    panel.reset_button.click()
+    assert panel.rows == [] and panel.baselines == {}
+    assert _body_rows(panel) == [] and panel.chart.outputs == ()
+    assert bytes(panel.images[1].value) == b""
+
+
+def test_describe_recipe_names_what_changed():
+    assert widgets.describe_recipe(Recipe()) == "fp32"
+    r = Recipe(dtype="bf16", attention="sdpa", fuse_qkv=True, compile="default",
+               compile_vae=False)
+    assert widgets.describe_recipe(r) == ("bf16, attention=sdpa, compile=default, "
+                                          "no compile VAE, fused QKV")
