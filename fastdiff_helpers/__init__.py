@@ -7,21 +7,23 @@ Importing is cheap and side-effect free: no downloads, no seeds, no global setti
 
 from .presets import (BLOG_A100_SECONDS, BLOG_SOURCE, MODELS, PUBLISHED_PARAMETERS,
                       ModelSpec)
-from .loading import (FastdiffError, call_kwargs, count_parameters, generate, get_denoiser,
-                      load_pipeline, pipeline_info)
+from .loading import (FastdiffError, call_kwargs, choose_weights, count_parameters, generate,
+                      get_denoiser, load_pipeline, pipeline_info)
 from .recipe import BASELINE, LADDER, Recipe, RecipeError
 from .techniques import (apply, capture_denoiser_inputs, compile_pipeline, conv1x1_to_linear,
+                         current_recipe,
                          count_syncs, fuse_qkv, graph_breaks, quantize, remove_syncs,
                          set_attention, set_channels_last, set_inductor_flags, set_precision)
 from .quality import compare_images
-from .results import Result, ResultsFormatError, load_results, save_results
-from .charts import (Reference, ladder_chart, memory_chart, models_chart, quality_chart,
-                     save_figure)
+from .results import (Result, ResultsFormatError, load_results, reference_results,
+                      save_results)
+from .charts import (ChartFigure, Reference, ladder_chart, memory_chart, models_chart,
+                     quality_chart, save_figure, show_images)
 from .env import env_report
 from .course import CourseSettings, course_settings, needs_gpu, smoke_mode
 from .flops import count_flops, flop_floor_seconds, measure_matmul_tflops
 from .bench import benchmark, naive_time
-from .ladder import format_table, run_ladder
+from .ladder import format_table, free_memory, run_ladder
 from .widgets import playground
 
 __version__ = "0.1.0"

@@ -6,6 +6,7 @@ live in ladder.py and are re-exported here.
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -161,8 +162,8 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     Errors propagate; run_ladder records them."""
     from .env import env_report
     from .flops import count_flops
-    from .recipe import BASELINE
     from .results import Result
+    from .techniques import current_recipe
 
     info = pipeline_info(pipe)
     if runs < 1 or warmup < 0:
@@ -181,8 +182,10 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     extra_warmup = max(warmup - 1, 0)
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=1 + extra_warmup + runs, desc="cold start (compiling)",
-               disable=not progress, leave=False)
+    compiling = "compile" in info["applied"]
+    bar = tqdm(total=1 + extra_warmup + runs,
+               desc="cold start (compiling)" if compiling else "cold start",
+               disable=not progress or bool(os.environ.get("TQDM_DISABLE")), leave=False)
     samples: list[float] = []
     stage_samples: dict[str, list[float]] = {}
     try:
@@ -213,11 +216,9 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
         peak, kind = _peak_rss_bytes(), "process_peak_rss"
         notes.append("peak memory is the process-lifetime peak RSS (it includes everything "
                      "this process did before, not only this benchmark)")
-    recipe = info.get("recipe")
-    if recipe is None:
-        notes.append(f"no fdh.apply() recipe: recorded as the baseline recipe; loaded as "
-                     f"{info['dtype']}, techniques applied one by one: "
-                     f"{', '.join(info['applied']) or 'none'}")
+    if info.get("recipe") is None:
+        notes.append("no fdh.apply() recipe: the recipe recorded is read off the pipeline "
+                     f"(techniques applied one by one: {', '.join(info['applied']) or 'none'})")
     env = env_report()
     latency = statistics.median(samples)
     flops = count_flops(pipe, resolved["height"], resolved["width"],
@@ -228,7 +229,7 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
         quality = compare_images(image, baseline_image)
     return Result(
         model=info["model"], weights=info["weights"], step=step,
-        recipe=(recipe or BASELINE).to_dict(),
+        recipe=current_recipe(pipe),
         device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else env["cpu"],
         height=resolved["height"], width=resolved["width"],
         steps=resolved["num_inference_steps"], guidance=float(resolved["guidance_scale"]),

@@ -12,7 +12,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from matplotlib.figure import Figure
 
@@ -182,7 +182,7 @@ def quality_chart(results: Sequence[Result]) -> Figure:
     """Speed-up (x) vs PSNR against the baseline (y), one point per step, annotated by name.
 
     PSNR = inf (bit-identical) is drawn at a capped top value labelled "identical"; NaN
-    (a broken image) at 0 dB labelled "NaN output". Introduced in 02_bf16.ipynb.
+    (a broken image) at 0 dB labelled "NaN output". Introduced in 02_precision.ipynb.
     """
     results = _check(results)
     points = []
@@ -256,3 +256,28 @@ def save_figure(fig: Figure, path: str | os.PathLike) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png", dpi=120)
     return path
+
+
+def show_images(images: dict, reference: Any = None, columns: int = 4,
+                size: float = 3.0) -> Figure:
+    """Images side by side, titled by their key; with `reference` (an image, or a key of
+    `images`) each title also gets its PSNR against it. Introduced in 02_precision.ipynb."""
+    from .quality import compare_images
+
+    if not images:
+        raise ValueError("show_images needs at least one image: pass {title: image}.")
+    ref = images.get(reference, reference) if isinstance(reference, str) else reference
+    n = len(images)
+    cols = min(columns, n)
+    rows = -(-n // cols)
+    fig = ChartFigure(figsize=(size * cols, size * rows + 0.4), layout="constrained")
+    for i, (title, image) in enumerate(images.items()):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        ax.imshow(image)
+        ax.set_axis_off()
+        label = str(title)
+        if ref is not None and image is not ref:
+            q = compare_images(image, ref)
+            label += "\nNaN/inf!" if q["nan"] else f"\nPSNR {q['psnr']:.1f} dB"
+        ax.set_title(label, fontsize=9)
+    return fig

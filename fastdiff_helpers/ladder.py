@@ -29,7 +29,9 @@ def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "step"
 
 
-def _free_memory() -> None:
+def free_memory() -> None:
+    """Release what a finished pipeline held: dynamo's caches, Python garbage and the CUDA
+    cache. Call it after `del pipe`. Introduced in 08_all_models.ipynb."""
     # Compiled code keeps the old modules alive, and dynamo's per-function cache would fill
     # up across fresh pipelines (then it silently falls back to eager), so reset it too.
     torch._dynamo.reset()
@@ -178,7 +180,7 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
                 env=env, error=f"{type(exc).__name__}: {exc}".strip(), notes=notes)
         finally:
             del pipe
-            _free_memory()
+            free_memory()
         if out is not None:
             if result.image is not None:
                 image_path = out / "images" / f"{idx}_{_slug(name)}.png"

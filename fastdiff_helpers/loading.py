@@ -309,9 +309,9 @@ def generate(pipe, prompt: str = "a photo of an astronaut riding a horse on mars
              steps: int | None = None, height: int | None = None, width: int | None = None,
              guidance: float | None = None, seed: int = 0):
     """One image, with the same arguments fdh.benchmark uses. Introduced in 00_setup.ipynb."""
-    kwargs = call_kwargs(pipe, prompt, steps, height, width, guidance, seed)
-    with torch.inference_mode():
-        return pipe(**kwargs).images[0]
+    # no inference_mode here: the pipeline runs under its own no_grad, as in benchmark(), so
+    # a compiled pipeline sees the same grad mode (else a dynamo guard fails: recompile)
+    return pipe(**call_kwargs(pipe, prompt, steps, height, width, guidance, seed)).images[0]
 
 
 def get_denoiser(pipe) -> torch.nn.Module:

@@ -292,3 +292,15 @@ def load_results(path: str | os.PathLike) -> list[Result]:
         except (ValueError, TypeError) as e:
             raise ResultsFormatError(f"{path}:{i}: not a valid result record: {e}") from e
     return results
+
+
+def reference_results(model: str, root: str | os.PathLike | None = None) -> dict[str, list[Result]]:
+    """The project's committed GPU reference results for `model`: {gpu folder: [Result]}
+    from results/<gpu>/<model>/results.jsonl ({} when none are committed yet).
+
+    root defaults to the results/ folder of this checkout. Introduced in 01_baseline.ipynb."""
+    base = Path(root) if root is not None else Path(__file__).resolve().parent.parent / "results"
+    found: dict[str, list[Result]] = {}
+    for path in sorted(base.glob(f"*/{model}/results.jsonl")):
+        found[path.parent.parent.name] = load_results(path)
+    return found

@@ -193,3 +193,13 @@ def test_numpy_scalars_are_stored_as_python_numbers(tmp_path):
     (loaded,) = load_results(save_results([r], tmp_path / "r.jsonl"))
     assert loaded.latency_s == 0.5 and type(loaded.latency_s) is float
     assert loaded.peak_memory_bytes == 1024 and type(loaded.peak_memory_bytes) is int
+
+
+def test_reference_results_finds_committed_gpu_results(tmp_path):
+    from fastdiff_helpers.results import Result, reference_results, save_results
+    assert reference_results("sdxl", root=tmp_path) == {}
+    r = Result(model="sdxl", weights="random", step="fp32", recipe={}, device_name="H100",
+               height=1024, width=1024, steps=30, latency_s=1.0, latency_samples=[1.0])
+    save_results([r], tmp_path / "h100" / "sdxl" / "results.jsonl")
+    found = reference_results("sdxl", root=tmp_path)
+    assert list(found) == ["h100"] and found["h100"] == [r]

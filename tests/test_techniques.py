@@ -229,3 +229,19 @@ def test_compiled_denoiser_matches_baseline_fullgraph(model, scope, baselines):
     assert np.abs(out - baselines[model]).max() <= EXACT_MATH
     with pytest.raises(RecipeError, match="already compiled"):
         fdh.compile_pipeline(pipe, mode="default")
+
+
+def test_current_recipe_reads_what_is_really_applied():
+    raw = fresh("sdxl")  # diffusers loads SDPA processors: a raw pipeline is not the baseline
+    assert fdh.current_recipe(raw)["attention"] == "sdpa"
+    pipe = fdh.set_precision(fresh("sdxl"), "bf16")
+    fdh.fuse_qkv(pipe)
+    fdh.set_attention(pipe, "sdpa-math")
+    fdh.remove_syncs(pipe)
+    d = fdh.current_recipe(pipe)
+    assert (d["dtype"], d["attention"], d["fuse_qkv"], d["no_sync"], d["compile"]) == \
+        ("bf16", "sdpa-math", True, True, None)
+    assert fdh.Recipe.from_dict(d) == fdh.Recipe(dtype="bf16", attention="sdpa-math",
+                                                 fuse_qkv=True, no_sync=True)
+    applied = fdh.apply(fresh("sd15"), fdh.LADDER[1][1])
+    assert fdh.current_recipe(applied) == fdh.LADDER[1][1].to_dict()

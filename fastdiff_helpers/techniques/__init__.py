@@ -24,6 +24,39 @@ UNCOMPILED_QUANT_WARNING = (
     "int8 dynamic eager against 6.6 s bf16). Add compile='max-autotune' on a GPU.")
 
 
+def current_recipe(pipe) -> dict:
+    """The recipe this pipeline really runs, as a dict of Recipe fields: the applied recipe,
+    or, for techniques applied one by one (or none), what is read off the pipeline (weight
+    dtype and the TF32 switch, attention processors, fusion) and the helpers' records."""
+    info = pipeline_info(pipe)
+    if info.get("recipe") is not None:
+        return info["recipe"].to_dict()
+    from ..loading import get_denoiser
+    from .attention import SDPA_BACKENDS, is_fused
+
+    done = info["applied"]
+    denoiser = get_denoiser(pipe)
+    dtype = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(denoiser.dtype, "fp32")
+    if dtype == "fp32" and torch.backends.cuda.matmul.fp32_precision == "tf32":
+        dtype = "tf32"
+    processor = next(iter(denoiser.attn_processors.values()), None)
+    names = {v: k for k, v in SDPA_BACKENDS.items()}
+    attention = ("classic" if type(processor).__name__ == "AttnProcessor" else
+                 names.get(getattr(processor, "backend", None), "sdpa"))
+    compiled = done.get("compile", {})
+    quant = done.get("quantize", {})
+    d = Recipe().to_dict()
+    d.update(dtype=dtype, attention=attention, channels_last=bool(done.get("channels_last")),
+             fuse_qkv=is_fused(denoiser), no_sync=bool(done.get("no_sync")),
+             conv1x1_to_linear=bool(done.get("conv1x1_to_linear")),
+             quantize=quant.get("kind"), inductor_flags=bool(done.get("inductor_flags")))
+    if compiled:
+        d.update(compile=compiled["mode"], compile_scope=compiled["scope"],
+                 compile_vae=compiled["compile_vae"], fullgraph=compiled["fullgraph"],
+                 dynamic=compiled["dynamic"])
+    return d
+
+
 def apply(pipe, recipe: Recipe):
     """Validate `recipe` for this pipeline's device, then apply it in the fixed order:
     precision, 1x1 conv swap, fused QKV, attention, channels_last, quantization, sync
@@ -68,7 +101,7 @@ def apply(pipe, recipe: Recipe):
     return pipe
 
 
-__all__ = ["apply", "set_precision", "set_tf32", "set_attention", "set_channels_last",
+__all__ = ["apply", "current_recipe", "set_precision", "set_tf32", "set_attention", "set_channels_last",
            "compile_pipeline", "set_inductor_flags", "fuse_qkv", "remove_syncs", "quantize",
            "conv1x1_to_linear", "graph_breaks", "count_syncs", "capture_denoiser_inputs",
            "blog_filter", "Conv1x1Linear", "SDPABackendProcessor", "RecipeError"]

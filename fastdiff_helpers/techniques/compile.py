@@ -90,8 +90,7 @@ def capture_denoiser_inputs(pipe, **kwargs) -> tuple[tuple, dict]:
     try:
         call = call_kwargs(pipe, **dict(dict(steps=2), **kwargs))  # PixArt special-cases 1 step
         call["output_type"] = "latent"
-        with torch.inference_mode():
-            pipe(**call)
+        pipe(**call)
     finally:
         handle.remove()
         denoiser._compiled_call_impl = compiled
@@ -105,7 +104,7 @@ def graph_breaks(pipe, verbose: bool = True, **kwargs) -> dict[str, Any]:
     compiles. Introduced in 04_torch_compile.ipynb."""
     args, kw = capture_denoiser_inputs(pipe, **kwargs)
     torch._dynamo.reset()
-    with torch.inference_mode():
+    with torch.no_grad():
         explained = torch._dynamo.explain(get_denoiser(pipe).forward)(*args, **kw)
     torch._dynamo.reset()
     reasons = [str(getattr(r, "reason", r)) for r in explained.break_reasons]

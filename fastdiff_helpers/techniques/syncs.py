@@ -82,8 +82,7 @@ def count_syncs(pipe, verbose: bool = True, **kwargs) -> dict[str, Any] | None:
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            with torch.inference_mode():
-                pipe(**call)
+            pipe(**call)
         finally:
             torch.cuda.set_sync_debug_mode(0)
     syncs = [w for w in caught if "synchroniz" in str(w.message)]
