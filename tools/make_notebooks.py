@@ -67,29 +67,22 @@ TF32 on). Measured by this project: `results/<gpu>/<model>/results.jsonl`, writt
 the same GPU with the same weights, resolution and steps; the smoke run's tiny CPU numbers are
 not comparable with either.'''),
         code('''
-from pathlib import Path
-
 print(f"Published ({fdh.BLOG_SOURCE}):")
 print("  " + ", ".join(f"{step}: {s} s" for step, s in fdh.BLOG_A100_SECONDS[settings.model].items()))
-reference_files = sorted(Path("../results").glob(f"*/{settings.model}/results.jsonl"))
-if not reference_files:
+measured = fdh.reference_results(settings.model)  # {gpu: [Result, ...]}
+if not measured:
     print(f"No GPU reference results for {settings.model} are committed yet "
           "(results/<gpu>/<model>/results.jsonl).")
-for path in reference_files:
-    print(f"\\nMeasured by this project on {path.parts[-3]} ({path}):")
-    print(fdh.format_table(fdh.load_results(path)))'''),
+for gpu_name, gpu_results in measured.items():
+    print(f"\\nMeasured by this project on {gpu_name}:")
+    print(fdh.format_table(gpu_results))'''),
     ]
 
 
 def images(shown: str, reference: str = "baseline.image") -> tuple:
     """Images side by side, each titled with its PSNR against `reference`."""
     return code(f'''
-shown = {shown}
-fig = fdh.charts.ChartFigure(figsize=(3.2 * len(shown), 3.8), layout="constrained")
-for ax, (title, image) in zip(fig.subplots(1, len(shown), squeeze=False)[0], shown.items()):
-    psnr = fdh.compare_images(image, {reference})["psnr"]  # inf: identical
-    ax.imshow(image); ax.set_axis_off(); ax.set_title(f"{{title}}\\nPSNR {{psnr:.1f}} dB", fontsize=9)
-fig''')
+fdh.show_images({shown}, reference={reference})  # titles carry PSNR against the reference''')
 
 
 LOAD = "fdh.load_pipeline(settings.model, weights=settings.weights, device=settings.device)"
@@ -189,7 +182,7 @@ in the local Hugging Face cache or the hub is reachable, else random on a GPU, e
 Here is what `"auto"` would pick for each model on this machine, and why:'''),
     code('''
 for key, spec in fdh.MODELS.items():
-    weights, why = fdh.loading.choose_weights(spec, None, settings.device)
+    weights, why = fdh.choose_weights(spec, None, settings.device)
     print(f"{key:7} -> {weights:10} ({why})")'''),
     md('''
 Now load the pipeline of the parameters cell. With `weights="auto"` (the default outside smoke
@@ -915,8 +908,6 @@ matmul and convolution kernels at compile time; `"max-autotune"` adds CUDA graph
 more cold start; the cell measures what each gives warm (minutes: three compiles).'''),
     gpu(f'''
 if fdh.needs_gpu("max-autotune tunes GPU kernels and captures CUDA graphs"):
-    import gc
-
     modes = []
     for mode in ["default", "max-autotune-no-cudagraphs", "max-autotune"]:
         torch._dynamo.reset()
@@ -925,7 +916,7 @@ if fdh.needs_gpu("max-autotune tunes GPU kernels and captures CUDA graphs"):
         modes.append(fdh.benchmark(gpu_pipe, prompt, step=mode, baseline=previous, {BENCH}))
         print(modes[-1].summary())
         del gpu_pipe
-        gc.collect(); torch.cuda.empty_cache()
+        fdh.free_memory()
     print(fdh.format_table(modes))'''),
     md('''
 ## Speed and images
@@ -1049,7 +1040,6 @@ On a GPU, the ladder's compiled steps, and int8 with and without fusion (each st
     gpu(f'''
 if fdh.needs_gpu("compiles with max-autotune and quantizes with int8 on the GPU"):
     import dataclasses
-    import gc
 
     int8_unfused = dataclasses.replace(fdh.LADDER[5][1], fuse_qkv=False)
     steps = [("+ compile", fdh.LADDER[3][1]), ("+ fused QKV", fdh.LADDER[4][1]),
@@ -1061,7 +1051,7 @@ if fdh.needs_gpu("compiles with max-autotune and quantizes with int8 on the GPU"
         compiled.append(fdh.benchmark(pipe, prompt, step=name, baseline=previous, {BENCH}))
         print(compiled[-1].summary())
         del pipe
-        torch._dynamo.reset(); gc.collect(); torch.cuda.empty_cache()
+        fdh.free_memory()
     print(fdh.format_table(compiled))'''),
     md('''
 ## The plain code behind the helper'''),
@@ -1173,8 +1163,6 @@ large kernels, or replayed as one CUDA graph, the CPU could queue many steps ahe
 per step throws that away. On a GPU, the compiled step with and without syncs:'''),
     gpu(f'''
 if fdh.needs_gpu("compiles with max-autotune on the GPU"):
-    import gc
-
     compiled = []
     for name, step_recipe in [("+ compile", fdh.LADDER[3][1]),
                               ("+ compile, no syncs", dataclasses.replace(fdh.LADDER[3][1], no_sync=True))]:
@@ -1182,7 +1170,7 @@ if fdh.needs_gpu("compiles with max-autotune on the GPU"):
                              step_recipe)
         compiled.append(fdh.benchmark(gpu_pipe, prompt, step=name, baseline=previous, {BENCH}))
         del gpu_pipe
-        torch._dynamo.reset(); gc.collect(); torch.cuda.empty_cache()
+        fdh.free_memory()
     print(fdh.format_table(compiled))'''),
     md('''
 ## The plain code behind the helper
@@ -1461,12 +1449,13 @@ own GPU results where they are committed.'''),
 print(f"Published ({fdh.BLOG_SOURCE}):")
 for model in models:
     print(f"  {model:7}", ", ".join(f"{step}: {s} s" for step, s in fdh.BLOG_A100_SECONDS[model].items()))
-reference_files = sorted(Path("../results").glob("*/*/results.jsonl"))
-if not reference_files:
+measured = {model: fdh.reference_results(model) for model in models}
+if not any(measured.values()):
     print("No GPU reference results are committed yet (results/<gpu>/<model>/results.jsonl).")
-for path in reference_files:
-    print(f"\\nMeasured by this project: {path.parts[-2]} on {path.parts[-3]}")
-    print(fdh.format_table(fdh.load_results(path)))'''),
+for model, by_gpu in measured.items():
+    for gpu_name, gpu_results in by_gpu.items():
+        print(f"\\nMeasured by this project: {model} on {gpu_name}")
+        print(fdh.format_table(gpu_results))'''),
     md('''
 ## The plain code behind the helper
 
