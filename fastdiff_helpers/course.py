@@ -38,6 +38,10 @@ class CourseSettings:
         return dict(steps=self.steps, height=self.height, width=self.width, runs=self.runs,
                     warmup=self.warmup)
 
+    def ladder_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for fdh.run_ladder(model, ...): weights, device and bench_kwargs."""
+        return dict(self.bench_kwargs(), weights=self.weights, device=self.device)
+
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 

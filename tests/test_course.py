@@ -8,6 +8,7 @@ def test_smoke_settings_are_tiny_and_short(monkeypatch):
     s = course_settings("pixart")
     assert (s.weights, s.device, s.steps, s.height, s.runs, s.warmup) == ("tiny", "cpu", 2, 64, 2, 1)
     assert s.bench_kwargs() == dict(steps=2, height=64, width=64, runs=2, warmup=1)
+    assert s.ladder_kwargs() == dict(s.bench_kwargs(), weights="tiny", device="cpu")
 
 
 def test_full_settings_use_native_resolution(monkeypatch):

@@ -1382,9 +1382,8 @@ smoke mode's tiny ones) from `fdh.course_settings(model)`.'''),
 model = "sdxl"
 print(fdh.MODELS[model].name, "-", fdh.MODELS[model].notes or "the reference model")
 s = fdh.course_settings(model)
-results_by_model[model] = fdh.run_ladder(model, weights=s.weights, steps=s.steps, height=s.height,
-                                         width=s.width, runs=s.runs, warmup=s.warmup, device=s.device,
-                                         steps_filter=steps_filter, out=out / model)'''),
+results_by_model[model] = fdh.run_ladder(model, steps_filter=steps_filter, out=out / model,
+                                         **s.ladder_kwargs())'''),
     md('''
 ## SD 1.5
 
@@ -1395,9 +1394,8 @@ largest step of the four models (1.178 s -> 0.500 s) and int8 made it slower (0.
 model = "sd15"
 print(fdh.MODELS[model].name, "-", fdh.MODELS[model].notes)
 s = fdh.course_settings(model)
-results_by_model[model] = fdh.run_ladder(model, weights=s.weights, steps=s.steps, height=s.height,
-                                         width=s.width, runs=s.runs, warmup=s.warmup, device=s.device,
-                                         steps_filter=steps_filter, out=out / model)'''),
+results_by_model[model] = fdh.run_ladder(model, steps_filter=steps_filter, out=out / model,
+                                         **s.ladder_kwargs())'''),
     md('''
 ## SSD-1B
 
@@ -1407,9 +1405,8 @@ Segmind's distilled SDXL: the same text encoders and VAE, a UNet of about 1.3 bi
 model = "ssd1b"
 print(fdh.MODELS[model].name, "-", fdh.MODELS[model].notes)
 s = fdh.course_settings(model)
-results_by_model[model] = fdh.run_ladder(model, weights=s.weights, steps=s.steps, height=s.height,
-                                         width=s.width, runs=s.runs, warmup=s.warmup, device=s.device,
-                                         steps_filter=steps_filter, out=out / model)'''),
+results_by_model[model] = fdh.run_ladder(model, steps_filter=steps_filter, out=out / model,
+                                         **s.ladder_kwargs())'''),
     md('''
 ## PixArt-alpha
 
@@ -1422,9 +1419,8 @@ step of the four models (5.604 s -> 3.085 s).'''),
 model = "pixart"
 print(fdh.MODELS[model].name, "-", fdh.MODELS[model].notes)
 s = fdh.course_settings(model)
-results_by_model[model] = fdh.run_ladder(model, weights=s.weights, steps=s.steps, height=s.height,
-                                         width=s.width, runs=s.runs, warmup=s.warmup, device=s.device,
-                                         steps_filter=steps_filter, out=out / model)'''),
+results_by_model[model] = fdh.run_ladder(model, steps_filter=steps_filter, out=out / model,
+                                         **s.ladder_kwargs())'''),
     md('''
 ## One chart: the speed-up of each step, per model
 
