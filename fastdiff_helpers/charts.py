@@ -143,7 +143,7 @@ def ladder_chart(
     ax.set_xticks(xs, [r.step for r in results], rotation=20, ha="right")
     ax.set_ylabel("seconds per image (median)")
     ax.set_ylim(0, top * 1.25)
-    ax.set_title(title or f"{first.model} on {first.device_name}: "
+    ax.set_title(title or f"{first.model} ({first.weights} weights) on {first.device_name}: "
                           f"{first.height}x{first.width}, {first.steps} steps")
     return fig
 
@@ -174,7 +174,8 @@ def memory_chart(results: Sequence[Result]) -> Figure:
     ax.set_ylabel(f"peak memory, GiB ({kind})")
     ax.set_xticks(xs, [r.step for r in results], rotation=20, ha="right")
     ax.set_ylim(0, (max(gib) or 1.0) * 1.2)
-    ax.set_title(f"{results[0].model} on {results[0].device_name}: peak memory")
+    ax.set_title(f"{results[0].model} ({results[0].weights} weights) on "
+                 f"{results[0].device_name}: peak memory")
     return fig
 
 

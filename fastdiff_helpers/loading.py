@@ -215,7 +215,7 @@ def _load_pretrained(spec: ModelSpec, path: str | None, dtype: torch.dtype):
         kwargs.update(safety_checker=None, requires_safety_checker=False)
     try:
         return cls.from_pretrained(path or spec.hub_id, **kwargs)
-    except (OSError, EnvironmentError) as exc:
+    except OSError as exc:
         raise FastdiffError(f"Loading {spec.key!r} from {path or spec.hub_id} failed: {exc}. "
                             "Only safetensors weights are loaded; check the folder holds "
                             "*.safetensors files for every component.") from None

@@ -43,7 +43,7 @@ def test_ladder_bars_and_annotations():
     assert _texts(ax, "failed") == ["failed"]
     assert bars[2].get_fill() is False and bars[2].get_hatch() == "//"
     assert [t.get_text() for t in ax.get_xticklabels()] == ["fp32", "bf16", "compile", "int8"]
-    assert ax.get_title() == "sdxl on H100: 1024x1024, 30 steps"
+    assert ax.get_title() == "sdxl (random weights) on H100: 1024x1024, 30 steps"
     assert fig._repr_png_()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
