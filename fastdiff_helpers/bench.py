@@ -216,6 +216,9 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
         peak, kind = _peak_rss_bytes(), "process_peak_rss"
         notes.append("peak memory is the process-lifetime peak RSS (it includes everything "
                      "this process did before, not only this benchmark)")
+    if "quantize" in info["applied"]:
+        quant = info["applied"]["quantize"]
+        notes.append(f"{quant['kind']}: {quant['linears']} linear layers quantized")
     if info.get("recipe") is None:
         notes.append("no fdh.apply() recipe: the recipe recorded is read off the pipeline "
                      f"(techniques applied one by one: {', '.join(info['applied']) or 'none'})")

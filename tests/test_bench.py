@@ -237,3 +237,27 @@ def test_a_killed_ladder_leaves_a_loadable_file(tmp_path):
         proc.wait()
     results = load_results(store)
     assert len(results) >= 1 and results[0].step == "fp32" and results[0].ok
+
+
+
+def test_benchmark_notes_how_many_linears_were_quantized():
+    import fastdiff_helpers as fdh
+    pipe = fdh.apply(fdh.load_pipeline("sd15", weights="tiny", device="cpu"),
+                     fdh.Recipe(dtype="bf16", attention="sdpa", quantize="int8-dynamic",
+                                quant_filter="all"))
+    count = fdh.pipeline_info(pipe)["applied"]["quantize"]["linears"]
+    assert count > 10
+    r = fdh.benchmark(pipe, steps=2, runs=1, warmup=0, progress=False)
+    assert f"int8-dynamic: {count} linear layers quantized" in r.notes
+
+
+@pytest.mark.slow
+def test_tiny_ladder_int8_step_quantizes_with_all_and_says_so():
+    from fastdiff_helpers.ladder import run_ladder
+    (r,) = run_ladder("sd15", weights="tiny", device="cpu", steps=2, runs=1, warmup=0,
+                      steps_filter=["+ int8 dynamic"], progress=False)
+    assert r.ok, r.error
+    assert r.recipe["quant_filter"] == "all" and r.recipe["compile"] == "default"
+    assert any("quant_filter='all'" in n for n in r.notes)
+    assert any(n.startswith("int8-dynamic: ") and not n.startswith("int8-dynamic: 0 ")
+               for n in r.notes)
