@@ -8,6 +8,7 @@ Importing is cheap and side-effect free: no downloads, no seeds, no global setti
 from .presets import (BLOG_A100_SECONDS, BLOG_SOURCE, MODELS, PUBLISHED_PARAMETERS,
                       ModelSpec)
 from .loading import (FastdiffError, call_kwargs, choose_weights, count_parameters, generate,
+                      resolve_weights,
                       get_denoiser, load_pipeline, pipeline_info)
 from .recipe import BASELINE, LADDER, Recipe, RecipeError
 from .techniques import (apply, capture_denoiser_inputs, compile_pipeline, conv1x1_to_linear,

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from .loading import choose_weights
+from .loading import resolve_weights
 from .presets import get_spec
 
 
@@ -58,9 +58,7 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
     smoke = smoke_mode() if smoke is None else smoke
     device = "cpu" if smoke or not torch.cuda.is_available() else "cuda"
     weights = weights or ("tiny" if smoke else "auto")
-    if weights == "auto":  # decide once, here, so every cell uses the same weights
-        weights, why = choose_weights(spec, None, device)
-        print(f"fastdiff: weights='{weights}' for {spec.key} ({why})")
+    weights = resolve_weights(spec, weights, device)  # "auto" decided once, for every cell
     size = resolution or (spec.tiny_resolution if weights == "tiny" else spec.resolution)
     return CourseSettings(
         model=spec.key, weights=weights, device=device,

@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from .loading import WEIGHTS, FastdiffError, choose_weights, default_device, load_pipeline
+from .loading import FastdiffError, default_device, load_pipeline, resolve_weights
 from .presets import BLOG_A100_SECONDS, BLOG_SOURCE, get_spec
 from .recipe import LADDER
 from .results import Result
@@ -131,15 +131,11 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
     from .techniques import apply
 
     spec = get_spec(model)
-    if weights not in WEIGHTS:
-        raise FastdiffError(f"Unknown weights {weights!r}. Use one of {', '.join(WEIGHTS)}.")
     device = device or default_device()
     wanted = _check_names(steps_filter, "steps_filter")
     if fail_step is not None:
         _check_names([fail_step], "fail_step")
-    if weights == "auto":
-        weights, why = choose_weights(spec, None, device)
-        print(f"fastdiff: weights='{weights}' for {spec.key} ({why})")
+    weights = resolve_weights(spec, weights, device)
     size = spec.tiny_resolution if weights == "tiny" else spec.resolution
     out = Path(out) if out is not None else None
     if out is not None and (out / "results.jsonl").exists():

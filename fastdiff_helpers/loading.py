@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import string
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -115,14 +116,15 @@ def _init_parameters(module: torch.nn.Module, seed: int) -> None:
                 p.normal_(0.0, 0.02)
 
 
-def _quiet_cast(model: torch.nn.Module, dtype: torch.dtype) -> None:
-    # diffusers warns on every .to(dtype) about fp32-pinned modules; these models have none.
+@contextmanager
+def quiet_diffusers():
+    """diffusers logs a warning on every .to(dtype) about fp32-pinned modules (none here)."""
     from diffusers.utils import logging as dlog
 
     level = dlog.get_verbosity()
     dlog.set_verbosity_error()
     try:
-        model.to(dtype)
+        yield
     finally:
         dlog.set_verbosity(level)
 
@@ -137,7 +139,8 @@ def build_component(comp: Component, device: str, dtype: torch.dtype, seed: int 
     with init_empty_weights(include_buffers=False):  # buffers (position ids...) stay real
         model = _instantiate(comp)
     if dtype != torch.float32:
-        _quiet_cast(model, dtype)
+        with quiet_diffusers():
+            model.to(dtype)
     if device != "meta":
         buffers = {n: b.clone() for n, b in model.named_buffers()}
         model.to_empty(device=device)
@@ -234,16 +237,11 @@ def load_pipeline(model: str = "sdxl", weights: str = "auto", device: str | None
     (pretrained if available, else random on a GPU, else tiny; prints its choice).
     Every component is returned in eval mode."""
     spec = get_spec(model)
-    if weights not in WEIGHTS:
-        raise FastdiffError(f"Unknown weights {weights!r}. Use one of {', '.join(WEIGHTS)}.")
     torch_dtype = resolve_dtype(dtype)
     device = device or default_device()
     if device == "meta" and weights != "random":
         raise FastdiffError("device='meta' builds the architecture only: use weights='random'.")
-    if weights == "auto":
-        weights, why = choose_weights(spec, path, device)
-        if verbose:
-            print(f"fastdiff: weights='{weights}' for {spec.key} ({why})")
+    weights = resolve_weights(spec, weights, device, path, verbose)
     if weights == "pretrained":
         pipe = _load_pretrained(spec, path, torch_dtype)
         if device != "cpu":
@@ -258,6 +256,20 @@ def load_pipeline(model: str = "sdxl", weights: str = "auto", device: str | None
     pipe._fastdiff = {"model": spec.key, "weights": weights, "dtype": str(torch_dtype),
                       "device": device, "applied": {}}
     return pipe
+
+
+def resolve_weights(model: str | ModelSpec, weights: str, device: str,
+                    path: str | None = None, verbose: bool = True) -> str:
+    """`weights` itself, or for "auto" the source choose_weights picks, printing why."""
+    if weights not in WEIGHTS:
+        raise FastdiffError(f"Unknown weights {weights!r}. Use one of {', '.join(WEIGHTS)}.")
+    if weights != "auto":
+        return weights
+    spec = get_spec(model)
+    weights, why = choose_weights(spec, path, device)
+    if verbose:
+        print(f"fastdiff: weights='{weights}' for {spec.key} ({why})")
+    return weights
 
 
 def choose_weights(spec: ModelSpec, path: str | None, device: str) -> tuple[str, str]:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from typing import Any
 
-from ..loading import get_denoiser, pipeline_info
+from ..loading import get_denoiser, pipeline_info, quiet_diffusers  # noqa: F401 (re-export)
 from ..recipe import RecipeError
 
 
@@ -31,15 +30,3 @@ def modules(pipe):
     """The modules the techniques change: the denoiser and the VAE."""
     return [get_denoiser(pipe), pipe.vae]
 
-
-@contextmanager
-def quiet_diffusers():
-    """diffusers logs a warning on every .to(dtype) about fp32-pinned modules (none here)."""
-    from diffusers.utils import logging as dlog
-
-    level = dlog.get_verbosity()
-    dlog.set_verbosity_error()
-    try:
-        yield
-    finally:
-        dlog.set_verbosity(level)
