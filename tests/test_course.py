@@ -1,4 +1,3 @@
-import fastdiff_helpers as fdh
 from fastdiff_helpers.course import course_settings, needs_gpu, smoke_mode
 
 

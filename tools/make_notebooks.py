@@ -313,14 +313,14 @@ print("stages, median (s):", {{stage: round(s, 4) for stage, s in baseline.stage
 
 Dividing this pipeline's FLOPs by the measured time gives the rate it achieved. In smoke mode
 these are the tiny model's numbers on a CPU, where Python and per-op overhead dominate.'''),
-    code(f'''
+    code('''
 flops = fdh.count_flops(pipe, settings.height, settings.width, settings.steps)
-print(f"this pipeline: {{flops['per_image'] / 1e9:,.2f}} GFLOP per image, "
-      f"{{flops['denoiser_per_forward'] / 1e9:,.3f}} GFLOP per denoiser call")
-print(f"achieved: {{baseline.flops_per_image / baseline.latency_s / 1e12:.4f}} TFLOP/s")
-print(f"peak memory: {{baseline.peak_memory_bytes / 2**30:.2f}} GiB ({{baseline.peak_memory_kind}})")
+print(f"this pipeline: {flops['per_image'] / 1e9:,.2f} GFLOP per image, "
+      f"{flops['denoiser_per_forward'] / 1e9:,.3f} GFLOP per denoiser call")
+print(f"achieved: {baseline.flops_per_image / baseline.latency_s / 1e12:.4f} TFLOP/s")
+print(f"peak memory: {baseline.peak_memory_bytes / 2**30:.2f} GiB ({baseline.peak_memory_kind})")
 params = fdh.count_parameters(pipe)
-print(f"weights: {{params['total']:,}} parameters = {{params['total'] * 4 / 2**30:.3f}} GiB in fp32")
+print(f"weights: {params['total']:,} parameters = {params['total'] * 4 / 2**30:.3f} GiB in fp32")
 for note in baseline.notes:
     print("note:", note)'''),
     md('''
