@@ -25,6 +25,7 @@ def test_full_size_parameter_counts_equal_published(model):
 def test_ssd1b_unet_is_about_1_3_billion():
     counts = fdh.count_parameters(fdh.load_pipeline("ssd1b", weights="random", device="meta"))
     assert 1.25e9 < counts["unet"] < 1.35e9
+    assert counts["unet"] == 1_331_334_404  # the figure the README quotes
     sdxl = fdh.count_parameters(fdh.load_pipeline("sdxl", weights="random", device="meta"))
     assert counts["unet"] < 0.55 * sdxl["unet"]
 
