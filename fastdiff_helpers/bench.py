@@ -160,7 +160,7 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     the process-lifetime peak RSS), FLOPs per image (fdh.count_flops) and, on a GPU, the
     achieved TFLOP/s. `baseline` (a Result or an image) fills quality via compare_images().
     Errors propagate; run_ladder records them."""
-    from .env import env_report
+    from .env import device_name, env_report
     from .flops import count_flops
     from .results import Result
     from .techniques import current_recipe
@@ -233,7 +233,7 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     return Result(
         model=info["model"], weights=info["weights"], step=step,
         recipe=current_recipe(pipe),
-        device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else env["cpu"],
+        device_name=device_name(device),
         height=resolved["height"], width=resolved["width"],
         steps=resolved["num_inference_steps"], guidance=float(resolved["guidance_scale"]),
         seed=seed, prompt=prompt, runs=runs, warmup=warmup, latency_s=latency,

@@ -82,6 +82,14 @@ def _matmul_precision(torch: Any, tf32_matmul: bool) -> str:
         return "high" if tf32_matmul else "highest"
 
 
+def device_name(device: Any) -> str:
+    """The GPU's name for a CUDA device, else the CPU's model name (what results record)."""
+    import torch
+
+    device = torch.device(device)
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
+
+
 def env_report(as_text: bool = False) -> dict[str, Any] | str:
     """Versions, device, GPU and numeric flags, as a dict (or an aligned text block).
 

@@ -126,7 +126,7 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
     08_all_models.ipynb."""
     from .bench import DEFAULT_PROMPT, benchmark
     from .charts import Reference, ladder_chart, memory_chart, save_figure
-    from .env import env_report
+    from .env import device_name, env_report
     from .results import save_results
     from .techniques import apply
 
@@ -176,7 +176,7 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
             env = env_report()
             result = Result(
                 model=spec.key, weights=weights, step=name, recipe=adapted.to_dict(),
-                device_name=env["gpu_name"] if device.startswith("cuda") else env["cpu"],
+                device_name=device_name(device),
                 height=height or size, width=width or size, steps=steps or spec.steps,
                 guidance=spec.guidance,
                 seed=seed, prompt=prompt or DEFAULT_PROMPT, runs=runs, warmup=warmup,

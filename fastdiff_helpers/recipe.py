@@ -90,8 +90,13 @@ class Recipe:
     # -- checks that depend on the machine ------------------------------------------------
 
     def check_device(self, device: str, capability: tuple[int, int] | None = None) -> None:
-        """Refuse, before any work, what this device cannot run."""
+        """Refuse, before any work, what this device cannot run. `capability` (the CUDA
+        compute capability) is read from the device when not given."""
         cuda = device.startswith("cuda")
+        if cuda and capability is None and self.quantize == "fp8-dynamic":
+            import torch
+
+            capability = torch.cuda.get_device_capability(device)
         if not cuda and self.attention in CUDA_ONLY_ATTENTION:
             raise RecipeError(f"attention={self.attention!r} is a CUDA kernel; on {device} use "
                               "'sdpa' or 'sdpa-math'.")

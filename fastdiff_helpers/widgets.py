@@ -7,7 +7,6 @@ because a pipeline takes one recipe. ipywidgets is imported only when a panel is
 from __future__ import annotations
 
 import base64
-import gc
 import html
 import io
 import warnings
@@ -16,6 +15,7 @@ from typing import Any, Callable
 import torch
 
 from .bench import benchmark
+from .ladder import free_memory
 from .charts import ladder_chart
 from .course import course_settings
 from .loading import load_pipeline
@@ -176,9 +176,7 @@ class Playground:
         chosen = Recipe(**{name: _WORDS.get(v, v) if name in _CHOICES else v
                            for name, v in values.items()})
         recipe, notes = chosen.for_device(self.device)
-        capability = (torch.cuda.get_device_capability(self.device)
-                      if self.device.startswith("cuda") else None)
-        recipe.check_device(self.device, capability)
+        recipe.check_device(self.device)
         return recipe, notes
 
     def _refresh_code(self, change: Any = None) -> None:
@@ -243,9 +241,7 @@ class Playground:
                        "compiling, try compile 'off' or 'default', or without fullgraph.")
         finally:
             del pipe
-            gc.collect()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
+            free_memory()  # each run compiles a fresh pipeline: release the last one's caches
             self.run_button.disabled = False
         return None
 

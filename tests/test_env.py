@@ -66,3 +66,8 @@ def test_missing_package_and_no_heavy_imports():
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got == {"before": False, "after": True, "precision": "high",
                    "missing": "not installed", "imported": []}
+
+
+def test_device_name_is_the_cpu_model_on_a_cpu():
+    from fastdiff_helpers.env import device_name, env_report
+    assert device_name("cpu") == env_report()["cpu"] != ""

@@ -245,3 +245,10 @@ def test_current_recipe_reads_what_is_really_applied():
                                                  fuse_qkv=True, no_sync=True)
     applied = fdh.apply(fresh("sd15"), fdh.LADDER[1][1])
     assert fdh.current_recipe(applied) == fdh.LADDER[1][1].to_dict()
+
+
+def test_check_device_reads_nothing_from_cuda_for_cpu_devices():
+    # capability is only looked up for CUDA devices asked for fp8
+    fdh.Recipe(attention="sdpa").check_device("cpu")
+    with pytest.raises(RecipeError, match="this has cpu"):
+        fdh.Recipe(dtype="bf16", attention="sdpa", quantize="fp8-dynamic").check_device("cpu")

@@ -76,8 +76,7 @@ def apply(pipe, recipe: Recipe):
         raise RecipeError(f"Techniques were already applied one by one "
                           f"({', '.join(info['applied'])}); load a fresh pipeline for apply().")
     device = pipeline_device(pipe)
-    capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
-    recipe.check_device(str(device), capability)
+    recipe.check_device(str(device))
     if recipe.quantize and recipe.compile is None:
         warnings.warn(UNCOMPILED_QUANT_WARNING.format(kind=recipe.quantize), stacklevel=2)
 
