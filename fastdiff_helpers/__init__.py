@@ -5,16 +5,17 @@
 Importing is cheap and side-effect free: no downloads, no seeds, no global settings.
 """
 
-from .presets import (BLOG_A100_SECONDS, BLOG_SOURCE, MODELS, PUBLISHED_PARAMETERS,
-                      ModelSpec)
+from .presets import (BLOG_A100_SECONDS, BLOG_A100_WHERE, BLOG_LOADING, BLOG_SOURCE, MODELS,
+                      PUBLISHED_PARAMETERS, ModelSpec)
 from .loading import (FastdiffError, call_kwargs, choose_weights, count_parameters, generate,
                       resolve_weights,
                       get_denoiser, load_pipeline, pipeline_info)
-from .recipe import BASELINE, LADDER, Recipe, RecipeError
+from .recipe import BASELINE, BLOG_LADDER, COURSE_LADDER, LADDER, LADDERS, Recipe, RecipeError
 from .techniques import (apply, capture_denoiser_inputs, compile_pipeline, conv1x1_to_linear,
                          current_recipe,
                          count_syncs, fuse_qkv, graph_breaks, quantize, remove_syncs,
-                         set_attention, set_channels_last, set_inductor_flags, set_precision)
+                         set_attention, set_channels_last, set_inductor_flags, set_precision,
+                         set_tf32, tf32_state)
 from .quality import compare_images
 from .results import (Result, ResultsFormatError, load_results, reference_results,
                       save_results)

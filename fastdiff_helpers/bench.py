@@ -163,7 +163,7 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     from .env import device_name, env_report
     from .flops import count_flops
     from .results import Result
-    from .techniques import current_recipe
+    from .techniques import current_recipe, tf32_state
 
     info = pipeline_info(pipe)
     if runs < 1 or warmup < 0:
@@ -242,7 +242,8 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
         stages={k: statistics.median(v) for k, v in stage_samples.items()},
         stage_samples=stage_samples, flops_per_image=float(flops),
         tflops_per_s=flops / latency / 1e12 if device.type == "cuda" else None,
-        quality=quality, env=env, notes=notes, image=image)
+        quality=quality, env=env, notes=notes, image=image, vae=info.get("vae", "pipeline"),
+        scheduler=type(pipe.scheduler).__name__, tf32=tf32_state())
 
 
 # run_ladder and format_table live in ladder.py (one topic per file); ladder.py imports

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Sequence
 
 from .loading import WEIGHTS
-from .presets import MODELS
-from .recipe import ATTENTION, COMPILE_MODES, DTYPES, LADDER, QUANT_FILTERS, QUANTIZE, SCOPES
+from .presets import MODELS, SCHEDULERS, VAES
+from .recipe import (ATTENTION, COMPILE_MODES, DTYPES, LADDERS, QUANT_FILTERS, QUANTIZE, SCOPES,
+                     TF32_MODES)
 
 __all__ = ["main", "build_parser"]
 
@@ -55,12 +56,15 @@ def build_parser() -> argparse.ArgumentParser:
                      description="fastdiff: benchmark fast diffusion inference recipes.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    ladder = sub.add_parser("ladder", help="run every step of the blog's ladder")
+    ladder = sub.add_parser("ladder", help="run every step of the blog's (or the course's) ladder")
     _common(ladder)
+    ladder.add_argument("--ladder", default="blog", choices=sorted(LADDERS),
+                        help="blog: exactly what diffusion-fast ran; course: the course's own")
     ladder.add_argument("--out", default=None, help="folder for results.jsonl, images, charts")
+    steps = sorted({n for steps in LADDERS.values() for n, _ in steps})
     ladder.add_argument("--only", action="append", default=None, metavar="STEP",
-                        choices=[n for n, _ in LADDER], help="run only this step (repeatable)")
-    ladder.add_argument("--fail-step", default=None, choices=[n for n, _ in LADDER],
+                        choices=steps, help="run only this step (repeatable)")
+    ladder.add_argument("--fail-step", default=None, choices=steps,
                         help="testing aid: force this step to fail")
 
     bench = sub.add_parser("bench", help="benchmark one recipe given by flags")
@@ -68,6 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", default=None, help="append the result to OUT/results.jsonl")
     bench.add_argument("--step", default="custom", help="name of this result")
     bench.add_argument("--dtype", default="fp32", choices=DTYPES)
+    bench.add_argument("--tf32", default=None, choices=TF32_MODES,
+                       help="TF32 switch (default: on only for --dtype tf32)")
+    bench.add_argument("--vae", default=None, choices=sorted(VAES), help="swap the VAE")
+    bench.add_argument("--scheduler", default=None, choices=sorted(SCHEDULERS),
+                       help="swap the scheduler")
     bench.add_argument("--attention", default="classic", choices=ATTENTION)
     bench.add_argument("--channels-last", action="store_true")
     bench.add_argument("--compile", default="none", choices=_optional(COMPILE_MODES))
@@ -80,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-sync", action="store_true")
     bench.add_argument("--quantize", default="none", choices=_optional(QUANTIZE))
     bench.add_argument("--quant-filter", default="blog", choices=QUANT_FILTERS)
-    bench.add_argument("--conv1x1-to-linear", action="store_true")
+    bench.add_argument("--conv1x1-to-linear", default="none", choices=["none", "blog", "all"],
+                       help="swap 1x1 convs for linears: blog (diffusion-fast's filter) or all")
 
     sub.add_parser("env", help="print the environment report")
     return parser
@@ -115,14 +125,15 @@ def _bench(args: argparse.Namespace) -> None:
     from .techniques import apply
 
     recipe = Recipe(  # RecipeError (invalid combination) before anything is loaded
-        dtype=args.dtype, attention=args.attention, channels_last=args.channels_last,
+        dtype=args.dtype, tf32=args.tf32, attention=args.attention, channels_last=args.channels_last,
         compile=_none(args.compile), compile_scope=args.compile_scope,
         compile_vae=not args.no_compile_vae, fullgraph=args.fullgraph,
         dynamic=None if args.dynamic is None else args.dynamic == "true",
         inductor_flags=args.inductor_flags, fuse_qkv=args.fuse_qkv, no_sync=args.no_sync,
         quantize=_none(args.quantize), quant_filter=args.quant_filter,
-        conv1x1_to_linear=args.conv1x1_to_linear)
-    pipe = load_pipeline(args.model, weights=args.weights, device=args.device, dtype="fp32")
+        conv1x1_to_linear=_none(args.conv1x1_to_linear) or False)
+    pipe = load_pipeline(args.model, weights=args.weights, device=args.device, dtype="fp32",
+                         vae=args.vae, scheduler=args.scheduler)
     apply(pipe, recipe)
     result = benchmark(pipe, prompt=args.prompt or DEFAULT_PROMPT, steps=args.steps,
                        height=args.height, width=args.width, runs=args.runs,
@@ -160,7 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 model=args.model, weights=args.weights, steps=args.steps, height=args.height,
                 width=args.width, runs=args.runs, warmup=args.warmup, out=args.out,
                 device=args.device, steps_filter=args.only, progress=not args.no_progress,
-                fail_step=args.fail_step, prompt=args.prompt, seed=args.seed)
+                fail_step=args.fail_step, prompt=args.prompt, seed=args.seed,
+                ladder=args.ladder)
             return 0 if any(r.ok for r in results) else 1
         _bench(args)
         return 0

@@ -22,9 +22,10 @@ def _source(*objects) -> list[str]:
 
 
 def _fdh(r: Recipe) -> list[str]:
-    lines = ["import fastdiff_helpers as fdh", "", f"fdh.set_precision(pipe, {r.dtype!r})"]
+    tf32 = f", tf32={r.tf32!r}" if r.tf32 else ""
+    lines = ["import fastdiff_helpers as fdh", "", f"fdh.set_precision(pipe, {r.dtype!r}{tf32})"]
     if r.conv1x1_to_linear:
-        lines.append("fdh.conv1x1_to_linear(pipe)")
+        lines.append(f"fdh.conv1x1_to_linear(pipe, {r.conv1x1_to_linear!r})")
     if r.fuse_qkv:
         lines += [f"fdh.set_attention(pipe, {r.attention!r})", "fdh.fuse_qkv(pipe)"]
     lines.append(f"fdh.set_attention(pipe, {r.attention!r})")
@@ -47,11 +48,15 @@ def _plain(r: Recipe) -> list[str]:
     dtype = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
     lines = ["import torch", "", _DENOISER, "", "# precision (TF32 is a process-wide switch)",
              f"pipe.to(dtype=torch.{dtype[r.dtype]})"]
-    lines += _source(precision.set_tf32) + [f"set_tf32({r.dtype == 'tf32'})", ""]
+    tf32 = r.tf32 or ("on" if r.dtype == "tf32" else "off")
+    lines += [f"# TF32: {tf32!r}"] + precision.tf32_code(tf32) + [""]
     if r.conv1x1_to_linear:
-        lines += ["# 1x1 convolutions as linears, so quantization reaches them"]
-        lines += _source(quantization.Conv1x1Linear, quantization.swap_conv1x1)
-        lines += ["swap_conv1x1(denoiser)", "swap_conv1x1(pipe.vae)", ""]
+        conv_filter = quantization.CONV_FILTERS[r.conv1x1_to_linear]
+        lines += ["# 1x1 convolutions as linears, so quantization reaches them",
+                  "from torchao.quantization import swap_conv2d_1x1_to_linear"]
+        lines += _source(conv_filter)
+        lines += [f"swap_conv2d_1x1_to_linear(denoiser, {conv_filter.__name__})",
+                  f"swap_conv2d_1x1_to_linear(pipe.vae, {conv_filter.__name__})", ""]
     if r.attention == "classic":
         lines += ["from diffusers.models.attention_processor import AttnProcessor",
                   "denoiser.set_attn_processor(AttnProcessor())",
@@ -78,12 +83,24 @@ def _plain(r: Recipe) -> list[str]:
     if r.quantize:
         config = type(quantization.quant_config(r.quantize)).__name__
         lines += [f"from torchao.quantization import quantize_, {config}"]
-        filt = "None"
-        if r.quant_filter == "blog":
-            lines += _source(quantization.blog_filter)
-            filt = "blog_filter"
-        lines += [f"quantize_(denoiser, {config}(), filter_fn={filt})",
-                  f"quantize_(pipe.vae, {config}(), filter_fn={filt})", ""]
+        named = {"blog": quantization.blog_filter, "fastdiff": quantization.fastdiff_filter}
+        if r.quant_filter in named:
+            if r.quant_filter == "blog":
+                lines.append("BLOG_EXCLUDED_SHAPES = {" + ", ".join(
+                    map(repr, sorted(quantization.BLOG_EXCLUDED_SHAPES))) + "}")
+            lines += _source(named[r.quant_filter])
+            filt = named[r.quant_filter].__name__
+        else:
+            lines.append("all_linears = lambda m, fqn: isinstance(m, torch.nn.Linear)")
+            filt = "all_linears"
+        if r.quantize == "int8-dynamic":
+            lines += ["# only linears the int8 kernels take"] + _source(quantization.int8_kernel_ok)
+            lines.append(f"int8_filter = lambda m, fqn: {filt}(m, fqn) and int8_kernel_ok(m)")
+            filt = "int8_filter"
+        lines += ["# set_inductor_config=False: torchao would set inductor flags process-wide",
+                  f"quantize_(denoiser, {config}(set_inductor_config=False), filter_fn={filt})",
+                  f"quantize_(pipe.vae, {config}(set_inductor_config=False), filter_fn={filt})",
+                  ""]
     if r.no_sync:
         lines += _source(syncs.keep_scheduler_on_cpu, syncs.upload_timestep_without_sync)
         lines += ["keep_scheduler_on_cpu(pipe)", "upload_timestep_without_sync(denoiser)", ""]
@@ -96,14 +113,25 @@ def _plain(r: Recipe) -> list[str]:
             lines.append("import torch._inductor.config as inductor_config")
             lines += [f"inductor_config.{k} = {v}" for k, v in flags.items()
                       if hasattr(inductor_config, k)]
+        if r.dynamic:
+            lines += ["import torch.fx.experimental._config",
+                      "torch.fx.experimental._config.use_duck_shape = False"]
         args = f"mode={r.compile!r}, fullgraph={r.fullgraph}, dynamic={r.dynamic}"
         if r.compile_scope == "full":
             lines.append(f"denoiser.compile({args})")
+        elif r.compile_scope == "regional":
+            lines.append(f"denoiser.compile_repeated_blocks({args})")
+        elif r.compile_scope == "regional-extended":
+            blocks = comp.EXTENDED_BLOCKS
+            lines += ["# diffusers' own blocks plus the ones it leaves eager",
+                      f"blocks = {blocks['unet']!r} if hasattr(pipe, 'unet') else "
+                      f"{blocks['transformer']!r}",
+                      "for block in [m for m in denoiser.modules() if type(m).__name__ in "
+                      "blocks]:", f"    block.compile({args})"]
         else:
-            lines += ["# diffusers declares no (PixArt) or only transformer (UNet) blocks",
-                      f"denoiser._repeated_blocks = {comp.REGIONAL_BLOCKS['unet']!r} if "
-                      f"hasattr(pipe, 'unet') else {comp.REGIONAL_BLOCKS['transformer']!r}",
-                      f"denoiser.compile_repeated_blocks({args})"]
+            name = "unet' if hasattr(pipe, 'unet') else 'transformer"
+            lines += ["from accelerate.utils import compile_regions",
+                      f"setattr(pipe, '{name}', compile_regions(denoiser, {args}))"]
         if r.compile_vae:
             lines.append(f"pipe.vae.decode = torch.compile(pipe.vae.decode, {args})")
     return lines

@@ -1,4 +1,5 @@
-"""run_ladder(): every step of fdh.LADDER on a fresh pipeline, with failures isolated.
+"""run_ladder(): every step of a ladder (the blog's fdh.LADDER, or the course's
+fdh.COURSE_LADDER) on a fresh pipeline, with failures isolated.
 
 Introduced in 08_all_models.ipynb (and behind `python -m fastdiff_helpers ladder`).
 """
@@ -14,9 +15,10 @@ from typing import Iterable, Sequence
 
 import torch
 
-from .loading import FastdiffError, default_device, load_pipeline, resolve_weights
-from .presets import BLOG_A100_SECONDS, BLOG_SOURCE, get_spec
-from .recipe import LADDER
+from .loading import (FastdiffError, default_device, get_denoiser, load_pipeline,
+                      resolve_weights)
+from .presets import BLOG_A100_SECONDS, BLOG_LOADING, BLOG_SOURCE, SCHEDULERS, get_spec
+from .recipe import LADDERS
 from .results import Result
 
 __all__ = ["run_ladder", "format_table"]
@@ -91,16 +93,25 @@ def format_table(results: Sequence[Result]) -> str:
     return "\n".join(lines)
 
 
-def _check_names(names: Iterable[str] | None, what: str) -> set[str] | None:
+def _check_names(names: Iterable[str] | None, what: str, ladder: str) -> set[str] | None:
     if names is None:
         return None
     names = {names} if isinstance(names, str) else set(names)
-    known = [n for n, _ in LADDER]
+    known = [n for n, _ in LADDERS[ladder]]
     unknown = sorted(names - set(known))
     if unknown:
-        raise FastdiffError(f"Unknown ladder step(s) {unknown} in {what}. The steps are: "
+        raise FastdiffError(f"Unknown ladder step(s) {unknown} in {what}. The {ladder} "
+                            "ladder's steps are: "
                             f"{', '.join(repr(n) for n in known)}.")
     return names
+
+
+def _selects_any(pipe, recipe) -> bool:
+    from .techniques.quantization import select_filter
+
+    chosen = select_filter(recipe.quantize, recipe.quant_filter)
+    return any(chosen(m, name) for part in (get_denoiser(pipe), pipe.vae)
+               for name, m in part.named_modules())
 
 
 def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = None,
@@ -108,9 +119,12 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
                warmup: int = 2, out: str | Path | None = None, device: str | None = None,
                steps_filter: Iterable[str] | None = None, progress: bool = True,
                fail_step: str | None = None, prompt: str | None = None,
-               seed: int = 0) -> list[Result]:
-    """Benchmark each step of fdh.LADDER (fp32 -> ... -> int8 dynamic) on a FRESH pipeline.
+               seed: int = 0, ladder: str = "blog") -> list[Result]:
+    """Benchmark each step of a ladder (fp32 -> ... -> int8 dynamic) on a FRESH pipeline.
 
+    ladder: "blog" (fdh.LADDER, exactly what diffusion-fast ran, loaded with the blog's VAE and
+    scheduler, fdh.BLOG_LOADING) or "course" (fdh.COURSE_LADDER, the course's own: true fp32
+    baseline, TF32 and sync removal as steps, the pipeline's own VAE and scheduler).
     Each step: load_pipeline(model, weights, device, dtype="fp32"), the step's recipe adapted
     to the device (Recipe.for_device; its notes go to Result.notes), fdh.apply, benchmark,
     and quality against the first step's image. A step that fails is recorded as a Result
@@ -131,34 +145,37 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
     from .techniques import apply
 
     spec = get_spec(model)
+    if ladder not in LADDERS:
+        raise FastdiffError(f"Unknown ladder {ladder!r}. Use one of: {', '.join(LADDERS)}.")
     device = device or default_device()
-    wanted = _check_names(steps_filter, "steps_filter")
+    wanted = _check_names(steps_filter, "steps_filter", ladder)
     if fail_step is not None:
-        _check_names([fail_step], "fail_step")
+        _check_names([fail_step], "fail_step", ladder)
+    loading = BLOG_LOADING[spec.key] if ladder == "blog" else {}
     weights = resolve_weights(spec, weights, device)
     size = spec.tiny_resolution if weights == "tiny" else spec.resolution
     out = Path(out) if out is not None else None
     if out is not None and (out / "results.jsonl").exists():
         print(f"fastdiff: appending to the existing {out / 'results.jsonl'}")
-    plan = [(i, name, recipe) for i, (name, recipe) in enumerate(LADDER)
+    plan = [(i, name, recipe) for i, (name, recipe) in enumerate(LADDERS[ladder])
             if wanted is None or name in wanted]
     results: list[Result] = []
     baseline_image = None
     for n, (idx, name, recipe) in enumerate(plan, start=1):
         print(f"[{n}/{len(plan)}] {spec.key} {name}")
         adapted, notes = recipe.for_device(device)
-        if weights == "tiny" and adapted.quantize and adapted.quant_filter == "blog":
-            # the blog filter keeps only big linears; a tiny model has none, and an int8 step
-            # that quantized nothing would be reported as if it had
-            adapted = dataclasses.replace(adapted, quant_filter="all")
-            notes.append("tiny weights: quant_filter='blog' selects no linear here, so this "
-                         "step quantizes with quant_filter='all'")
         pipe = None
         try:
             pipe = load_pipeline(spec.key, weights=weights, device=device, dtype="fp32",
-                                 verbose=False)
+                                 verbose=False, **loading)
             if name == fail_step:
                 raise InjectedFailure(f"fail_step={name!r} asked this step to fail")
+            if weights == "tiny" and adapted.quantize and not _selects_any(pipe, adapted):
+                # "fastdiff" keeps only linears of the real models' size; a tiny model has
+                # none, and an int8 step that quantized nothing would be reported as if it had
+                notes.append(f"tiny weights: quant_filter={adapted.quant_filter!r} selects no "
+                             "linear here, so this step quantizes with quant_filter='all'")
+                adapted = dataclasses.replace(adapted, quant_filter="all")
             apply(pipe, adapted)
             result = benchmark(pipe, prompt=prompt or DEFAULT_PROMPT, steps=steps,
                                height=height, width=width, runs=runs, warmup=warmup,
@@ -180,7 +197,9 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
                 height=height or size, width=width or size, steps=steps or spec.steps,
                 guidance=spec.guidance,
                 seed=seed, prompt=prompt or DEFAULT_PROMPT, runs=runs, warmup=warmup,
-                env=env, error=f"{type(exc).__name__}: {exc}".strip(), notes=notes)
+                env=env, error=f"{type(exc).__name__}: {exc}".strip(), notes=notes,
+                vae=loading.get("vae", "pipeline"),
+                scheduler=SCHEDULERS.get(loading.get("scheduler", ""), spec.scheduler.class_name))
         finally:
             del pipe
             free_memory()
@@ -197,7 +216,7 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
     print(format_table(results))
     if out is not None:
         reference = None
-        if weights != "tiny" and spec.key in BLOG_A100_SECONDS:
+        if ladder == "blog" and weights != "tiny" and spec.key in BLOG_A100_SECONDS:
             reference = Reference("Published", "A100-80GB", BLOG_SOURCE,
                                   BLOG_A100_SECONDS[spec.key])
         save_figure(ladder_chart(results, reference=reference), out / "ladder.png")

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from .presets import Component, ModelSpec, get_spec
+from .presets import SCHEDULERS, VAES, Component, ModelSpec, get_spec
 
 WEIGHTS = ("auto", "pretrained", "random", "tiny")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -226,18 +226,51 @@ def _load_pretrained(spec: ModelSpec, path: str | None, dtype: torch.dtype):
 
 # --- the public entry point --------------------------------------------------------------
 
+def _check_swaps(vae: str | None, scheduler: str | None) -> None:
+    if vae is not None and vae not in VAES:
+        raise FastdiffError(f"Unknown vae {vae!r}. Use one of: {', '.join(VAES)} (or None for "
+                            "the pipeline's own).")
+    if scheduler is not None and scheduler not in SCHEDULERS:
+        raise FastdiffError(f"Unknown scheduler {scheduler!r}. Use one of: "
+                            f"{', '.join(SCHEDULERS)} (or None for the pipeline's own).")
+
+
+def _swap_vae(pipe, vae: str, weights: str, device: str, dtype: torch.dtype, seed: int) -> str:
+    """Put the named VAE in place of the pipeline's own; returns where it came from."""
+    hub_id, full, tiny = VAES[vae]
+    if weights == "pretrained":
+        from diffusers import AutoencoderKL
+
+        try:
+            pipe.vae = AutoencoderKL.from_pretrained(hub_id, torch_dtype=dtype,
+                                                     use_safetensors=True).to(device)
+        except OSError as exc:
+            raise FastdiffError(f"Loading the {vae} VAE ({hub_id}) failed: {exc}. Run `hf "
+                                f"download {hub_id}` on a machine with network, or load without "
+                                "vae=.") from None
+        return hub_id
+    component = full if weights == "random" else tiny
+    pipe.vae = build_component(component, device, dtype, seed + 100)
+    return f"{hub_id} (config; {weights} weights)"
+
+
 def load_pipeline(model: str = "sdxl", weights: str = "auto", device: str | None = None,
                   dtype: str | torch.dtype = "fp32", path: str | None = None, seed: int = 0,
-                  verbose: bool = True):
+                  verbose: bool = True, vae: str | None = None, scheduler: str | None = None):
     """Load one of the course's pipelines (see fdh.MODELS). Introduced in 00_setup.ipynb.
 
     weights: "pretrained" (hub id, or `path`, safetensors only), "random" (full-size
     architecture, seeded random weights, built on the meta device and initialised on
     `device`; device="meta" allocates nothing), "tiny" (small configs for CPUs) or "auto"
     (pretrained if available, else random on a GPU, else tiny; prints its choice).
+    vae: None (the pipeline's own) or "fp16-fix" (madebyollin/sdxl-vae-fp16-fix: its weights
+    when pretrained, its config otherwise), the VAE diffusion-fast used for SDXL and SSD-1B.
+    scheduler: None (the pipeline's own) or "dpm-solver" (DPMSolverMultistepScheduler from the
+    pipeline's scheduler config, as diffusion-fast ran SD1.5).
     Every component is returned in eval mode."""
     spec = get_spec(model)
     torch_dtype = resolve_dtype(dtype)
+    _check_swaps(vae, scheduler)
     device = device or default_device()
     if device == "meta" and weights != "random":
         raise FastdiffError("device='meta' builds the architecture only: use weights='random'.")
@@ -249,12 +282,20 @@ def load_pipeline(model: str = "sdxl", weights: str = "auto", device: str | None
     else:
         pipe = _build_pipeline(spec, "full" if weights == "random" else "tiny", device,
                                torch_dtype, seed)
+    vae_source = "pipeline"
+    if vae is not None:
+        vae_source = _swap_vae(pipe, vae, weights, device, torch_dtype, seed)
+    if scheduler is not None:
+        import diffusers
+
+        pipe.scheduler = getattr(diffusers, SCHEDULERS[scheduler]).from_config(
+            pipe.scheduler.config)
     for comp in pipe.components.values():
         if isinstance(comp, torch.nn.Module):
             comp.eval()
     pipe.set_progress_bar_config(disable=True)
     pipe._fastdiff = {"model": spec.key, "weights": weights, "dtype": str(torch_dtype),
-                      "device": device, "applied": {}}
+                      "device": device, "vae": vae_source, "applied": {}}
     return pipe
 
 

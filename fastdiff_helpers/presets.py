@@ -120,6 +120,17 @@ _TINY_VAE = _vae(0.18215, 64, False, channels=(8, 16, 16, 16), groups=4)
 _SDXL_VAE = _vae(0.13025, 1024, True)
 _SD_VAE = _vae(0.18215, 512, False)
 
+# Other components a ladder may load in place of a pipeline's own (load_pipeline(vae=...,
+# scheduler=...)). The fp16-fix VAE is SDXL's VAE fine-tuned to stay finite in fp16; its config
+# (madebyollin/sdxl-vae-fp16-fix, config.json) is SDXL's with sample_size 512 and no forced
+# upcast. The tiny one is the tiny VAE with the same two settings.
+FP16_FIX_VAE_ID = "madebyollin/sdxl-vae-fp16-fix"
+VAES: dict[str, tuple[str, Component, Component]] = {
+    "fp16-fix": (FP16_FIX_VAE_ID, _vae(0.13025, 512, False),
+                 _vae(0.13025, 64, False, channels=(8, 16, 16, 16), groups=4)),
+}
+SCHEDULERS: dict[str, str] = {"dpm-solver": "DPMSolverMultistepScheduler"}
+
 
 # --- the four models ---------------------------------------------------------------------
 
@@ -230,10 +241,9 @@ PUBLISHED_PARAMETERS: dict[str, dict[str, int]] = {
                "text_encoder": 4_762_310_656},
 }
 
-# The seed's ladder, measured on an A100-80GB (seconds; 30 steps, batch 1; SD1.5 at 512x512,
-# the others at 1024x1024). Their "fp32" ran with TF32 matmuls on. Sources: the PyTorch blog
-# "Accelerating Generative AI Part III: Diffusion, Fast" (SDXL) and the blog's collated
-# results (the other rows), as listed in shared/notes/facts.md.
+# The blog's ladder, measured by its authors on an A100-80GB (seconds; 30 steps, batch 1; SD1.5
+# at 512x512, the others at 1024x1024). Their "fp32" ran with TF32 matmuls on. Where each row
+# was read: BLOG_A100_WHERE.
 BLOG_A100_SECONDS: dict[str, dict[str, float]] = {
     "sdxl": {"fp32": 7.36, "bf16": 4.63, "+ SDPA": 3.31, "+ compile": 2.54,
              "+ fused QKV": 2.52, "+ int8 dynamic": 2.43},
@@ -244,6 +254,27 @@ BLOG_A100_SECONDS: dict[str, dict[str, float]] = {
     "pixart": {"fp32": 9.339, "bf16": 5.604, "+ SDPA": 3.085, "+ compile": 2.658,
                "+ fused QKV": 2.624, "+ int8 dynamic": 2.619},
 }
+# What diffusion-fast loaded besides the pipeline (utils/pipeline_utils.py): every model but SD1.5
+# gets the fp16-fix VAE (PixArt's own script, utils/pipeline_utils_pixart.py, does not swap it),
+# and SD1.5 gets DPMSolverMultistepScheduler ("As the default scheduler of SD v1-5 doesn't have
+# sigmas device placement", diffusers PR 6173). run_ladder(ladder="blog") loads with these.
+BLOG_LOADING: dict[str, dict[str, str]] = {
+    "sdxl": {"vae": "fp16-fix"}, "ssd1b": {"vae": "fp16-fix"},
+    "sd15": {"scheduler": "dpm-solver"}, "pixart": {},
+}
+
+_CHARTS = ("huggingface/diffusion-fast README, 'final-results-diffusion-fast' chart for {} "
+           "(the blog post and its repository publish this model's ladder only as a chart, "
+           "a PNG; the figures are the chart's bar labels, as collated in "
+           "shared/notes/facts.md)")
+BLOG_A100_WHERE: dict[str, str] = {
+    "sdxl": ("the PyTorch blog 'Accelerating Generative AI Part III: Diffusion, Fast', text "
+             "and SDXL chart (7.36 s fp32 ... 2.43 s int8 dynamic)"),
+    "ssd1b": _CHARTS.format("SSD-1B"),
+    "sd15": _CHARTS.format("SD v1-5"),
+    "pixart": _CHARTS.format("PixArt-alpha"),
+}
+
 BLOG_SOURCE = ("PyTorch blog 'Accelerating Generative AI Part III: Diffusion, Fast' "
                "(A100-80GB, TF32 on in its fp32 step)")
 

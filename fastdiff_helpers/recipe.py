@@ -1,4 +1,5 @@
-"""Recipe: the toggles of the course, validated on construction; LADDER: the blog's steps.
+"""Recipe: the toggles of the course, validated on construction; LADDER: the blog's steps,
+exactly as diffusion-fast ran them; COURSE_LADDER: the course's own ladder beside it.
 
 Introduced in 01_baseline.ipynb. Imports nothing of the package but the code writer
 (techniques import this module, never the reverse, except to_code() reading their source).
@@ -16,9 +17,20 @@ COMPILE_MODES = (None, "default", "max-autotune", "max-autotune-no-cudagraphs",
                  "reduce-overhead")
 CUDA_ONLY_COMPILE = ("max-autotune", "reduce-overhead")  # both capture CUDA graphs
 CUDA_ONLY_ATTENTION = ("sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
-SCOPES = ("full", "regional")
+# "regional": the blocks diffusers declares (_repeated_blocks); "regional-extended": ours, those
+# plus the blocks it leaves eager (UNet ResnetBlock2D, PixArt BasicTransformerBlock);
+# "regional-accelerate": accelerate's compile_regions.
+SCOPES = ("full", "regional", "regional-extended", "regional-accelerate")
 QUANTIZE = (None, "int8-dynamic", "int8-weight-only", "fp8-dynamic")
-QUANT_FILTERS = ("blog", "all")
+# "blog": diffusion-fast's dynamic_quant_filter_fn, exactly; "fastdiff": the course's own
+# heuristic (big linears that see many tokens); "all": every nn.Linear.
+QUANT_FILTERS = ("blog", "fastdiff", "all")
+# "blog": diffusion-fast's filter (1x1 kernel, 128 among in/out channels); "all": ours, every
+# pointwise conv. True means "all" (kept for recipes written before the blog's filter existed).
+CONV_SWAPS = (False, "blog", "all")
+# TF32 for fp32 matmuls and convs (techniques/precision.set_tf32): None follows dtype ("tf32"
+# -> "on", else "off"); "blog" and "guide" are the two sources' own switches.
+TF32_MODES = ("off", "on", "blog", "guide")
 
 
 class RecipeError(ValueError):
@@ -29,7 +41,9 @@ class RecipeError(ValueError):
 class Recipe:
     """The techniques to apply to a pipeline. Defaults are the true fp32 baseline.
 
-    dtype: "fp32" (TF32 off) | "tf32" | "bf16" | "fp16"
+    dtype: "fp32" (TF32 off) | "tf32" | "bf16" | "fp16"; tf32: None (follows dtype) | "off" |
+        "on" | "blog" (torch.set_float32_matmul_precision("high"), as diffusion-fast ran) |
+        "guide" (torch.backends.cuda.matmul.allow_tf32 = True, as the diffusers guide shows)
     attention: "classic" (diffusers' non-SDPA processor) | "sdpa" | "sdpa-flash" |
         "sdpa-efficient" | "sdpa-math" | "sdpa-cudnn"
     channels_last: NHWC memory format for the denoiser and VAE
@@ -40,10 +54,13 @@ class Recipe:
     fuse_qkv: one matmul for Q, K and V (needs an SDPA attention)
     no_sync: no device-to-host sync inside the denoising loop
     quantize: None | "int8-dynamic" | "int8-weight-only" | "fp8-dynamic"; quant_filter
-        "blog" | "all" | a callable(module, fqn) -> bool; conv1x1_to_linear
+        "blog" (diffusion-fast's) | "fastdiff" (ours) | "all" | a callable(module, fqn) -> bool
+    conv1x1_to_linear: False | "blog" (diffusion-fast's filter, torchao's swap) | "all" (ours:
+        every pointwise conv); True means "all"
     """
 
     dtype: str = "fp32"
+    tf32: str | None = None
     attention: str = "classic"
     channels_last: bool = False
     compile: str | None = None
@@ -56,9 +73,12 @@ class Recipe:
     no_sync: bool = False
     quantize: str | None = None
     quant_filter: str | Callable[..., bool] = field(default="blog", compare=True)
-    conv1x1_to_linear: bool = False
+    conv1x1_to_linear: bool | str = False
 
     def __post_init__(self) -> None:
+        if self.conv1x1_to_linear is True or self.conv1x1_to_linear is None:
+            object.__setattr__(self, "conv1x1_to_linear", "all" if self.conv1x1_to_linear
+                               else False)
         def one_of(name: str, value: Any, allowed: tuple) -> None:
             if value not in allowed:
                 shown = ", ".join(repr(a) for a in allowed)
@@ -69,6 +89,11 @@ class Recipe:
         one_of("compile", self.compile, COMPILE_MODES)
         one_of("compile_scope", self.compile_scope, SCOPES)
         one_of("quantize", self.quantize, QUANTIZE)
+        one_of("tf32", self.tf32, (None,) + TF32_MODES)
+        one_of("conv1x1_to_linear", self.conv1x1_to_linear, CONV_SWAPS)
+        if self.dtype == "tf32" and self.tf32 == "off":
+            raise RecipeError("dtype='tf32' with tf32='off' contradicts itself: use dtype='fp32' "
+                              "for true fp32, or leave tf32 unset.")
         if not callable(self.quant_filter):
             one_of("quant_filter", self.quant_filter, QUANT_FILTERS)
         if self.dynamic not in (None, True, False):
@@ -145,20 +170,53 @@ class Recipe:
         return recipe_to_code(self, flavour)
 
 
-BASELINE = Recipe()
-_BF16 = replace(BASELINE, dtype="bf16")
-_SDPA = replace(_BF16, attention="sdpa")
-_COMPILED = replace(_SDPA, compile="max-autotune", fullgraph=True, inductor_flags=True,
-                    channels_last=True, compile_vae=True)
-_FUSED = replace(_COMPILED, fuse_qkv=True)
-_INT8 = replace(_FUSED, quantize="int8-dynamic", quant_filter="blog")
+BASELINE = Recipe()  # the course's true fp32 baseline: TF32 off, classic attention
 
-# The blog's cumulative steps; each changes one thing of the one before (tested).
+# The blog's ladder, as diffusion-fast ran it (utils/pipeline_utils.py, run_benchmark.py and
+# experiment-scripts/run_sd.sh in huggingface/diffusion-fast): every step under
+# torch.set_float32_matmul_precision("high"); its compile step (--compile_unet --compile_vae
+# --compile_mode=max-autotune --change_comp_config) sets channels_last, swaps the 1x1 convs with
+# its conv_filter_fn, sets its four inductor flags and compiles with fullgraph=True; its int8 step
+# quantizes with its dynamic_quant_filter_fn. The blog's VAE and scheduler are loading choices
+# (presets.BLOG_LOADING), applied by run_ladder(ladder="blog").
+_B_FP32 = Recipe(tf32="blog")
+_B_BF16 = replace(_B_FP32, dtype="bf16")
+_B_SDPA = replace(_B_BF16, attention="sdpa")
+_B_COMPILED = replace(_B_SDPA, compile="max-autotune", fullgraph=True, inductor_flags=True,
+                      channels_last=True, compile_vae=True, conv1x1_to_linear="blog")
+_B_FUSED = replace(_B_COMPILED, fuse_qkv=True)
+_B_INT8 = replace(_B_FUSED, quantize="int8-dynamic", quant_filter="blog")
+
 LADDER: list[tuple[str, Recipe]] = [
-    ("fp32", BASELINE),
-    ("bf16", _BF16),
-    ("+ SDPA", _SDPA),
-    ("+ compile", _COMPILED),
-    ("+ fused QKV", _FUSED),
-    ("+ int8 dynamic", _INT8),
+    ("fp32", _B_FP32),
+    ("bf16", _B_BF16),
+    ("+ SDPA", _B_SDPA),
+    ("+ compile", _B_COMPILED),
+    ("+ fused QKV", _B_FUSED),
+    ("+ int8 dynamic", _B_INT8),
 ]
+BLOG_LADDER = LADDER
+
+# The course's own ladder, beside the blog's: a true fp32 baseline with TF32 as its own step,
+# the pipeline's own VAE and scheduler, no 1x1-conv swap, sync removal as its own step, and the
+# course's own int8 filter. Each step changes one thing of the one before (tested).
+_C_TF32 = replace(BASELINE, dtype="tf32")
+_C_BF16 = replace(BASELINE, dtype="bf16")
+_C_SDPA = replace(_C_BF16, attention="sdpa")
+_C_COMPILED = replace(_C_SDPA, compile="max-autotune", fullgraph=True, inductor_flags=True,
+                      channels_last=True, compile_vae=True)
+_C_FUSED = replace(_C_COMPILED, fuse_qkv=True)
+_C_NO_SYNC = replace(_C_FUSED, no_sync=True)
+_C_INT8 = replace(_C_NO_SYNC, quantize="int8-dynamic", quant_filter="fastdiff")
+
+COURSE_LADDER: list[tuple[str, Recipe]] = [
+    ("fp32, TF32 off", BASELINE),
+    ("+ TF32", _C_TF32),
+    ("bf16", _C_BF16),
+    ("+ SDPA", _C_SDPA),
+    ("+ compile", _C_COMPILED),
+    ("+ fused QKV", _C_FUSED),
+    ("+ no sync", _C_NO_SYNC),
+    ("+ int8 dynamic", _C_INT8),
+]
+LADDERS: dict[str, list[tuple[str, Recipe]]] = {"blog": LADDER, "course": COURSE_LADDER}

@@ -82,6 +82,11 @@ class Result:
     env: dict = field(default_factory=dict)
     error: str | None = None
     notes: list[str] = field(default_factory=list)
+    # what ran besides the recipe: the VAE's source ("pipeline": the pipeline's own), the
+    # scheduler class, and TF32 as torch used it (techniques.precision.tf32_state)
+    vae: str | None = None
+    scheduler: str | None = None
+    tf32: dict = field(default_factory=dict)
     created_at: str = ""
     image_path: str | None = None
     schema_version: int = SCHEMA_VERSION

@@ -21,15 +21,15 @@ from .course import course_settings
 from .loading import load_pipeline
 from .presets import MODELS
 from .quality import compare_images
-from .recipe import (ATTENTION, BASELINE, COMPILE_MODES, DTYPES, QUANT_FILTERS, QUANTIZE,
-                     SCOPES, Recipe, RecipeError)
+from .recipe import (ATTENTION, BASELINE, COMPILE_MODES, CONV_SWAPS, DTYPES, QUANT_FILTERS,
+                     QUANTIZE, SCOPES, TF32_MODES, Recipe, RecipeError)
 from .results import Result
 from .techniques import apply
 
 __all__ = ["Playground", "playground", "describe_recipe"]
 
 # Recipe field -> readable label (the widget's description; the browser test finds it by it).
-LABELS = {"dtype": "dtype", "attention": "attention", "channels_last": "channels_last",
+LABELS = {"dtype": "dtype", "tf32": "TF32", "attention": "attention", "channels_last": "channels_last",
           "compile": "compile", "compile_scope": "compile scope", "compile_vae": "compile VAE",
           "fullgraph": "fullgraph", "dynamic": "dynamic", "inductor_flags": "inductor flags",
           "fuse_qkv": "fused QKV", "no_sync": "no GPU syncs", "quantize": "quantize",
@@ -40,7 +40,8 @@ _CHOICES: dict[str, list] = {
     "dtype": list(DTYPES), "attention": list(ATTENTION),
     "compile": ["off", *COMPILE_MODES[1:]], "compile_scope": list(SCOPES),
     "dynamic": ["auto", "True", "False"], "quantize": ["off", *QUANTIZE[1:]],
-    "quant_filter": list(QUANT_FILTERS)}
+    "quant_filter": list(QUANT_FILTERS), "tf32": ["auto", *TF32_MODES],
+    "conv1x1_to_linear": ["off", *CONV_SWAPS[1:]]}
 RESOLUTIONS = [("model default", 0)] + [(f"{n}x{n}", n) for n in (64, 128, 256, 512, 768, 1024)]
 _PHASES = ["idle", "loading the pipeline", "applying the recipe",
            "cold start (compiling), warm-up and timing", "comparing with the baseline", "done"]
@@ -125,8 +126,9 @@ class Playground:
             self.controls[name] = (
                 W.Checkbox(value=default, description=label, indent=False,
                            layout=W.Layout(width="auto", margin="0 12px 0 0"))
-                if isinstance(default, bool) else
-                dropdown(label, _CHOICES[name], _CHOICES[name][0] if default is None else default))
+                if name not in _CHOICES else
+                dropdown(label, _CHOICES[name], _CHOICES[name][0] if default in (None, False)
+                         else default))
         self.run_button = W.Button(description="Run", button_style="primary")  # no icon: its
         # glyph would become part of the accessible name (" Run")
         self.reset_button = W.Button(description="Reset")

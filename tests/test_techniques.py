@@ -65,27 +65,27 @@ def test_bf16_and_int8_stay_finite_and_close(model, baselines):
     assert not np.array_equal(int8, bf16)  # the weights really were quantized
 
 
-def test_blog_filter_skips_small_and_few_token_linears():
+def test_fastdiff_filter_skips_small_and_few_token_linears():
     unet = fdh.load_pipeline("sdxl", weights="random", device="meta").unet
-    chosen = {n for n, m in unet.named_modules() if fdh.techniques.blog_filter(m, n)}
+    chosen = {n for n, m in unet.named_modules() if fdh.techniques.fastdiff_filter(m, n)}
     assert "down_blocks.2.attentions.0.transformer_blocks.0.attn1.to_q" in chosen  # 1280x1280
     assert "down_blocks.2.attentions.0.transformer_blocks.0.attn2.to_k" not in chosen  # 77 tokens
     assert "time_embedding.linear_1" not in chosen
     assert "down_blocks.1.attentions.0.transformer_blocks.0.attn1.to_q" not in chosen  # 640x640
     assert len(chosen) > 100
-    # tiny models have only small linears: the blog filter quantizes none of them, and says so
+    # tiny models have only small linears: our filter quantizes none of them, and says so
     with pytest.warns(UserWarning, match="selected no linear"):
-        fdh.quantize(fdh.set_precision(fresh("sd15"), "bf16"), "int8-dynamic", "blog")
+        fdh.quantize(fdh.set_precision(fresh("sd15"), "bf16"), "int8-dynamic", "fastdiff")
 
 
 def test_conv1x1_swap_counts_and_is_safe_twice():
     pipe = fresh("sd15")
-    fdh.conv1x1_to_linear(pipe)
+    fdh.conv1x1_to_linear(pipe, "all")
     first = fdh.pipeline_info(pipe)["applied"]["conv1x1_to_linear"]
-    assert first > 0
+    assert first["swapped"] > 0
     assert not any(isinstance(m, torch.nn.Conv2d) and m.kernel_size == (1, 1)
                    for m in pipe.unet.modules())
-    fdh.conv1x1_to_linear(pipe)
+    fdh.conv1x1_to_linear(pipe, "all")
     assert fdh.pipeline_info(pipe)["applied"]["conv1x1_to_linear"] == first
 
 
@@ -94,19 +94,22 @@ def test_precision_sets_true_fp32_and_tf32():
     fdh.set_precision(pipe, "tf32")
     assert torch.backends.cuda.matmul.fp32_precision == "tf32"
     assert torch.backends.cudnn.conv.fp32_precision == "tf32"
+    assert torch.backends.cudnn.fp32_precision == "tf32"  # the level inductor reads
     fdh.set_precision(pipe, "fp32")
     assert torch.backends.cuda.matmul.fp32_precision == "ieee"
     assert torch.backends.cudnn.conv.fp32_precision == "ieee"
+    assert torch.backends.cudnn.fp32_precision == "ieee"
     fdh.set_precision(pipe, "bf16")
     assert pipe.unet.dtype == torch.bfloat16 and pipe.text_encoder.dtype == torch.bfloat16
 
 
-def test_ladder_changes_one_thing_per_step():
+def test_ladder_changes_what_the_blog_changed_per_step():
     names = [name for name, _ in fdh.LADDER]
     assert names == ["fp32", "bf16", "+ SDPA", "+ compile", "+ fused QKV", "+ int8 dynamic"]
-    assert fdh.LADDER[0][1] == fdh.Recipe(dtype="fp32", attention="classic")
+    assert fdh.LADDER[0][1] == fdh.Recipe(dtype="fp32", tf32="blog", attention="classic")
     expected = [{"dtype"}, {"attention"},
-                {"compile", "fullgraph", "inductor_flags", "channels_last"},  # the compile step
+                {"compile", "fullgraph", "inductor_flags", "channels_last",
+                 "conv1x1_to_linear"},  # the blog's compile step
                 {"fuse_qkv"}, {"quantize"}]
     for (_, before), (_, after), changed in zip(fdh.LADDER, fdh.LADDER[1:], expected):
         assert set(after.changes(before)) == changed

@@ -14,8 +14,9 @@ from .attention import SDPABackendProcessor, set_attention
 from .compile import (capture_denoiser_inputs, compile_pipeline, graph_breaks,
                       set_channels_last, set_inductor_flags)
 from .fusion import fuse_qkv
-from .precision import set_precision, set_tf32
-from .quantization import Conv1x1Linear, blog_filter, conv1x1_to_linear, quantize
+from .precision import set_precision, set_tf32, tf32_state
+from .quantization import (blog_conv_filter, blog_filter, conv1x1_to_linear, fastdiff_filter,
+                           quantize)
 from .syncs import count_syncs, remove_syncs
 
 UNCOMPILED_QUANT_WARNING = (
@@ -37,8 +38,12 @@ def current_recipe(pipe) -> dict:
     done = info["applied"]
     denoiser = get_denoiser(pipe)
     dtype = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(denoiser.dtype, "fp32")
-    if dtype == "fp32" and torch.backends.cuda.matmul.fp32_precision == "tf32":
+    # the TF32 mode set_precision recorded, else what torch's switch says now
+    tf32 = done.get("tf32") or ("on" if torch.backends.cuda.matmul.fp32_precision == "tf32"
+                                else "off")
+    if dtype == "fp32" and tf32 == "on":
         dtype = "tf32"
+    tf32 = None if tf32 == ("on" if dtype == "tf32" else "off") else tf32  # implied by dtype
     processor = next(iter(denoiser.attn_processors.values()), None)
     names = {v: k for k, v in SDPA_BACKENDS.items()}
     attention = ("classic" if type(processor).__name__ == "AttnProcessor" else
@@ -48,8 +53,10 @@ def current_recipe(pipe) -> dict:
     d = Recipe().to_dict()
     d.update(dtype=dtype, attention=attention, channels_last=bool(done.get("channels_last")),
              fuse_qkv=is_fused(denoiser), no_sync=bool(done.get("no_sync")),
-             conv1x1_to_linear=bool(done.get("conv1x1_to_linear")),
-             quantize=quant.get("kind"), inductor_flags=bool(done.get("inductor_flags")))
+             conv1x1_to_linear=done.get("conv1x1_to_linear", {}).get("filter", False),
+             tf32=tf32,
+             quantize=quant.get("kind"), quant_filter=quant.get("filter", "blog"),
+             inductor_flags=bool(done.get("inductor_flags")))
     if compiled:
         d.update(compile=compiled["mode"], compile_scope=compiled["scope"],
                  compile_vae=compiled["compile_vae"], fullgraph=compiled["fullgraph"],
@@ -60,7 +67,8 @@ def current_recipe(pipe) -> dict:
 def apply(pipe, recipe: Recipe):
     """Validate `recipe` for this pipeline's device, then apply it in the fixed order:
     precision, 1x1 conv swap, fused QKV, attention, channels_last, quantization, sync
-    removal, compile. Recorded on the pipeline (fdh.pipeline_info(pipe)["recipe"]).
+    removal, compile. (diffusion-fast swaps the convs after channels_last, just before
+    quantizing; the two orders give the same module, since a swapped conv has no 4-D weight.) Recorded on the pipeline (fdh.pipeline_info(pipe)["recipe"]).
 
     A pipeline takes one recipe: applying the same one again does nothing, another is
     refused (load a fresh pipeline)."""
@@ -80,9 +88,9 @@ def apply(pipe, recipe: Recipe):
     if recipe.quantize and recipe.compile is None:
         warnings.warn(UNCOMPILED_QUANT_WARNING.format(kind=recipe.quantize), stacklevel=2)
 
-    set_precision(pipe, recipe.dtype)
+    set_precision(pipe, recipe.dtype, recipe.tf32)
     if recipe.conv1x1_to_linear:
-        conv1x1_to_linear(pipe)
+        conv1x1_to_linear(pipe, recipe.conv1x1_to_linear)
     if recipe.fuse_qkv:
         set_attention(pipe, recipe.attention)
         fuse_qkv(pipe)
@@ -103,4 +111,5 @@ def apply(pipe, recipe: Recipe):
 __all__ = ["apply", "current_recipe", "set_precision", "set_tf32", "set_attention", "set_channels_last",
            "compile_pipeline", "set_inductor_flags", "fuse_qkv", "remove_syncs", "quantize",
            "conv1x1_to_linear", "graph_breaks", "count_syncs", "capture_denoiser_inputs",
-           "blog_filter", "Conv1x1Linear", "SDPABackendProcessor", "RecipeError"]
+           "blog_filter", "fastdiff_filter", "blog_conv_filter", "tf32_state",
+           "SDPABackendProcessor", "RecipeError"]

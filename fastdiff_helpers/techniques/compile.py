@@ -12,16 +12,18 @@ from ..loading import call_kwargs, get_denoiser
 from ..recipe import COMPILE_MODES, SCOPES, RecipeError
 from ._state import applied, modules, record
 
-# The blog's four inductor settings, and the two it added for int8 dynamic quantization.
+# The blog's four inductor settings, and the one it added for int8 dynamic quantization that
+# torch still reads. diffusion-fast also set use_mixed_mm, which torch 2.13 ignores
+# (torch/_inductor/config.py: "DEPRECATED. This setting is ignored."), so it is not set here.
 INDUCTOR_FLAGS = {"conv_1x1_as_mm": True, "coordinate_descent_tuning": True,
                   "epilogue_fusion": False, "coordinate_descent_check_all_directions": True}
-QUANT_INDUCTOR_FLAGS = {"force_fuse_int_mm_with_mul": True, "use_mixed_mm": True}
+QUANT_INDUCTOR_FLAGS = {"force_fuse_int_mm_with_mul": True}
 
-# Blocks compiled by regional compile. diffusers declares only BasicTransformerBlock for the
-# UNet (its ResNet blocks would stay eager) and nothing for PixArt (compile_repeated_blocks
-# raises), so the helper declares both before calling diffusers' compile_repeated_blocks.
-REGIONAL_BLOCKS = {"unet": ["BasicTransformerBlock", "ResnetBlock2D"],
-                   "transformer": ["BasicTransformerBlock"]}
+# compile_scope="regional-extended" (ours): the blocks compiled in place of diffusers' own
+# _repeated_blocks, which declares only BasicTransformerBlock for the UNet (its ResNet blocks
+# stay eager) and nothing for PixArt (compile_repeated_blocks raises there).
+EXTENDED_BLOCKS = {"unet": ("BasicTransformerBlock", "ResnetBlock2D"),
+                   "transformer": ("BasicTransformerBlock",)}
 
 
 def set_inductor_flags(quantizing: bool = False) -> dict[str, Any]:
@@ -46,6 +48,18 @@ def set_channels_last(pipe):
     return pipe
 
 
+def compile_blocks(module: torch.nn.Module, class_names, **kwargs) -> int:
+    """Compile in place every submodule whose class is named in `class_names` (public APIs
+    only: diffusers offers no way to extend the blocks compile_repeated_blocks compiles)."""
+    blocks = [m for m in module.modules() if type(m).__name__ in class_names]
+    if not blocks:
+        raise RecipeError(f"No {', '.join(class_names)} in {type(module).__name__}: nothing to "
+                          "compile regionally; use compile_scope='full'.")
+    for block in blocks:
+        block.compile(**kwargs)
+    return len(blocks)
+
+
 def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
                      compile_vae: bool = True, fullgraph: bool = False,
                      dynamic: bool | None = None, inductor_flags: bool = False):
@@ -62,14 +76,32 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
                           "it another way.")
     if inductor_flags:
         record(pipe, "inductor_flags", set_inductor_flags("quantize" in applied(pipe)))
+    if dynamic:
+        # the diffusers guide's dynamic-shape compile: without duck sizing, two sizes that
+        # happen to be equal (height == width) are not assumed equal forever
+        import torch.fx.experimental._config as fx_config
+
+        fx_config.use_duck_shape = False
+        record(pipe, "use_duck_shape", False)
     kwargs = dict(mode=mode, fullgraph=fullgraph, dynamic=dynamic)
     denoiser = get_denoiser(pipe)
     if scope == "full":
         denoiser.compile(**kwargs)
-    else:
-        denoiser._repeated_blocks = REGIONAL_BLOCKS["unet" if hasattr(pipe, "unet") else
-                                                    "transformer"]
+    elif scope == "regional":
+        if not getattr(denoiser, "_repeated_blocks", None):
+            raise RecipeError(f"diffusers declares no repeated blocks for "
+                              f"{type(denoiser).__name__}, so compile_scope='regional' has "
+                              "nothing to compile: use 'regional-extended' or "
+                              "'regional-accelerate'.")
         denoiser.compile_repeated_blocks(**kwargs)
+    elif scope == "regional-extended":
+        compile_blocks(denoiser, EXTENDED_BLOCKS["unet" if hasattr(pipe, "unet") else
+                                                 "transformer"], **kwargs)
+    else:
+        from accelerate.utils import compile_regions
+
+        setattr(pipe, "unet" if hasattr(pipe, "unet") else "transformer",
+                compile_regions(denoiser, **kwargs))
     if compile_vae:
         pipe.vae.decode = torch.compile(pipe.vae.decode, **kwargs)
     record(pipe, "compile", dict(kwargs, scope=scope, compile_vae=compile_vae))

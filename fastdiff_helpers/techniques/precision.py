@@ -2,32 +2,94 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from ..recipe import DTYPES, RecipeError
+from ..recipe import DTYPES, TF32_MODES, RecipeError
 from ._state import quiet_diffusers, record, refuse_after
 
 WEIGHT_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
                  "fp16": torch.float16}
 
 
-def set_tf32(enabled: bool) -> None:
-    """TF32 for fp32 matmuls and convolutions: a process-wide switch, not a weight dtype."""
-    value = "tf32" if enabled else "ieee"
-    torch.backends.cuda.matmul.fp32_precision = value
-    torch.backends.cudnn.conv.fp32_precision = value
+# Each TF32 mode as the settings set_tf32 makes: the CUDA-wide fp32 precision ("none": torch's
+# default), the legacy cuDNN switch (conv and rnn), and the matmul switch, through
+# set_float32_matmul_precision, or, for "guide", the legacy matmul flag the guide shows.
+TF32_SETTINGS = {
+    "off": ("ieee", False, "highest"),
+    "on": ("tf32", True, "high"),
+    "blog": ("none", True, "high"),
+    "guide": ("none", True, "allow_tf32"),
+}
 
 
-def set_precision(pipe, dtype: str = "bf16"):
-    """Cast every component to `dtype` and set TF32 (on only for "tf32").
+def tf32_code(mode: str) -> list[str]:
+    """The statements set_tf32(mode) runs, as source lines (for Recipe.to_code("plain"))."""
+    cuda_wide, cudnn, matmul = TF32_SETTINGS[mode]
+    return [f"torch.backends.cudnn.fp32_precision = {cuda_wide!r}",
+            f"torch.backends.cudnn.allow_tf32 = {cudnn}",
+            "torch.backends.cuda.matmul.allow_tf32 = True" if matmul == "allow_tf32" else
+            f"torch.set_float32_matmul_precision({matmul!r})"]
 
-    "fp32" is true fp32: torch 2.13 runs cuDNN convolutions in TF32 by default, so the
-    baseline switches it off explicitly. The TF32 switch is process-wide."""
+
+def set_tf32(mode: str | bool) -> None:
+    """Set TF32 for fp32 matmuls and convolutions, process-wide. `mode`:
+
+    "off" (or False): true fp32 everywhere, the course's baseline.
+    "on" (or True): TF32 for every fp32 matmul and convolution, eager and compiled.
+    "blog": what diffusion-fast's run_benchmark.py did, `torch.set_float32_matmul_precision(
+        "high")`, with torch's default for cuDNN (TF32 convolutions).
+    "guide": what the diffusers guide shows, `torch.backends.cuda.matmul.allow_tf32 = True`,
+        with torch's default for cuDNN.
+
+    torch 2.13 keeps TF32 state at three levels: the CUDA-wide `torch.backends.cudnn.
+    fp32_precision` (what inductor's conv templates read, torch/_inductor/kernel/conv.py), the
+    per-op conv/rnn/matmul values, and the legacy allow_tf32 booleans, whose getters raise once
+    they disagree with the rest (aten Context::allowTF32CuDNN). Each mode sets all three, so the
+    legacy flags stay readable and true whatever mode ran before (tests/test_precision.py)."""
+    if mode is True or mode is False:
+        mode = "on" if mode else "off"
+    if mode not in TF32_MODES:
+        raise RecipeError(f"Unknown TF32 mode {mode!r}. Use one of: {', '.join(TF32_MODES)}.")
+    cuda_wide, cudnn, matmul = TF32_SETTINGS[mode]
+    torch.backends.cudnn.fp32_precision = cuda_wide
+    torch.backends.cudnn.allow_tf32 = cudnn
+    if matmul == "allow_tf32":
+        torch.backends.cuda.matmul.allow_tf32 = True
+    else:
+        torch.set_float32_matmul_precision(matmul)
+
+
+def tf32_state() -> dict[str, Any]:
+    """TF32 as torch will use it now: per-op values, the CUDA-wide level inductor reads, the
+    float32 matmul precision and the legacy flags ("unreadable" where torch refuses to say)."""
+    backends = torch.backends
+    state: dict[str, Any] = {"matmul": backends.cuda.matmul.fp32_precision,
+                             "cudnn_conv": backends.cudnn.conv.fp32_precision,
+                             "cuda_wide": backends.cudnn.fp32_precision}
+    for name, read in (("float32_matmul_precision", torch.get_float32_matmul_precision),
+                       ("legacy_matmul_allow_tf32", lambda: backends.cuda.matmul.allow_tf32),
+                       ("legacy_cudnn_allow_tf32", lambda: backends.cudnn.allow_tf32)):
+        try:
+            state[name] = read()
+        except RuntimeError:  # torch refuses when the legacy and new APIs were mixed
+            state[name] = "unreadable"
+    return state
+
+
+def set_precision(pipe, dtype: str = "bf16", tf32: str | None = None):
+    """Cast every component to `dtype` and set TF32 (see set_tf32; by default on only for
+    dtype "tf32", so "fp32" is true fp32). The TF32 switch is process-wide."""
     if dtype not in DTYPES:
         raise RecipeError(f"Unknown dtype {dtype!r}. Use one of: {', '.join(DTYPES)}.")
+    mode = tf32 or ("on" if dtype == "tf32" else "off")
+    if dtype == "tf32" and mode == "off":
+        raise RecipeError("dtype='tf32' with tf32='off' contradicts itself: use dtype='fp32'.")
     refuse_after(pipe, "set_precision", "quantize", "compile")
     with quiet_diffusers():
         pipe.to(dtype=WEIGHT_DTYPES[dtype])
-    set_tf32(dtype == "tf32")
+    set_tf32(mode)
     record(pipe, "dtype", dtype)
+    record(pipe, "tf32", mode)
     return pipe

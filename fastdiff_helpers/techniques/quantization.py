@@ -9,13 +9,29 @@ from typing import Callable
 
 import torch
 
-from ..recipe import QUANT_FILTERS, QUANTIZE, RecipeError
+from ..recipe import CONV_SWAPS, QUANT_FILTERS, QUANTIZE, RecipeError
 from ._state import applied, modules, record, refuse_after
 
+# The (in_features, out_features) shapes diffusion-fast leaves in bf16: the list in
+# dynamic_quant_filter_fn, identical in utils/pipeline_utils.py and
+# utils/pipeline_utils_pixart.py of huggingface/diffusion-fast (a published fact, carried over).
+BLOG_EXCLUDED_SHAPES = frozenset({
+    (1280, 640), (1920, 1280), (1920, 640), (2048, 1280), (2048, 2560), (2560, 1280),
+    (256, 128), (2816, 1280), (320, 640), (512, 1536), (512, 256), (512, 512), (640, 1280),
+    (640, 1920), (640, 320), (640, 5120), (640, 640), (960, 320), (960, 640),
+})
 
-def blog_filter(module, fqn: str) -> bool:
-    """Quantize only big linears that see many tokens (the idea of the blog's filter:
-    dynamic int8 pays only where the matmul amortises quantizing its activations)."""
+
+def blog_filter(module, fqn: str = "") -> bool:
+    """diffusion-fast's int8 filter, exactly: an nn.Linear with more than 16 input features
+    whose (in_features, out_features) is not one of BLOG_EXCLUDED_SHAPES."""
+    return (isinstance(module, torch.nn.Linear) and module.in_features > 16
+            and (module.in_features, module.out_features) not in BLOG_EXCLUDED_SHAPES)
+
+
+def fastdiff_filter(module, fqn: str) -> bool:
+    """The course's own int8 filter (not the blog's): only big linears that see many tokens,
+    since dynamic int8 pays only where the matmul amortises quantizing its activations."""
     if not isinstance(module, torch.nn.Linear):
         return False
     if module.in_features <= 16 or module.out_features <= 16:
@@ -23,59 +39,83 @@ def blog_filter(module, fqn: str) -> bool:
     # one-token inputs (timestep, size and caption embeddings) and cross-attention K/V,
     # which see only the 77 or 120 text tokens
     few_tokens = ("time_embedding", "add_embedding", "adaln_single", "caption_projection",
-                  "attn2.to_k", "attn2.to_v")
+                  "attn2.to_k", "attn2.to_v", "attn2.to_kv")
     if any(part in fqn for part in few_tokens):
         return False
     return module.in_features * module.out_features >= 1024 * 1024
 
 
-class Conv1x1Linear(torch.nn.Linear):
-    """A 1x1 Conv2d computed as a Linear over channels, so linear-only quantization reaches
-    it (neither torch nor diffusers provides the swap)."""
-
-    def forward(self, x):
-        out = torch.nn.functional.linear(x.permute(0, 2, 3, 1), self.weight, self.bias)
-        return out.permute(0, 3, 1, 2)
-
-
-def swap_conv1x1(module) -> int:
-    """Replace every pointwise Conv2d below `module` with Conv1x1Linear; returns the count."""
-    count = 0
-    for name, child in list(module.named_children()):
-        pointwise = (isinstance(child, torch.nn.Conv2d) and child.kernel_size == (1, 1)
-                     and child.stride == (1, 1) and child.padding in ((0, 0), "valid")
-                     and child.groups == 1 and child.dilation == (1, 1))
-        if pointwise:
-            linear = Conv1x1Linear(child.in_channels, child.out_channels,
-                                   bias=child.bias is not None, device=child.weight.device,
-                                   dtype=child.weight.dtype)
-            with torch.no_grad():
-                linear.weight.copy_(child.weight[:, :, 0, 0])
-                if child.bias is not None:
-                    linear.bias.copy_(child.bias)
-            setattr(module, name, linear)
-            count += 1
-        else:
-            count += swap_conv1x1(child)
-    return count
+def int8_kernel_ok(module) -> bool:
+    """Whether the int8 matmul kernels take this linear. torchao's safe_int_mm
+    (torchao/kernel/intmm.py) runs cuBLAS int8 only when both the inner size (in_features) and
+    the output size (out_features) are non-zero multiples of 8; otherwise it copies both
+    operands to the CPU and multiplies there, a device-to-host sync on every call."""
+    return module.in_features % 8 == 0 and module.out_features % 8 == 0
 
 
-def conv1x1_to_linear(pipe):
-    """Swap the 1x1 convolutions of the denoiser and VAE for equivalent linears. Safe twice."""
+def blog_conv_filter(module, fqn: str = "") -> bool:
+    """diffusion-fast's conv_filter_fn, exactly: a 1x1 Conv2d with 128 among its in/out
+    channels (the 1x1 convs its compile step turns into linears)."""
+    return (isinstance(module, torch.nn.Conv2d) and module.kernel_size == (1, 1)
+            and 128 in (module.in_channels, module.out_channels))
+
+
+def pointwise_conv_filter(module, fqn: str = "") -> bool:
+    """The course's own swap filter: every pointwise Conv2d (1x1 kernel, stride 1, no padding,
+    dilation or groups), so that quantization can reach all of them."""
+    return (isinstance(module, torch.nn.Conv2d) and module.kernel_size == (1, 1)
+            and module.stride == (1, 1) and module.padding in ((0, 0), "valid")
+            and module.groups == 1 and module.dilation == (1, 1))
+
+
+CONV_FILTERS = {"blog": blog_conv_filter, "all": pointwise_conv_filter}
+
+
+def swapped_conv_count(module) -> int:
+    """How many 1x1 convs below `module` now run as linears (torchao's wrapper class)."""
+    return sum(1 for m in module.modules() if type(m).__name__ == "PermuteSandwich")
+
+
+def conv1x1_to_linear(pipe, which: str | bool = "blog"):
+    """Swap 1x1 convolutions of the denoiser and VAE for equivalent linears with torchao's
+    swap_conv2d_1x1_to_linear, so linear-only quantization reaches them. `which`: "blog"
+    (diffusion-fast's conv_filter_fn) or "all" (ours: every pointwise conv). Safe twice."""
+    from torchao.quantization import swap_conv2d_1x1_to_linear
+
+    which = "all" if which is True else which
+    if which not in CONV_SWAPS or which is False:
+        raise RecipeError(f"Unknown 1x1-conv swap {which!r}: use 'blog' or 'all'.")
     refuse_after(pipe, "conv1x1_to_linear", "quantize", "compile")
-    swapped = sum(swap_conv1x1(m) for m in modules(pipe))
-    record(pipe, "conv1x1_to_linear", applied(pipe).get("conv1x1_to_linear", 0) + swapped)
+    for module in modules(pipe):
+        swap_conv2d_1x1_to_linear(module, CONV_FILTERS[which])
+    record(pipe, "conv1x1_to_linear", {"filter": which,
+                                       "swapped": sum(swapped_conv_count(m) for m in modules(pipe))})
     return pipe
 
 
 def quant_config(kind: str):
+    """torchao's config for `kind`, with set_inductor_config=False: torchao would otherwise
+    set inductor flags process-wide behind the recipe's back (torchao/quantization/quant_api.py
+    calls recommended_inductor_config_setter() in each transform when it is True). The blog's
+    flags are the recipe's inductor_flags, set by compile_pipeline."""
     from torchao.quantization import (Float8DynamicActivationFloat8WeightConfig,
                                       Int8DynamicActivationInt8WeightConfig,
                                       Int8WeightOnlyConfig)
 
     return {"int8-dynamic": Int8DynamicActivationInt8WeightConfig,
             "int8-weight-only": Int8WeightOnlyConfig,
-            "fp8-dynamic": Float8DynamicActivationFloat8WeightConfig}[kind]()
+            "fp8-dynamic": Float8DynamicActivationFloat8WeightConfig}[kind](
+        set_inductor_config=False)
+
+
+def select_filter(kind: str, quant_filter: str | Callable) -> Callable:
+    """The filter quantize() uses: the named or given one, and, for int8 dynamic, only linears
+    the int8 kernels take (int8_kernel_ok), whatever the filter."""
+    base = {"blog": blog_filter, "fastdiff": fastdiff_filter,
+            "all": lambda m, fqn="": isinstance(m, torch.nn.Linear)}.get(quant_filter, quant_filter)
+    if kind != "int8-dynamic":
+        return base
+    return lambda m, fqn="": base(m, fqn) and int8_kernel_ok(m)
 
 
 def _quantized(module) -> int:
@@ -86,21 +126,24 @@ def _quantized(module) -> int:
 def quantize(pipe, kind: str = "int8-dynamic", quant_filter: str | Callable = "blog"):
     """Quantize the linears of the denoiser and VAE with torchao's quantize_.
 
-    quant_filter: "blog" (see blog_filter), "all" (every nn.Linear) or a callable
-    (module, fqn) -> bool. Compile afterwards: without torch.compile the quantized matmuls
-    run unfused and are slower than bf16 (measured by others on FLUX: 130 s against 6.6 s)."""
+    quant_filter: "blog" (diffusion-fast's exact filter, blog_filter), "fastdiff" (ours,
+    fastdiff_filter), "all" (every nn.Linear) or a callable (module, fqn) -> bool. For int8
+    dynamic, linears the int8 kernels cannot take are always left out (int8_kernel_ok).
+    Compile afterwards: without torch.compile the quantized matmuls run unfused and are slower
+    than bf16 (measured by others on FLUX: 130 s against 6.6 s)."""
     if kind not in QUANTIZE or kind is None:
         raise RecipeError(f"Unknown quantization {kind!r}. Use one of: "
                           f"{', '.join(k for k in QUANTIZE if k)}.")
     if not callable(quant_filter) and quant_filter not in QUANT_FILTERS:
-        raise RecipeError(f"Unknown quant_filter {quant_filter!r}: use 'blog', 'all' or a "
-                          "function (module, fqn) -> bool.")
+        raise RecipeError(f"Unknown quant_filter {quant_filter!r}: use "
+                          f"{', '.join(repr(f) for f in QUANT_FILTERS)} or a function "
+                          "(module, fqn) -> bool.")
     if "quantize" in applied(pipe):
         raise RecipeError("This pipeline is already quantized; load a fresh pipeline.")
     refuse_after(pipe, "quantize", "compile")
     from torchao.quantization import quantize_
 
-    fn = blog_filter if quant_filter == "blog" else None if quant_filter == "all" else quant_filter
+    fn = select_filter(kind, quant_filter)
     for module in modules(pipe):
         quantize_(module, quant_config(kind), filter_fn=fn)
     count = sum(_quantized(m) for m in modules(pipe))
@@ -108,5 +151,7 @@ def quantize(pipe, kind: str = "int8-dynamic", quant_filter: str | Callable = "b
         warnings.warn(f"quant_filter={quant_filter!r} selected no linear layer: nothing was "
                       "quantized (tiny models have only small linears; try 'all').",
                       stacklevel=2)
-    record(pipe, "quantize", {"kind": kind, "linears": count})
+    record(pipe, "quantize", {"kind": kind, "linears": count,
+                              "filter": quant_filter if isinstance(quant_filter, str)
+                              else getattr(quant_filter, "__name__", "callable")})
     return pipe
