@@ -285,17 +285,22 @@ print(f"  one image: {full_size['per_image'] / 1e12:.0f} TFLOP")'''),
     md('''
 ## One helper call: the baseline
 
-The baseline is **true fp32** (TF32 off) with diffusers' classic attention processor, the first
-rung of `fdh.LADDER`, the blog's steps. Each later rung changes one thing of the one before:'''),
+The course's baseline is **true fp32** (TF32 off) with diffusers' classic attention processor,
+`fdh.BASELINE`, the first rung of `fdh.COURSE_LADDER`, the course's own ladder. The blog's ladder,
+`fdh.LADDER`, is exactly what diffusion-fast ran, and its "fp32" is not true fp32: every step ran
+under `torch.set_float32_matmul_precision("high")`, so its fp32 matmuls used TF32 (`tf32="blog"`).
+The two ladders, and what each rung changes from the course's baseline:'''),
     code('''
-for name, step_recipe in fdh.LADDER:
-    print(f"{name:15} {step_recipe.changes(fdh.BASELINE) or 'the baseline'}")'''),
+for title, ladder in [("the blog's ladder (fdh.LADDER)", fdh.LADDER),
+                      ("the course's ladder (fdh.COURSE_LADDER)", fdh.COURSE_LADDER)]:
+    print(title)
+    for name, step_recipe in ladder:
+        print(f"  {name:15} {step_recipe.changes(fdh.BASELINE) or 'the baseline'}")'''),
     md('''
-(The blog's "fp32" ran with TF32 matmuls on; notebook 02 makes TF32 its own step.)
-`fdh.apply` puts a recipe on a freshly loaded pipeline, and `recipe.to_code()` prints the same
-surgery as calls to paste into your own notebook.'''),
+Notebook 02 makes TF32 its own step. `fdh.apply` puts a recipe on a freshly loaded pipeline, and
+`recipe.to_code()` prints the same surgery as calls to paste into your own notebook.'''),
     code(f'''
-recipe = fdh.LADDER[0][1]
+recipe = fdh.BASELINE
 pipe = fdh.apply({LOAD}, recipe)
 print(recipe.to_code())'''),
     md('''
@@ -449,8 +454,13 @@ in bf16.
 - **fp16**: a 5-bit exponent (the largest finite value is 65504) and a 10-bit mantissa: finer,
   but an activation beyond 65504 becomes `inf`, and `inf - inf` is `NaN`.
 - **TF32**: not a storage format. fp32 numbers whose matmuls and convolutions run on tensor cores
-  with a 10-bit mantissa; a process-wide switch
-  (`torch.backends.cuda.matmul.fp32_precision = "tf32"`), no memory saved.'''),
+  with a 10-bit mantissa; a process-wide switch, no memory saved. The two sources turn it on
+  differently: the blog's code called `torch.set_float32_matmul_precision("high")` before every
+  step (`Recipe(tf32="blog")`), the diffusers guide shows
+  `torch.backends.cuda.matmul.allow_tf32 = True` (`Recipe(tf32="guide")`); both leave cuDNN's
+  convolutions at torch's default, which is TF32. The course's own `dtype="tf32"` (`tf32="on"`)
+  also sets the CUDA-wide level that inductor's compiled convolutions read. Every result records
+  the TF32 state it ran with (`result.tf32`).'''),
     code('''
 unet_parameters = fdh.PUBLISHED_PARAMETERS["sdxl"]["unet"]
 for dtype, nbytes in {"fp32 / tf32": 4, "bf16": 2, "fp16": 2}.items():
@@ -522,6 +532,12 @@ sets `force_upcast=True`, and the SDXL pipeline then decodes in fp32 even in an 
 - use the fp16-fix VAE, `madebyollin/sdxl-vae-fp16-fix`: SDXL's VAE fine-tuned so its
   activations stay within fp16's range, so it can decode in fp16 without upcasting.
 
+The blog used the fp16-fix VAE throughout: diffusion-fast loads it for every step of SDXL and
+SSD-1B, the fp32 step included, so the blog's ladder does too (`fdh.BLOG_LOADING`; load it
+yourself with `fdh.load_pipeline("sdxl", vae="fp16-fix")`, which takes its weights when
+pretrained and its config with random or tiny weights). Every result records the VAE it ran with
+(`result.vae`).
+
 Which of the course's VAEs ask for the upcast:'''),
     code('''
 for key, spec in fdh.MODELS.items():
@@ -551,7 +567,7 @@ if fdh.needs_gpu("decodes with the SDXL VAE in fp16 on the GPU"):
     print("fp16 VAE, no upcast:", fdh.compare_images(unsafe, baseline.image))
     del pipe'''),
     md('''
-The fix with the fp16-fix VAE, on a machine that can download it:
+The fix with the fp16-fix VAE, on a machine that can download it, in plain diffusers:
 
 ```python
 import torch
@@ -560,6 +576,8 @@ from diffusers import AutoencoderKL
 pipe.vae = AutoencoderKL.from_pretrained("madebyollin/sdxl-vae-fp16-fix",
                                          torch_dtype=torch.float16).to("cuda")
 ```
+
+or with the helpers, `fdh.load_pipeline("sdxl", weights="pretrained", vae="fp16-fix")`.
 
 ## The plain code behind the helper'''),
     code('''
@@ -882,23 +900,32 @@ else:
     md('''
 ## Regional compile
 
-Instead of the whole denoiser, `compile_scope="regional"` compiles its repeated blocks
-(transformer blocks, and here also the UNet's ResNet blocks) with diffusers'
-`compile_repeated_blocks`: blocks of the same shape share one compiled graph, so the cold start
-is shorter, and most of the speed remains. (diffusers 0.42 declares only the transformer blocks of
-a UNet and none for PixArt, where `compile_repeated_blocks` raises; the helper declares them.)
-Skipped in smoke mode: many small graphs take minutes to compile on a CPU.'''),
+Instead of the whole denoiser, regional compile compiles its repeated blocks: blocks of the same
+class and shapes can share compiled code, which is meant to shorten the cold start at some cost in
+speed. Three ways, as the diffusers guide shows them and one of the course's own:
+
+- `compile_scope="regional"`: diffusers' `compile_repeated_blocks()`, which compiles the blocks
+  the model class declares in `_repeated_blocks`. diffusers 0.42 declares `BasicTransformerBlock`
+  for the UNet (its ResNet blocks stay eager) and nothing for PixArt, so the helper refuses it
+  there and says what to use instead.
+- `compile_scope="regional-extended"`: the course's own, those blocks plus the ones diffusers leaves
+  eager (the UNet's `ResnetBlock2D`; PixArt's `BasicTransformerBlock`).
+- `compile_scope="regional-accelerate"`: accelerate's `compile_regions`, which compiles each
+  `ModuleList` of same-class blocks and the rest of the model separately.
+
+Whether any of them shortens the cold start on your machine is what the cell measures: compare
+the cold-start column. Skipped in smoke mode: many small graphs take minutes to compile on a CPU.'''),
     code(f'''
 results = [previous, result]
 if settings.smoke:
     print("Skipped in smoke mode: regional compile builds many small graphs, minutes on a CPU.")
 else:
     del pipe
-    torch._dynamo.reset()
-    pipe = fdh.apply({LOAD}, dataclasses.replace(recipe, compile_scope="regional"))
-    results.append(fdh.benchmark(pipe, prompt, step="+ compile, regional", baseline=previous, {BENCH}))
-    print(f"cold start: full {{result.cold_start_s:.1f}} s, regional {{results[-1].cold_start_s:.1f}} s; "
-          f"warm: full {{result.latency_s:.3f}} s, regional {{results[-1].latency_s:.3f}} s")
+    for scope in ["regional", "regional-extended", "regional-accelerate"]:
+        torch._dynamo.reset()
+        pipe = fdh.apply({LOAD}, dataclasses.replace(recipe, compile_scope=scope))
+        results.append(fdh.benchmark(pipe, prompt, step=f"+ compile, {{scope}}", baseline=previous, {BENCH}))
+        del pipe
 print(fdh.format_table(results))'''),
     md('''
 ### The modes, on a GPU
@@ -962,7 +989,7 @@ Keep compiled kernels between sessions: `export TORCHINDUCTOR_CACHE_DIR=$HOME/.c
 - `torch.compile` fuses ops and, with `max-autotune`, tunes kernels and replays CUDA graphs.
 - Check `fdh.graph_breaks` first; zero breaks lets `fullgraph=True` guard against slow paths.
 - Report the cold start apart from the warm time; the FX graph cache shortens the next cold
-  start; regional compile shortens it further.
+  start; regional compile is meant to shorten it too: measure it on your machine.
 - A new shape is a recompile: catch the unexpected ones with `error_on_recompile`.
 - Next, **05_fused_qkv**.'''),
 ]
@@ -987,8 +1014,10 @@ matmuls that read the same input. diffusers' `fuse_qkv_projections()` concatenat
 weight matrices into one (`to_qkv`), so a single matmul three times as wide reads the input once
 and produces all three; cross-attention fuses K and V (`to_kv`), which both read the text
 embedding. Fewer launches, one read of the input, and a larger matmul that fills the GPU better.
-On its own the gain is small: in the blog's A100 table SDXL went from 2.54 s (compiled) to 2.52 s
-with fused QKV.
+The blog does not credit fusion alone with a number: its 2.54 s -> 2.52 s for SDXL on an A100
+is the gain of its "additional optimizations" together (no graph breaks, no GPU syncs in the
+loop, and combined projections). Its stated reason to fuse is the next step: fusion "increases
+the size of the matmuls of the input projections and improves the impact of quantization".
 
 The one number: projection matmuls per denoiser call, counted on the full-size architecture (on
 the meta device, no memory):'''),
@@ -1214,7 +1243,8 @@ NB07 = [
 
 **What you will learn**
 - what dynamic int8 quantization does, and where it pays;
-- choosing the layers: the filter function (`fdh.techniques.blog_filter`, `quant_filter=`);
+- choosing the layers: the blog's filter function (`fdh.techniques.blog_filter`, diffusion-fast's
+  own, exactly) and the course's (`fdh.techniques.fastdiff_filter`), through `quant_filter=`;
 - turning 1x1 convolutions into linears so quantization reaches them;
 - why it needs `torch.compile`, and where it does not pay at all.'''),
     params(extra="import dataclasses\nimport torch\n"),
@@ -1231,40 +1261,64 @@ diffusers-torchao project on an H100 with FLUX.1-dev: 6.57 s in bf16, but 130 s 
 dynamic quantization *without* compile.
 
 The last rung of the ladder paid on the big models (SDXL 2.52 s -> 2.43 s in the blog's A100
-table) but not on SD1.5, whose matmuls are small at 512x512: 0.494 s -> 0.525 s, slower, in the
-blog's own numbers:'''),
+numbers) but not on SD1.5, whose matmuls are small at 512x512: 0.494 s -> 0.525 s, slower. The
+blog says why it may not be the last word: "Note that for Stable Diffusion v1-5 and PixArt-Alpha,
+we didn't explore the best shape combination criteria for applying dynamic int8 quantization. It
+might be possible to get better numbers with a better combination." Its SD1.5, SSD-1B and
+PixArt figures are published only as charts (`fdh.BLOG_A100_WHERE` says where each row was read):'''),
     code('''
 for model, row in fdh.BLOG_A100_SECONDS.items():
     print(f"{model:7} + fused QKV {row['+ fused QKV']:.3f} s -> + int8 dynamic {row['+ int8 dynamic']:.3f} s "
           f"({row['+ fused QKV'] / row['+ int8 dynamic']:.2f}x)")
-print("source:", fdh.BLOG_SOURCE)'''),
+    print(f"        read from: {fdh.BLOG_A100_WHERE[model]}")'''),
     md('''
 ## The filter function
 
-`quant_filter` decides which linears are quantized: `"blog"` (`fdh.techniques.blog_filter`: only
-large linears that see many tokens; not the timestep and size embeddings, which see one token,
-nor cross-attention's K and V, which see only the 77 or 120 text tokens), `"all"` (every
-`nn.Linear`) or your own function `(module, fqn) -> bool`.
+`quant_filter` decides which linears are quantized:
+
+- `"blog"`: diffusion-fast's `dynamic_quant_filter_fn`, exactly (`fdh.techniques.blog_filter`):
+  every `nn.Linear` with more than 16 input features, except 19 `(in_features, out_features)`
+  shapes its authors found not to gain, measured on SDXL ("Through experimentation, we found that
+  certain linear layers in the UNet and the VAE don't benefit", the blog says). The list is a
+  list of shapes, not of layers: the same list is applied to SD1.5 and PixArt, whose shapes differ.
+- `"fastdiff"`: the course's own heuristic, not the blog's (`fdh.techniques.fastdiff_filter`): only
+  linears of a million weights or more that see many tokens; not the timestep and size
+  embeddings, which see one token, nor cross-attention's K and V, which see only the 77 or 120
+  text tokens. Unmeasured on a GPU so far: compare it with the blog's on yours.
+- `"all"` (every `nn.Linear`) or your own function `(module, fqn) -> bool`.
+
+Whatever the filter, int8 dynamic leaves out a linear whose in or out features are not a multiple
+of 8 (`fdh.techniques.quantization.int8_kernel_ok`): torchao's int8 matmul falls back to a CPU
+matmul for those, a device-to-host sync on every call.
 
 The one number: how many of the full-size denoiser's linears each filter selects (counted on the
 meta device):'''),
     code('''
+from fastdiff_helpers.techniques.quantization import select_filter
+
 full = fdh.load_pipeline(settings.model, weights="random", device="meta")
 named = list(fdh.get_denoiser(full).named_modules())
 linears = sum(isinstance(m, torch.nn.Linear) for _, m in named)
-print(f"full-size {settings.model}: {linears} linears; blog_filter selects "
-      f"{sum(fdh.techniques.blog_filter(m, name) for name, m in named)}")'''),
+counts = {name: sum(select_filter("int8-dynamic", name)(m, n) for n, m in named)
+          for name in ("blog", "fastdiff", "all")}
+print(f"full-size {settings.model}: {linears} linears; int8 dynamic selects {counts}")'''),
     md('''
 ### 1x1 convolutions as linears
 
 A 1x1 convolution is a matmul over channels, but `quantize_` only replaces `nn.Linear` layers.
-`fdh.conv1x1_to_linear` swaps each 1x1 `Conv2d` for an equivalent linear (`Recipe(conv1x1_to_linear=True)`),
-so the filter can select them too:'''),
+The blog "turn[s] suitable pointwise convolution layers into linear layers": with torchao's
+`swap_conv2d_1x1_to_linear` and its `conv_filter_fn`, the 1x1 convs with 128 channels in or out,
+in every compiled step (not only the int8 one), on the UNet and the VAE. `fdh.conv1x1_to_linear(pipe,
+"blog")` does the same (`Recipe(conv1x1_to_linear="blog")`, part of `fdh.LADDER`'s compile step);
+`"all"` is the course's own option, every pointwise conv:'''),
     code('''
-fdh.conv1x1_to_linear(full)
-named = list(fdh.get_denoiser(full).named_modules())
-print(f"swapped {fdh.pipeline_info(full)['applied']['conv1x1_to_linear']} 1x1 convolutions (denoiser and VAE); "
-      f"blog_filter now selects {sum(fdh.techniques.blog_filter(m, name) for name, m in named)} denoiser linears")
+for which in ("blog", "all"):
+    full = fdh.load_pipeline(settings.model, weights="random", device="meta")
+    fdh.conv1x1_to_linear(full, which)
+    named = list(fdh.get_denoiser(full).named_modules())
+    swapped = fdh.pipeline_info(full)["applied"]["conv1x1_to_linear"]["swapped"]
+    print(f"{which!r}: swapped {swapped} 1x1 convolutions (denoiser and VAE); the blog's filter now "
+          f"selects {sum(fdh.techniques.blog_filter(m, n) for n, m in named)} denoiser linears")
 del full, named'''),
     md('''
 ## The previous step: bf16 + SDPA + fused QKV (eager)'''),
@@ -1278,11 +1332,10 @@ print(previous.summary())'''),
     md('''
 ## One helper call: quantize, without compile
 
-Eager first, to see the warning and its cost. The tiny model's linears are all far below the
-blog filter's size threshold, so with tiny weights the cell quantizes every linear
-(`quant_filter="all"`); with real weights it uses the blog's filter.'''),
+Eager first, to see the warning and its cost, with the blog's filter. (On the tiny model it
+selects most linears: its shapes are not among the 19 the blog excluded.)'''),
     code(f'''
-quant_filter = "all" if weights == "tiny" else "blog"
+quant_filter = "blog"
 recipe = dataclasses.replace(previous_recipe, quantize="int8-dynamic", quant_filter=quant_filter)
 pipe = fdh.apply({LOAD}, recipe)  # warns: quantization without compile
 result = fdh.benchmark(pipe, prompt, step="+ int8, eager", baseline=previous, {BENCH})
@@ -1296,8 +1349,11 @@ Quantization changes the numbers: the PSNR against the bf16 image says by how mu
     md('''
 ## With compile: the ladder's last two steps
 
-The ladder's int8 step compiles with `max-autotune`, the inductor flags and the two the blog
-added for int8 (`force_fuse_int_mm_with_mul`, `use_mixed_mm`, where this torch still has them).
+The ladder's int8 step compiles with `max-autotune`, the inductor flags and the one the blog
+added for int8 that torch still reads, `force_fuse_int_mm_with_mul` (the blog also set
+`use_mixed_mm`, which torch 2.13 ignores: its config calls it deprecated, so the course does not
+set it). torchao's configs would set inductor flags of their own, process-wide; the helpers pass
+`set_inductor_config=False`, so the recipe's flags are the only ones.
 On a GPU, `fdh.run_ladder` runs the two steps on fresh pipelines (minutes each: compile):'''),
     gpu('''
 if fdh.needs_gpu("compiles with max-autotune and runs int8 matmuls on the GPU"):
@@ -1330,9 +1386,10 @@ fdh.compile_pipeline(pipe, mode="max-autotune")
 
 ## Exercises
 
-1. On a GPU, quantize with `quant_filter="all"` instead of `"blog"`. Which small linears make it
-   slower, and why?
-2. Add `conv1x1_to_linear=True` to the int8 recipe. Does quantizing the 1x1 convolutions pay?
+1. On a GPU, quantize with `quant_filter="all"`, then `"fastdiff"`, instead of `"blog"`. Which
+   linears make it slower, and why?
+2. Use `conv1x1_to_linear="all"` in the int8 recipe instead of the blog's `"blog"`. Does
+   quantizing every 1x1 convolution pay?
 3. Try `quantize="int8-weight-only"`: weights in int8, activations in bf16. When would that win
    (hint: batch size 1, memory-bound matmuls)?
 4. Why does int8 dynamic not pay on SD1.5 at 512x512? Count its tokens per attention layer.
@@ -1341,7 +1398,8 @@ fdh.compile_pipeline(pipe, mode="max-autotune")
 
 - Dynamic int8 quantizes weights once and activations on every call; it pays on large matmuls
   with many tokens, and only with `torch.compile`.
-- Choose the layers with a filter; swap 1x1 convolutions for linears to let it reach them.
+- Choose the layers with a filter (the blog's is a list of shapes measured on SDXL); swap 1x1
+  convolutions for linears to let it reach them.
 - It can make a model slower (SD1.5 in the blog's numbers): measure it, with its quality cost.
 - Next, **08_all_models**.'''),
 ]
@@ -1361,7 +1419,13 @@ NB08 = [
 `fdh.run_ladder` runs every step of `fdh.LADDER` on a **fresh** pipeline (a pipeline takes one
 recipe), records a failing step instead of stopping, compares each image with the first step's,
 and with `out=` writes results, images and charts as it goes (here under `out/08_all_models/`,
-which git ignores).'''),
+which git ignores).
+
+`fdh.LADDER` is the blog's ladder, exactly as diffusion-fast ran it, and `run_ladder` loads each
+model as diffusion-fast did (`fdh.BLOG_LOADING`): SDXL and SSD-1B with the fp16-fix VAE, SD1.5
+with `DPMSolverMultistepScheduler` ("As the default scheduler of SD v1-5 doesn't have sigmas
+device placement", its code says), PixArt as it comes. Every result records its VAE, scheduler
+and TF32 state. The course's own ladder, `fdh.COURSE_LADDER`, runs beside it at the end.'''),
     params(extra="from pathlib import Path\n"),
     md('''
 In smoke mode the compile steps (`+ compile`, `+ fused QKV`, `+ int8 dynamic`, which compiles
@@ -1435,6 +1499,20 @@ for model, results in results_by_model.items():
     print(model.ljust(7), "  ".join(f"{r.step}: {r.quality['psnr']:.1f} dB" if r.ok else f"{r.step}: failed"
                                     for r in results))'''),
     md('''
+## The course's own ladder beside the blog's
+
+`run_ladder(..., ladder="course")` runs `fdh.COURSE_LADDER`: a true fp32 baseline with TF32 as a
+step of its own, the pipeline's own VAE and scheduler, no 1x1-conv swap, sync removal as a step,
+and the course's own int8 filter. Its step names say what each changes, so the two ladders are
+never mixed up in a table.'''),
+    code('''
+course_steps = ["fp32, TF32 off", "+ TF32", "bf16"] if settings.smoke else None
+s = fdh.course_settings("sdxl")
+course = fdh.run_ladder("sdxl", ladder="course", steps_filter=course_steps,
+                        out=out / "sdxl-course", **s.ladder_kwargs())
+for r in course:
+    print(f"{r.step:16} vae={r.vae}, scheduler={r.scheduler}, TF32 matmul={r.tf32.get('matmul')}")'''),
+    md('''
 ## Against the blog's A100 numbers
 
 The same chart per model with the blog's A100 timings beside ours: meaningful only for real
@@ -1445,6 +1523,7 @@ own GPU results where they are committed.'''),
 print(f"Published ({fdh.BLOG_SOURCE}):")
 for model in models:
     print(f"  {model:7}", ", ".join(f"{step}: {s} s" for step, s in fdh.BLOG_A100_SECONDS[model].items()))
+    print(f"          read from: {fdh.BLOG_A100_WHERE[model]}")
 measured = {model: fdh.reference_results(model) for model in models}
 if not any(measured.values()):
     print("No GPU reference results are committed yet (results/<gpu>/<model>/results.jsonl).")
