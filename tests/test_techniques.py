@@ -123,6 +123,9 @@ CODE_RECIPES = [
     fdh.Recipe(dtype="bf16", attention="sdpa", fuse_qkv=True, quantize="int8-dynamic",
                quant_filter="all"),
     fdh.Recipe(dtype="tf32", attention="sdpa"),
+    # the blog's filters (int8 guard included), the guide's TF32 switch
+    fdh.Recipe(dtype="bf16", tf32="guide", attention="sdpa", conv1x1_to_linear="blog",
+               fuse_qkv=True, quantize="int8-dynamic", quant_filter="blog"),
 ]
 
 
