@@ -11,7 +11,7 @@ import torch
 from ..loading import pipeline_device, pipeline_info
 from ..recipe import Recipe, RecipeError
 from .attention import SDPABackendProcessor, set_attention
-from .compile import (capture_denoiser_inputs, compile_pipeline, graph_breaks,
+from .compile import (capture_denoiser_inputs, check_scope, compile_pipeline, graph_breaks,
                       set_channels_last, set_inductor_flags)
 from .fusion import fuse_qkv
 from .precision import set_precision, set_tf32, tf32_state
@@ -85,6 +85,8 @@ def apply(pipe, recipe: Recipe):
                           f"({', '.join(info['applied'])}); load a fresh pipeline for apply().")
     device = pipeline_device(pipe)
     recipe.check_device(str(device))
+    if recipe.compile:
+        check_scope(pipe, recipe.compile_scope)
     if recipe.quantize and recipe.compile is None:
         warnings.warn(UNCOMPILED_QUANT_WARNING.format(kind=recipe.quantize), stacklevel=2)
 

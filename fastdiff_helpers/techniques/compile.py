@@ -48,6 +48,22 @@ def set_channels_last(pipe):
     return pipe
 
 
+def check_scope(pipe, scope: str) -> None:
+    """Refuse, before any work, a regional scope this pipeline's denoiser cannot take."""
+    denoiser = get_denoiser(pipe)
+    if scope == "regional" and not getattr(denoiser, "_repeated_blocks", None):
+        raise RecipeError(f"diffusers declares no repeated blocks for {type(denoiser).__name__} "
+                          "(compile_repeated_blocks would raise): use compile_scope="
+                          "'regional-extended' or 'regional-accelerate'.")
+    if scope == "regional-accelerate" and hasattr(pipe, "unet"):
+        # accelerate's compile_regions wraps leaf modules in torch.compile's OptimizedModule,
+        # whose __len__ raises; the UNet's forward tests `if self.conv_norm_out:`, so the first
+        # call fails ("GroupNorm does not support len()", diffusers 0.42 / accelerate 1.15)
+        raise RecipeError("accelerate's compile_regions breaks diffusers' UNet (its forward "
+                          "tests `if self.conv_norm_out:` on a wrapped GroupNorm): use "
+                          "compile_scope='regional' or 'regional-extended' for UNet models.")
+
+
 def compile_blocks(module: torch.nn.Module, class_names, **kwargs) -> int:
     """Compile in place every submodule whose class is named in `class_names` (public APIs
     only: diffusers offers no way to extend the blocks compile_repeated_blocks compiles)."""
@@ -74,6 +90,7 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
     if "compile" in applied(pipe):
         raise RecipeError("This pipeline is already compiled; load a fresh pipeline to compile "
                           "it another way.")
+    check_scope(pipe, scope)
     if inductor_flags:
         record(pipe, "inductor_flags", set_inductor_flags("quantize" in applied(pipe)))
     if dynamic:
@@ -88,11 +105,6 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
     if scope == "full":
         denoiser.compile(**kwargs)
     elif scope == "regional":
-        if not getattr(denoiser, "_repeated_blocks", None):
-            raise RecipeError(f"diffusers declares no repeated blocks for "
-                              f"{type(denoiser).__name__}, so compile_scope='regional' has "
-                              "nothing to compile: use 'regional-extended' or "
-                              "'regional-accelerate'.")
         denoiser.compile_repeated_blocks(**kwargs)
     elif scope == "regional-extended":
         compile_blocks(denoiser, EXTENDED_BLOCKS["unet" if hasattr(pipe, "unet") else
