@@ -15,11 +15,13 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from .compile_events import compiled, events_between, snapshot
 from .loading import FastdiffError, call_kwargs, pipeline_device, pipeline_info
 
 __all__ = ["benchmark", "time_call", "synchronize", "naive_time", "run_ladder", "format_table"]
 
 DEFAULT_PROMPT = "a photo of an astronaut riding a horse on mars"
+MAX_EXTRA_WARMUP = 3  # untimed calls added while the call before still compiled
 STAGES = ("text_encoding", "denoising", "vae_decode")
 
 
@@ -154,6 +156,11 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     2. Warm-up: the cold-start call counts as the first warm-up call, so warmup=2 means the
        cold start plus 1 more untimed call (warmup=0 or 1: the cold start only).
     3. `runs` timed calls, each synchronised on a GPU -> latency_samples, latency_s (median).
+    Every call is watched for compilation (fdh.compile_events): while the last untimed call
+    still compiled, up to MAX_EXTRA_WARMUP more untimed calls run (said in notes); a timed
+    call that compiled is flagged (Result.compiled_during_timing). The cold start is split into
+    compile (dynamo, inductor, autotuning where torch records it) and the call itself
+    (Result.cold_start_split).
     Every call uses a fresh generator seeded with `seed`, so every call makes the same image.
     Per call, stage times (text_encoding, denoising, vae_decode; medians in stages, every
     sample in stage_samples), peak memory over the timed calls (CUDA max allocated; on a CPU
@@ -188,20 +195,36 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
                disable=not progress or bool(os.environ.get("TQDM_DISABLE")), leave=False)
     samples: list[float] = []
     stage_samples: dict[str, list[float]] = {}
+    compiles: dict[str, Any] = {"warmup": [], "timed": [], "extra_warmup": 0}
+
+    def counted(fn: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
+        before = snapshot()
+        out = fn()
+        return out, events_between(before, snapshot())
+
     try:
         with _stage_marks(pipe, device) as marks:
-            image, cold = time_call(call, device)
+            (image, cold), compiles["cold"] = counted(lambda: time_call(call, device))
             bar.update(1)
             bar.set_description("warm-up")
+            last = compiles["cold"]
             for _ in range(extra_warmup):
-                call()
+                _, last = counted(call)
+                compiles["warmup"].append(last["frames"])
                 bar.update(1)
+            # warm up until nothing compiles any more (a second graph, a recompile), bounded
+            while compiled(last) and compiles["extra_warmup"] < MAX_EXTRA_WARMUP:
+                bar.set_description("warm-up (still compiling)")
+                _, last = counted(call)
+                compiles["warmup"].append(last["frames"])
+                compiles["extra_warmup"] += 1
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             bar.set_description("timing")
             for _ in range(runs):
                 marks.reset()  # forget the marks of the untimed calls
-                image, seconds = time_call(call, device)
+                (image, seconds), events = counted(lambda: time_call(call, device))
+                compiles["timed"].append(events["frames"])
                 samples.append(seconds)
                 for stage, value in marks.read().items():
                     stage_samples.setdefault(stage, []).append(value)
@@ -210,6 +233,16 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
         bar.close()
 
     notes: list[str] = []
+    if compiles["extra_warmup"]:
+        notes.append(f"{compiles['extra_warmup']} extra warm-up call(s): the call before still "
+                     "compiled" + (f" (stopped at {MAX_EXTRA_WARMUP})" if compiled(last) else ""))
+    if any(compiles["timed"]):
+        notes.append(f"COMPILED DURING TIMING: timed calls compiled {compiles['timed']} frame(s); "
+                     "these samples include compilation (see recompile_reasons())")
+    cold_events = compiles["cold"]
+    cold_split = {key: cold_events[key] for key in ("compile_s", "dynamo_s", "inductor_s",
+                                                    "autotune_s")}
+    cold_split["call_s"] = max(cold - cold_events["compile_s"], 0.0)
     if device.type == "cuda":
         peak, kind = torch.cuda.max_memory_allocated(device), "cuda_max_allocated"
     else:
@@ -243,7 +276,8 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
         stage_samples=stage_samples, flops_per_image=float(flops),
         tflops_per_s=flops / latency / 1e12 if device.type == "cuda" else None,
         quality=quality, env=env, notes=notes, image=image, vae=info.get("vae", "pipeline"),
-        scheduler=type(pipe.scheduler).__name__, tf32=tf32_state())
+        scheduler=type(pipe.scheduler).__name__, tf32=tf32_state(),
+        compile_events=dict(compiles, cold=cold_events), cold_start_split=cold_split)
 
 
 # run_ladder and format_table live in ladder.py (one topic per file); ladder.py imports

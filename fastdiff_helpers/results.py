@@ -33,7 +33,7 @@ _REQUIRED = (
 # load. Elsewhere (recipe, env, notes) a string stays a string: a prompt may well be "nan".
 _NUMERIC = (
     "guidance", "latency_s", "latency_samples", "cold_start_s", "stages", "stage_samples",
-    "flops_per_image", "tflops_per_s", "quality",
+    "flops_per_image", "tflops_per_s", "quality", "cold_start_split", "load_s",
 )
 _NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
@@ -87,6 +87,11 @@ class Result:
     vae: str | None = None
     scheduler: str | None = None
     tf32: dict = field(default_factory=dict)
+    # compilation seen by benchmark(): frames compiled in the cold start ("cold": events dict),
+    # per warm-up and per timed call ("warmup", "timed": frame counts), extra warm-up calls
+    compile_events: dict = field(default_factory=dict)
+    cold_start_split: dict = field(default_factory=dict)  # compile_s, dynamo_s, inductor_s, ...
+    load_s: float | None = None  # load_pipeline + apply, where run_ladder measured it
     created_at: str = ""
     image_path: str | None = None
     schema_version: int = SCHEMA_VERSION
@@ -111,6 +116,11 @@ class Result:
             return 0.0
         q1, _, q3 = statistics.quantiles(self.latency_samples, n=4, method="inclusive")
         return q3 - q1
+
+    @property
+    def compiled_during_timing(self) -> bool:
+        """True when a timed call compiled something: its samples include compilation."""
+        return any(self.compile_events.get("timed", []))
 
     @property
     def ok(self) -> bool:
