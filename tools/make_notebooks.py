@@ -764,8 +764,10 @@ launch. In the blog's A100 table, compile took SDXL from 3.31 s to 2.54 s and SD
 1.178 s to 0.500 s.
 
 The one number: how many ops dynamo captures in one denoiser call, each a separate launch from
-Python in eager mode. `fdh.graph_breaks` runs `torch._dynamo.explain` on the denoiser with the
-inputs the pipeline really passes.'''),
+Python in eager mode. `fdh.graph_breaks` traces the denoiser with the inputs the pipeline really
+passes and reports dynamo's graphs, breaks and ops. It uses dynamo's `ExplainWithBackend` rather
+than `torch._dynamo.explain`, because `explain` calls `torch._dynamo.reset()`, which throws away
+every compiled model in the process.'''),
     code(f'''
 previous_recipe = fdh.LADDER[2][1]  # "+ SDPA": bf16, SDPA, eager
 pipe = fdh.apply({LOAD}, previous_recipe)
@@ -951,7 +953,7 @@ Keep compiled kernels between sessions: `export TORCHINDUCTOR_CACHE_DIR=$HOME/.c
 2. Capture the denoiser's inputs with `args, kw = fdh.capture_denoiser_inputs(pipe)` on an
    uncompiled pipeline and run `torch._dynamo.explain(fdh.get_denoiser(pipe).forward)(*args,
    **{**kw, "return_dict": True})` inside `torch.inference_mode()`. Does your torch break the
-   graph on the output dataclass?
+   graph on the output dataclass? (`explain` resets dynamo: compiled pipelines recompile after.)
 3. Compile with `dynamic=False`, then call two resolutions. How many cold starts do you pay, and
    what does `torch._dynamo.config.recompile_limit` protect against?
 4. Run the notebook twice with `TORCHINDUCTOR_CACHE_DIR` set to an empty folder. How much of the
