@@ -16,6 +16,16 @@ COMPILE_MODES = (None, "default", "max-autotune", "max-autotune-no-cudagraphs",
                  "reduce-overhead")
 CUDA_ONLY_COMPILE = ("max-autotune", "reduce-overhead")  # both capture CUDA graphs
 CUDA_ONLY_ATTENTION = ("sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
+# Regional compile with CUDA graphs: each compiled block replays its own graph, whose output
+# buffer the next replay overwrites while the next block still reads it ("accessing tensor
+# output of CUDAGraphs that has been overwritten", pytorch/pytorch#152887, open). The same
+# inductor mode without graphs:
+REGIONAL_COMPILE = {"max-autotune": "max-autotune-no-cudagraphs", "reduce-overhead": "default"}
+REGIONAL_CUDAGRAPH_ERROR = (
+    "compile={mode!r} with compile_scope='regional' captures one CUDA graph per block, and each "
+    "block's replay overwrites the output the next block reads (pytorch/pytorch#152887). Use "
+    "compile={fix!r} with 'regional', or compile_scope='full' (Recipe.for_device makes the "
+    "change for you).")
 SCOPES = ("full", "regional")
 QUANTIZE = (None, "int8-dynamic", "int8-weight-only", "fp8-dynamic")
 QUANT_FILTERS = ("blog", "all")
@@ -100,6 +110,9 @@ class Recipe:
         if not cuda and self.attention in CUDA_ONLY_ATTENTION:
             raise RecipeError(f"attention={self.attention!r} is a CUDA kernel; on {device} use "
                               "'sdpa' or 'sdpa-math'.")
+        if cuda and self.compile_scope == "regional" and self.compile in REGIONAL_COMPILE:
+            raise RecipeError(REGIONAL_CUDAGRAPH_ERROR.format(
+                mode=self.compile, fix=REGIONAL_COMPILE[self.compile]))
         if not cuda and self.compile in CUDA_ONLY_COMPILE:
             raise RecipeError(f"compile={self.compile!r} captures CUDA graphs and needs a GPU; "
                               f"on {device} use 'default' or 'max-autotune-no-cudagraphs' "
@@ -113,11 +126,19 @@ class Recipe:
 
     def for_device(self, device: str) -> tuple["Recipe", list[str]]:
         """The closest recipe this device can run, and a note for each change made."""
-        if device.startswith("cuda") or self.compile not in CUDA_ONLY_COMPILE:
+        if self.compile not in CUDA_ONLY_COMPILE:
             return self, []
-        note = (f"compile={self.compile!r} needs CUDA graphs: ran compile='default' on "
-                f"{device}")
-        return replace(self, compile="default"), [note]
+        if not device.startswith("cuda"):
+            note = (f"compile={self.compile!r} needs CUDA graphs: ran compile='default' on "
+                    f"{device}")
+            return replace(self, compile="default"), [note]
+        if self.compile_scope == "regional":
+            fix = REGIONAL_COMPILE[self.compile]
+            note = (f"compile={self.compile!r} with compile_scope='regional' would replay one "
+                    "CUDA graph per block, each overwriting the output the next block reads "
+                    f"(pytorch/pytorch#152887): ran compile={fix!r}")
+            return replace(self, compile=fix), [note]
+        return self, []
 
     # -- records ------------------------------------------------------------------------
 

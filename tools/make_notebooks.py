@@ -889,6 +889,9 @@ Instead of the whole denoiser, `compile_scope="regional"` compiles its repeated 
 `compile_repeated_blocks`: blocks of the same shape share one compiled graph, so the cold start
 is shorter, and most of the speed remains. (diffusers 0.42 declares only the transformer blocks of
 a UNet and none for PixArt, where `compile_repeated_blocks` raises; the helper declares them.)
+Regional compile runs without CUDA graphs: each block would replay its own graph, and a replay
+overwrites the output the next block is about to read (pytorch/pytorch#152887), so
+`Recipe.for_device` turns `max-autotune` into `max-autotune-no-cudagraphs` here and says so.
 Skipped in smoke mode: many small graphs take minutes to compile on a CPU.'''),
     code(f'''
 results = [previous, result]
@@ -897,7 +900,9 @@ if settings.smoke:
 else:
     del pipe
     torch._dynamo.reset()
-    pipe = fdh.apply({LOAD}, dataclasses.replace(recipe, compile_scope="regional"))
+    regional, notes = dataclasses.replace(recipe, compile_scope="regional").for_device(settings.device)
+    print("\\n".join(notes))
+    pipe = fdh.apply({LOAD}, regional)
     results.append(fdh.benchmark(pipe, prompt, step="+ compile, regional", baseline=previous, {BENCH}))
     print(f"cold start: full {{result.cold_start_s:.1f}} s, regional {{results[-1].cold_start_s:.1f}} s; "
           f"warm: full {{result.latency_s:.3f}} s, regional {{results[-1].latency_s:.3f}} s")

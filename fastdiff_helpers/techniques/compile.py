@@ -8,8 +8,9 @@ from typing import Any
 
 import torch
 
-from ..loading import call_kwargs, get_denoiser
-from ..recipe import COMPILE_MODES, SCOPES, RecipeError
+from ..loading import call_kwargs, get_denoiser, pipeline_device
+from ..recipe import (COMPILE_MODES, REGIONAL_COMPILE, REGIONAL_CUDAGRAPH_ERROR, SCOPES,
+                      RecipeError)
 from ._state import applied, modules, record
 
 # The blog's four inductor settings, and the two it added for int8 dynamic quantization.
@@ -57,6 +58,8 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
                           f"{', '.join(m for m in COMPILE_MODES if m)}.")
     if scope not in SCOPES:
         raise RecipeError(f"Unknown compile scope {scope!r}. Use 'full' or 'regional'.")
+    if scope == "regional" and mode in REGIONAL_COMPILE and pipeline_device(pipe).type == "cuda":
+        raise RecipeError(REGIONAL_CUDAGRAPH_ERROR.format(mode=mode, fix=REGIONAL_COMPILE[mode]))
     if "compile" in applied(pipe):
         raise RecipeError("This pipeline is already compiled; load a fresh pipeline to compile "
                           "it another way.")
