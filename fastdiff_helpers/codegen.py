@@ -67,11 +67,11 @@ def _plain(r: Recipe) -> list[str]:
                       f"pipe.vae.set_attn_processor({fused}AttnProcessor2_0())", ""]
         else:
             backend = attention.SDPA_BACKENDS[r.attention]
-            lines += _source(attention.SDPABackendProcessor)
-            lines += [f"denoiser.set_attn_processor(SDPABackendProcessor({backend!r}, "
-                      f"fused={r.fuse_qkv}))",
-                      f"pipe.vae.set_attn_processor(SDPABackendProcessor({backend!r}, "
-                      f"fused={r.fuse_qkv}))", ""]
+            lines += ["# what each forced kernel takes (torch's cuda/sdp_utils.cpp)",
+                      f"SDPA_LIMITS = {{{backend!r}: {attention.SDPA_LIMITS[backend]!r}}}", ""]
+            lines += _source(attention.SDPABackendProcessor, attention.pin_backend)
+            lines += [f"pin_backend(denoiser, {backend!r})",
+                      f"pin_backend(pipe.vae, {backend!r})", ""]
     if r.channels_last:
         lines += ["denoiser.to(memory_format=torch.channels_last)",
                   "pipe.vae.to(memory_format=torch.channels_last)", ""]

@@ -93,6 +93,10 @@ class Recipe:
         if self.fuse_qkv and self.attention == "classic":
             raise RecipeError("fuse_qkv needs an SDPA attention (diffusers' fused processor "
                               "calls scaled_dot_product_attention): set attention='sdpa'.")
+        if self.attention in ("sdpa-flash", "sdpa-cudnn") and self.dtype in ("fp32", "tf32"):
+            # torch's cuda/sdp_utils.cpp: check_dtypes_flash_attention, check_dtypes_low_precision
+            raise RecipeError(f"attention={self.attention!r} runs only in fp16/bf16: set "
+                              "dtype='bf16', or use 'sdpa-efficient' or 'sdpa-math' in fp32.")
         if self.quantize and self.dtype in ("fp32", "tf32") and self.quantize != "int8-weight-only":
             raise RecipeError(f"quantize={self.quantize!r} is meant for bf16 models (the blog "
                               "quantizes a bf16 UNet): set dtype='bf16'.")

@@ -159,7 +159,7 @@ def test_invalid_values_fail_on_construction_with_what_to_do():
      "fp8-dynamic needs a GPU with fp8"),
     (fdh.Recipe(attention="sdpa", compile="max-autotune"), "needs a GPU.*'default'"),
     (fdh.Recipe(attention="sdpa", compile="reduce-overhead"), "needs a GPU"),
-    (fdh.Recipe(attention="sdpa-flash"), "CUDA kernel.*'sdpa-math'"),
+    (fdh.Recipe(dtype="bf16", attention="sdpa-flash"), "CUDA kernel.*'sdpa-math'"),
 ])
 def test_device_checks_refuse_before_any_work(recipe, message):
     pipe = fresh("sd15")

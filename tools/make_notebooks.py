@@ -669,22 +669,27 @@ del pipe
 results = [previous, result, math_result]
 print(fdh.format_table(results))'''),
     md('''
-On a GPU, every backend in turn. A backend that cannot run these shapes or this dtype on this GPU
-raises instead of falling back (that is what forcing a backend means); the cell reports it and
-goes on.'''),
+On a GPU, every backend in turn. Each kernel has limits (torch's `cuda/sdp_utils.cpp`, written
+down in `fdh.techniques.attention.SDPA_LIMITS`): flash takes head dims up to 256, cuDNN up to
+128, both only in fp16/bf16, and flash takes no attention mask. Every VAE attention has one head
+512 wide, so the helper pins a backend only on the attentions it can run and leaves the rest on
+default SDPA; a recipe no attention could run (flash or cuDNN in fp32, flash on PixArt's masked
+cross-attention) is refused before any work. A backend that still cannot run on this GPU raises
+instead of falling back (that is what forcing a backend means); the cell reports it and goes
+on.'''),
     gpu(f'''
 if fdh.needs_gpu("flash, memory-efficient and cuDNN attention are CUDA kernels"):
     print("enabled in torch:", {{k: v for k, v in fdh.env_report().items() if k.startswith("sdpa_")}})
     backends = []
     for attention in ["sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-math"]:
-        pipe = fdh.apply(fdh.load_pipeline(settings.model, weights=settings.weights, device="cuda"),
-                         fdh.Recipe(dtype="bf16", attention=attention))
         try:
+            pipe = fdh.apply(fdh.load_pipeline(settings.model, weights=settings.weights, device="cuda"),
+                             fdh.Recipe(dtype="bf16", attention=attention))
             backends.append(fdh.benchmark(pipe, prompt, step=attention, baseline=previous, {BENCH}))
             print(backends[-1].summary())
-        except RuntimeError as err:  # e.g. "No available kernel" for this GPU, dtype or shape
+        except (RuntimeError, fdh.RecipeError) as err:  # refused, or "No available kernel"
             print(f"{{attention}}: cannot run here: {{str(err).splitlines()[0]}}")
-        del pipe
+        pipe = None
     print(fdh.format_table(backends))'''),
     md('''
 ## Speed, memory and images'''),
