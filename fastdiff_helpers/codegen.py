@@ -42,7 +42,7 @@ def _fdh(r: Recipe) -> list[str]:
 
 
 def _plain(r: Recipe) -> list[str]:
-    from .techniques import attention, compile as comp, precision, quantization, syncs
+    from .techniques import attention, compile as comp, fusion, precision, quantization, syncs
 
     dtype = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
     lines = ["import torch", "", _DENOISER, "", "# precision (TF32 is a process-wide switch)",
@@ -60,7 +60,10 @@ def _plain(r: Recipe) -> list[str]:
         fused = "Fused" if r.fuse_qkv else ""
         if r.fuse_qkv:
             lines += ["# fused QKV projections (diffusers installs its fused SDPA processor)",
-                      "denoiser.fuse_qkv_projections()", "pipe.vae.fuse_qkv_projections()", ""]
+                      "denoiser.fuse_qkv_projections()", "pipe.vae.fuse_qkv_projections()"]
+            lines += _source(fusion.drop_unfused_projections)
+            lines += ["drop_unfused_projections(denoiser)", "drop_unfused_projections(pipe.vae)",
+                      ""]
         if r.attention == "sdpa":
             lines += [f"from diffusers.models.attention_processor import {fused}AttnProcessor2_0",
                       f"denoiser.set_attn_processor({fused}AttnProcessor2_0())",

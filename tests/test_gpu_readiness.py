@@ -164,3 +164,43 @@ def test_apply_refuses_flash_on_pixart_before_any_work(monkeypatch):
     with pytest.raises(RecipeError, match="refuses an attention mask"):
         fdh.apply(pipe, fdh.Recipe(dtype="bf16", attention="sdpa-flash"))
     assert pipe.transformer.dtype == torch.float32 and not fdh.pipeline_info(pipe)["applied"]
+
+
+# -- fused QKV holds no more weights than the unfused model -------------------------------
+
+def test_fused_qkv_keeps_the_parameter_count_of_full_size_sdxl():
+    pipe = fdh.load_pipeline("sdxl", weights="random", device="meta")
+    before = fdh.count_parameters(pipe)
+    assert before["unet"] == 2_567_463_684  # shared/notes/facts.md
+    fdh.fuse_qkv(fdh.set_attention(pipe, "sdpa"))
+    after = fdh.count_parameters(pipe)
+    for name in ("unet", "vae"):  # biases are concatenated, not added: the counts are equal
+        assert after[name] == before[name], name
+    unet = pipe.unet
+    self_attn = unet.get_submodule("down_blocks.1.attentions.0.transformer_blocks.0.attn1")
+    cross = unet.get_submodule("down_blocks.1.attentions.0.transformer_blocks.0.attn2")
+    assert not hasattr(self_attn, "to_q") and self_attn.to_qkv.out_features == 3 * 640
+    assert cross.to_q.out_features == 640 and not hasattr(cross, "to_k")
+    assert fdh.current_recipe(pipe)["fuse_qkv"] is True
+
+
+@pytest.mark.parametrize("model", ["sdxl", "pixart"])
+@pytest.mark.parametrize("flavour", [None, "plain"])
+def test_fused_tiny_pipelines_match_the_unfused_image(model, flavour):
+    def image(pipe):
+        kwargs = fdh.call_kwargs(pipe, steps=2, seed=0)
+        kwargs["output_type"] = "np"
+        with torch.inference_mode():
+            return pipe(**kwargs).images[0].astype(np.float64)
+
+    reference = image(fdh.set_attention(fresh(model), "sdpa"))
+    recipe = fdh.Recipe(attention="sdpa", fuse_qkv=True)
+    if flavour is None:
+        pipe = fdh.apply(fresh(model), recipe)
+    else:
+        namespace = {"pipe": fresh(model)}
+        exec(recipe.to_code("plain"), namespace)
+        pipe = namespace["pipe"]
+    unfused = fdh.count_parameters(fresh(model))
+    assert fdh.count_parameters(pipe) == unfused
+    assert np.abs(image(pipe) - reference).max() <= 1e-4
