@@ -204,3 +204,54 @@ def test_fused_tiny_pipelines_match_the_unfused_image(model, flavour):
     unfused = fdh.count_parameters(fresh(model))
     assert fdh.count_parameters(pipe) == unfused
     assert np.abs(image(pipe) - reference).max() <= 1e-4
+
+
+# -- peak memory: allocated vs reserved (CUDA-graph pools show only in reserved) -----------
+
+def _memory_result(**kw):
+    from fastdiff_helpers.results import Result
+
+    fields = dict(model="sdxl", weights="random", step="+ compile", recipe={}, device_name="H100",
+                  height=1024, width=1024, steps=30, latency_s=2.5, latency_samples=[2.5] * 3,
+                  peak_memory_bytes=9 * 2**30, peak_memory_kind="cuda_max_allocated",
+                  peak_reserved_bytes=12 * 2**30)
+    fields.update(kw)
+    return Result(**fields)
+
+
+def test_reserved_memory_round_trips_and_old_records_load(tmp_path):
+    import json
+
+    from fastdiff_helpers.results import load_results, save_results
+
+    path = tmp_path / "run.jsonl"
+    save_results([_memory_result()], path)
+    assert load_results(path)[0].peak_reserved_bytes == 12 * 2**30
+    old = _memory_result().to_dict()
+    del old["peak_reserved_bytes"]  # a record written before the field existed
+    path.write_text(json.dumps(old) + "\n")
+    loaded = load_results(path)[0]
+    assert loaded.peak_reserved_bytes is None and loaded.peak_memory_bytes == 9 * 2**30
+    assert "peak 9.0 GiB, reserved 12.0 GiB" in _memory_result().summary()
+
+
+def test_table_and_chart_say_which_memory_is_which():
+    results = [_memory_result(step="bf16", peak_reserved_bytes=10 * 2**30), _memory_result()]
+    table = fdh.format_table(results)
+    head = table.splitlines()[0]
+    assert "peak allocated" in head and "peak reserved" in head
+    assert "12.00 GiB" in table.splitlines()[3] and "9.00 GiB" in table.splitlines()[3]
+    cpu = fdh.format_table([_memory_result(peak_memory_kind="process_peak_rss",
+                                           peak_reserved_bytes=None)])
+    assert "peak RSS" in cpu.splitlines()[0] and "reserved" not in cpu
+    ax = fdh.memory_chart(results).axes[0]
+    assert [b.get_height() for b in ax.containers[0]] == [9.0, 9.0]  # allocated
+    assert [b.get_height() for b in ax.containers[1]] == [10.0, 12.0]  # reserved outline
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any("allocated" in t for t in labels) and any("reserved" in t for t in labels)
+
+
+def test_benchmark_on_a_cpu_has_no_reserved_memory():
+    """The CUDA path (max_memory_reserved >= max_memory_allocated) is in tests/gpu."""
+    result = fdh.benchmark(fresh("sd15"), steps=2, runs=1, warmup=0, progress=False)
+    assert result.peak_memory_kind == "process_peak_rss" and result.peak_reserved_bytes is None
