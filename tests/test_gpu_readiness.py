@@ -255,3 +255,47 @@ def test_benchmark_on_a_cpu_has_no_reserved_memory():
     """The CUDA path (max_memory_reserved >= max_memory_allocated) is in tests/gpu."""
     result = fdh.benchmark(fresh("sd15"), steps=2, runs=1, warmup=0, progress=False)
     assert result.peak_memory_kind == "process_peak_rss" and result.peak_reserved_bytes is None
+
+
+# -- weights="auto" picks "pretrained" only when every component's weights are cached ------
+
+def _fake_cache(root, files):
+    repo = root / "models--stabilityai--stable-diffusion-xl-base-1.0"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0" * 40)
+    snapshot = repo / "snapshots" / ("0" * 40)
+    for name in ["model_index.json", *files]:
+        (snapshot / name).parent.mkdir(parents=True, exist_ok=True)
+        (snapshot / name).write_text("{}")
+
+
+@pytest.fixture
+def hf_cache(tmp_path, monkeypatch):
+    import huggingface_hub.constants as hc
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path))  # read once at import
+    return tmp_path
+
+
+def test_auto_falls_back_when_only_model_index_is_cached(hf_cache):
+    from fastdiff_helpers.loading import choose_weights
+
+    _fake_cache(hf_cache, ["unet/config.json", "text_encoder/model.fp16.safetensors",
+                           "vae/diffusion_pytorch_model.safetensors"])
+    weights, why = choose_weights(fdh.MODELS["sdxl"], None, "cpu")
+    assert weights == "tiny"
+    assert "only partly cached" in why and "unet, text_encoder, text_encoder_2" in why
+    assert choose_weights(fdh.MODELS["sdxl"], None, "cuda")[0] == "random"
+
+
+def test_auto_picks_pretrained_when_every_component_is_cached(hf_cache):
+    from fastdiff_helpers.loading import choose_weights
+
+    _fake_cache(hf_cache, ["unet/diffusion_pytorch_model.safetensors",
+                           "vae/diffusion_pytorch_model.safetensors",
+                           "text_encoder/model.safetensors",
+                           "text_encoder_2/model-00001-of-00002.safetensors"])
+    weights, why = choose_weights(fdh.MODELS["sdxl"], None, "cpu")
+    assert weights == "pretrained" and "in the local Hugging Face cache" in why
