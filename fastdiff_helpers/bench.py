@@ -222,6 +222,8 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     if "quantize" in info["applied"]:
         quant = info["applied"]["quantize"]
         notes.append(f"{quant['kind']}: {quant['linears']} linear layers quantized")
+    if isinstance(info["applied"].get("no_sync"), dict):
+        notes.append(f"no_sync: {info['applied']['no_sync']['why']}")
     if info.get("recipe") is None:
         notes.append("no fdh.apply() recipe: the recipe recorded is read off the pipeline "
                      f"(techniques applied one by one: {', '.join(info['applied']) or 'none'})")

@@ -88,8 +88,12 @@ def _plain(r: Recipe) -> list[str]:
         lines += [f"quantize_(denoiser, {config}(), filter_fn={filt})",
                   f"quantize_(pipe.vae, {config}(), filter_fn={filt})", ""]
     if r.no_sync:
-        lines += _source(syncs.keep_scheduler_on_cpu, syncs.upload_timestep_without_sync)
-        lines += ["keep_scheduler_on_cpu(pipe)", "upload_timestep_without_sync(denoiser)", ""]
+        lines += ["# sync removal: only where diffusers 0.42 leaves a sync in the loop"]
+        lines += _source(syncs.no_sync_plan, syncs.keep_scheduler_on_cpu,
+                         syncs.upload_timestep_without_sync)
+        lines += ["move, why = no_sync_plan(pipe)", "print('no_sync:', why)", "if move:",
+                  "    keep_scheduler_on_cpu(pipe)",
+                  "    upload_timestep_without_sync(denoiser)", ""]
     if r.compile:
         if r.inductor_flags:
             import torch._inductor.config as inductor_config

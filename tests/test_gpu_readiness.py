@@ -299,3 +299,48 @@ def test_auto_picks_pretrained_when_every_component_is_cached(hf_cache):
                            "text_encoder_2/model-00001-of-00002.safetensors"])
     weights, why = choose_weights(fdh.MODELS["sdxl"], None, "cpu")
     assert weights == "pretrained" and "in the local Hugging Face cache" in why
+
+
+# -- no_sync: decided per pipeline and scheduler, as diffusers 0.42 runs them --------------
+
+@pytest.mark.parametrize("model, scheduler, changed", [
+    ("sdxl", "EulerDiscreteScheduler", False),   # sigmas on the CPU, begin index set
+    ("ssd1b", "EulerDiscreteScheduler", False),
+    ("sd15", "PNDMScheduler", True),             # indexes CPU alphas with a GPU timestep
+    ("pixart", "DPMSolverMultistepScheduler", False),  # blocking .to() of a CPU timestep
+])
+def test_no_sync_does_per_scheduler_what_diffusers_leaves_undone(model, scheduler, changed):
+    pipe = fresh(model)
+    assert type(pipe.scheduler).__name__ == scheduler
+    fdh.remove_syncs(pipe)
+    done = fdh.pipeline_info(pipe)["applied"]["no_sync"]
+    assert done["scheduler"] == scheduler and done["changed"] is changed
+    assert ("nothing to do" in done["why"]) is not changed
+    assert ("set_timesteps" in vars(pipe.scheduler)) is changed  # wrapped only where it helps
+    if model == "pixart":
+        assert "blocking .to()" in done["why"]
+    assert fdh.current_recipe(pipe)["no_sync"] is True
+    result = fdh.benchmark(pipe, steps=2, runs=1, warmup=0, progress=False)
+    assert f"no_sync: {done['why']}" in result.notes
+
+
+def test_count_syncs_counts_from_step_zero(monkeypatch):
+    """On a CPU, count_syncs runs with the CUDA calls stubbed and one fake sync warning in
+    every denoiser call: the loop count must include step 0."""
+    import warnings
+
+    from fastdiff_helpers.techniques import syncs
+
+    pipe = fresh("sd15")
+    monkeypatch.setattr(syncs, "pipeline_device", lambda p: torch.device("cuda", 0))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda *a: None)
+    pipe.unet.register_forward_pre_hook(
+        lambda m, a: warnings.warn("called a synchronizing CUDA operation"))
+    pipe.text_encoder.register_forward_pre_hook(  # before the loop: in total only
+        lambda m, a: warnings.warn("called a synchronizing CUDA operation"))
+    report = fdh.count_syncs(pipe, steps=3, verbose=False)
+    calls = len(pipe.scheduler.timesteps)  # PNDM (PLMS) makes one more call than steps
+    assert calls >= 3 and report["in_loop"] == calls and report["per_step"] == 1.0
+    assert report["total"] == calls + 2  # + the prompt and negative prompt encodings
+    assert "progress_bar" not in vars(pipe)  # the pipeline's own method again

@@ -212,10 +212,9 @@ def test_count_syncs_on_cpu_says_it_needs_a_gpu(capsys):
 
 
 def test_no_sync_keeps_scheduler_state_on_cpu():
-    pipe = fdh.remove_syncs(fresh("sdxl"))
+    pipe = fdh.remove_syncs(fresh("sd15"))  # PNDM: the one scheduler diffusers leaves syncing
     pipe.scheduler.set_timesteps(4, device="cuda")  # the pipeline asks for its device...
     assert pipe.scheduler.timesteps.device.type == "cpu"  # ...the scheduler stays on the CPU
-    assert pipe.scheduler.begin_index == 0
 
 
 @pytest.mark.slow
