@@ -1121,9 +1121,15 @@ NB06 = [
 The CPU queues kernels for the GPU and normally runs ahead of it, so the GPU never waits for
 Python. Any call that needs a value *from* the GPU (`.item()`, `.nonzero()`, `bool(tensor)`,
 printing a tensor, a blocking copy to the GPU) makes the CPU wait until the queue has drained: a
-**sync**. After it the GPU sits idle while Python prepares the next kernels. In diffusers'
-denoising loop the scheduler looks up its step index with `(timesteps == t).nonzero().item()` on
-GPU tensors, and schedulers such as PNDM index CPU tables with GPU timesteps.
+**sync**. After it the GPU sits idle while Python prepares the next kernels.
+
+The blog's example was the scheduler's sigmas: diffusers kept them on the GPU, and every step
+looked up its index with `(timesteps == t).nonzero().item()` and read a sigma back. diffusers has
+since fixed that at the source: Euler and DPM-Solver keep their sigmas on the CPU
+(`self.sigmas.to("cpu")` in `set_timesteps`), and the pipelines call
+`scheduler.set_begin_index(0)`, so no index lookup is left. What remains in diffusers 0.42 is
+schedulers without that care: PNDM (SD1.5's default) indexes its CPU table of alphas with the GPU
+timestep and compares it on the host, every step.
 
 The one number: syncs per denoising step, counted by `fdh.count_syncs` with CUDA's sync debug
 mode (GPU only; on a CPU there is no queue to drain).'''),
@@ -1157,15 +1163,23 @@ if fdh.needs_gpu("profiles CUDA kernels and synchronisations"):
     md('''
 ## One helper call: remove the syncs
 
-`Recipe(no_sync=True)` (`fdh.remove_syncs` underneath) keeps the scheduler's state on the CPU,
-starting at step 0, so stepping never reads a GPU tensor, and copies each CPU timestep to the GPU
-with `non_blocking=True`. The math is unchanged, so the image must be identical.'''),
+`Recipe(no_sync=True)` (`fdh.remove_syncs` underneath) decides from the pipeline and its scheduler
+what is left to do, and records why (`fdh.pipeline_info(pipe)["applied"]["no_sync"]`, and the
+result's notes):
+- PNDM (SD1.5): the schedule moves to the CPU, so stepping never reads a GPU tensor, and each CPU
+  timestep is copied to the GPU with `non_blocking=True`;
+- Euler (SDXL, SSD-1B) and DPM-Solver: nothing, diffusers already does it;
+- PixArt: nothing either, on purpose: its pipeline copies a CPU timestep to the GPU with a
+  blocking `.to()` before the transformer sees it, so a CPU schedule would add a sync per step.
+
+The math is unchanged, so the image must be identical.'''),
     code(f'''
 del pipe
 recipe = dataclasses.replace(previous_recipe, no_sync=True)
 pipe = fdh.apply({LOAD}, recipe)
 result = fdh.benchmark(pipe, prompt, step="+ no syncs", baseline=previous, {BENCH})
 print(result.summary())
+print("no_sync:", fdh.pipeline_info(pipe)["applied"]["no_sync"]["why"])
 print(f"speed-up: {{previous.latency_s / result.latency_s:.2f}}x   image identical: {{result.quality['psnr'] == float('inf')}}")'''),
     gpu(f'''
 if fdh.needs_gpu("counts synchronising CUDA calls after remove_syncs"):
@@ -1192,7 +1206,8 @@ if fdh.needs_gpu("compiles with max-autotune on the GPU"):
     md('''
 ## The plain code behind the helper
 
-There is no library switch for this; the helper's two functions are printed in full:'''),
+There is no library switch for this; the helper's decision and its two functions are printed in
+full:'''),
     code('''
 print(recipe.to_code("plain"))'''),
     *references(),
@@ -1210,14 +1225,18 @@ torch.cuda.set_sync_debug_mode("warn") # the switch behind count_syncs, for your
 
 1. With `torch.cuda.set_sync_debug_mode("error")`, run one image. Which line raises first?
 2. Which scheduler of the four models syncs most per step? (`pipe.scheduler` differs: Euler for
-   SDXL and SSD-1B, PNDM for SD1.5, DPM-Solver for PixArt.)
+   SDXL and SSD-1B, PNDM for SD1.5, DPM-Solver for PixArt.) Swap SD1.5's for
+   `DPMSolverMultistepScheduler.from_config(pipe.scheduler.config)`, as the blog did, and count
+   again.
 3. Print a tensor inside a `callback_on_step_end` and count the syncs again.
 
 ## Summary
 
 - A sync makes the CPU wait for the GPU's queue to drain; inside the loop it stalls every step.
 - Find them with `fdh.count_syncs` (CUDA sync debug mode) and a profiler trace.
-- Remove them with `fdh.remove_syncs` / `Recipe(no_sync=True)`: same math, same image.
+- diffusers now keeps Euler's and DPM-Solver's sigmas on the CPU; PNDM (SD1.5) still syncs
+  every step. `fdh.remove_syncs` / `Recipe(no_sync=True)` fixes what is left and says when there
+  is nothing to do: same math, same image.
 - They matter most once the denoiser is compiled.
 - Next, **07_int8_quantization**.'''),
 ]
