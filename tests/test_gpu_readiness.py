@@ -111,6 +111,7 @@ def test_forced_backend_is_pinned_only_where_its_kernel_runs(model, kind, meta_p
             else:
                 unpinned += 1
                 assert type(attn.processor).__name__ == "AttnProcessor2_0"  # default SDPA
+    assert sum(fdh.pipeline_info(pipe)["attention_pinned"].values()) == pinned
     vae_heads = {attn.inner_dim // attn.heads for _, attn in attentions(pipe.vae)}
     assert vae_heads == {512}  # one 512-wide head in every VAE attention
     expected_unpinned = {  # the VAE's 2 (encoder, decoder); SD1.5's 160-wide heads for cuDNN

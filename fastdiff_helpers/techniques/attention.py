@@ -5,7 +5,7 @@ Introduced in 03_attention.ipynb."""
 from __future__ import annotations
 
 from ..recipe import ATTENTION, RecipeError
-from ._state import get_denoiser, modules, record, refuse_after
+from ._state import get_denoiser, modules, pipeline_info, record, refuse_after
 
 SDPA_BACKENDS = {"sdpa-flash": "FLASH_ATTENTION", "sdpa-efficient": "EFFICIENT_ATTENTION",
                  "sdpa-math": "MATH", "sdpa-cudnn": "CUDNN_ATTENTION"}
@@ -142,6 +142,6 @@ def set_attention(pipe, kind: str = "sdpa"):
         else:
             module.set_attn_processor(make_processor(kind, fused))
     record(pipe, "attention", kind)
-    if pinned:
-        record(pipe, "attention_pinned", pinned)
+    # how many attentions run the forced kernel, per module (the rest: default SDPA)
+    pipeline_info(pipe)["attention_pinned"] = pinned
     return pipe

@@ -141,7 +141,7 @@ def test_pinned_flash_backend_really_runs():
     from torch.profiler import ProfilerActivity, profile
 
     pipe = sd15(fdh.Recipe(dtype="bf16", attention="sdpa-flash"))
-    assert fdh.pipeline_info(pipe)["applied"]["attention_pinned"] == {
+    assert fdh.pipeline_info(pipe)["attention_pinned"] == {
         "UNet2DConditionModel": 32, "AutoencoderKL": 0}  # the VAE's 512-wide head: default
     kwargs = fdh.call_kwargs(pipe, steps=2)
     kwargs["output_type"] = "latent"  # the denoiser only: every attention there is pinned
