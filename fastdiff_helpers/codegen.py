@@ -70,6 +70,9 @@ def _plain(r: Recipe) -> list[str]:
                       f"pipe.vae.set_attn_processor({fused}AttnProcessor2_0())", ""]
         else:
             backend = attention.SDPA_BACKENDS[r.attention]
+            if backend == "FLASH_ATTENTION":
+                lines += ["# flash takes no attention mask: not for PixArt, whose cross-attention "
+                          "gets the prompt's mask"]
             lines += ["# what each forced kernel takes (torch's cuda/sdp_utils.cpp)",
                       f"SDPA_LIMITS = {{{backend!r}: {attention.SDPA_LIMITS[backend]!r}}}", ""]
             lines += _source(attention.SDPABackendProcessor, attention.pin_backend)

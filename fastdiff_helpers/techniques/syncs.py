@@ -16,8 +16,8 @@ from ._state import applied, record
 def keep_scheduler_on_cpu(pipe) -> None:
     """Scheduler state on the CPU, starting at step 0: stepping never reads a GPU tensor.
 
-    Without it the scheduler finds its first step with `(timesteps == t).nonzero().item()`
-    on GPU tensors, and schedulers such as PNDM index CPU tables with GPU timesteps."""
+    Needed where a scheduler indexes CPU tables with a GPU timestep (PNDM), or has no begin
+    index and finds its step with `(timesteps == t).nonzero().item()` on GPU tensors."""
     scheduler = pipe.scheduler
     original = scheduler.set_timesteps
 
