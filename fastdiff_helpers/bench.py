@@ -163,8 +163,9 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     (Result.cold_start_split).
     Every call uses a fresh generator seeded with `seed`, so every call makes the same image.
     Per call, stage times (text_encoding, denoising, vae_decode; medians in stages, every
-    sample in stage_samples), peak memory over the timed calls (CUDA max allocated; on a CPU
-    the process-lifetime peak RSS), FLOPs per image (fdh.count_flops) and, on a GPU, the
+    sample in stage_samples), peak memory over the timed calls (CUDA max allocated, and
+    max reserved, which also counts CUDA-graph pools; on a CPU the process-lifetime peak
+    RSS), FLOPs per image (fdh.count_flops) and, on a GPU, the
     achieved TFLOP/s. `baseline` (a Result or an image) fills quality via compare_images().
     Errors propagate; run_ladder records them."""
     from .env import device_name, env_report
@@ -243,8 +244,10 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     cold_split = {key: cold_events[key] for key in ("compile_s", "dynamo_s", "inductor_s",
                                                     "autotune_s")}
     cold_split["call_s"] = max(cold - cold_events["compile_s"], 0.0)
+    reserved = None
     if device.type == "cuda":
         peak, kind = torch.cuda.max_memory_allocated(device), "cuda_max_allocated"
+        reserved = torch.cuda.max_memory_reserved(device)  # includes CUDA-graph pools
     else:
         peak, kind = _peak_rss_bytes(), "process_peak_rss"
         notes.append("peak memory is the process-lifetime peak RSS (it includes everything "
@@ -252,6 +255,8 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     if "quantize" in info["applied"]:
         quant = info["applied"]["quantize"]
         notes.append(f"{quant['kind']}: {quant['linears']} linear layers quantized")
+    if isinstance(info["applied"].get("no_sync"), dict):
+        notes.append(f"no_sync: {info['applied']['no_sync']['why']}")
     if info.get("recipe") is None:
         notes.append("no fdh.apply() recipe: the recipe recorded is read off the pipeline "
                      f"(techniques applied one by one: {', '.join(info['applied']) or 'none'})")
@@ -271,7 +276,7 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
         steps=resolved["num_inference_steps"], guidance=float(resolved["guidance_scale"]),
         seed=seed, prompt=prompt, runs=runs, warmup=warmup, latency_s=latency,
         latency_samples=samples, cold_start_s=cold, peak_memory_bytes=peak,
-        peak_memory_kind=kind,
+        peak_memory_kind=kind, peak_reserved_bytes=reserved,
         stages={k: statistics.median(v) for k, v in stage_samples.items()},
         stage_samples=stage_samples, flops_per_image=float(flops),
         tflops_per_s=flops / latency / 1e12 if device.type == "cuda" else None,

@@ -152,7 +152,8 @@ _MEMORY_KINDS = {"cuda_max_allocated": "CUDA max allocated", "process_peak_rss":
 
 
 def memory_chart(results: Sequence[Result]) -> Figure:
-    """Peak memory in GiB per step; the axis says which kind (CUDA max allocated or peak RSS).
+    """Peak memory in GiB per step; the axis says which kind (CUDA max allocated or peak RSS),
+    and on CUDA a dashed outline shows the peak reserved (CUDA-graph pools included).
 
     Introduced in 01_baseline.ipynb.
     """
@@ -160,7 +161,12 @@ def memory_chart(results: Sequence[Result]) -> Figure:
     fig, ax = _new_figure(len(results))
     xs = list(range(len(results)))
     gib = [r.peak_memory_bytes / 2**30 if r.peak_memory_bytes is not None else 0.0 for r in results]
+    reserved = [r.peak_reserved_bytes / 2**30 if r.peak_reserved_bytes is not None else None
+                for r in results]
     bars = ax.bar(xs, gib, 0.7, color=_OURS)
+    if any(v is not None for v in reserved):  # CUDA: reserved (graph pools too) as an outline
+        ax.bar(xs, [v or 0.0 for v in reserved], 0.7, color="none", edgecolor="black",
+               linestyle="--", label="peak reserved (CUDA caching allocator, graph pools too)")
     for x, r, bar, value in zip(xs, results, bars, gib):
         if r.peak_memory_bytes is None:
             bar.set(fill=False, hatch="//", edgecolor=_FAILED)
@@ -173,7 +179,11 @@ def memory_chart(results: Sequence[Result]) -> Figure:
     kind = names[0] if len(names) == 1 else ("mixed: " + ", ".join(names) if names else "unknown kind")
     ax.set_ylabel(f"peak memory, GiB ({kind})")
     ax.set_xticks(xs, [r.step for r in results], rotation=20, ha="right")
-    ax.set_ylim(0, (max(gib) or 1.0) * 1.2)
+    top = max(gib + [v for v in reserved if v is not None])
+    ax.set_ylim(0, (top or 1.0) * 1.2)
+    if any(v is not None for v in reserved):
+        bars.set_label(f"peak {kind}")
+        ax.legend(loc="upper right", fontsize=8)
     ax.set_title(f"{results[0].model} ({results[0].weights} weights) on "
                  f"{results[0].device_name}: peak memory")
     return fig

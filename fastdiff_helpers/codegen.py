@@ -43,7 +43,7 @@ def _fdh(r: Recipe) -> list[str]:
 
 
 def _plain(r: Recipe) -> list[str]:
-    from .techniques import attention, compile as comp, precision, quantization, syncs
+    from .techniques import attention, compile as comp, fusion, precision, quantization, syncs
 
     dtype = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
     lines = ["import torch", "", _DENOISER, "", "# precision (TF32 is a process-wide switch)",
@@ -65,18 +65,24 @@ def _plain(r: Recipe) -> list[str]:
         fused = "Fused" if r.fuse_qkv else ""
         if r.fuse_qkv:
             lines += ["# fused QKV projections (diffusers installs its fused SDPA processor)",
-                      "denoiser.fuse_qkv_projections()", "pipe.vae.fuse_qkv_projections()", ""]
+                      "denoiser.fuse_qkv_projections()", "pipe.vae.fuse_qkv_projections()"]
+            lines += _source(fusion.drop_unfused_projections)
+            lines += ["drop_unfused_projections(denoiser)", "drop_unfused_projections(pipe.vae)",
+                      ""]
         if r.attention == "sdpa":
             lines += [f"from diffusers.models.attention_processor import {fused}AttnProcessor2_0",
                       f"denoiser.set_attn_processor({fused}AttnProcessor2_0())",
                       f"pipe.vae.set_attn_processor({fused}AttnProcessor2_0())", ""]
         else:
             backend = attention.SDPA_BACKENDS[r.attention]
-            lines += _source(attention.SDPABackendProcessor)
-            lines += [f"denoiser.set_attn_processor(SDPABackendProcessor({backend!r}, "
-                      f"fused={r.fuse_qkv}))",
-                      f"pipe.vae.set_attn_processor(SDPABackendProcessor({backend!r}, "
-                      f"fused={r.fuse_qkv}))", ""]
+            if backend == "FLASH_ATTENTION":
+                lines += ["# flash takes no attention mask: not for PixArt, whose cross-attention "
+                          "gets the prompt's mask"]
+            lines += ["# what each forced kernel takes (torch's cuda/sdp_utils.cpp)",
+                      f"SDPA_LIMITS = {{{backend!r}: {attention.SDPA_LIMITS[backend]!r}}}", ""]
+            lines += _source(attention.SDPABackendProcessor, attention.pin_backend)
+            lines += [f"pin_backend(denoiser, {backend!r})",
+                      f"pin_backend(pipe.vae, {backend!r})", ""]
     if r.channels_last:
         lines += ["denoiser.to(memory_format=torch.channels_last)",
                   "pipe.vae.to(memory_format=torch.channels_last)", ""]
@@ -102,8 +108,12 @@ def _plain(r: Recipe) -> list[str]:
                   f"quantize_(pipe.vae, {config}(set_inductor_config=False), filter_fn={filt})",
                   ""]
     if r.no_sync:
-        lines += _source(syncs.keep_scheduler_on_cpu, syncs.upload_timestep_without_sync)
-        lines += ["keep_scheduler_on_cpu(pipe)", "upload_timestep_without_sync(denoiser)", ""]
+        lines += ["# sync removal: only where diffusers 0.42 leaves a sync in the loop"]
+        lines += _source(syncs.no_sync_plan, syncs.keep_scheduler_on_cpu,
+                         syncs.upload_timestep_without_sync)
+        lines += ["move, why = no_sync_plan(pipe)", "print('no_sync:', why)", "if move:",
+                  "    keep_scheduler_on_cpu(pipe)",
+                  "    upload_timestep_without_sync(denoiser)", ""]
     if r.compile:
         if r.inductor_flags:
             import torch._inductor.config as inductor_config

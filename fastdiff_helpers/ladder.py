@@ -66,12 +66,18 @@ def _psnr(quality: dict | None) -> str:
 
 def format_table(results: Sequence[Result]) -> str:
     """A text table of a ladder: step, median seconds, speed-up vs the first timed step (fp32
-    in a full ladder) and vs the previous one, peak memory, PSNR vs the baseline, cold start.
+    in a full ladder) and vs the previous one, peak memory (headed with its kind: CUDA
+    allocated or process RSS; CUDA peak reserved, which counts CUDA-graph pools, beside it),
+    PSNR vs the baseline, cold start.
 
     Introduced in 08_all_models.ipynb."""
     timed = [r for r in results if r.error is None and r.latency_s]
+    kinds = {r.peak_memory_kind for r in timed if r.peak_memory_kind}
+    memory = {frozenset({"cuda_max_allocated"}): "peak allocated",
+              frozenset({"process_peak_rss"}): "peak RSS"}.get(frozenset(kinds), "peak memory")
+    reserved = any(r.peak_reserved_bytes is not None for r in timed)
     head = ("step", "seconds", f"vs {timed[0].step if timed else 'first'}", "vs prev",
-            "peak memory", "PSNR vs base", "cold start")
+            memory, *(("peak reserved",) if reserved else ()), "PSNR vs base", "cold start")
     rows, first, prev = [], None, None
     for r in results:
         if r.error is not None or not r.latency_s:
@@ -81,7 +87,8 @@ def format_table(results: Sequence[Result]) -> str:
         first = first or r.latency_s
         rows.append((r.step, _seconds(r.latency_s), f"{first / r.latency_s:.2f}x",
                      f"{prev / r.latency_s:.2f}x" if prev else "-",
-                     _memory(r.peak_memory_bytes), _psnr(r.quality),
+                     _memory(r.peak_memory_bytes),
+                     *((_memory(r.peak_reserved_bytes),) if reserved else ()), _psnr(r.quality),
                      _seconds(r.cold_start_s) + " s" if r.cold_start_s is not None else "-"))
         prev = r.latency_s
     widths = [max(len(head[i]), *(len(row[i]) for row in rows if len(row) > i))

@@ -185,17 +185,40 @@ def pretrained_status(spec: ModelSpec, path: str | None = None) -> tuple[bool, s
     from huggingface_hub import try_to_load_from_cache
 
     cached = try_to_load_from_cache(spec.hub_id, "model_index.json")
+    partly = ""
     if isinstance(cached, str):
-        return True, f"{spec.hub_id} is in the local Hugging Face cache"
+        missing = _uncached_weights(spec, os.path.dirname(cached))
+        if not missing:
+            return True, f"{spec.hub_id} is in the local Hugging Face cache"
+        partly = (f"{spec.hub_id} is only partly cached (model_index.json, but no safetensors "
+                  f"weights for {', '.join(missing)})")
     if _hub_offline():
-        return False, f"{spec.hub_id} is not cached and HF_HUB_OFFLINE is set"
+        return False, partly or f"{spec.hub_id} is not cached and HF_HUB_OFFLINE is set"
     from huggingface_hub import model_info
 
     try:
         model_info(spec.hub_id, timeout=5)
     except Exception as exc:  # any network or hub failure means: not reachable now
-        return False, f"{spec.hub_id} is not cached and the hub is unreachable ({type(exc).__name__})"
+        return False, (partly or f"{spec.hub_id} is not cached") + \
+            f" and the hub is unreachable ({type(exc).__name__})"
+    if partly:
+        return True, f"{partly}; the hub is reachable, from_pretrained downloads the rest"
     return True, f"{spec.hub_id} is reachable on the Hugging Face hub"
+
+
+def _uncached_weights(spec: ModelSpec, snapshot: str) -> list[str]:
+    """The model components (unet, vae, text encoders...) whose folder in a cached snapshot
+    holds no safetensors weights that from_pretrained would load: no variant (".fp16."),
+    a single file or shards (a snapshot holds only what was downloaded; a file there is a
+    link to a blob, which must exist)."""
+    missing = []
+    for name in spec.full:
+        folder = os.path.join(snapshot, name)
+        files = os.listdir(folder) if os.path.isdir(folder) else []
+        if not any(f.endswith(".safetensors") and "." not in f[:-len(".safetensors")]
+                   and os.path.exists(os.path.join(folder, f)) for f in files):
+            missing.append(name)
+    return missing
 
 
 def _load_pretrained(spec: ModelSpec, path: str | None, dtype: torch.dtype):

@@ -21,6 +21,16 @@ CUDA_ONLY_ATTENTION = ("sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
 # plus the blocks it leaves eager (UNet ResnetBlock2D, PixArt BasicTransformerBlock);
 # "regional-accelerate": accelerate's compile_regions.
 SCOPES = ("full", "regional", "regional-extended", "regional-accelerate")
+# Regional compile with CUDA graphs: each compiled block replays its own graph, whose output
+# buffer the next replay overwrites while the next block still reads it ("accessing tensor
+# output of CUDAGraphs that has been overwritten", pytorch/pytorch#152887, open). The same
+# inductor mode without graphs:
+REGIONAL_COMPILE = {"max-autotune": "max-autotune-no-cudagraphs", "reduce-overhead": "default"}
+REGIONAL_CUDAGRAPH_ERROR = (
+    "compile={mode!r} with compile_scope={scope!r} captures one CUDA graph per block, and each "
+    "block's replay overwrites the output the next block reads (pytorch/pytorch#152887). Use "
+    "compile={fix!r} with {scope!r}, or compile_scope='full' (Recipe.for_device makes the "
+    "change for you).")
 QUANTIZE = (None, "int8-dynamic", "int8-weight-only", "fp8-dynamic")
 # "blog": diffusion-fast's dynamic_quant_filter_fn, exactly; "fastdiff": the course's own
 # heuristic (big linears that see many tokens); "all": every nn.Linear.
@@ -48,7 +58,8 @@ class Recipe:
         "sdpa-efficient" | "sdpa-math" | "sdpa-cudnn"
     channels_last: NHWC memory format for the denoiser and VAE
     compile: None | "default" | "max-autotune" | "max-autotune-no-cudagraphs" |
-        "reduce-overhead"; compile_scope "full" | "regional"; compile_vae (VAE decode too);
+        "reduce-overhead"; compile_scope "full" | "regional" | "regional-extended" |
+        "regional-accelerate" (see SCOPES); compile_vae (VAE decode too);
         fullgraph; dynamic (None: torch decides, True/False: force); inductor_flags (the
         blog's four, plus the two quantization flags when quantizing)
     fuse_qkv: one matmul for Q, K and V (needs an SDPA attention)
@@ -108,6 +119,10 @@ class Recipe:
         if self.fuse_qkv and self.attention == "classic":
             raise RecipeError("fuse_qkv needs an SDPA attention (diffusers' fused processor "
                               "calls scaled_dot_product_attention): set attention='sdpa'.")
+        if self.attention in ("sdpa-flash", "sdpa-cudnn") and self.dtype in ("fp32", "tf32"):
+            # torch's cuda/sdp_utils.cpp: check_dtypes_flash_attention, check_dtypes_low_precision
+            raise RecipeError(f"attention={self.attention!r} runs only in fp16/bf16: set "
+                              "dtype='bf16', or use 'sdpa-efficient' or 'sdpa-math' in fp32.")
         if self.quantize and self.dtype in ("fp32", "tf32") and self.quantize != "int8-weight-only":
             raise RecipeError(f"quantize={self.quantize!r} is meant for bf16 models (the blog "
                               "quantizes a bf16 UNet): set dtype='bf16'.")
@@ -125,6 +140,9 @@ class Recipe:
         if not cuda and self.attention in CUDA_ONLY_ATTENTION:
             raise RecipeError(f"attention={self.attention!r} is a CUDA kernel; on {device} use "
                               "'sdpa' or 'sdpa-math'.")
+        if cuda and self.compile_scope != "full" and self.compile in REGIONAL_COMPILE:
+            raise RecipeError(REGIONAL_CUDAGRAPH_ERROR.format(
+                mode=self.compile, fix=REGIONAL_COMPILE[self.compile], scope=self.compile_scope))
         if not cuda and self.compile in CUDA_ONLY_COMPILE:
             raise RecipeError(f"compile={self.compile!r} captures CUDA graphs and needs a GPU; "
                               f"on {device} use 'default' or 'max-autotune-no-cudagraphs' "
@@ -138,11 +156,19 @@ class Recipe:
 
     def for_device(self, device: str) -> tuple["Recipe", list[str]]:
         """The closest recipe this device can run, and a note for each change made."""
-        if device.startswith("cuda") or self.compile not in CUDA_ONLY_COMPILE:
+        if self.compile not in CUDA_ONLY_COMPILE:
             return self, []
-        note = (f"compile={self.compile!r} needs CUDA graphs: ran compile='default' on "
-                f"{device}")
-        return replace(self, compile="default"), [note]
+        if not device.startswith("cuda"):
+            note = (f"compile={self.compile!r} needs CUDA graphs: ran compile='default' on "
+                    f"{device}")
+            return replace(self, compile="default"), [note]
+        if self.compile_scope != "full":
+            fix = REGIONAL_COMPILE[self.compile]
+            note = (f"compile={self.compile!r} with compile_scope='regional' would replay one "
+                    "CUDA graph per block, each overwriting the output the next block reads "
+                    f"(pytorch/pytorch#152887): ran compile={fix!r}")
+            return replace(self, compile=fix), [note]
+        return self, []
 
     # -- records ------------------------------------------------------------------------
 

@@ -74,6 +74,10 @@ class Result:
     cold_start_s: float | None = None
     peak_memory_bytes: int | None = None
     peak_memory_kind: str | None = None  # "cuda_max_allocated" or "process_peak_rss"
+    # CUDA only: the caching allocator's peak reserved bytes. CUDA-graph memory pools (compile
+    # "max-autotune", "reduce-overhead") hold memory that max allocated does not show. Added
+    # within schema 1: records written before it load with None.
+    peak_reserved_bytes: int | None = None
     stages: dict = field(default_factory=dict)  # stage -> median seconds
     stage_samples: dict = field(default_factory=dict)  # stage -> [seconds, ...]
     flops_per_image: float | None = None
@@ -142,6 +146,8 @@ class Result:
             parts.append(f"cold start {self.cold_start_s:.1f} s")
         if self.peak_memory_bytes is not None:
             parts.append(f"peak {self.peak_memory_bytes / 2**30:.1f} GiB")
+        if self.peak_reserved_bytes is not None:
+            parts.append(f"reserved {self.peak_reserved_bytes / 2**30:.1f} GiB")  # CUDA
         return f"{head}: " + ", ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:

@@ -308,8 +308,10 @@ class Playground:
             is_base = base is r
             speedup = "1.00x (baseline)" if is_base else _fmt(
                 base.latency_s / r.latency_s if r.latency_s else None, "{:.2f}x")
-            kind = "RSS" if r.peak_memory_kind == "process_peak_rss" else "CUDA"
+            kind = "RSS" if r.peak_memory_kind == "process_peak_rss" else "CUDA allocated"
             memory = _fmt(r.peak_memory_bytes and r.peak_memory_bytes / _GIB, "{:.2f} GiB " + kind)
+            if r.peak_reserved_bytes is not None:  # CUDA-graph pools show only here
+                memory += f", {r.peak_reserved_bytes / _GIB:.2f} GiB reserved"
             row = [str(i), r.model, r.step, f"{r.height}x{r.width}, {r.steps}",
                    _fmt(r.latency_s, "{:.3f} s"), speedup, memory,
                    "baseline" if is_base else _psnr_text(r), _fmt(r.cold_start_s, "{:.2f} s")]

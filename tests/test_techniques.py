@@ -165,7 +165,7 @@ def test_invalid_values_fail_on_construction_with_what_to_do():
      "fp8-dynamic needs a GPU with fp8"),
     (fdh.Recipe(attention="sdpa", compile="max-autotune"), "needs a GPU.*'default'"),
     (fdh.Recipe(attention="sdpa", compile="reduce-overhead"), "needs a GPU"),
-    (fdh.Recipe(attention="sdpa-flash"), "CUDA kernel.*'sdpa-math'"),
+    (fdh.Recipe(dtype="bf16", attention="sdpa-flash"), "CUDA kernel.*'sdpa-math'"),
 ])
 def test_device_checks_refuse_before_any_work(recipe, message):
     pipe = fresh("sd15")
@@ -218,10 +218,9 @@ def test_count_syncs_on_cpu_says_it_needs_a_gpu(capsys):
 
 
 def test_no_sync_keeps_scheduler_state_on_cpu():
-    pipe = fdh.remove_syncs(fresh("sdxl"))
+    pipe = fdh.remove_syncs(fresh("sd15"))  # PNDM: the one scheduler diffusers leaves syncing
     pipe.scheduler.set_timesteps(4, device="cuda")  # the pipeline asks for its device...
     assert pipe.scheduler.timesteps.device.type == "cpu"  # ...the scheduler stays on the CPU
-    assert pipe.scheduler.begin_index == 0
 
 
 @pytest.mark.slow

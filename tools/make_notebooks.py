@@ -687,22 +687,27 @@ del pipe
 results = [previous, result, math_result]
 print(fdh.format_table(results))'''),
     md('''
-On a GPU, every backend in turn. A backend that cannot run these shapes or this dtype on this GPU
-raises instead of falling back (that is what forcing a backend means); the cell reports it and
-goes on.'''),
+On a GPU, every backend in turn. Each kernel has limits (torch's `cuda/sdp_utils.cpp`, written
+down in `fdh.techniques.attention.SDPA_LIMITS`): flash takes head dims up to 256, cuDNN up to
+128, both only in fp16/bf16, and flash takes no attention mask. Every VAE attention has one head
+512 wide, so the helper pins a backend only on the attentions it can run and leaves the rest on
+default SDPA; a recipe no attention could run (flash or cuDNN in fp32, flash on PixArt's masked
+cross-attention) is refused before any work. A backend that still cannot run on this GPU raises
+instead of falling back (that is what forcing a backend means); the cell reports it and goes
+on.'''),
     gpu(f'''
 if fdh.needs_gpu("flash, memory-efficient and cuDNN attention are CUDA kernels"):
     print("enabled in torch:", {{k: v for k, v in fdh.env_report().items() if k.startswith("sdpa_")}})
     backends = []
     for attention in ["sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "sdpa-math"]:
-        pipe = fdh.apply(fdh.load_pipeline(settings.model, weights=settings.weights, device="cuda"),
-                         fdh.Recipe(dtype="bf16", attention=attention))
         try:
+            pipe = fdh.apply(fdh.load_pipeline(settings.model, weights=settings.weights, device="cuda"),
+                             fdh.Recipe(dtype="bf16", attention=attention))
             backends.append(fdh.benchmark(pipe, prompt, step=attention, baseline=previous, {BENCH}))
             print(backends[-1].summary())
-        except RuntimeError as err:  # e.g. "No available kernel" for this GPU, dtype or shape
+        except (RuntimeError, fdh.RecipeError) as err:  # refused, or "No available kernel"
             print(f"{{attention}}: cannot run here: {{str(err).splitlines()[0]}}")
-        del pipe
+        pipe = None
     print(fdh.format_table(backends))'''),
     md('''
 ## Speed, memory and images'''),
@@ -782,8 +787,10 @@ launch. In the blog's A100 table, compile took SDXL from 3.31 s to 2.54 s and SD
 1.178 s to 0.500 s.
 
 The one number: how many ops dynamo captures in one denoiser call, each a separate launch from
-Python in eager mode. `fdh.graph_breaks` runs `torch._dynamo.explain` on the denoiser with the
-inputs the pipeline really passes.'''),
+Python in eager mode. `fdh.graph_breaks` traces the denoiser with the inputs the pipeline really
+passes and reports dynamo's graphs, breaks and ops. It uses dynamo's `ExplainWithBackend` rather
+than `torch._dynamo.explain`, because `explain` calls `torch._dynamo.reset()`, which throws away
+every compiled model in the process.'''),
     code(f'''
 previous_recipe = fdh.LADDER[2][1]  # "+ SDPA": bf16, SDPA, eager
 pipe = fdh.apply({LOAD}, previous_recipe)
@@ -911,8 +918,13 @@ speed. Three ways, as the diffusers guide shows them and one of the course's own
 - `compile_scope="regional-extended"`: the course's own, those blocks plus the ones diffusers leaves
   eager (the UNet's `ResnetBlock2D`; PixArt's `BasicTransformerBlock`).
 - `compile_scope="regional-accelerate"`: accelerate's `compile_regions`, which compiles each
-  `ModuleList` of same-class blocks and the rest of the model separately.
+  `ModuleList` of same-class blocks and the rest of the model separately. It fails on diffusers'
+  UNets (a wrapped `GroupNorm` that the UNet's forward tests for truth), so the helper refuses it
+  there before any work.
 
+Regional compile runs without CUDA graphs: each block would replay its own graph, and a replay
+overwrites the output the next block is about to read (pytorch/pytorch#152887), so
+`Recipe.for_device` turns `max-autotune` into `max-autotune-no-cudagraphs` here and says so.
 Whether any of them shortens the cold start on your machine is what the cell measures: compare
 the cold-start column. Skipped in smoke mode: many small graphs take minutes to compile on a CPU.'''),
     code(f'''
@@ -921,9 +933,12 @@ if settings.smoke:
     print("Skipped in smoke mode: regional compile builds many small graphs, minutes on a CPU.")
 else:
     del pipe
-    for scope in ["regional", "regional-extended", "regional-accelerate"]:
+    scopes = ["regional", "regional-extended"] + (["regional-accelerate"] if settings.model == "pixart" else [])
+    for scope in scopes:
         torch._dynamo.reset()
-        pipe = fdh.apply({LOAD}, dataclasses.replace(recipe, compile_scope=scope))
+        regional, notes = dataclasses.replace(recipe, compile_scope=scope).for_device(settings.device)
+        print("\\n".join(notes))
+        pipe = fdh.apply({LOAD}, regional)
         results.append(fdh.benchmark(pipe, prompt, step=f"+ compile, {{scope}}", baseline=previous, {BENCH}))
         del pipe
 print(fdh.format_table(results))'''),
@@ -978,7 +993,7 @@ Keep compiled kernels between sessions: `export TORCHINDUCTOR_CACHE_DIR=$HOME/.c
 2. Capture the denoiser's inputs with `args, kw = fdh.capture_denoiser_inputs(pipe)` on an
    uncompiled pipeline and run `torch._dynamo.explain(fdh.get_denoiser(pipe).forward)(*args,
    **{**kw, "return_dict": True})` inside `torch.inference_mode()`. Does your torch break the
-   graph on the output dataclass?
+   graph on the output dataclass? (`explain` resets dynamo: compiled pipelines recompile after.)
 3. Compile with `dynamic=False`, then call two resolutions. How many cold starts do you pay, and
    what does `torch._dynamo.config.recompile_limit` protect against?
 4. Run the notebook twice with `TORCHINDUCTOR_CACHE_DIR` set to an empty folder. How much of the
@@ -1014,6 +1029,8 @@ matmuls that read the same input. diffusers' `fuse_qkv_projections()` concatenat
 weight matrices into one (`to_qkv`), so a single matmul three times as wide reads the input once
 and produces all three; cross-attention fuses K and V (`to_kv`), which both read the text
 embedding. Fewer launches, one read of the input, and a larger matmul that fills the GPU better.
+diffusers keeps the unfused projections beside the fused ones (SDXL's UNet would grow from
+2.57 B to 3.22 B parameters); `fdh.fuse_qkv` deletes them, so the weights stay the same size.
 The blog does not credit fusion alone with a number: its 2.54 s -> 2.52 s for SDXL on an A100
 is the gain of its "additional optimizations" together (no graph breaks, no GPU syncs in the
 loop, and combined projections). Its stated reason to fuse is the next step: fusion "increases
@@ -1025,7 +1042,10 @@ the meta device, no memory):'''),
 full = fdh.load_pipeline(settings.model, weights="random", device="meta")
 layers = [m for m in fdh.get_denoiser(full).modules() if isinstance(m, Attention)]
 print(f"full-size {settings.model}: {len(layers)} attention layers -> {3 * len(layers)} Q/K/V projection matmuls")
+params_before = sum(p.numel() for p in fdh.get_denoiser(full).parameters())
 fdh.fuse_qkv(fdh.set_attention(full, "sdpa"))
+params_after = sum(p.numel() for p in fdh.get_denoiser(full).parameters())
+print(f"parameters: {params_before:,} unfused, {params_after:,} fused (the unfused copies are deleted)")
 fused = sum(1 if getattr(m, "to_qkv", None) is not None else 2 if getattr(m, "to_kv", None) is not None
             else 3 for m in layers)  # self-attention: to_qkv; cross-attention: to_q + to_kv
 print(f"fused: {fused} projection matmuls per denoiser call")
@@ -1133,9 +1153,15 @@ NB06 = [
 The CPU queues kernels for the GPU and normally runs ahead of it, so the GPU never waits for
 Python. Any call that needs a value *from* the GPU (`.item()`, `.nonzero()`, `bool(tensor)`,
 printing a tensor, a blocking copy to the GPU) makes the CPU wait until the queue has drained: a
-**sync**. After it the GPU sits idle while Python prepares the next kernels. In diffusers'
-denoising loop the scheduler looks up its step index with `(timesteps == t).nonzero().item()` on
-GPU tensors, and schedulers such as PNDM index CPU tables with GPU timesteps.
+**sync**. After it the GPU sits idle while Python prepares the next kernels.
+
+The blog's example was the scheduler's sigmas: diffusers kept them on the GPU, and every step
+looked up its index with `(timesteps == t).nonzero().item()` and read a sigma back. diffusers has
+since fixed that at the source: Euler and DPM-Solver keep their sigmas on the CPU
+(`self.sigmas.to("cpu")` in `set_timesteps`), and the pipelines call
+`scheduler.set_begin_index(0)`, so no index lookup is left. What remains in diffusers 0.42 is
+schedulers without that care: PNDM (SD1.5's default) indexes its CPU table of alphas with the GPU
+timestep and compares it on the host, every step.
 
 The one number: syncs per denoising step, counted by `fdh.count_syncs` with CUDA's sync debug
 mode (GPU only; on a CPU there is no queue to drain).'''),
@@ -1169,15 +1195,23 @@ if fdh.needs_gpu("profiles CUDA kernels and synchronisations"):
     md('''
 ## One helper call: remove the syncs
 
-`Recipe(no_sync=True)` (`fdh.remove_syncs` underneath) keeps the scheduler's state on the CPU,
-starting at step 0, so stepping never reads a GPU tensor, and copies each CPU timestep to the GPU
-with `non_blocking=True`. The math is unchanged, so the image must be identical.'''),
+`Recipe(no_sync=True)` (`fdh.remove_syncs` underneath) decides from the pipeline and its scheduler
+what is left to do, and records why (`fdh.pipeline_info(pipe)["applied"]["no_sync"]`, and the
+result's notes):
+- PNDM (SD1.5): the schedule moves to the CPU, so stepping never reads a GPU tensor, and each CPU
+  timestep is copied to the GPU with `non_blocking=True`;
+- Euler (SDXL, SSD-1B) and DPM-Solver: nothing, diffusers already does it;
+- PixArt: nothing either, on purpose: its pipeline copies a CPU timestep to the GPU with a
+  blocking `.to()` before the transformer sees it, so a CPU schedule would add a sync per step.
+
+The math is unchanged, so the image must be identical.'''),
     code(f'''
 del pipe
 recipe = dataclasses.replace(previous_recipe, no_sync=True)
 pipe = fdh.apply({LOAD}, recipe)
 result = fdh.benchmark(pipe, prompt, step="+ no syncs", baseline=previous, {BENCH})
 print(result.summary())
+print("no_sync:", fdh.pipeline_info(pipe)["applied"]["no_sync"]["why"])
 print(f"speed-up: {{previous.latency_s / result.latency_s:.2f}}x   image identical: {{result.quality['psnr'] == float('inf')}}")'''),
     gpu(f'''
 if fdh.needs_gpu("counts synchronising CUDA calls after remove_syncs"):
@@ -1204,7 +1238,8 @@ if fdh.needs_gpu("compiles with max-autotune on the GPU"):
     md('''
 ## The plain code behind the helper
 
-There is no library switch for this; the helper's two functions are printed in full:'''),
+There is no library switch for this; the helper's decision and its two functions are printed in
+full:'''),
     code('''
 print(recipe.to_code("plain"))'''),
     *references(),
@@ -1222,14 +1257,18 @@ torch.cuda.set_sync_debug_mode("warn") # the switch behind count_syncs, for your
 
 1. With `torch.cuda.set_sync_debug_mode("error")`, run one image. Which line raises first?
 2. Which scheduler of the four models syncs most per step? (`pipe.scheduler` differs: Euler for
-   SDXL and SSD-1B, PNDM for SD1.5, DPM-Solver for PixArt.)
+   SDXL and SSD-1B, PNDM for SD1.5, DPM-Solver for PixArt.) Swap SD1.5's for
+   `DPMSolverMultistepScheduler.from_config(pipe.scheduler.config)`, as the blog did, and count
+   again.
 3. Print a tensor inside a `callback_on_step_end` and count the syncs again.
 
 ## Summary
 
 - A sync makes the CPU wait for the GPU's queue to drain; inside the loop it stalls every step.
 - Find them with `fdh.count_syncs` (CUDA sync debug mode) and a profiler trace.
-- Remove them with `fdh.remove_syncs` / `Recipe(no_sync=True)`: same math, same image.
+- diffusers now keeps Euler's and DPM-Solver's sigmas on the CPU; PNDM (SD1.5) still syncs
+  every step. `fdh.remove_syncs` / `Recipe(no_sync=True)` fixes what is left and says when there
+  is nothing to do: same math, same image.
 - They matter most once the denoiser is compiled.
 - Next, **07_int8_quantization**.'''),
 ]

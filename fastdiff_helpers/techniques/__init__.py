@@ -10,7 +10,7 @@ import torch
 
 from ..loading import pipeline_device, pipeline_info
 from ..recipe import Recipe, RecipeError
-from .attention import SDPABackendProcessor, set_attention
+from .attention import SDPABackendProcessor, check_attention, set_attention
 from .compile import (capture_denoiser_inputs, check_scope, compile_pipeline, graph_breaks,
                       set_channels_last, set_inductor_flags)
 from .fusion import fuse_qkv
@@ -44,7 +44,9 @@ def current_recipe(pipe) -> dict:
     if dtype == "fp32" and tf32 == "on":
         dtype = "tf32"
     tf32 = None if tf32 == ("on" if dtype == "tf32" else "off") else tf32  # implied by dtype
-    processor = next(iter(denoiser.attn_processors.values()), None)
+    processors = list(denoiser.attn_processors.values())
+    processor = next((p for p in processors if hasattr(p, "backend")),
+                     processors[0] if processors else None)
     names = {v: k for k, v in SDPA_BACKENDS.items()}
     attention = ("classic" if type(processor).__name__ == "AttnProcessor" else
                  names.get(getattr(processor, "backend", None), "sdpa"))
@@ -87,6 +89,8 @@ def apply(pipe, recipe: Recipe):
     recipe.check_device(str(device))
     if recipe.compile:
         check_scope(pipe, recipe.compile_scope)
+    check_attention(pipe, recipe.attention, {"bf16": "bfloat16", "fp16": "float16"}.get(
+        recipe.dtype, "float32"))
     if recipe.quantize and recipe.compile is None:
         warnings.warn(UNCOMPILED_QUANT_WARNING.format(kind=recipe.quantize), stacklevel=2)
 

@@ -5,10 +5,29 @@ Introduced in 03_attention.ipynb."""
 from __future__ import annotations
 
 from ..recipe import ATTENTION, RecipeError
-from ._state import modules, record, refuse_after
+from ._state import get_denoiser, modules, pipeline_info, record, refuse_after
 
 SDPA_BACKENDS = {"sdpa-flash": "FLASH_ATTENTION", "sdpa-efficient": "EFFICIENT_ATTENTION",
                  "sdpa-math": "MATH", "sdpa-cudnn": "CUDNN_ATTENTION"}
+
+# What each forced CUDA kernel accepts (head dim = last dim of q, k and v). Read in pytorch's
+# aten/src/ATen/native/transformers/cuda/sdp_utils.cpp (main at 001f694, the C++ torch 2.13
+# dispatches with; not shipped in the wheel): flash: check_head_dim_size_flash (<= 256),
+# check_for_attn_mask (no mask), check_dtypes_flash_attention (fp16/bf16); cuDNN:
+# check_cudnn_tensor_shapes (<= 128, 256 only on sm90/sm10x with cuDNN > 9.22: not relied on;
+# a multiple of 8), check_dtypes_low_precision (fp16/bf16); efficient:
+# check_head_dim_size_mem_efficient (a multiple of 8 for fp16/bf16, of 4 for fp32; no maximum),
+# fp32 allowed, masks allowed. Math runs anything.
+SDPA_LIMITS = {
+    "FLASH_ATTENTION": {"max_head_dim": 256, "multiple_of": 1, "mask": False,
+                        "dtypes": ("float16", "bfloat16")},
+    "CUDNN_ATTENTION": {"max_head_dim": 128, "multiple_of": 8, "mask": True,
+                        "dtypes": ("float16", "bfloat16")},
+    "EFFICIENT_ATTENTION": {"max_head_dim": None, "multiple_of": 8, "mask": True,
+                            "dtypes": ("float16", "bfloat16", "float32")},
+    "MATH": {"max_head_dim": None, "multiple_of": 1, "mask": True,
+             "dtypes": ("float16", "bfloat16", "float32")},
+}
 
 
 class SDPABackendProcessor:
@@ -32,8 +51,63 @@ class SDPABackendProcessor:
                               *args, **kwargs)
 
 
+def pin_backend(module, backend: str) -> int:
+    """Run `backend` on each attention of `module` whose head dim it takes (SDPA_LIMITS), and
+    default SDPA on the others (the VAE's single 512-wide head, say). Returns how many it pinned."""
+    from diffusers.models.attention_processor import (Attention, AttnProcessor2_0,
+                                                      FusedAttnProcessor2_0)
+
+    limits, pinned = SDPA_LIMITS[backend], 0
+    for attn in module.modules():
+        if not isinstance(attn, Attention):
+            continue
+        head_dim = attn.inner_dim // attn.heads
+        fits = (limits["max_head_dim"] is None or head_dim <= limits["max_head_dim"]) and \
+            head_dim % limits["multiple_of"] == 0
+        fused = attn.fused_projections
+        if fits:
+            attn.set_processor(SDPABackendProcessor(backend, fused))
+            pinned += 1
+        else:
+            attn.set_processor(FusedAttnProcessor2_0() if fused else AttnProcessor2_0())
+    return pinned
+
+
 def is_fused(module) -> bool:
     return any(getattr(m, "fused_projections", False) for m in module.modules())
+
+
+def masked_attentions(pipe) -> list[str]:
+    """Names of the denoiser's attentions that the pipeline calls with a mask: PixArt's cross-
+    attentions get the prompt's padding mask (diffusers 0.42 pipeline_pixart_alpha.py:935
+    passes encoder_attention_mask; attention.py:1043-1046 hands it to attn2)."""
+    from diffusers.models.attention_processor import Attention
+
+    denoiser = get_denoiser(pipe)
+    if type(denoiser).__name__ != "PixArtTransformer2DModel":
+        return []
+    return [name for name, m in denoiser.named_modules()
+            if isinstance(m, Attention) and m.is_cross_attention]
+
+
+def check_attention(pipe, kind: str, dtype: str) -> None:
+    """Refuse, before any work, a forced backend this pipeline cannot run anywhere: a dtype the
+    kernel does not take, or a mask it refuses. `dtype` is torch's name ("bfloat16", ...)."""
+    backend = SDPA_BACKENDS.get(kind)
+    if backend is None:
+        return
+    limits = SDPA_LIMITS[backend]
+    if dtype not in limits["dtypes"]:
+        raise RecipeError(f"attention={kind!r} runs only in {' or '.join(limits['dtypes'])}; "
+                          f"this pipeline is {dtype}. Use dtype='bf16' (fdh.set_precision(pipe, "
+                          "'bf16') before set_attention), or attention='sdpa-efficient' / "
+                          "'sdpa-math' in fp32.")
+    masked = masked_attentions(pipe)
+    if masked and not limits["mask"]:
+        raise RecipeError(f"attention={kind!r} refuses an attention mask, and this pipeline "
+                          f"passes one to {len(masked)} cross-attentions (the prompt's padding "
+                          "mask, e.g. " + masked[0] + "). Use 'sdpa-efficient', 'sdpa-cudnn' or "
+                          "'sdpa'.")
 
 
 def make_processor(kind: str, fused: bool):
@@ -42,9 +116,7 @@ def make_processor(kind: str, fused: bool):
 
     if kind == "classic":
         return AttnProcessor()
-    if kind == "sdpa":
-        return FusedAttnProcessor2_0() if fused else AttnProcessor2_0()
-    return SDPABackendProcessor(SDPA_BACKENDS[kind], fused)
+    return FusedAttnProcessor2_0() if fused else AttnProcessor2_0()
 
 
 def set_attention(pipe, kind: str = "sdpa"):
@@ -52,15 +124,24 @@ def set_attention(pipe, kind: str = "sdpa"):
 
     "classic" is diffusers' AttnProcessor (explicit softmax(QK^T)V, the blog's baseline);
     "sdpa" is torch's scaled_dot_product_attention, letting torch pick the kernel;
-    "sdpa-flash" / "-efficient" / "-math" / "-cudnn" force one backend."""
+    "sdpa-flash" / "-efficient" / "-math" / "-cudnn" force one backend on every attention
+    whose head dim that kernel takes (SDPA_LIMITS; the others keep default SDPA), and refuse
+    a dtype or a mask the kernel cannot take (check_attention)."""
     if kind not in ATTENTION:
         raise RecipeError(f"Unknown attention {kind!r}. Use one of: {', '.join(ATTENTION)}.")
     refuse_after(pipe, "set_attention", "compile")
+    check_attention(pipe, kind, str(get_denoiser(pipe).dtype).removeprefix("torch."))
+    pinned = {}
     for module in modules(pipe):
         fused = is_fused(module)
         if fused and kind == "classic":
             raise RecipeError("This pipeline has fused QKV projections, which need an SDPA "
                               "attention: use 'sdpa' (or load a fresh pipeline).")
-        module.set_attn_processor(make_processor(kind, fused))
+        if kind in SDPA_BACKENDS:
+            pinned[type(module).__name__] = pin_backend(module, SDPA_BACKENDS[kind])
+        else:
+            module.set_attn_processor(make_processor(kind, fused))
     record(pipe, "attention", kind)
+    # how many attentions run the forced kernel, per module (the rest: default SDPA)
+    pipeline_info(pipe)["attention_pinned"] = pinned
     return pipe

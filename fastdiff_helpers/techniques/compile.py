@@ -8,8 +8,9 @@ from typing import Any
 
 import torch
 
-from ..loading import call_kwargs, get_denoiser
-from ..recipe import COMPILE_MODES, SCOPES, RecipeError
+from ..loading import call_kwargs, get_denoiser, pipeline_device
+from ..recipe import (COMPILE_MODES, REGIONAL_COMPILE, REGIONAL_CUDAGRAPH_ERROR, SCOPES,
+                      RecipeError)
 from ._state import applied, modules, record
 
 # The blog's four inductor settings, and the one it added for int8 dynamic quantization that
@@ -86,7 +87,10 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
         raise RecipeError(f"Unknown compile mode {mode!r}. Use one of: "
                           f"{', '.join(m for m in COMPILE_MODES if m)}.")
     if scope not in SCOPES:
-        raise RecipeError(f"Unknown compile scope {scope!r}. Use 'full' or 'regional'.")
+        raise RecipeError(f"Unknown compile scope {scope!r}. Use one of: {', '.join(SCOPES)}.")
+    if scope != "full" and mode in REGIONAL_COMPILE and pipeline_device(pipe).type == "cuda":
+        raise RecipeError(REGIONAL_CUDAGRAPH_ERROR.format(mode=mode, fix=REGIONAL_COMPILE[mode],
+                                                          scope=scope))
     if "compile" in applied(pipe):
         raise RecipeError("This pipeline is already compiled; load a fresh pipeline to compile "
                           "it another way.")
@@ -142,15 +146,30 @@ def capture_denoiser_inputs(pipe, **kwargs) -> tuple[tuple, dict]:
 
 
 def graph_breaks(pipe, verbose: bool = True, **kwargs) -> dict[str, Any]:
-    """torch._dynamo.explain on the denoiser with the inputs the pipeline really passes.
+    """Dynamo's graph-break report for the denoiser, with the inputs the pipeline really passes.
 
     Returns {"graphs", "graph_breaks", "reasons", "ops"}; zero breaks means fullgraph=True
-    compiles. Introduced in 04_torch_compile.ipynb."""
+    compiles. Leaves every other compiled model of the process alone: torch._dynamo.explain()
+    calls torch._dynamo.reset() before and after (torch/_dynamo/eval_frame.py, explain()),
+    which throws away all compiled code, so this traces with dynamo's ExplainWithBackend
+    (torch/_dynamo/backends/debugging.py) and then drops only its own cache entries.
+    Introduced in 04_torch_compile.ipynb."""
+    from torch._dynamo.backends.debugging import ExplainWithBackend
+    from torch._dynamo.eval_frame import remove_from_cache
+
     args, kw = capture_denoiser_inputs(pipe, **kwargs)
-    torch._dynamo.reset()
-    with torch.no_grad():
-        explained = torch._dynamo.explain(get_denoiser(pipe).forward)(*args, **kw)
-    torch._dynamo.reset()
+    forward = get_denoiser(pipe).forward
+
+    def traced(*a, **k):  # a code object of our own: the cache entries dropped below
+        return forward(*a, **k)
+
+    explainer = ExplainWithBackend("eager")
+    try:
+        with torch.no_grad():
+            torch.compile(traced, backend=explainer)(*args, **kw)
+    finally:
+        remove_from_cache(traced)
+    explained = explainer.output()
     reasons = [str(getattr(r, "reason", r)) for r in explained.break_reasons]
     report = {"graphs": explained.graph_count, "graph_breaks": explained.graph_break_count,
               "reasons": reasons, "ops": explained.op_count}

@@ -16,8 +16,8 @@ from ._state import applied, record
 def keep_scheduler_on_cpu(pipe) -> None:
     """Scheduler state on the CPU, starting at step 0: stepping never reads a GPU tensor.
 
-    Without it the scheduler finds its first step with `(timesteps == t).nonzero().item()`
-    on GPU tensors, and schedulers such as PNDM index CPU tables with GPU timesteps."""
+    Needed where a scheduler indexes CPU tables with a GPU timestep (PNDM), or has no begin
+    index and finds its step with `(timesteps == t).nonzero().item()` on GPU tensors."""
     scheduler = pipe.scheduler
     original = scheduler.set_timesteps
 
@@ -49,46 +49,73 @@ def upload_timestep_without_sync(denoiser) -> None:
     denoiser.register_forward_pre_hook(hook, with_kwargs=True)
 
 
+def no_sync_plan(pipe) -> tuple[bool, str]:
+    """(move the schedule to the CPU?, why), decided from the pipeline and scheduler classes
+    as diffusers 0.42 runs them."""
+    scheduler = type(pipe.scheduler).__name__
+    if type(pipe).__name__.startswith("PixArt"):
+        # pipeline_pixart_alpha.py:926-927 copies a CPU timestep to the GPU with a blocking
+        # .to() before the denoiser (and any hook) sees it: a CPU schedule adds a sync a step.
+        return False, (f"nothing to do: PixArt's pipeline copies a CPU timestep to the GPU "
+                       f"with a blocking .to() each step, so a CPU schedule would add syncs; "
+                       f"its {scheduler} already keeps sigmas on the CPU and the pipeline sets "
+                       "the begin index")
+    if scheduler in ("EulerDiscreteScheduler", "DPMSolverMultistepScheduler"):
+        # scheduling_euler_discrete.py:481 / scheduling_dpmsolver_multistep.py:497 keep the
+        # sigmas on the CPU; the pipelines call set_begin_index(0) (e.g.
+        # pipeline_stable_diffusion_xl.py:1196), so no nonzero().item() lookup is left.
+        return False, (f"nothing to do: diffusers' {scheduler} keeps its sigmas on the CPU "
+                       "and the pipeline sets the begin index, so stepping reads no GPU value")
+    if scheduler == "PNDMScheduler":
+        # scheduling_pndm.py:430-431: alphas_cumprod[timestep] and `prev_timestep >= 0` read
+        # a GPU timestep on the host every step.
+        return True, ("PNDMScheduler indexes its CPU alphas with the GPU timestep and compares "
+                      "it on the host every step: schedule moved to the CPU, timestep uploaded "
+                      "without blocking")
+    return True, (f"{scheduler} not checked by the course: schedule moved to the CPU, timestep "
+                  "uploaded without blocking (count_syncs shows whether it helps)")
+
+
 def remove_syncs(pipe):
-    """No device-to-host sync inside the denoising loop (see keep_scheduler_on_cpu and
-    upload_timestep_without_sync). Math unchanged. Safe to call twice."""
+    """No device-to-host sync inside the denoising loop, where diffusers leaves one: decided
+    per pipeline and scheduler (no_sync_plan; recorded in pipeline_info(pipe)["applied"]
+    ["no_sync"] and in benchmark notes). Math unchanged. Safe to call twice."""
     if applied(pipe).get("no_sync"):
         return pipe
-    keep_scheduler_on_cpu(pipe)
-    upload_timestep_without_sync(get_denoiser(pipe))
-    record(pipe, "no_sync", True)
+    move, why = no_sync_plan(pipe)
+    if move:
+        keep_scheduler_on_cpu(pipe)
+        upload_timestep_without_sync(get_denoiser(pipe))
+    record(pipe, "no_sync", {"scheduler": type(pipe.scheduler).__name__, "changed": move,
+                             "why": why})
     return pipe
 
 
 def count_syncs(pipe, verbose: bool = True, **kwargs) -> dict[str, Any] | None:
     """Count synchronising CUDA calls during one generation (torch.cuda sync debug mode):
-    total, inside the denoising loop (between the first and last step's callbacks) and
-    where they come from. On a CPU there is nothing to count: says so, returns None."""
+    total, inside the denoising loop (from its start, step 0 included, to the last step's
+    callback) and where they come from. On a CPU there is nothing to count: says so, returns
+    None."""
     if pipeline_device(pipe).type != "cuda":
         if verbose:
             print("count_syncs needs a CUDA GPU: a CPU has no device-to-host synchronisation "
                   "to count. Run this cell on a GPU machine.")
         return None
-    marks: list[int] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-
-        def on_step_end(p, i, t, cb_kwargs):
-            marks.append(len(caught))
-            return cb_kwargs
-
         call = call_kwargs(pipe, **kwargs)
-        call["callback_on_step_end"] = on_step_end
+        start, marks = _loop_marks(pipe, call, caught)
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("warn")
         try:
             pipe(**call)
         finally:
             torch.cuda.set_sync_debug_mode(0)
+            del pipe.progress_bar  # the class's method again
     syncs = [w for w in caught if "synchroniz" in str(w.message)]
     in_loop = sum(1 for i, w in enumerate(caught) if "synchroniz" in str(w.message)
-                  and marks and marks[0] <= i < marks[-1])
-    steps = max(len(marks) - 1, 1)
+                  and start and marks and start[0] <= i < marks[-1])
+    steps = max(len(marks), 1)
     where = sorted({f"{w.filename}:{w.lineno}" for w in syncs})
     report = {"total": len(syncs), "in_loop": in_loop, "per_step": in_loop / steps,
               "where": where}
@@ -96,3 +123,24 @@ def count_syncs(pipe, verbose: bool = True, **kwargs) -> dict[str, Any] | None:
         print(f"{report['total']} syncs in one image, {in_loop} inside the denoising loop "
               f"({report['per_step']:.2f} per step)" + "".join(f"\n  - {w}" for w in where))
     return report
+
+
+def _loop_marks(pipe, call: dict, caught: list) -> tuple[list[int], list[int]]:
+    """Where the denoising loop starts (the pipelines open their progress bar right before
+    step 0) and where each step ends (callback_on_step_end), as positions in `caught`."""
+    start: list[int] = []
+    marks: list[int] = []
+    progress_bar = pipe.progress_bar
+
+    def opening(*args, **kwargs):
+        if not start:
+            start.append(len(caught))
+        return progress_bar(*args, **kwargs)
+
+    def on_step_end(p, i, t, cb_kwargs):
+        marks.append(len(caught))
+        return cb_kwargs
+
+    pipe.progress_bar = opening
+    call["callback_on_step_end"] = on_step_end
+    return start, marks

@@ -1,4 +1,4 @@
-"""GPU checks (issue 7), run on a CUDA machine: `pytest tests/gpu -m gpu`.
+"""GPU checks (issues 7 and 11), run on a CUDA machine: `pytest tests/gpu -m gpu`.
 
 Skipped without CUDA. Full-size SD1.5 with random weights at 512x512 keeps each test short
 while exercising the real kernels (head dim 40/80/160, 4096-token attention)."""
@@ -25,15 +25,20 @@ def as_float(image):
 
 
 @pytest.mark.parametrize("model", ["sd15", "sdxl", "pixart"])
-def test_no_sync_removes_syncs_from_the_denoising_loop(model):
+def test_no_sync_removes_what_diffusers_leaves(model):
     recipe = fdh.Recipe(dtype="bf16", attention="sdpa")
     pipe = fdh.apply(fdh.load_pipeline(model, weights="random", device="cuda"), recipe)
     before = fdh.count_syncs(pipe, steps=4, verbose=True)
     pipe = fdh.apply(fdh.load_pipeline(model, weights="random", device="cuda"),
                      fdh.Recipe(dtype="bf16", attention="sdpa", no_sync=True))
     after = fdh.count_syncs(pipe, steps=4, verbose=True)
-    assert after["in_loop"] == 0, after["where"]
-    assert after["total"] <= before["total"]
+    changed = fdh.pipeline_info(pipe)["applied"]["no_sync"]["changed"]
+    assert changed is (model == "sd15")
+    if model == "sd15":  # PNDM reads its GPU timestep on the host every step
+        assert before["in_loop"] > 0, before["where"]
+        assert after["in_loop"] < before["in_loop"], after["where"]
+    else:  # diffusers already keeps the schedule off the loop's critical path: a no-op
+        assert after["in_loop"] == before["in_loop"], (before["where"], after["where"])
 
 
 @pytest.mark.parametrize("attention", ["sdpa-flash", "sdpa-efficient", "sdpa-math",
@@ -72,3 +77,80 @@ def test_cuda_timing_agrees_with_wall_time():
     wall = time.perf_counter() - start
     assert abs(result.latency_s - wall) / wall < 0.15
     assert result.peak_memory_kind == "cuda_max_allocated" and result.tflops_per_s > 0
+    assert result.peak_reserved_bytes >= result.peak_memory_bytes > 0
+
+
+def _image(pipe, steps=2):
+    kwargs = fdh.call_kwargs(pipe, steps=steps)
+    kwargs["output_type"] = "np"
+    with torch.inference_mode():
+        return pipe(**kwargs).images[0].astype(np.float64)
+
+
+@pytest.fixture(scope="module")
+def bf16_reference():
+    return _image(sd15(fdh.Recipe(dtype="bf16", attention="sdpa")))
+
+
+def test_max_autotune_captures_cuda_graphs_without_skipping(bf16_reference):
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    recipe = fdh.Recipe(dtype="bf16", attention="sdpa", compile="max-autotune", fullgraph=True,
+                        compile_vae=False)
+    image = _image(sd15(recipe))
+    # torch/_inductor/cudagraph_utils.py log_cudagraph_skip_and_bump_counter
+    assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
+    assert np.abs(image - bf16_reference).max() < 0.1
+
+
+def test_int8_dynamic_compiled_runs_and_stays_close(bf16_reference):
+    torch._dynamo.reset()
+    recipe = fdh.Recipe(dtype="bf16", attention="sdpa", compile="max-autotune", fuse_qkv=True,
+                        quantize="int8-dynamic", compile_vae=False)
+    pipe = sd15(recipe)
+    assert fdh.pipeline_info(pipe)["applied"]["quantize"]["linears"] > 50
+    image = _image(pipe)
+    assert np.isfinite(image).all()
+    assert np.abs(image - bf16_reference).mean() < 0.05
+
+
+def test_regional_compile_runs_without_cuda_graphs(bf16_reference):
+    torch._dynamo.reset()
+    asked = fdh.Recipe(dtype="bf16", attention="sdpa", compile="max-autotune",
+                       compile_scope="regional", compile_vae=False)
+    recipe, notes = asked.for_device("cuda")
+    assert recipe.compile == "max-autotune-no-cudagraphs" and "152887" in notes[0]
+    image = _image(sd15(recipe))
+    assert np.abs(image - bf16_reference).max() < 0.1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 9),
+                    reason="fp8 needs compute capability 8.9+")
+def test_fp8_dynamic_smoke(bf16_reference):
+    torch._dynamo.reset()
+    recipe = fdh.Recipe(dtype="bf16", attention="sdpa", compile="default",
+                        quantize="fp8-dynamic", compile_vae=False)
+    image = _image(sd15(recipe))
+    assert np.isfinite(image).all()
+    assert np.abs(image - bf16_reference).mean() < 0.05
+
+
+def test_pinned_flash_backend_really_runs():
+    from torch.profiler import ProfilerActivity, profile
+
+    pipe = sd15(fdh.Recipe(dtype="bf16", attention="sdpa-flash"))
+    assert fdh.pipeline_info(pipe)["attention_pinned"] == {
+        "UNet2DConditionModel": 32, "AutoencoderKL": 0}  # the VAE's 512-wide head: default
+    kwargs = fdh.call_kwargs(pipe, steps=2)
+    kwargs["output_type"] = "latent"  # the denoiser only: every attention there is pinned
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof, \
+            torch.inference_mode():
+        pipe(**kwargs)
+    events = prof.key_averages()
+    calls = sum(e.count for e in events if e.key == "aten::_scaled_dot_product_flash_attention")
+    assert calls == 32 * len(pipe.scheduler.timesteps)  # every attention of every UNet call
+    assert any("flash" in e.key.lower() and e.device_type.name == "CUDA" for e in events)
+    assert not any(e.key in ("aten::_scaled_dot_product_efficient_attention",
+                             "aten::_scaled_dot_product_cudnn_attention") for e in events)
