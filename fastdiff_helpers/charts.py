@@ -120,9 +120,10 @@ def ladder_chart(
         if lo is not None and hi is not None and hi > lo:  # spread of the timed samples
             ax.errorbar(cx, r.latency_s, yerr=[[r.latency_s - lo], [hi - r.latency_s]],
                         color="black", capsize=3, linewidth=1)
-        text = ax.text(cx, r.latency_s, f"{r.latency_s:.2f} s\n{speedup:.2f}x",
-                       ha="center", va="bottom", fontsize=9)
-        text.set_gid("ours")
+        flags = "".join(f"\n{flag}!" for flag in r.flags)
+        text = ax.text(cx, r.latency_s, f"{r.latency_s:.2f} s\n{speedup:.2f}x{flags}",
+                       ha="center", va="bottom", fontsize=9, color="firebrick" if flags else None)
+        text.set_gid("ours-flagged" if flags else "ours")
 
     if reference is not None:
         pairs = [(x, v) for x, v in zip(xs, ref_values) if v is not None]

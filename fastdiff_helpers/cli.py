@@ -1,4 +1,5 @@
-"""The command line: `python -m fastdiff_helpers ladder | bench | env` (also `fastdiff ...`).
+"""The command line: `python -m fastdiff_helpers ladder | bench | warm | env` (also
+`fastdiff ...`).
 
 Introduced in 00_setup.ipynb (env) and 08_all_models.ipynb (ladder). The CLI only composes
 the package's functions; invalid input prints one line on stderr and exits with code 2.
@@ -92,6 +93,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--conv1x1-to-linear", default="none", choices=["none", "blog", "all"],
                        help="swap 1x1 convs for linears: blog (diffusion-fast's filter) or all")
 
+    warm = sub.add_parser("warm", help="compile a ladder's compiled steps once (fill the "
+                          "compile cache), optionally into a portable file; or --load one")
+    _common(warm)
+    warm.add_argument("--ladder", default="blog", choices=sorted(LADDERS))
+    warm.add_argument("--only", action="append", default=None, metavar="STEP", choices=steps,
+                      help="warm only this step (repeatable)")
+    warm.add_argument("--out", default=None, help="write the compiled artifacts to this file")
+    warm.add_argument("--load", default=None, metavar="FILE",
+                      help="load a file written by --out into this machine's compile cache")
+
     sub.add_parser("env", help="print the environment report")
     return parser
 
@@ -153,6 +164,28 @@ def _bench(args: argparse.Namespace) -> None:
         print(f"fastdiff: appended to {store}, image {image_path}")
 
 
+def _warm(args: argparse.Namespace) -> int:
+    from .compile_cache import load_artifacts, use_course_cache
+
+    if args.load:
+        if args.out:
+            raise UsageError("--load and --out go separately: --out writes a file here, --load "
+                             "reads one into this machine's cache")
+        header = load_artifacts(args.load)  # FastdiffError (other versions, GPU) before loading
+        print(f"fastdiff: loaded {header['loaded']} from {args.load} ({header.get('model')}, "
+              f"{', '.join(header.get('steps', []))}) into {use_course_cache(verbose=False)}")
+        return 0
+    if args.out and Path(args.out).is_dir():
+        raise UsageError(f"--out {args.out} is a folder; give a file name, e.g. "
+                         f"{Path(args.out) / (args.model + '.fdcache')}")
+    from .ladder import warm_ladder
+
+    warm_ladder(args.model, weights=args.weights, ladder=args.ladder, steps=args.steps,
+                height=args.height, width=args.width, device=args.device, out=args.out,
+                steps_filter=args.only)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 ok, 2 invalid input)."""
     from .loading import FastdiffError
@@ -165,6 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(env_report(as_text=True))
             return 0
         _check_counts(args)
+        if args.command == "warm":
+            return _warm(args)
         if args.command == "ladder":
             from .ladder import run_ladder
             results = run_ladder(

@@ -31,7 +31,9 @@ def snapshot() -> CompileSnapshot:
     for key, values in compilation_time_metrics.items():
         if key == _COMPILE_KEY or key == _BACKEND_KEY or "autotune" in key.lower():
             seconds[key] = float(sum(values))
-    return CompileSnapshot(frames=counters["frames"]["ok"],
+    # frames: one _compile.compile_inner timing per frame compiled, fullgraph or not
+    # (counters["frames"]["ok"] counts only the non-fullgraph path, convert_frame.py:2322)
+    return CompileSnapshot(frames=len(compilation_time_metrics.get(_COMPILE_KEY, [])),
                            graph_cache_hits=counters["inductor"]["fxgraph_cache_hit"],
                            graph_cache_misses=counters["inductor"]["fxgraph_cache_miss"],
                            seconds=seconds)

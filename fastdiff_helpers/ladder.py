@@ -10,6 +10,7 @@ import dataclasses
 import gc
 import math
 import re
+import time
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -21,7 +22,7 @@ from .presets import BLOG_A100_SECONDS, BLOG_LOADING, BLOG_SOURCE, SCHEDULERS, g
 from .recipe import LADDERS
 from .results import Result
 
-__all__ = ["run_ladder", "format_table"]
+__all__ = ["run_ladder", "format_table", "warm_ladder", "free_memory"]
 
 
 class InjectedFailure(RuntimeError):
@@ -68,7 +69,8 @@ def format_table(results: Sequence[Result]) -> str:
     """A text table of a ladder: step, median seconds, speed-up vs the first timed step (fp32
     in a full ladder) and vs the previous one, peak memory (headed with its kind: CUDA
     allocated or process RSS; CUDA peak reserved, which counts CUDA-graph pools, beside it),
-    PSNR vs the baseline, cold start.
+    PSNR vs the baseline, cold start, and a flags column where a result carries a warning
+    (Result.flags: e.g. a compilation inside its timed calls).
 
     Introduced in 08_all_models.ipynb."""
     timed = [r for r in results if r.error is None and r.latency_s]
@@ -76,8 +78,10 @@ def format_table(results: Sequence[Result]) -> str:
     memory = {frozenset({"cuda_max_allocated"}): "peak allocated",
               frozenset({"process_peak_rss"}): "peak RSS"}.get(frozenset(kinds), "peak memory")
     reserved = any(r.peak_reserved_bytes is not None for r in timed)
+    flagged = any(r.flags for r in timed)
     head = ("step", "seconds", f"vs {timed[0].step if timed else 'first'}", "vs prev",
-            memory, *(("peak reserved",) if reserved else ()), "PSNR vs base", "cold start")
+            memory, *(("peak reserved",) if reserved else ()), "PSNR vs base", "cold start",
+            *(("flags",) if flagged else ()))
     rows, first, prev = [], None, None
     for r in results:
         if r.error is not None or not r.latency_s:
@@ -89,7 +93,8 @@ def format_table(results: Sequence[Result]) -> str:
                      f"{prev / r.latency_s:.2f}x" if prev else "-",
                      _memory(r.peak_memory_bytes),
                      *((_memory(r.peak_reserved_bytes),) if reserved else ()), _psnr(r.quality),
-                     _seconds(r.cold_start_s) + " s" if r.cold_start_s is not None else "-"))
+                     _seconds(r.cold_start_s) + " s" if r.cold_start_s is not None else "-",
+                     *(("; ".join(r.flags).upper() or "-",) if flagged else ())))
         prev = r.latency_s
     widths = [max(len(head[i]), *(len(row[i]) for row in rows if len(row) > i))
               for i in range(len(head))]
@@ -173,6 +178,7 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
         adapted, notes = recipe.for_device(device)
         pipe = None
         try:
+            started = time.perf_counter()
             pipe = load_pipeline(spec.key, weights=weights, device=device, dtype="fp32",
                                  verbose=False, **loading)
             if name == fail_step:
@@ -184,6 +190,7 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
                              "linear here, so this step quantizes with quant_filter='all'")
                 adapted = dataclasses.replace(adapted, quant_filter="all")
             apply(pipe, adapted)
+            load_s = time.perf_counter() - started
             result = benchmark(pipe, prompt=prompt or DEFAULT_PROMPT, steps=steps,
                                height=height, width=width, runs=runs, warmup=warmup,
                                seed=seed, progress=progress, step=name,
@@ -195,6 +202,7 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
                 if idx != 0:
                     notes.append(f"baseline for quality: {name} (the first step that ran)")
             result.notes = notes + result.notes
+            result.load_s = load_s
         except Exception as exc:  # one step's failure (OOM, compile error, RecipeError...)
             # must not lose the steps already measured or stop the ones after it: record it.
             env = env_report()
@@ -231,3 +239,56 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
         print(f"fastdiff: results in {out / 'results.jsonl'}, images in {out / 'images'}, "
               f"charts {out / 'ladder.png'} and {out / 'memory.png'}")
     return results
+
+
+def warm_ladder(model: str = "sdxl", weights: str = "auto", ladder: str = "blog",
+                steps: int | None = None, height: int | None = None, width: int | None = None,
+                device: str | None = None, out: str | Path | None = None,
+                steps_filter: Iterable[str] | None = None) -> list[dict]:
+    """Compile every compiled step of a ladder once (a fresh pipeline each, one call each),
+    so the compile cache holds them all; with `out`, also write them as one portable artifact
+    file (fdh.compile_cache.save_artifacts) for other machines of the same GPU kind and
+    versions. Returns one row per step: load (with apply), first call, and its compile split.
+
+    What an instructor runs before a workshop (10_cold_start.ipynb)."""
+    from .compile_events import events_between, snapshot
+    from .compile_cache import save_artifacts
+    from .loading import call_kwargs
+    from .techniques import apply
+
+    spec = get_spec(model)
+    if ladder not in LADDERS:
+        raise FastdiffError(f"Unknown ladder {ladder!r}. Use one of: {', '.join(LADDERS)}.")
+    device = device or default_device()
+    wanted = _check_names(steps_filter, "steps_filter", ladder)
+    weights = resolve_weights(spec, weights, device)
+    loading = BLOG_LOADING[spec.key] if ladder == "blog" else {}
+    plan = [(n, r) for n, r in LADDERS[ladder] if r.compile and (wanted is None or n in wanted)]
+    if not plan:
+        raise FastdiffError(f"No compiled step to warm in the {ladder} ladder"
+                            f"{' among ' + ', '.join(sorted(wanted)) if wanted else ''}.")
+    rows = []
+    for name, recipe in plan:
+        adapted, _ = recipe.for_device(device)
+        started = time.perf_counter()
+        pipe = load_pipeline(spec.key, weights=weights, device=device, dtype="fp32",
+                             verbose=False, **loading)
+        apply(pipe, adapted)
+        load_s = time.perf_counter() - started
+        kwargs = call_kwargs(pipe, steps=steps, height=height, width=width)
+        before, started = snapshot(), time.perf_counter()
+        pipe(**kwargs)
+        first = time.perf_counter() - started
+        events = events_between(before, snapshot())
+        rows.append({"step": name, "load_s": load_s, "first_call_s": first, **events})
+        print(f"fastdiff: warmed {spec.key} {name}: load {load_s:.1f} s, first call {first:.1f} s "
+              f"(compile {events['compile_s']:.1f} s, {events['frames']} frame(s), "
+              f"{events['graph_cache_hits']} graph-cache hit(s))")
+        del pipe
+        free_memory()  # dynamo's caches (the artifacts to save are kept apart by torch)
+    if out is not None:
+        header = save_artifacts(out, model=spec.key, weights=weights, ladder=ladder,
+                                steps=[r["step"] for r in rows])
+        print(f"fastdiff: compile artifacts ({header['bytes'] / 2**20:.1f} MiB) in {out}; on "
+              f"another machine: python -m fastdiff_helpers warm --load {out}")
+    return rows

@@ -127,6 +127,11 @@ class Result:
         return any(self.compile_events.get("timed", []))
 
     @property
+    def flags(self) -> list[str]:
+        """Warnings a reader of this result's numbers must see (tables, charts, playground)."""
+        return ["compiled while timed"] if self.compiled_during_timing else []
+
+    @property
     def ok(self) -> bool:
         return self.error is None
 

@@ -312,8 +312,9 @@ class Playground:
             memory = _fmt(r.peak_memory_bytes and r.peak_memory_bytes / _GIB, "{:.2f} GiB " + kind)
             if r.peak_reserved_bytes is not None:  # CUDA-graph pools show only here
                 memory += f", {r.peak_reserved_bytes / _GIB:.2f} GiB reserved"
+            seconds = _fmt(r.latency_s, "{:.3f} s") + "".join(f" ({f}!)" for f in r.flags)
             row = [str(i), r.model, r.step, f"{r.height}x{r.width}, {r.steps}",
-                   _fmt(r.latency_s, "{:.3f} s"), speedup, memory,
+                   seconds, speedup, memory,
                    "baseline" if is_base else _psnr_text(r), _fmt(r.cold_start_s, "{:.2f} s")]
             body.append("<tr>" + "".join(f"<td style='padding:2px 8px'>{html.escape(v)}</td>"
                                          for v in row) + "</tr>")

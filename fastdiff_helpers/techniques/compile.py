@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from ..compile_cache import use_course_cache
 from ..loading import call_kwargs, get_denoiser, pipeline_device
 from ..recipe import (COMPILE_MODES, REGIONAL_COMPILE, REGIONAL_CUDAGRAPH_ERROR, SCOPES,
                       RecipeError)
@@ -95,6 +96,7 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
         raise RecipeError("This pipeline is already compiled; load a fresh pipeline to compile "
                           "it another way.")
     check_scope(pipe, scope)
+    use_course_cache()  # one cache folder for the course, said once
     if inductor_flags:
         record(pipe, "inductor_flags", set_inductor_flags("quantize" in applied(pipe)))
     if dynamic:

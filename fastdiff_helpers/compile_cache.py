@@ -1,0 +1,111 @@
+"""Compile caches, the torch way: one cache folder for the course, and portable artifacts.
+
+Introduced in 10_cold_start.ipynb. inductor keeps compiled kernels and graphs in
+TORCHINDUCTOR_CACHE_DIR (torch/_inductor/runtime/cache_dir_utils.py reads it on every use);
+torch.compiler.save_cache_artifacts() / load_cache_artifacts() carry what one process
+compiled to another machine. An artifact is only valid for the same torch, triton and GPU
+kind, so the file written here starts with a header of those, checked before loading.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .loading import FastdiffError
+
+MAGIC = b"FASTDIFF-COMPILE-CACHE 1\n"
+# what must match between the machine that compiled and the one that loads
+MUST_MATCH = ("torch", "triton", "python", "device", "gpu_name", "compute_capability")
+
+
+def default_cache_dir() -> Path:
+    """The course's compile cache: $FASTDIFF_CACHE_DIR, else ~/.cache/fastdiff/inductor."""
+    root = os.environ.get("FASTDIFF_CACHE_DIR")
+    return Path(root) if root else Path.home() / ".cache" / "fastdiff" / "inductor"
+
+
+def use_course_cache(path: str | os.PathLike | None = None, verbose: bool = True) -> Path:
+    """Point inductor's cache at one folder for the whole course and say where it is.
+
+    An explicit TORCHINDUCTOR_CACHE_DIR (yours) wins unless `path` is given. Called by
+    fdh.compile_pipeline before compiling; call it yourself to choose another folder."""
+    current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if path is None and current:
+        return Path(current)
+    folder = Path(path) if path is not None else default_cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    if current != str(folder):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
+        if verbose:
+            print(f"fastdiff: torch.compile cache in {folder} (TORCHINDUCTOR_CACHE_DIR; "
+                  "set FASTDIFF_CACHE_DIR or call fdh.use_course_cache(path) to move it)")
+    return folder
+
+
+def _stamp() -> dict[str, Any]:
+    from .env import env_report
+
+    env = env_report()
+    return {key: env.get(key) for key in MUST_MATCH} | {"diffusers": env.get("diffusers"),
+                                                       "torchao": env.get("torchao")}
+
+
+def save_artifacts(path: str | os.PathLike, **what: Any) -> dict[str, Any]:
+    """Write what this process compiled (torch.compiler.save_cache_artifacts) to `path`, with
+    a header of the versions and GPU kind it is valid for, and `what` (model, steps...) for
+    the record. Returns the header. Nothing compiled yet: a clear error."""
+    import torch
+
+    saved = torch.compiler.save_cache_artifacts()
+    if saved is None or not saved[0]:
+        raise FastdiffError("Nothing was compiled in this process, so there is no cache to save: "
+                            "run a compiled pipeline first (fdh.generate after fdh.apply).")
+    payload, info = saved
+    header = dict(_stamp(), **what, artifacts=_count(info), bytes=len(payload))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_bytes(MAGIC + json.dumps(header).encode() + b"\n" + payload)
+    tmp.replace(path)  # a killed save never leaves half a file under the real name
+    return header
+
+
+def read_header(path: str | os.PathLike) -> tuple[dict[str, Any], bytes]:
+    path = Path(path)
+    if not path.is_file():
+        raise FastdiffError(f"{path} is not a file: pass the file written by "
+                            "`python -m fastdiff_helpers warm --out FILE`.")
+    data = path.read_bytes()
+    if not data.startswith(MAGIC):
+        raise FastdiffError(f"{path} is not a fastdiff compile-cache file (written by "
+                            "`python -m fastdiff_helpers warm --out FILE`).")
+    line, _, payload = data[len(MAGIC):].partition(b"\n")
+    return json.loads(line), payload
+
+
+def load_artifacts(path: str | os.PathLike) -> dict[str, Any]:
+    """Load a file from save_artifacts into this machine's compile cache, after checking that
+    it was made with the same torch, triton, Python and GPU kind; refuses otherwise, naming
+    each difference. Returns the header."""
+    import torch
+
+    header, payload = read_header(path)
+    here = _stamp()
+    different = [f"{key}: file {header.get(key)!r}, here {here[key]!r}" for key in MUST_MATCH
+                 if header.get(key) != here[key]]
+    if different:
+        raise FastdiffError(f"{path} was compiled elsewhere and cannot be used here ("
+                            + "; ".join(different) + "). Run `python -m fastdiff_helpers warm` "
+                            "on this machine instead.")
+    use_course_cache(verbose=False)
+    info = torch.compiler.load_cache_artifacts(payload)
+    return dict(header, loaded=_count(info))
+
+
+def _count(info: Any) -> dict[str, int]:
+    """How many artifacts of each kind a torch CacheInfo holds."""
+    fields = getattr(info, "artifacts", None) or {}
+    return {str(kind): len(items) for kind, items in dict(fields).items()}

@@ -1,0 +1,154 @@
+"""Cold start (issue 16): benchmark sees compilation, compile caches move between machines.
+
+Compiled with dynamo's "eager" backend where the test is about dynamo's bookkeeping (the same
+frames and guards as inductor, seconds instead of minutes); the one test that needs inductor's
+real cold start is marked slow."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import fastdiff_helpers as fdh
+from fastdiff_helpers import bench, compile_cache
+from fastdiff_helpers.ladder import format_table
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def eager_compiled(model: str = "sd15"):
+    pipe = fdh.load_pipeline(model, weights="tiny", device="cpu", verbose=False)
+    torch._dynamo.reset()
+    pipe.unet.compile(backend="eager")
+    return pipe
+
+
+def test_uncompiled_benchmark_sees_no_compilation():
+    pipe = fdh.load_pipeline("sd15", weights="tiny", device="cpu", verbose=False)
+    r = fdh.benchmark(pipe, steps=2, runs=2, warmup=1, progress=False)
+    assert r.compile_events["cold"]["frames"] == 0 and r.compile_events["timed"] == [0, 0]
+    assert r.compile_events["extra_warmup"] == 0 and not r.compiled_during_timing
+    assert r.cold_start_split["compile_s"] == 0.0 and r.flags == []
+
+
+def test_cold_start_is_split_and_warm_up_goes_on_while_compiling():
+    pipe = eager_compiled()
+    r = fdh.benchmark(pipe, steps=2, runs=2, warmup=0, progress=False)
+    cold = r.compile_events["cold"]
+    assert cold["frames"] >= 1 and cold["compile_s"] > 0
+    split = r.cold_start_split
+    assert split["compile_s"] + split["call_s"] == pytest.approx(r.cold_start_s, rel=1e-6)
+    assert split["dynamo_s"] + split["inductor_s"] == pytest.approx(split["compile_s"], rel=1e-6)
+    # warmup=0, but the cold call compiled: one more untimed call, said in the notes
+    assert r.compile_events["extra_warmup"] == 1 and r.compile_events["warmup"] == [0]
+    assert any("extra warm-up" in n for n in r.notes)
+    assert r.compile_events["timed"] == [0, 0] and not r.compiled_during_timing
+
+
+def test_a_recompile_inside_the_timed_calls_is_flagged(monkeypatch):
+    pipe = eager_compiled()
+    calls = []
+    real = bench.call_kwargs
+
+    def resized_after_a_while(*args, **kwargs):
+        calls.append(1)
+        out = real(*args, **kwargs)
+        if len(calls) >= 5:  # resolved, cold, 1 extra warm-up, timed #1 -> timed #2 is larger
+            out["height"] = out["width"] = 96
+        return out
+
+    monkeypatch.setattr(bench, "call_kwargs", resized_after_a_while)
+    r = fdh.benchmark(pipe, steps=2, runs=3, warmup=1, progress=False, step="resized")
+    assert r.compile_events["timed"][0] == 0 and r.compile_events["timed"][1] >= 1
+    assert r.compiled_during_timing and r.flags == ["compiled while timed"]
+    assert any(n.startswith("COMPILED DURING TIMING") for n in r.notes)
+    assert "COMPILED WHILE TIMED" in format_table([r])
+    ax = fdh.ladder_chart([r]).axes[0]
+    assert [t.get_text() for t in ax.texts if t.get_gid() == "ours-flagged"][0].endswith(
+        "compiled while timed!")
+    stored = fdh.Result.from_dict(json.loads(json.dumps(r.to_dict())))
+    assert stored.compiled_during_timing and stored.cold_start_split == r.cold_start_split
+
+
+def test_recompile_report_names_the_size_change_and_the_weight_swap():
+    pipe = eager_compiled()
+    rows = fdh.recompile_report(pipe, sizes=[64, 64, 96], swap_weight=True, verbose=False)
+    assert [r["call"] for r in rows[:3]] == ["64x64", "64x64", "96x96"]
+    assert rows[0]["frames_compiled"] >= 1 and rows[1]["frames_compiled"] == 0
+    assert rows[2]["frames_compiled"] >= 1 and any("size" in x for x in rows[2]["reasons"])
+    # a new Parameter of the same shape: parameters are graph inputs, no recompile
+    assert rows[3]["call"].startswith("LoRA-shaped weight swap") and rows[3]["frames_compiled"] == 0
+
+
+def test_course_cache_folder_is_said_and_overridable(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setenv("FASTDIFF_CACHE_DIR", str(tmp_path / "course"))
+    folder = fdh.use_course_cache()
+    assert folder == tmp_path / "course" and os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(folder)
+    assert str(folder) in capsys.readouterr().out
+    mine = tmp_path / "mine"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(mine))
+    assert fdh.use_course_cache() == mine  # the user's own setting wins
+
+
+def test_artifacts_from_other_versions_are_refused_before_loading(tmp_path, monkeypatch):
+    stamp = compile_cache._stamp()
+    other = dict(stamp, torch="2.0.0", gpu_name="NVIDIA A100-SXM4-80GB")
+    path = tmp_path / "other.fdcache"
+    path.write_bytes(compile_cache.MAGIC + json.dumps(other).encode() + b"\n" + b"payload")
+    loaded = []
+    monkeypatch.setattr(torch.compiler, "load_cache_artifacts", lambda b: loaded.append(b))
+    with pytest.raises(fdh.FastdiffError, match="torch: file '2.0.0'") as err:
+        fdh.load_artifacts(path)
+    assert "gpu_name" in str(err.value) and loaded == []
+    (tmp_path / "junk").write_bytes(b"not a cache")
+    with pytest.raises(fdh.FastdiffError, match="not a fastdiff compile-cache"):
+        fdh.load_artifacts(tmp_path / "junk")
+    out = subprocess.run([sys.executable, "-m", "fastdiff_helpers", "warm", "--load", str(path)],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "compiled elsewhere" in out.stderr
+
+
+def test_saving_with_nothing_compiled_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: None)
+    with pytest.raises(fdh.FastdiffError, match="Nothing was compiled"):
+        fdh.save_artifacts(tmp_path / "x.fdcache")
+    assert not (tmp_path / "x.fdcache").exists()
+
+
+def _warm(cache: Path, *args: str) -> tuple[float, str]:
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache), OMP_NUM_THREADS="1")
+    started = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "fastdiff_helpers", "warm", *args], check=True,
+                         env=env, cwd=ROOT, capture_output=True, text=True)
+    return time.perf_counter() - started, out.stdout
+
+
+COMPILE_STEP = ("--model", "sdxl", "--weights", "tiny", "--device", "cpu", "--ladder", "course",
+                "--only", "+ compile", "--steps", "2")
+
+
+@pytest.mark.slow
+def test_warm_cache_reaches_the_first_image_5x_sooner_and_artifacts_load(tmp_path):
+    """Tiny SDXL compiled with inductor on the CPU, each run a new process: an empty cache,
+    then the cache the first run filled (at least 5x sooner to the first image, import and
+    load included); and the first run's artifact file (`warm --out`) loaded into an empty
+    cache folder (`warm --load`) fills its FX graph and AOTAutograd caches."""
+    artifact = tmp_path / "sdxl.fdcache"
+    cold, said = _warm(tmp_path / "cache", *COMPILE_STEP, "--out", str(artifact))
+    warm, said_warm = _warm(tmp_path / "cache", *COMPILE_STEP)
+    print(f"first image, new process: empty cache {cold:.1f} s, warm cache {warm:.1f} s")
+    assert cold >= 5 * warm, (cold, warm, said, said_warm)
+    assert "0 graph-cache hit(s)" in said and "0 graph-cache hit(s)" not in said_warm
+    header, _ = compile_cache.read_header(artifact)
+    assert header["model"] == "sdxl" and header["steps"] == ["+ compile"]
+    _, loaded = _warm(tmp_path / "fresh", "--load", str(artifact))
+    assert "'inductor'" in loaded and "'aot_autograd'" in loaded
+    assert any((tmp_path / "fresh" / "fxgraph").rglob("*"))
