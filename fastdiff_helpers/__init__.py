@@ -26,7 +26,8 @@ from .course import CourseSettings, course_settings, needs_gpu, smoke_mode
 from .flops import count_flops, flop_floor_seconds, measure_matmul_tflops
 from .bench import benchmark, naive_time
 from .ladder import format_table, free_memory, run_ladder, warm_ladder
-from .compile_cache import default_cache_dir, load_artifacts, save_artifacts, use_course_cache
+from .compile_cache import (default_cache_dir, first_image_in_new_process, load_artifacts,
+                            save_artifacts, use_course_cache)
 from .compile_events import recompile_reasons
 from .recompiles import recompile_report
 from .widgets import playground

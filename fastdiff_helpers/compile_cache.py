@@ -109,3 +109,34 @@ def _count(info: Any) -> dict[str, int]:
     """How many artifacts of each kind a torch CacheInfo holds."""
     fields = getattr(info, "artifacts", None) or {}
     return {str(kind): len(items) for kind, items in dict(fields).items()}
+
+
+def first_image_in_new_process(cache_dir: str | os.PathLike, model: str = "sdxl",
+                               weights: str = "auto", device: str | None = None,
+                               steps: int | None = None, ladder: str = "course",
+                               step: str = "+ compile", out: str | os.PathLike | None = None,
+                               load: str | os.PathLike | None = None) -> tuple[float, str]:
+    """Seconds a new Python process takes to its first compiled image (import, load, compile
+    and call: `python -m fastdiff_helpers warm` for one ladder step) with `cache_dir` as its
+    compile cache, and what it printed. `out`: also write the artifacts; `load`: only load an
+    artifact file into `cache_dir` (no image). What 10_cold_start.ipynb measures."""
+    import subprocess
+    import sys
+    import time
+
+    if load is not None:
+        args = ["--load", str(load)]
+    else:
+        args = ["--model", model, "--weights", weights, "--ladder", ladder, "--only", step,
+                *(["--device", device] if device else []), *(["--steps", str(steps)] if steps
+                                                           else []),
+                *(["--out", str(out)] if out is not None else [])]
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache_dir))
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "fastdiff_helpers", "warm", *args], env=env,
+                          capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise FastdiffError(f"`python -m fastdiff_helpers warm {' '.join(args)}` failed: {tail}")
+    return seconds, done.stdout

@@ -123,16 +123,7 @@ def test_saving_with_nothing_compiled_says_so(tmp_path, monkeypatch):
     assert not (tmp_path / "x.fdcache").exists()
 
 
-def _warm(cache: Path, *args: str) -> tuple[float, str]:
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache), OMP_NUM_THREADS="1")
-    started = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "fastdiff_helpers", "warm", *args], check=True,
-                         env=env, cwd=ROOT, capture_output=True, text=True)
-    return time.perf_counter() - started, out.stdout
-
-
-COMPILE_STEP = ("--model", "sdxl", "--weights", "tiny", "--device", "cpu", "--ladder", "course",
-                "--only", "+ compile", "--steps", "2")
+RUN = dict(model="sdxl", weights="tiny", device="cpu", steps=2)
 
 
 @pytest.mark.slow
@@ -142,13 +133,13 @@ def test_warm_cache_reaches_the_first_image_5x_sooner_and_artifacts_load(tmp_pat
     load included); and the first run's artifact file (`warm --out`) loaded into an empty
     cache folder (`warm --load`) fills its FX graph and AOTAutograd caches."""
     artifact = tmp_path / "sdxl.fdcache"
-    cold, said = _warm(tmp_path / "cache", *COMPILE_STEP, "--out", str(artifact))
-    warm, said_warm = _warm(tmp_path / "cache", *COMPILE_STEP)
+    cold, said = fdh.first_image_in_new_process(tmp_path / "cache", out=artifact, **RUN)
+    warm, said_warm = fdh.first_image_in_new_process(tmp_path / "cache", **RUN)
     print(f"first image, new process: empty cache {cold:.1f} s, warm cache {warm:.1f} s")
     assert cold >= 5 * warm, (cold, warm, said, said_warm)
     assert "0 graph-cache hit(s)" in said and "0 graph-cache hit(s)" not in said_warm
     header, _ = compile_cache.read_header(artifact)
     assert header["model"] == "sdxl" and header["steps"] == ["+ compile"]
-    _, loaded = _warm(tmp_path / "fresh", "--load", str(artifact))
+    _, loaded = fdh.first_image_in_new_process(tmp_path / "fresh", load=artifact)
     assert "'inductor'" in loaded and "'aot_autograd'" in loaded
     assert any((tmp_path / "fresh" / "fxgraph").rglob("*"))
