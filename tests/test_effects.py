@@ -138,6 +138,23 @@ def test_plain_sdpa_leaves_torch_free_to_choose(monkeypatch):
     assert seen and set(seen) == {frozenset({"flash", "efficient", "math", "cudnn"})}
 
 
+@pytest.mark.parametrize("attention, kernel", [
+    ("sdpa-math", "aten::_scaled_dot_product_attention_math"),
+    ("sdpa", "aten::_scaled_dot_product_flash_attention_for_cpu"),  # torch's CPU choice
+])
+def test_profiler_names_the_kernel_the_denoiser_runs(attention, kernel):
+    from collections import Counter
+
+    pipe = fdh.apply(fresh("sd15"), fdh.Recipe(attention=attention))
+    args, kwargs = fdh.capture_denoiser_inputs(pipe, steps=2)
+    with torch.no_grad(), torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        pipe.unet(*args, **kwargs)
+    ops = Counter(e.name for e in prof.events()
+                  if e.name.startswith("aten::_scaled_dot_product"))
+    assert ops == {kernel: len(attention_modules(pipe.unet))}, ops
+
+
 # -- channels_last ------------------------------------------------------------------------
 
 def conv_input_layouts(pipe):
