@@ -5,7 +5,6 @@ of test_techniques.py cannot see it. These tests look at the effect itself: the 
 tensors the technique must change, and hooks or spies that see them at work during a call.
 Tiny models on the CPU, 2 steps; each test takes a few seconds at most."""
 
-import numpy as np
 import pytest
 import torch
 
