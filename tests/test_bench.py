@@ -2,6 +2,7 @@
 
 import math
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -225,16 +226,20 @@ def test_full_ladder_on_a_tiny_model(tmp_path):
 
 def test_a_killed_ladder_leaves_a_loadable_file(tmp_path):
     # Kill the ladder WHILE it runs, as soon as its first record is on disk: the compile
-    # steps after it take a minute on a CPU, so later steps always remain. A ladder that
-    # wrote its results only at the end fails here (no file while running, or all of them).
+    # steps after it take seconds to a minute on a CPU, so later steps remain. A ladder that
+    # wrote its results only at the end fails here: it has started every step (its printed
+    # "[6/6]") before the first record appears.
     out = tmp_path / "run"
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fastdiff_helpers", "ladder", "--model", "sd15", "--weights",
-         "tiny", "--device", "cpu", "--steps", "2", "--runs", "1", "--warmup", "1",
-         "--out", str(out), "--no-progress"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True)  # its own process group: the kill reaches compile workers
+    env = dict(os.environ, PYTHONUNBUFFERED="1",
+               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    printed = tmp_path / "stdout.txt"
+    with open(printed, "wb") as stdout:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "fastdiff_helpers", "ladder", "--model", "sd15",
+             "--weights", "tiny", "--device", "cpu", "--steps", "2", "--runs", "1",
+             "--warmup", "1", "--out", str(out), "--no-progress"],
+            cwd=ROOT, env=env, stdout=stdout, stderr=subprocess.DEVNULL,
+            start_new_session=True)  # its own process group: the kill reaches compile workers
     store = out / "results.jsonl"
     try:
         deadline = time.monotonic() + 180
@@ -252,7 +257,10 @@ def test_a_killed_ladder_leaves_a_loadable_file(tmp_path):
         "the ladder ended before its first record was on disk"
     results = load_results(store)
     names = [name for name, _ in LADDER]
-    assert 1 <= len(results) < len(names), "no step was left when the ladder was killed"
+    started = re.findall(rf"\[(\d+)/{len(names)}\] sd15 ", printed.read_text())
+    assert started and int(started[-1]) < len(names), \
+        f"every step had started before the first record was written: {started}"
+    assert 1 <= len(results) <= int(started[-1])  # a record only for a step that ran
     assert [r.step for r in results] == names[:len(results)]
     for r, (_, recipe) in zip(results, LADDER):
         assert r.ok, r.error
