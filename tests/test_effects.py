@@ -258,12 +258,15 @@ def test_compile_runs_the_denoiser_and_vae_decode_through_dynamo(captured_graphs
     pipe = fdh.apply(fresh("sd15"), fdh.Recipe(attention="sdpa", compile="default",
                                                fullgraph=True, dynamic=False))
     assert not captured_graphs  # compilation is lazy: nothing before the first call
+    vae = ("AutoencoderKL", "Decoder")  # vae.decode, or the decoder module, compiled
     wanted = dict(mode="default", fullgraph=True, dynamic=False)
-    assert {k: [{o: kw.get(o) for o in wanted} for kw in v] for k, v in options.items()} == {
-        ("UNet2DConditionModel", "_call_impl"): [wanted], ("AutoencoderKL", "decode"): [wanted]}
+    assert {owner for owner, _ in options} == {"UNet2DConditionModel"} | (
+        {owner for owner, _ in options} & set(vae)) and len(options) == 2, options
+    for key, calls in options.items():  # the recipe's options reach torch.compile
+        assert [{o: kw.get(o) for o in wanted} for kw in calls] == [wanted], key
     fdh.generate(pipe, steps=2)
     unet = captured_graphs.get(("UNet2DConditionModel", "_call_impl"), [])
-    decode = captured_graphs.get(("AutoencoderKL", "decode"), [])
+    decode = [n for (owner, _), nodes in captured_graphs.items() if owner in vae for n in nodes]
     assert len(unet) == 1 and unet[0] > 200, captured_graphs  # one whole graph (fullgraph)
     assert len(decode) >= 1 and sum(decode) > 100, captured_graphs
     before = {k: list(v) for k, v in captured_graphs.items()}
