@@ -122,15 +122,21 @@ def test_pinned_backend_is_the_only_one_enabled_inside_the_denoisers_attention(
     outside = enabled_backends()
     assert len(outside) >= 2  # torch's defaults leave it a choice
     pipe = fdh.load_pipeline("sd15", weights="tiny", device="cpu")
-    if fuse:
-        fdh.set_attention(pipe, "sdpa")
-        fdh.fuse_qkv(pipe)
     fdh.set_attention(pipe, attention)  # apply() refuses CUDA kernels on a CPU; this does not
+    if fuse:
+        fdh.fuse_qkv(pipe)  # diffusers installs its own fused processor: the pin must stay
     seen = backends_inside_denoiser_attention(pipe, monkeypatch)
     layers = len(attention_modules(pipe.unet))
     assert len(seen) == layers * 3  # PNDM: 2 steps make 3 denoiser calls
     assert set(seen) == {frozenset({PINNED[attention]})}
     assert enabled_backends() == outside  # restored after each call
+
+
+def test_apply_pins_the_backend_of_a_fused_denoiser(monkeypatch):
+    pipe = fdh.apply(fresh("sd15"), fdh.Recipe(attention="sdpa-math", fuse_qkv=True))
+    seen = backends_inside_denoiser_attention(pipe, monkeypatch)
+    assert len(seen) == 3 * len(attention_modules(pipe.unet))
+    assert set(seen) == {frozenset({"math"})}
 
 
 def test_plain_sdpa_leaves_torch_free_to_choose(monkeypatch):
