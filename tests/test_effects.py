@@ -318,7 +318,7 @@ def test_inductor_flags_are_set_for_the_compile(quantizing, inductor_config):
     for name, value in every.items():
         if hasattr(inductor_config, name):
             assert getattr(inductor_config, name) == (value if name in wanted else not value), name
-    # (torch 2.13 no longer has conv_1x1_as_mm; the helper sets the flags this torch has)
+    # the helper sets only the flags this torch has: at least three must be there
     assert sum(hasattr(inductor_config, name) for name in wanted) >= 3
 
 
