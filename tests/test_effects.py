@@ -280,14 +280,19 @@ def test_compile_runs_the_denoiser_and_vae_decode_through_dynamo(captured_graphs
     assert captured_graphs == before  # the second call reuses them: no recompilation
 
 
-def test_regional_compile_runs_the_repeated_blocks_through_dynamo(captured_graphs):
+@pytest.mark.parametrize("model, scope, blocks", [
+    ("sd15", "regional", {"BasicTransformerBlock"}),  # what diffusers declares for the UNet
+    ("sd15", "regional-extended", {"BasicTransformerBlock", "ResnetBlock2D"}),
+    ("pixart", "regional-extended", {"BasicTransformerBlock"}),
+])
+def test_regional_compile_runs_the_repeated_blocks_through_dynamo(model, scope, blocks,
+                                                                  captured_graphs):
     captured_graphs, _ = captured_graphs
-    pipe = fdh.apply(fresh("pixart"), fdh.Recipe(attention="sdpa", compile="default",
-                                                 compile_scope="regional",
-                                                 compile_vae=False))
+    pipe = fdh.apply(fresh(model), fdh.Recipe(attention="sdpa", compile="default",
+                                              compile_scope=scope, compile_vae=False))
     fdh.generate(pipe, steps=2)
-    assert set(captured_graphs) == {("BasicTransformerBlock", "_call_impl")}, captured_graphs
-    assert max(captured_graphs[("BasicTransformerBlock", "_call_impl")]) > 50
+    assert set(captured_graphs) == {(b, "_call_impl") for b in blocks}, captured_graphs
+    assert all(max(nodes) > 10 for nodes in captured_graphs.values()), captured_graphs
 
 
 @pytest.fixture
@@ -388,16 +393,19 @@ def swapped(pipe_before_convs, pipe):
     return {p: (c, module_at(pipe, p)) for p, c in pipe_before_convs.items() if p not in left}
 
 
-def test_conv1x1_swap_replaces_the_selected_convs_with_linears_that_compute_them():
+@pytest.mark.parametrize("which", [True, "all", "blog"])
+def test_conv1x1_swap_replaces_the_selected_convs_with_linears_that_compute_them(which):
     import copy
 
     pipe = fresh("sd15")
     before = {p: copy.deepcopy(c) for p, c in conv1x1(pipe).items()}
-    fdh.apply(pipe, fdh.Recipe(conv1x1_to_linear=True))
+    fdh.apply(pipe, fdh.Recipe(conv1x1_to_linear=which))
     gone = swapped(before, pipe)
-    # diffusion-fast's filter (128 among the channels) selects these; swapping more is allowed
-    selected = {p for p, c in before.items() if 128 in (c.in_channels, c.out_channels)}
-    assert selected and selected <= set(gone), sorted(selected - set(gone))
+    if which == "blog":  # diffusion-fast's filter: 128 among the channels
+        selected = {p for p, c in before.items() if 128 in (c.in_channels, c.out_channels)}
+    else:  # ours: every pointwise conv (every 1x1 conv of these models is pointwise)
+        selected = set(before)
+    assert selected and set(gone) == selected, sorted(set(gone) ^ selected)
     used = {}
     for path, (conv, new) in gone.items():
         linear = [m for m in new.modules() if isinstance(m, torch.nn.Linear)]

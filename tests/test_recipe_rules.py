@@ -1,6 +1,7 @@
 """Every rule of Recipe and every ordering rule of apply() (issue 13): each refused
 combination is built and its message says what to do; each order apply() keeps is observed."""
 
+import re
 import warnings
 
 import pytest
@@ -8,6 +9,7 @@ import torch
 
 import fastdiff_helpers as fdh
 from fastdiff_helpers.loading import get_denoiser
+from fastdiff_helpers import recipe as recipe_module
 from fastdiff_helpers.recipe import RecipeError
 
 
@@ -18,16 +20,29 @@ def fresh(model="sd15"):
 # -- Recipe.__post_init__ -----------------------------------------------------------------
 
 @pytest.mark.parametrize("field, value, allowed", [
-    ("dtype", "fp8", "'fp32', 'tf32', 'bf16', 'fp16'"),
-    ("attention", "xformers", "'classic', 'sdpa'"),
-    ("compile", "fast", "None, 'default', 'max-autotune'"),
-    ("compile_scope", "blocks", "'full', 'regional'"),
-    ("quantize", "int4", "None, 'int8-dynamic'"),
-    ("quant_filter", "big", "'blog', 'all'"),
+    ("dtype", "fp8", recipe_module.DTYPES),
+    ("attention", "xformers", recipe_module.ATTENTION),
+    ("compile", "fast", recipe_module.COMPILE_MODES),
+    ("compile_scope", "blocks", recipe_module.SCOPES),
+    ("quantize", "int4", recipe_module.QUANTIZE),
+    ("quant_filter", "big", recipe_module.QUANT_FILTERS),
+    ("tf32", "fast", (None,) + recipe_module.TF32_MODES),
+    ("conv1x1_to_linear", "some", recipe_module.CONV_SWAPS),
 ])
 def test_unknown_values_are_refused_with_the_allowed_ones(field, value, allowed):
-    with pytest.raises(RecipeError, match=f"Unknown {field} '{value}'. Use one of: {allowed}"):
+    shown = ", ".join(repr(a) for a in allowed)
+    assert len(allowed) >= 2
+    with pytest.raises(RecipeError, match=re.escape(f"Unknown {field} {value!r}. Use one of: "
+                                                    f"{shown}.")):
         fdh.Recipe(**{field: value})
+    needs = {"compile_scope": dict(compile="default"), "quantize": dict(dtype="bf16")}
+    for ok in allowed:  # and every allowed value is accepted
+        assert getattr(fdh.Recipe(**needs.get(field, {}), **{field: ok}), field) == ok
+
+
+def test_tf32_off_with_dtype_tf32_is_refused():
+    with pytest.raises(RecipeError, match="contradicts itself: use dtype='fp32' for true fp32"):
+        fdh.Recipe(dtype="tf32", tf32="off")
 
 
 def test_a_callable_quant_filter_is_accepted():
@@ -206,18 +221,23 @@ def test_apply_swaps_1x1_convs_before_quantizing_so_they_are_quantized_too():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         plain = fdh.apply(fresh(), fdh.Recipe(**base))
-        swapped = fdh.apply(fresh(), fdh.Recipe(**base, conv1x1_to_linear=True))
-    convs = {f"{o}.{n}" for o, owner in (("denoiser", plain.unet), ("vae", plain.vae))
-             for n, m in owner.named_modules()
-             if isinstance(m, torch.nn.Conv2d) and m.kernel_size == (1, 1)}
+        swapped = fdh.apply(fresh(), fdh.Recipe(**base, conv1x1_to_linear="all"))
+    channels = {f"{o}.{n}": (m.in_channels, m.out_channels)
+                for o, owner in (("denoiser", plain.unet), ("vae", plain.vae))
+                for n, m in owner.named_modules()
+                if isinstance(m, torch.nn.Conv2d) and m.kernel_size == (1, 1)}
+    convs = set(channels)
     left = {f"{o}.{n}" for o, owner in (("denoiser", swapped.unet), ("vae", swapped.vae))
             for n, m in owner.named_modules()
             if isinstance(m, torch.nn.Conv2d) and m.kernel_size == (1, 1)}
     gone = convs - left
     assert gone  # the swap replaced some 1x1 convs...
+    # int8 dynamic takes the linears whose sizes its int8 matmul kernels take (multiples of 8)
+    takes = {p for p in gone if all(c % 8 == 0 for c in channels[p])}
+    assert takes
     before, after = quantized_linears(plain), quantized_linears(swapped)
-    assert len(after) - len(before) == len(gone), (len(before), len(after), len(gone))
-    for path in gone:  # ...and the linears that replaced them are quantized
+    assert len(after) - len(before) == len(takes), (len(before), len(after), len(takes))
+    for path in takes:  # ...and the linears that replaced them are quantized
         assert any(name == path or name.startswith(path + ".") for name in after), path
     assert fdh.pipeline_info(swapped)["applied"]["quantize"]["linears"] == len(after)
 
