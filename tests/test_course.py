@@ -1,4 +1,11 @@
+import pytest
+import torch
+
 from fastdiff_helpers.course import course_settings, needs_gpu, smoke_mode
+
+# course_settings and needs_gpu read the machine: these two describe a machine without CUDA
+cpu_machine = pytest.mark.skipif(torch.cuda.is_available(),
+                                 reason="describes a machine without a GPU")
 
 
 def test_smoke_settings_are_tiny_and_short(monkeypatch):
@@ -17,6 +24,7 @@ def test_full_settings_use_native_resolution(monkeypatch):
     assert course_settings("sdxl", weights="random", resolution=768).height == 768
 
 
+@cpu_machine
 def test_auto_is_resolved_once_and_tiny_gets_tiny_size(monkeypatch, tmp_path, capsys):
     import huggingface_hub.constants as hc
     monkeypatch.delenv("FASTDIFF_SMOKE", raising=False)
@@ -26,6 +34,7 @@ def test_auto_is_resolved_once_and_tiny_gets_tiny_size(monkeypatch, tmp_path, ca
     assert "weights='tiny'" in capsys.readouterr().out
 
 
+@cpu_machine
 def test_needs_gpu_on_cpu_prints_why(capsys):
     assert needs_gpu("flash attention is a CUDA kernel") is False
     assert "Skipped on this CPU machine" in capsys.readouterr().out

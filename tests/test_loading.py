@@ -61,7 +61,8 @@ def test_tiny_generation_is_deterministic_per_seed(model, tiny_pipes):
     c = np.asarray(fdh.generate(pipe, steps=2, seed=1))
     assert a.shape == (64, 64, 3)
     assert np.array_equal(a, b)
-    assert np.abs(a.astype(int) - c.astype(int)).max() > 0
+    # another seed is another image: measured max differences 194-255 of 255
+    assert np.abs(a.astype(int) - c.astype(int)).max() > 100
 
 
 @pytest.mark.parametrize("model", MODEL_KEYS)

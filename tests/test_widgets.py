@@ -87,7 +87,7 @@ def test_run_adds_a_row_with_the_recipe_chart_and_images(two_runs):
     assert "baseline" in rows[0] and "bf16" in rows[1] and "sd15" in rows[1]
     assert re.search(r"\d+\.\d\dx", rows[1])  # speed-up vs the baseline
     assert re.search(r"\d+\.\d dB|identical", rows[1])  # PSNR vs the baseline
-    assert panel.rows[-1].quality["psnr"] > 20  # bf16 stays close to fp32
+    assert 35 < panel.rows[-1].quality["psnr"] < 60  # bf16's cost: 45-47 dB on tiny sd15
     assert panel.error.value == ""
     assert _chart_png(panel) is not None and _chart_png(panel) != first["chart"]
     assert bytes(panel.images[0].value).startswith(b"\x89PNG")
