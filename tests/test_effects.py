@@ -122,6 +122,8 @@ def test_pinned_backend_is_the_only_one_enabled_inside_the_denoisers_attention(
     outside = enabled_backends()
     assert len(outside) >= 2  # torch's defaults leave it a choice
     pipe = fdh.load_pipeline("sd15", weights="tiny", device="cpu")
+    if attention in ("sdpa-flash", "sdpa-cudnn"):  # their kernels take fp16/bf16 only
+        fdh.set_precision(pipe, "bf16")
     fdh.set_attention(pipe, attention)  # apply() refuses CUDA kernels on a CPU; this does not
     if fuse:
         fdh.fuse_qkv(pipe)  # diffusers installs its own fused processor: the pin must stay

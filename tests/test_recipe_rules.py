@@ -35,7 +35,8 @@ def test_unknown_values_are_refused_with_the_allowed_ones(field, value, allowed)
     with pytest.raises(RecipeError, match=re.escape(f"Unknown {field} {value!r}. Use one of: "
                                                     f"{shown}.")):
         fdh.Recipe(**{field: value})
-    needs = {"compile_scope": dict(compile="default"), "quantize": dict(dtype="bf16")}
+    needs = {"compile_scope": dict(compile="default"), "quantize": dict(dtype="bf16"),
+             "attention": dict(dtype="bf16")}  # flash and cuDNN take fp16/bf16 only
     for ok in allowed:  # and every allowed value is accepted
         assert getattr(fdh.Recipe(**needs.get(field, {}), **{field: ok}), field) == ok
 
@@ -80,7 +81,7 @@ def test_fuse_qkv_needs_sdpa():
     with pytest.raises(RecipeError, match="fuse_qkv needs an SDPA attention.*attention='sdpa'"):
         fdh.Recipe(fuse_qkv=True, attention="classic")
     for attention in ("sdpa", "sdpa-math", "sdpa-flash"):
-        fdh.Recipe(fuse_qkv=True, attention=attention)
+        fdh.Recipe(fuse_qkv=True, attention=attention, dtype="bf16")
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "tf32"])
@@ -100,8 +101,8 @@ def test_activation_quantization_needs_bf16(dtype, kind):
 def test_cuda_kernels_are_refused_off_cuda(attention, device):
     with pytest.raises(RecipeError, match=f"'{attention}' is a CUDA kernel; on {device} use "
                                           "'sdpa' or 'sdpa-math'"):
-        fdh.Recipe(attention=attention).check_device(device)
-    fdh.Recipe(attention=attention).check_device("cuda:0", capability=(8, 0))
+        fdh.Recipe(attention=attention, dtype="bf16").check_device(device)
+    fdh.Recipe(attention=attention, dtype="bf16").check_device("cuda:0", capability=(8, 0))
     for fine in ("sdpa", "sdpa-math", "classic"):
         fdh.Recipe(attention=fine).check_device(device)
 
