@@ -16,6 +16,7 @@ from .techniques import (apply, capture_denoiser_inputs, compile_pipeline, conv1
                          count_syncs, fuse_qkv, graph_breaks, quantize, remove_syncs,
                          set_attention, set_channels_last, set_inductor_flags, set_precision,
                          set_tf32, tf32_state)
+from .codegen import to_code
 from .quality import compare_images
 from .results import (Result, ResultsFormatError, load_results, reference_results,
                       save_results)

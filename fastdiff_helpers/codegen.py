@@ -147,6 +147,13 @@ def _plain(r: Recipe) -> list[str]:
     return lines
 
 
+def to_code(recipe: Recipe, flavour: str = "fdh") -> str:
+    """Python source that applies `recipe` to a loaded `pipe`: flavour "fdh", one
+    fastdiff_helpers call per technique; "plain", only diffusers, torch and torchao.
+    Introduced in 01_baseline.ipynb."""
+    return recipe_to_code(recipe, flavour)
+
+
 def recipe_to_code(recipe: Recipe, flavour: str = "fdh") -> str:
     if flavour not in ("fdh", "plain"):
         raise RecipeError(f"Unknown flavour {flavour!r}: use 'fdh' or 'plain'.")
