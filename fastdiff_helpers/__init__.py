@@ -7,9 +7,10 @@ Importing is cheap and side-effect free: no downloads, no seeds, no global setti
 
 from .presets import (BLOG_A100_SECONDS, BLOG_A100_WHERE, BLOG_LOADING, BLOG_SOURCE, MODELS,
                       PUBLISHED_PARAMETERS, ModelSpec)
-from .loading import (FastdiffError, call_kwargs, choose_weights, count_parameters, generate,
-                      resolve_weights,
-                      get_denoiser, load_pipeline, pipeline_info)
+from .errors import FastdiffError
+from .loading import (call_kwargs, count_parameters, generate, get_denoiser, load_pipeline,
+                      pipeline_info)
+from .pretrained import choose_weights, resolve_weights
 from .recipe import BASELINE, BLOG_LADDER, COURSE_LADDER, LADDER, LADDERS, Recipe, RecipeError
 from .techniques import (apply, capture_denoiser_inputs, compile_pipeline, conv1x1_to_linear,
                          current_recipe,
@@ -18,7 +19,7 @@ from .techniques import (apply, capture_denoiser_inputs, compile_pipeline, conv1
                          set_tf32, tf32_state)
 from .codegen import to_code
 from .quality import compare_images
-from .results import (Result, ResultsFormatError, load_results, reference_results,
+from .results import (Result, ResultsFormatError, load_results, reference_results, save_result,
                       save_results)
 from .charts import (ChartFigure, Reference, ladder_chart, memory_chart, models_chart,
                      quality_chart, save_figure, show_images)

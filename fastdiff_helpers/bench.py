@@ -1,7 +1,6 @@
 """benchmark(): cold start, warm-up, device-correct timing, per-stage times, peak memory.
 
-Introduced in 01_baseline.ipynb. run_ladder() and format_table() (08_all_models.ipynb)
-live in ladder.py and are re-exported here.
+Introduced in 01_baseline.ipynb. (run_ladder and format_table live in ladder.py.)
 """
 
 from __future__ import annotations
@@ -16,11 +15,16 @@ from typing import Any, Callable, Iterator
 import torch
 
 from .compile_events import compiled, events_between, snapshot
+from .env import device_name, env_report
+from .flops import count_flops
 from .loading import FastdiffError, call_kwargs, pipeline_device, pipeline_info
+from .presets import DEFAULT_PROMPT
+from .quality import compare_images
+from .results import Result
+from .techniques import current_recipe, tf32_state
 
-__all__ = ["benchmark", "time_call", "synchronize", "naive_time", "run_ladder", "format_table"]
+__all__ = ["benchmark", "time_call", "synchronize", "naive_time"]
 
-DEFAULT_PROMPT = "a photo of an astronaut riding a horse on mars"
 MAX_EXTRA_WARMUP = 3  # untimed calls added while the call before still compiled
 STAGES = ("text_encoding", "denoising", "vae_decode")
 
@@ -168,11 +172,6 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     RSS), FLOPs per image (fdh.count_flops) and, on a GPU, the
     achieved TFLOP/s. `baseline` (a Result or an image) fills quality via compare_images().
     Errors propagate; run_ladder records them."""
-    from .env import device_name, env_report
-    from .flops import count_flops
-    from .results import Result
-    from .techniques import current_recipe, tf32_state
-
     info = pipeline_info(pipe)
     if runs < 1 or warmup < 0:
         raise FastdiffError(f"runs must be >= 1 and warmup >= 0 (got runs={runs}, "
@@ -266,7 +265,6 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
                         resolved["num_inference_steps"], resolved["guidance_scale"])["per_image"]
     quality = None
     if baseline_image is not None:
-        from .quality import compare_images
         quality = compare_images(image, baseline_image)
     return Result(
         model=info["model"], weights=info["weights"], step=step,
@@ -283,8 +281,3 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
         quality=quality, env=env, notes=notes, image=image, vae=info.get("vae", "pipeline"),
         scheduler=type(pipe.scheduler).__name__, tf32=tf32_state(),
         compile_events=dict(compiles, cold=cold_events), cold_start_split=cold_split)
-
-
-# run_ladder and format_table live in ladder.py (one topic per file); ladder.py imports
-# benchmark lazily, so this import at the end is not circular.
-from .ladder import format_table, run_ladder  # noqa: E402

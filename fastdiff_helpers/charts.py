@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 from matplotlib.figure import Figure
 
+from .quality import compare_images
 from .results import Result
 
 __all__ = [
@@ -274,7 +275,6 @@ def show_images(images: dict, reference: Any = None, columns: int = 4,
                 size: float = 3.0) -> Figure:
     """Images side by side, titled by their key; with `reference` (an image, or a key of
     `images`) each title also gets its PSNR against it. Introduced in 02_precision.ipynb."""
-    from .quality import compare_images
 
     if not images:
         raise ValueError("show_images needs at least one image: pass {title: image}.")

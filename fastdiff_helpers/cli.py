@@ -12,10 +12,18 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .loading import WEIGHTS
-from .presets import MODELS, SCHEDULERS, VAES
+from .bench import benchmark
+from .compile_cache import load_artifacts, use_course_cache
+from .env import env_report
+from .ladder import format_table, run_ladder, warm_ladder
+from .errors import FastdiffError
+from .loading import load_pipeline
+from .pretrained import WEIGHTS
+from .presets import DEFAULT_PROMPT, MODELS, SCHEDULERS, VAES
 from .recipe import (ATTENTION, COMPILE_MODES, DTYPES, LADDERS, QUANT_FILTERS, QUANTIZE, SCOPES,
-                     TF32_MODES)
+                     TF32_MODES, Recipe, RecipeError)
+from .results import save_result
+from .techniques import apply
 
 __all__ = ["main", "build_parser"]
 
@@ -128,13 +136,6 @@ def _check_counts(args: argparse.Namespace) -> None:
 
 
 def _bench(args: argparse.Namespace) -> None:
-    from .bench import DEFAULT_PROMPT, benchmark
-    from .ladder import _slug, format_table
-    from .loading import load_pipeline
-    from .recipe import Recipe
-    from .results import load_results, save_results
-    from .techniques import apply
-
     recipe = Recipe(  # RecipeError (invalid combination) before anything is loaded
         dtype=args.dtype, tf32=args.tf32, attention=args.attention, channels_last=args.channels_last,
         compile=_none(args.compile), compile_scope=args.compile_scope,
@@ -153,20 +154,11 @@ def _bench(args: argparse.Namespace) -> None:
     print(result.summary())
     print(format_table([result]))
     if args.out:
-        out = Path(args.out)
-        store = out / "results.jsonl"
-        index = len(load_results(store)) if store.exists() else 0
-        image_path = out / "images" / f"{index}_{_slug(args.step)}.png"
-        image_path.parent.mkdir(parents=True, exist_ok=True)
-        result.image.save(image_path)
-        result.image_path = image_path.relative_to(out).as_posix()
-        save_results(result, store)
-        print(f"fastdiff: appended to {store}, image {image_path}")
+        store = save_result(result, args.out)
+        print(f"fastdiff: appended to {store}, image {Path(args.out) / result.image_path}")
 
 
 def _warm(args: argparse.Namespace) -> int:
-    from .compile_cache import load_artifacts, use_course_cache
-
     if args.load:
         if args.out:
             raise UsageError("--load and --out go separately: --out writes a file here, --load "
@@ -178,8 +170,6 @@ def _warm(args: argparse.Namespace) -> int:
     if args.out and Path(args.out).is_dir():
         raise UsageError(f"--out {args.out} is a folder; give a file name, e.g. "
                          f"{Path(args.out) / (args.model + '.fdcache')}")
-    from .ladder import warm_ladder
-
     warm_ladder(args.model, weights=args.weights, ladder=args.ladder, steps=args.steps,
                 height=args.height, width=args.width, device=args.device, out=args.out,
                 steps_filter=args.only)
@@ -188,20 +178,15 @@ def _warm(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 ok, 2 invalid input)."""
-    from .loading import FastdiffError
-    from .recipe import RecipeError
-
     try:
         args = build_parser().parse_args(argv)
         if args.command == "env":
-            from .env import env_report
             print(env_report(as_text=True))
             return 0
         _check_counts(args)
         if args.command == "warm":
             return _warm(args)
         if args.command == "ladder":
-            from .ladder import run_ladder
             results = run_ladder(
                 model=args.model, weights=args.weights, steps=args.steps, height=args.height,
                 width=args.width, runs=args.runs, warmup=args.warmup, out=args.out,

@@ -1,4 +1,4 @@
-"""Recipe.to_code(): the surgery as source to paste into your own notebook.
+"""fdh.to_code(recipe): the surgery as source to paste into your own notebook.
 
 "fdh" writes one helper call per technique; "plain" writes the same steps with diffusers,
 torch and torchao only. The plain pieces that have no library equivalent (a backend-pinned
@@ -12,7 +12,8 @@ from __future__ import annotations
 import inspect
 import textwrap
 
-from .recipe import Recipe, RecipeError
+from .recipe import WEIGHT_DTYPES, Recipe, RecipeError
+from .techniques import attention, compile as comp, fusion, precision, quantization, syncs
 
 _DENOISER = 'denoiser = pipe.unet if hasattr(pipe, "unet") else pipe.transformer'
 
@@ -43,11 +44,9 @@ def _fdh(r: Recipe) -> list[str]:
 
 
 def _plain(r: Recipe) -> list[str]:
-    from .techniques import attention, compile as comp, fusion, precision, quantization, syncs
 
-    dtype = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
     lines = ["import torch", "", _DENOISER, "", "# precision (TF32 is a process-wide switch)",
-             f"pipe.to(dtype=torch.{dtype[r.dtype]})"]
+             f"pipe.to(dtype={WEIGHT_DTYPES[r.dtype]})"]
     tf32 = r.tf32 or ("on" if r.dtype == "tf32" else "off")
     lines += [f"# TF32: {tf32!r}"] + precision.tf32_code(tf32) + [""]
     if r.conv1x1_to_linear:
@@ -124,8 +123,8 @@ def _plain(r: Recipe) -> list[str]:
             lines += [f"inductor_config.{k} = {v}" for k, v in flags.items()
                       if hasattr(inductor_config, k)]
         if r.dynamic:
-            lines += ["import torch.fx.experimental._config",
-                      "torch.fx.experimental._config.use_duck_shape = False"]
+            lines += ["import torch.fx.experimental._config as fx_config  # the guide's switch",
+                      "fx_config.use_duck_shape = False"]
         args = f"mode={r.compile!r}, fullgraph={r.fullgraph}, dynamic={r.dynamic}"
         if r.compile_scope == "full":
             lines.append(f"denoiser.compile({args})")
@@ -151,10 +150,6 @@ def to_code(recipe: Recipe, flavour: str = "fdh") -> str:
     """Python source that applies `recipe` to a loaded `pipe`: flavour "fdh", one
     fastdiff_helpers call per technique; "plain", only diffusers, torch and torchao.
     Introduced in 01_baseline.ipynb."""
-    return recipe_to_code(recipe, flavour)
-
-
-def recipe_to_code(recipe: Recipe, flavour: str = "fdh") -> str:
     if flavour not in ("fdh", "plain"):
         raise RecipeError(f"Unknown flavour {flavour!r}: use 'fdh' or 'plain'.")
     if callable(recipe.quant_filter):

@@ -14,7 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .loading import FastdiffError
+from .env import env_report
+from .errors import FastdiffError
 
 MAGIC = b"FASTDIFF-COMPILE-CACHE 1\n"
 # what must match between the machine that compiled and the one that loads
@@ -46,8 +47,6 @@ def use_course_cache(path: str | os.PathLike | None = None, verbose: bool = True
 
 
 def _stamp() -> dict[str, Any]:
-    from .env import env_report
-
     env = env_report()
     return {key: env.get(key) for key in MUST_MATCH} | {"diffusers": env.get("diffusers"),
                                                        "torchao": env.get("torchao")}

@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from .loading import resolve_weights
-from .presets import get_spec
+from .pretrained import resolve_weights
+from .presets import default_resolution, get_spec
 
 
 def smoke_mode() -> bool:
@@ -59,7 +59,7 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
     device = "cpu" if smoke or not torch.cuda.is_available() else "cuda"
     weights = weights or ("tiny" if smoke else "auto")
     weights = resolve_weights(spec, weights, device)  # "auto" decided once, for every cell
-    size = resolution or (spec.tiny_resolution if weights == "tiny" else spec.resolution)
+    size = resolution or default_resolution(spec, weights)
     return CourseSettings(
         model=spec.key, weights=weights, device=device,
         steps=steps or (2 if smoke else spec.steps), height=size, width=size,

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from .loading import native_resolution, pipeline_info
 from .presets import Component, get_spec
 
 __all__ = ["count_flops", "flop_floor_seconds", "measure_matmul_tflops"]
@@ -129,7 +130,6 @@ def _pipeline_parts(pipe_or_model_key: Any) -> tuple[Any, dict[str, _Key], bool,
         init = inspect.signature(getattr(diffusers, spec.pipeline_class).__init__).parameters
         zeros = getattr(init.get("force_zeros_for_empty_prompt"), "default", False)
         return spec, keys, not zeros, spec.resolution, spec.max_tokens
-    from .loading import pipeline_info
 
     pipe = pipe_or_model_key
     info = pipeline_info(pipe)
@@ -138,8 +138,7 @@ def _pipeline_parts(pipe_or_model_key: Any) -> tuple[Any, dict[str, _Key], bool,
     keys = {n: _module_key(getattr(pipe, n)) for n in names if getattr(pipe, n, None) is not None}
     # SDXL's pipeline uses zeros for an empty negative prompt instead of encoding it.
     zeros = bool(pipe.config.get("force_zeros_for_empty_prompt", False))
-    size = spec.tiny_resolution if info["weights"] == "tiny" else spec.resolution
-    return spec, keys, not zeros, size, spec.max_tokens
+    return spec, keys, not zeros, native_resolution(pipe), spec.max_tokens
 
 
 def count_flops(pipe_or_model_key: Any, height: int | None = None, width: int | None = None,

@@ -8,29 +8,33 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import math
-import re
 import time
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import torch
 
-from .loading import (FastdiffError, default_device, get_denoiser, load_pipeline,
+from .bench import benchmark
+from .charts import Reference, ladder_chart, memory_chart, save_figure
+from .compile_cache import save_artifacts
+from .compile_events import events_between, snapshot
+from .env import device_name, env_report
+from .loading import (FastdiffError, call_kwargs, default_device, get_denoiser, load_pipeline,
                       resolve_weights)
-from .presets import BLOG_A100_SECONDS, BLOG_LOADING, BLOG_SOURCE, SCHEDULERS, get_spec
+from .presets import (BLOG_A100_SECONDS, BLOG_LOADING, BLOG_SOURCE, DEFAULT_PROMPT, SCHEDULERS,
+                      default_resolution, get_spec)
+from .quality import compare_images
 from .recipe import LADDERS
-from .results import Result
+from .results import Result, save_result
+from .techniques import apply
+from .techniques.quantization import select_filter
+from .text import memory_text, psnr_text, seconds_text
 
 __all__ = ["run_ladder", "format_table", "warm_ladder", "free_memory"]
 
 
 class InjectedFailure(RuntimeError):
     """Raised by run_ladder(fail_step=...): a testing aid that proves failure isolation."""
-
-
-def _slug(name: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "step"
 
 
 def free_memory() -> None:
@@ -42,27 +46,6 @@ def free_memory() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-
-def _seconds(x: float | None) -> str:
-    if x is None:
-        return "-"
-    return f"{x:.1f}" if x >= 10 else f"{x:.2f}" if x >= 1 else f"{x:.3f}"
-
-
-def _memory(b: int | None) -> str:
-    if b is None:
-        return "-"
-    return f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.0f} MiB"
-
-
-def _psnr(quality: dict | None) -> str:
-    psnr = (quality or {}).get("psnr")
-    if psnr is None:
-        return "-"
-    if math.isnan(psnr):
-        return "NaN image"
-    return "identical" if math.isinf(psnr) else f"{psnr:.1f} dB"
 
 
 def format_table(results: Sequence[Result]) -> str:
@@ -89,11 +72,11 @@ def format_table(results: Sequence[Result]) -> str:
             rows.append((r.step, f"FAILED: {message}"))
             continue
         first = first or r.latency_s
-        rows.append((r.step, _seconds(r.latency_s), f"{first / r.latency_s:.2f}x",
+        rows.append((r.step, seconds_text(r.latency_s), f"{first / r.latency_s:.2f}x",
                      f"{prev / r.latency_s:.2f}x" if prev else "-",
-                     _memory(r.peak_memory_bytes),
-                     *((_memory(r.peak_reserved_bytes),) if reserved else ()), _psnr(r.quality),
-                     _seconds(r.cold_start_s) + " s" if r.cold_start_s is not None else "-",
+                     memory_text(r.peak_memory_bytes),
+                     *((memory_text(r.peak_reserved_bytes),) if reserved else ()), psnr_text(r.quality),
+                     seconds_text(r.cold_start_s) + " s" if r.cold_start_s is not None else "-",
                      *(("; ".join(r.flags).upper() or "-",) if flagged else ())))
         prev = r.latency_s
     widths = [max(len(head[i]), *(len(row[i]) for row in rows if len(row) > i))
@@ -119,8 +102,6 @@ def _check_names(names: Iterable[str] | None, what: str, ladder: str) -> set[str
 
 
 def _selects_any(pipe, recipe) -> bool:
-    from .techniques.quantization import select_filter
-
     chosen = select_filter(recipe.quantize, recipe.quant_filter)
     return any(chosen(m, name) for part in (get_denoiser(pipe), pipe.vae)
                for name, m in part.named_modules())
@@ -150,11 +131,6 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
     and out/ladder.png (with the blog's A100 timings beside ours, for non-tiny weights) and
     out/memory.png are drawn at the end. Prints a table (format_table). Introduced in
     08_all_models.ipynb."""
-    from .bench import DEFAULT_PROMPT, benchmark
-    from .charts import Reference, ladder_chart, memory_chart, save_figure
-    from .env import device_name, env_report
-    from .results import save_results
-    from .techniques import apply
 
     spec = get_spec(model)
     if ladder not in LADDERS:
@@ -165,7 +141,7 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
         _check_names([fail_step], "fail_step", ladder)
     loading = BLOG_LOADING[spec.key] if ladder == "blog" else {}
     weights = resolve_weights(spec, weights, device)
-    size = spec.tiny_resolution if weights == "tiny" else spec.resolution
+    size = default_resolution(spec, weights)
     out = Path(out) if out is not None else None
     if out is not None and (out / "results.jsonl").exists():
         print(f"fastdiff: appending to the existing {out / 'results.jsonl'}")
@@ -196,7 +172,6 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
                                seed=seed, progress=progress, step=name,
                                baseline=baseline_image)
             if baseline_image is None:  # the first successful step is the baseline
-                from .quality import compare_images
                 baseline_image = result.image
                 result.quality = compare_images(result.image, baseline_image)
                 if idx != 0:
@@ -219,12 +194,7 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
             del pipe
             free_memory()
         if out is not None:
-            if result.image is not None:
-                image_path = out / "images" / f"{idx}_{_slug(name)}.png"
-                image_path.parent.mkdir(parents=True, exist_ok=True)
-                result.image.save(image_path)
-                result.image_path = image_path.relative_to(out).as_posix()
-            save_results(result, out / "results.jsonl")
+            save_result(result, out, idx)
         print("   " + result.summary())
         results.append(result)
 
@@ -251,10 +221,6 @@ def warm_ladder(model: str = "sdxl", weights: str = "auto", ladder: str = "blog"
     versions. Returns one row per step: load (with apply), first call, and its compile split.
 
     What an instructor runs before a workshop (10_cold_start.ipynb)."""
-    from .compile_events import events_between, snapshot
-    from .compile_cache import save_artifacts
-    from .loading import call_kwargs
-    from .techniques import apply
 
     spec = get_spec(model)
     if ladder not in LADDERS:

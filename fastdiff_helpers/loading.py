@@ -5,21 +5,17 @@ Introduced in 00_setup.ipynb.
 
 from __future__ import annotations
 
-import os
-import string
-from contextlib import contextmanager
 from typing import Any
 
 import torch
 
-from .presets import SCHEDULERS, VAES, Component, ModelSpec, get_spec
+from .build import build_component, build_pipeline
+from .errors import FastdiffError
+from .presets import DEFAULT_PROMPT, SCHEDULERS, VAES, get_spec
+from .pretrained import load_pretrained, resolve_weights
+from .recipe import WEIGHT_DTYPES
 
-WEIGHTS = ("auto", "pretrained", "random", "tiny")
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-class FastdiffError(ValueError):
-    """An input or environment problem, with a message that says what to do next."""
+DTYPES = {name: dtype for name, dtype in WEIGHT_DTYPES.items() if name != "tf32"}  # loadable
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -34,217 +30,6 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
 
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-# --- tokenizers built in code (no download) ----------------------------------------------
-
-def clip_tokenizer(model_max_length: int = 77):
-    """A byte-level CLIP BPE tokenizer built in code: every byte is a token, no merges.
-
-    Token ids stay below 514, valid for any CLIP text encoder (tiny or full-size)."""
-    from tokenizers.pre_tokenizers import ByteLevel
-    from transformers import CLIPTokenizer
-
-    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
-    chars = sorted(ByteLevel.alphabet())
-    for suffix in ("", "</w>"):
-        for c in chars:
-            vocab[c + suffix] = len(vocab)
-    return CLIPTokenizer(vocab=vocab, merges=[], model_max_length=model_max_length)
-
-
-def t5_tokenizer(model_max_length: int = 120):
-    """A small unigram T5 tokenizer built in code (letters, digits, punctuation)."""
-    from transformers import T5Tokenizer
-
-    pieces = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("\u2581", -2.0)]
-    pieces += [(c, -3.0) for c in string.ascii_letters + string.digits + string.punctuation]
-    pieces += [("\u2581" + c, -2.5) for c in string.ascii_lowercase]
-    return T5Tokenizer(vocab=pieces, extra_ids=100, model_max_length=model_max_length)
-
-
-# --- components built in code ------------------------------------------------------------
-
-def _component_class(comp: Component):
-    if comp.library == "diffusers":
-        import diffusers
-        return getattr(diffusers, comp.class_name)
-    import transformers
-    return getattr(transformers, comp.class_name)
-
-
-def _instantiate(comp: Component):
-    cls = _component_class(comp)
-    if comp.library == "diffusers":
-        return cls.from_config(dict(comp.config))
-    import transformers
-    return cls(getattr(transformers, comp.config_class)(**comp.config))
-
-
-def _tie(model):
-    # transformers ties shared embeddings (T5's shared/embed_tokens) in from_pretrained, not in
-    # the constructor; materialising with to_empty() unties them again.
-    if hasattr(model, "tie_weights"):
-        model.tie_weights()
-    return model
-
-
-@torch.no_grad()
-def _init_parameters(module: torch.nn.Module, seed: int) -> None:
-    """Seeded random init, on whatever device the parameters live.
-
-    Layers with a reset_parameters() use it (kaiming for Linear/Conv, ones/zeros for norms);
-    any other parameter gets ones (1-D weights: norm scales), zeros (biases) or N(0, 0.02)."""
-    devices = [p.device for p in module.parameters() if p.device.type == "cuda"][:1]
-    with torch.random.fork_rng(devices=devices, device_type="cuda"):
-        torch.manual_seed(seed)
-        covered: set[int] = set()
-        for sub in module.modules():
-            if hasattr(sub, "reset_parameters") and callable(sub.reset_parameters):
-                own = list(sub.parameters(recurse=False))
-                if own:
-                    sub.reset_parameters()
-                    covered.update(id(p) for p in own)
-        for name, p in module.named_parameters():
-            if id(p) in covered:
-                continue
-            if name.endswith("bias"):
-                p.zero_()
-            elif p.ndim == 1:
-                p.fill_(1.0)
-            else:
-                p.normal_(0.0, 0.02)
-
-
-@contextmanager
-def quiet_diffusers():
-    """diffusers logs a warning on every .to(dtype) about fp32-pinned modules (none here)."""
-    from diffusers.utils import logging as dlog
-
-    level = dlog.get_verbosity()
-    dlog.set_verbosity_error()
-    try:
-        yield
-    finally:
-        dlog.set_verbosity(level)
-
-
-def build_component(comp: Component, device: str, dtype: torch.dtype, seed: int = 0):
-    """Build one component with random weights: parameters on the meta device first, then
-    materialised and initialised directly on `device` (no CPU copy of a 4.8B model).
-
-    device="meta" returns the architecture without allocating parameter memory."""
-    from accelerate import init_empty_weights
-
-    with init_empty_weights(include_buffers=False):  # buffers (position ids...) stay real
-        model = _instantiate(comp)
-    if dtype != torch.float32:
-        with quiet_diffusers():
-            model.to(dtype)
-    if device != "meta":
-        buffers = {n: b.clone() for n, b in model.named_buffers()}
-        model.to_empty(device=device)
-        for name, value in buffers.items():
-            owner, _, leaf = name.rpartition(".")
-            target = model.get_submodule(owner) if owner else model
-            target._buffers[leaf] = value.to(device)
-        _init_parameters(model, seed)
-    return _tie(model).eval()
-
-
-def _build_scheduler(comp: Component):
-    return _component_class(comp).from_config(dict(comp.config))
-
-
-def _build_pipeline(spec: ModelSpec, size: str, device: str, dtype: torch.dtype, seed: int):
-    import diffusers
-
-    comps = spec.full if size == "full" else spec.tiny
-    parts: dict[str, Any] = {}
-    for i, (name, comp) in enumerate(comps.items()):
-        parts[name] = build_component(comp, device, dtype, seed + i)
-    for name, kind in spec.tokenizers.items():
-        parts[name] = clip_tokenizer() if kind == "clip" else t5_tokenizer(spec.max_tokens)
-    parts["scheduler"] = _build_scheduler(spec.scheduler)
-    parts.update(spec.pipeline_kwargs)
-    return getattr(diffusers, spec.pipeline_class)(**parts)
-
-
-# --- pretrained --------------------------------------------------------------------------
-
-def _hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def pretrained_status(spec: ModelSpec, path: str | None = None) -> tuple[bool, str]:
-    """(available, why): a local pipeline folder, the local hub cache, or a reachable hub."""
-    if path is not None:
-        if os.path.isfile(os.path.join(path, "model_index.json")):
-            return True, f"local pipeline folder {path}"
-        return False, f"{path} is not a pipeline folder (no model_index.json)"
-    from huggingface_hub import try_to_load_from_cache
-
-    cached = try_to_load_from_cache(spec.hub_id, "model_index.json")
-    partly = ""
-    if isinstance(cached, str):
-        missing = _uncached_weights(spec, os.path.dirname(cached))
-        if not missing:
-            return True, f"{spec.hub_id} is in the local Hugging Face cache"
-        partly = (f"{spec.hub_id} is only partly cached (model_index.json, but no safetensors "
-                  f"weights for {', '.join(missing)})")
-    if _hub_offline():
-        return False, partly or f"{spec.hub_id} is not cached and HF_HUB_OFFLINE is set"
-    from huggingface_hub import model_info
-
-    try:
-        model_info(spec.hub_id, timeout=5)
-    except Exception as exc:  # any network or hub failure means: not reachable now
-        return False, (partly or f"{spec.hub_id} is not cached") + \
-            f" and the hub is unreachable ({type(exc).__name__})"
-    if partly:
-        return True, f"{partly}; the hub is reachable, from_pretrained downloads the rest"
-    return True, f"{spec.hub_id} is reachable on the Hugging Face hub"
-
-
-def _uncached_weights(spec: ModelSpec, snapshot: str) -> list[str]:
-    """The model components (unet, vae, text encoders...) whose folder in a cached snapshot
-    holds no safetensors weights that from_pretrained would load: no variant (".fp16."),
-    a single file or shards (a snapshot holds only what was downloaded; a file there is a
-    link to a blob, which must exist)."""
-    missing = []
-    for name in spec.full:
-        folder = os.path.join(snapshot, name)
-        files = os.listdir(folder) if os.path.isdir(folder) else []
-        if not any(f.endswith(".safetensors") and "." not in f[:-len(".safetensors")]
-                   and os.path.exists(os.path.join(folder, f)) for f in files):
-            missing.append(name)
-    return missing
-
-
-def _load_pretrained(spec: ModelSpec, path: str | None, dtype: torch.dtype):
-    import diffusers
-
-    ok, why = pretrained_status(spec, path)
-    if not ok:
-        if path is not None:
-            raise FastdiffError(f"Cannot load {spec.key!r} from {path!r}: {why}. Pass a folder "
-                                "written by pipe.save_pretrained() or by `hf download "
-                                f"{spec.hub_id} --local-dir DIR`.")
-        raise FastdiffError(
-            f"Pretrained weights for {spec.key!r} are not available: {why}. On a machine with "
-            f"network run `hf download {spec.hub_id}` (or pass path= a local copy), or use "
-            "weights='random' (full-size architecture, random weights: real speed and memory) "
-            "or weights='tiny' (small CPU model).")
-    cls = getattr(diffusers, spec.pipeline_class)
-    kwargs: dict[str, Any] = dict(torch_dtype=dtype, use_safetensors=True)
-    if spec.key == "sd15":
-        kwargs.update(safety_checker=None, requires_safety_checker=False)
-    try:
-        return cls.from_pretrained(path or spec.hub_id, **kwargs)
-    except OSError as exc:
-        raise FastdiffError(f"Loading {spec.key!r} from {path or spec.hub_id} failed: {exc}. "
-                            "Only safetensors weights are loaded; check the folder holds "
-                            "*.safetensors files for every component.") from None
 
 
 # --- the public entry point --------------------------------------------------------------
@@ -299,11 +84,11 @@ def load_pipeline(model: str = "sdxl", weights: str = "auto", device: str | None
         raise FastdiffError("device='meta' builds the architecture only: use weights='random'.")
     weights = resolve_weights(spec, weights, device, path, verbose)
     if weights == "pretrained":
-        pipe = _load_pretrained(spec, path, torch_dtype)
+        pipe = load_pretrained(spec, path, torch_dtype)
         if device != "cpu":
             pipe.to(device)
     else:
-        pipe = _build_pipeline(spec, "full" if weights == "random" else "tiny", device,
+        pipe = build_pipeline(spec, "full" if weights == "random" else "tiny", device,
                                torch_dtype, seed)
     vae_source = "pipeline"
     if vae is not None:
@@ -322,29 +107,6 @@ def load_pipeline(model: str = "sdxl", weights: str = "auto", device: str | None
     return pipe
 
 
-def resolve_weights(model: str | ModelSpec, weights: str, device: str,
-                    path: str | None = None, verbose: bool = True) -> str:
-    """`weights` itself, or for "auto" the source choose_weights picks, printing why."""
-    if weights not in WEIGHTS:
-        raise FastdiffError(f"Unknown weights {weights!r}. Use one of {', '.join(WEIGHTS)}.")
-    if weights != "auto":
-        return weights
-    spec = get_spec(model)
-    weights, why = choose_weights(spec, path, device)
-    if verbose:
-        print(f"fastdiff: weights='{weights}' for {spec.key} ({why})")
-    return weights
-
-
-def choose_weights(spec: ModelSpec, path: str | None, device: str) -> tuple[str, str]:
-    ok, why = pretrained_status(spec, path)
-    if ok:
-        return "pretrained", why
-    if device.startswith("cuda"):
-        return "random", f"{why}; on a GPU the full-size architecture with random weights"
-    return "tiny", f"{why}; no GPU, so the tiny model"
-
-
 def count_parameters(pipe) -> dict[str, int]:
     """Parameters per component, plus "total". Introduced in 01_baseline.ipynb."""
     counts = {}
@@ -355,24 +117,51 @@ def count_parameters(pipe) -> dict[str, int]:
     return counts
 
 
+# the course's models by pipeline class; SSD-1B is an SDXL pipeline whose UNet has a mid block
+# without attention (presets.MODELS["ssd1b"])
+_MODELS_BY_PIPELINE = {"StableDiffusionXLPipeline": "sdxl", "StableDiffusionPipeline": "sd15",
+                       "PixArtAlphaPipeline": "pixart"}
+
+
 def pipeline_info(pipe) -> dict[str, Any]:
-    """What load_pipeline recorded: model, weights, dtype, device, applied techniques."""
+    """What load_pipeline recorded: model, weights, dtype, device, VAE, applied techniques.
+
+    A pipeline of the four families loaded another way (plain diffusers from_pretrained, your
+    own components) is described on first use from its class and components, so every helper
+    works on it; its weights are recorded as "pretrained" when it came from a folder or the
+    hub (config _name_or_path), else "user"."""
     info = getattr(pipe, "_fastdiff", None)
     if info is None:
-        raise FastdiffError("This pipeline was not loaded with fdh.load_pipeline(); load it "
-                            "with fdh.load_pipeline(model, weights=...) first.")
+        key = _MODELS_BY_PIPELINE.get(type(pipe).__name__)
+        if key is None:
+            raise FastdiffError(f"{type(pipe).__name__} is not one of the course's pipelines "
+                                f"({', '.join(_MODELS_BY_PIPELINE)}); load one with "
+                                "fdh.load_pipeline(model) or diffusers' from_pretrained.")
+        if key == "sdxl" and pipe.unet.config.get("mid_block_type") == "UNetMidBlock2D":
+            key = "ssd1b"
+        denoiser = get_denoiser(pipe)
+        source = pipe.config.get("_name_or_path") or ""
+        info = {"model": key, "weights": "pretrained" if source else "user",
+                "dtype": str(denoiser.dtype), "device": str(pipeline_device(pipe)),
+                "vae": pipe.vae.config.get("_name_or_path") or "pipeline", "applied": {}}
+        pipe._fastdiff = info  # the helpers' record of what they did to this pipeline
     return info
 
 
-def call_kwargs(pipe, prompt: str = "a photo of an astronaut riding a horse on mars",
+def native_resolution(pipe) -> int:
+    """The image size the denoiser was built for: its latent sample_size times the VAE's
+    downscale (1024 for SDXL, 512 for SD1.5, 64 for the tiny models)."""
+    return int(get_denoiser(pipe).config.sample_size) * int(pipe.vae_scale_factor)
+
+
+def call_kwargs(pipe, prompt: str = DEFAULT_PROMPT,
                 steps: int | None = None, height: int | None = None, width: int | None = None,
                 guidance: float | None = None, seed: int = 0) -> dict[str, Any]:
     """The keyword arguments the helpers pass to `pipe(...)`: the model's defaults (native or
     tiny resolution, steps, guidance) unless given, a seeded CPU generator, and per-model
     switches (PixArt: no resolution binning, no caption cleaning)."""
-    info = pipeline_info(pipe)
-    spec = get_spec(info["model"])
-    size = spec.tiny_resolution if info["weights"] == "tiny" else spec.resolution
+    spec = get_spec(pipeline_info(pipe)["model"])
+    size = native_resolution(pipe)
     kwargs: dict[str, Any] = dict(
         prompt=prompt, num_inference_steps=steps or spec.steps, height=height or size,
         width=width or size, guidance_scale=spec.guidance if guidance is None else guidance,
@@ -381,7 +170,7 @@ def call_kwargs(pipe, prompt: str = "a photo of an astronaut riding a horse on m
     return kwargs
 
 
-def generate(pipe, prompt: str = "a photo of an astronaut riding a horse on mars",
+def generate(pipe, prompt: str = DEFAULT_PROMPT,
              steps: int | None = None, height: int | None = None, width: int | None = None,
              guidance: float | None = None, seed: int = 0):
     """One image, with the same arguments fdh.benchmark uses. Introduced in 00_setup.ipynb."""

@@ -50,6 +50,10 @@ class ModelSpec:
     notes: str = ""
 
 
+# The prompt every helper uses when none is given.
+DEFAULT_PROMPT = "a photo of an astronaut riding a horse on mars"
+
+
 # --- shared building blocks -------------------------------------------------------------
 
 _SD_SCHEDULER_KW = dict(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
@@ -277,6 +281,13 @@ BLOG_A100_WHERE: dict[str, str] = {
 
 BLOG_SOURCE = ("PyTorch blog 'Accelerating Generative AI Part III: Diffusion, Fast' "
                "(A100-80GB, TF32 on in its fp32 step)")
+
+
+def default_resolution(model: str | ModelSpec, weights: str) -> int:
+    """The image size the course uses for `model` with these weights: the tiny models' own
+    size, else the model's native resolution."""
+    spec = get_spec(model)
+    return spec.tiny_resolution if weights == "tiny" else spec.resolution
 
 
 def get_spec(model: str) -> ModelSpec:

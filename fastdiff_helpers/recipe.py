@@ -1,8 +1,8 @@
 """Recipe: the toggles of the course, validated on construction; LADDER: the blog's steps,
 exactly as diffusion-fast ran them; COURSE_LADDER: the course's own ladder beside it.
 
-Introduced in 01_baseline.ipynb. Imports nothing of the package but the code writer
-(techniques import this module, never the reverse, except to_code() reading their source).
+Introduced in 01_baseline.ipynb. Imports nothing of the package (techniques import it; the
+code writer, fdh.to_code(recipe), lives above them in codegen.py).
 """
 
 from __future__ import annotations
@@ -11,7 +11,12 @@ import dataclasses
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+import torch
+
 DTYPES = ("fp32", "tf32", "bf16", "fp16")
+# the weight dtype of each (TF32 is fp32 weights with TF32 math)
+WEIGHT_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
+                 "fp16": torch.float16}
 ATTENTION = ("classic", "sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-math", "sdpa-cudnn")
 COMPILE_MODES = (None, "default", "max-autotune", "max-autotune-no-cudagraphs",
                  "reduce-overhead")
@@ -186,14 +191,6 @@ class Recipe:
         """Field names whose value differs from `other`."""
         return [f.name for f in dataclasses.fields(self)
                 if getattr(self, f.name) != getattr(other, f.name)]
-
-    def to_code(self, flavour: str = "fdh") -> str:
-        """Python source that applies this recipe to a loaded `pipe`.
-
-        flavour "fdh": one fastdiff_helpers call per technique; "plain": only diffusers,
-        torch and torchao. Introduced in 01_baseline.ipynb."""
-        from .codegen import recipe_to_code
-        return recipe_to_code(self, flavour)
 
 
 BASELINE = Recipe()  # the course's true fp32 baseline: TF32 off, classic attention

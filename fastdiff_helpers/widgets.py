@@ -1,88 +1,34 @@
 """playground(): an ipywidgets panel to try recipes on a model and compare the runs.
 
 Introduced in 09_playground.ipynb. It only composes the public API (load_pipeline, apply,
-benchmark, compare_images, ladder_chart, Recipe.to_code); every run loads a fresh pipeline,
+benchmark, compare_images, ladder_chart, to_code); every run loads a fresh pipeline,
 because a pipeline takes one recipe. ipywidgets is imported only when a panel is built."""
 
 from __future__ import annotations
 
 import base64
 import html
-import io
 import warnings
 from typing import Any, Callable
 
 import torch
 
 from .bench import benchmark
-from .ladder import free_memory
 from .charts import ladder_chart
+from .codegen import to_code
 from .course import course_settings
+from .ladder import free_memory
 from .loading import load_pipeline
 from .presets import MODELS
 from .quality import compare_images
-from .recipe import (ATTENTION, BASELINE, COMPILE_MODES, CONV_SWAPS, DTYPES, QUANT_FILTERS,
-                     QUANTIZE, SCOPES, TF32_MODES, Recipe, RecipeError)
+from .playground_parts import (_CHOICES, _PHASES, _WORDS, LABELS, RESOLUTIONS, _fmt, _png,
+                               describe_recipe)
+from .recipe import BASELINE, Recipe, RecipeError
 from .results import Result
 from .techniques import apply
+from .text import GIB, psnr_text
 
 __all__ = ["Playground", "playground", "describe_recipe"]
-
-# Recipe field -> readable label (the widget's description; the browser test finds it by it).
-LABELS = {"dtype": "dtype", "tf32": "TF32", "attention": "attention", "channels_last": "channels_last",
-          "compile": "compile", "compile_scope": "compile scope", "compile_vae": "compile VAE",
-          "fullgraph": "fullgraph", "dynamic": "dynamic", "inductor_flags": "inductor flags",
-          "fuse_qkv": "fused QKV", "no_sync": "no GPU syncs", "quantize": "quantize",
-          "quant_filter": "quant filter", "conv1x1_to_linear": "1x1 conv to linear"}
-# A Dropdown's value None means "nothing selected", so None/True/False travel as words.
-_WORDS = {"off": None, "auto": None, "True": True, "False": False}
-_CHOICES: dict[str, list] = {
-    "dtype": list(DTYPES), "attention": list(ATTENTION),
-    "compile": ["off", *COMPILE_MODES[1:]], "compile_scope": list(SCOPES),
-    "dynamic": ["auto", "True", "False"], "quantize": ["off", *QUANTIZE[1:]],
-    "quant_filter": list(QUANT_FILTERS), "tf32": ["auto", *TF32_MODES],
-    "conv1x1_to_linear": ["off", *CONV_SWAPS[1:]]}
-RESOLUTIONS = [("model default", 0)] + [(f"{n}x{n}", n) for n in (64, 128, 256, 512, 768, 1024)]
-_PHASES = ["idle", "loading the pipeline", "applying the recipe",
-           "cold start (compiling), warm-up and timing", "comparing with the baseline", "done"]
-_GIB = 2**30
-
-
-def describe_recipe(recipe: Recipe) -> str:
-    """A short label: the dtype, then every field that differs from the fp32 baseline."""
-    parts = [recipe.dtype]
-    for name in recipe.changes(BASELINE):
-        value = getattr(recipe, name)
-        if name == "dtype":
-            continue
-        if isinstance(value, bool):
-            parts.append(LABELS[name] if value else f"no {LABELS[name]}")
-        else:
-            parts.append(f"{LABELS[name]}={'off' if value is None else value}")
-    return ", ".join(parts)
-
-
-def _png(image_or_figure: Any) -> bytes:
-    buf = io.BytesIO()
-    if hasattr(image_or_figure, "savefig"):
-        image_or_figure.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    else:
-        image_or_figure.save(buf, format="PNG")
-    return buf.getvalue()
-
-
-def _fmt(value: float | None, pattern: str) -> str:
-    return "-" if value is None else pattern.format(value)
-
-
-def _psnr_text(result: Result) -> str:
-    psnr = (result.quality or {}).get("psnr")
-    if psnr is None:
-        return "-"
-    if psnr != psnr:
-        return "NaN output"
-    return "identical" if psnr == float("inf") else f"{psnr:.1f} dB"
-
 
 class Playground:
     """The panel returned by fdh.playground(); display it (or `.widget`) in a notebook.
@@ -188,7 +134,7 @@ class Playground:
             self.code.value = f"# Invalid recipe: {exc}"
             self.notes.value = ""
             return
-        self.code.value = "".join(f"# {n}\n" for n in notes) + recipe.to_code()
+        self.code.value = "".join(f"# {n}\n" for n in notes) + to_code(recipe)
         self.notes.value = "".join(f"<div>Note: {html.escape(n)}</div>" for n in notes)
 
     # -- running -------------------------------------------------------------------------
@@ -296,7 +242,7 @@ class Playground:
         self.images[0].value, self.images[1].value = _png(baseline.image), _png(last.image)
         self.captions[0].value = f"baseline: {html.escape(baseline.step)}<br>(PSNR reference)"
         self.captions[1].value = (f"last: {html.escape(last.step)}<br>PSNR vs baseline: "
-                                  f"{_psnr_text(last) if last is not baseline else 'baseline'}")
+                                  f"{psnr_text(last.quality) if last is not baseline else 'baseline'}")
 
     def _table_html(self) -> str:
         head = ["#", "model", "recipe", "size, steps", "seconds (median)", "speed-up",
@@ -309,13 +255,13 @@ class Playground:
             speedup = "1.00x (baseline)" if is_base else _fmt(
                 base.latency_s / r.latency_s if r.latency_s else None, "{:.2f}x")
             kind = "RSS" if r.peak_memory_kind == "process_peak_rss" else "CUDA allocated"
-            memory = _fmt(r.peak_memory_bytes and r.peak_memory_bytes / _GIB, "{:.2f} GiB " + kind)
+            memory = _fmt(r.peak_memory_bytes and r.peak_memory_bytes / GIB, "{:.2f} GiB " + kind)
             if r.peak_reserved_bytes is not None:  # CUDA-graph pools show only here
-                memory += f", {r.peak_reserved_bytes / _GIB:.2f} GiB reserved"
+                memory += f", {r.peak_reserved_bytes / GIB:.2f} GiB reserved"
             seconds = _fmt(r.latency_s, "{:.3f} s") + "".join(f" ({f}!)" for f in r.flags)
             row = [str(i), r.model, r.step, f"{r.height}x{r.width}, {r.steps}",
                    seconds, speedup, memory,
-                   "baseline" if is_base else _psnr_text(r), _fmt(r.cold_start_s, "{:.2f} s")]
+                   "baseline" if is_base else psnr_text(r.quality), _fmt(r.cold_start_s, "{:.2f} s")]
             body.append("<tr>" + "".join(f"<td style='padding:2px 8px'>{html.escape(v)}</td>"
                                          for v in row) + "</tr>")
         empty = "" if body else "<div>No runs yet: press Run (the first run is the baseline)</div>"

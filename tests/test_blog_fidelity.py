@@ -135,7 +135,7 @@ def test_use_mixed_mm_is_neither_set_nor_printed():
     finally:
         inductor_config.load_config(saved)
     assert "use_mixed_mm" not in done and done["force_fuse_int_mm_with_mul"] is True
-    assert "use_mixed_mm" not in LADDER[5][1].to_code("plain")
+    assert "use_mixed_mm" not in fdh.to_code(LADDER[5][1], "plain")
 
 
 # --- the 1x1-conv swap ------------------------------------------------------------------------
@@ -201,9 +201,9 @@ def test_tf32_modes_set_inductor_level_and_keep_legacy_flags_true(first, then, r
 
 def test_recipes_express_both_sources_tf32_and_results_record_it(restore_tf32):
     assert all(r.tf32 == "blog" for _, r in LADDER)
-    assert Recipe(dtype="bf16", tf32="guide").to_code("plain").count(
+    assert fdh.to_code(Recipe(dtype="bf16", tf32="guide"), "plain").count(
         "torch.backends.cuda.matmul.allow_tf32 = True") == 1
-    assert "torch.set_float32_matmul_precision('high')" in LADDER[0][1].to_code("plain")
+    assert "torch.set_float32_matmul_precision('high')" in fdh.to_code(LADDER[0][1], "plain")
     with pytest.raises(RecipeError, match="contradicts"):
         Recipe(dtype="tf32", tf32="off")
     with pytest.raises(RecipeError, match="tf32"):
@@ -289,7 +289,7 @@ def test_dynamic_compile_turns_duck_sizing_off():
         assert fx_config.use_duck_shape is False
     finally:
         fx_config.use_duck_shape = True
-    assert "use_duck_shape = False" in Recipe(compile="default", dynamic=True).to_code("plain")
+    assert "use_duck_shape = False" in fdh.to_code(Recipe(compile="default", dynamic=True), "plain")
 
 
 def _compiled_blocks(module) -> set[str]:
@@ -322,8 +322,8 @@ def test_regional_compile_scopes():
     with pytest.raises(RecipeError, match="conv_norm_out"):
         fdh.apply(pipe, Recipe(compile="default", compile_scope="regional-accelerate"))
     assert fdh.pipeline_info(pipe)["applied"] == {}  # refused before any work
-    assert dataclasses.replace(Recipe(compile="default"), compile_scope="regional").to_code(
-        "plain").count("compile_repeated_blocks") == 1
+    assert fdh.to_code(dataclasses.replace(Recipe(compile="default"), compile_scope="regional"),
+                       "plain").count("compile_repeated_blocks") == 1
 
 
 def test_accelerate_compile_regions_really_fails_on_a_unet():

@@ -45,7 +45,7 @@ def test_fused_tiny_pipelines_match_the_unfused_image(model, flavour):
         pipe = fdh.apply(fresh(model), recipe)
     else:
         namespace = {"pipe": fresh(model)}
-        exec(recipe.to_code("plain"), namespace)
+        exec(fdh.to_code(recipe, "plain"), namespace)
         pipe = namespace["pipe"]
     unfused = fdh.count_parameters(fresh(model))
     assert fdh.count_parameters(pipe) == unfused
@@ -126,7 +126,7 @@ def hf_cache(tmp_path, monkeypatch):
 
 
 def test_auto_falls_back_when_only_model_index_is_cached(hf_cache):
-    from fastdiff_helpers.loading import choose_weights
+    from fastdiff_helpers.pretrained import choose_weights
 
     _fake_cache(hf_cache, ["unet/config.json", "text_encoder/model.fp16.safetensors",
                            "vae/diffusion_pytorch_model.safetensors"])
@@ -137,7 +137,7 @@ def test_auto_falls_back_when_only_model_index_is_cached(hf_cache):
 
 
 def test_auto_picks_pretrained_when_every_component_is_cached(hf_cache):
-    from fastdiff_helpers.loading import choose_weights
+    from fastdiff_helpers.pretrained import choose_weights
 
     _fake_cache(hf_cache, ["unet/diffusion_pytorch_model.safetensors",
                            "vae/diffusion_pytorch_model.safetensors",

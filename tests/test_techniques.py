@@ -154,7 +154,7 @@ def test_to_code_executes_to_the_same_image_as_apply(model, index, flavour):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         expected = image(fdh.apply(fresh(model), recipe))
-        code = recipe.to_code(flavour)
+        code = fdh.to_code(recipe, flavour)
         namespace = {"pipe": fresh(model)}
         exec(compile(code, f"<to_code {flavour}>", "exec"), namespace)
     if flavour == "plain":

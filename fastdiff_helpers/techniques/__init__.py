@@ -8,9 +8,9 @@ import warnings
 
 import torch
 
-from ..loading import pipeline_device, pipeline_info
-from ..recipe import Recipe, RecipeError
-from .attention import SDPABackendProcessor, check_attention, set_attention
+from ..loading import get_denoiser, pipeline_device, pipeline_info
+from ..recipe import WEIGHT_DTYPES, Recipe, RecipeError
+from .attention import SDPA_BACKENDS, SDPABackendProcessor, check_attention, is_fused, set_attention
 from .compile import (capture_denoiser_inputs, check_scope, compile_pipeline, graph_breaks,
                       set_channels_last, set_inductor_flags)
 from .fusion import fuse_qkv
@@ -32,12 +32,9 @@ def current_recipe(pipe) -> dict:
     info = pipeline_info(pipe)
     if info.get("recipe") is not None:
         return info["recipe"].to_dict()
-    from ..loading import get_denoiser
-    from .attention import SDPA_BACKENDS, is_fused
-
     done = info["applied"]
     denoiser = get_denoiser(pipe)
-    dtype = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(denoiser.dtype, "fp32")
+    dtype = {v: k for k, v in WEIGHT_DTYPES.items() if k != "tf32"}.get(denoiser.dtype, "fp32")
     # the TF32 mode set_precision recorded, else what torch's switch says now
     tf32 = done.get("tf32") or ("on" if torch.backends.cuda.matmul.fp32_precision == "tf32"
                                 else "off")
@@ -89,8 +86,7 @@ def apply(pipe, recipe: Recipe):
     recipe.check_device(str(device))
     if recipe.compile:
         check_scope(pipe, recipe.compile_scope)
-    check_attention(pipe, recipe.attention, {"bf16": "bfloat16", "fp16": "float16"}.get(
-        recipe.dtype, "float32"))
+    check_attention(pipe, recipe.attention, str(WEIGHT_DTYPES[recipe.dtype]).removeprefix("torch."))
     if recipe.quantize and recipe.compile is None:
         warnings.warn(UNCOMPILED_QUANT_WARNING.format(kind=recipe.quantize), stacklevel=2)
 

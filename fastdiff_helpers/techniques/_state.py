@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..loading import get_denoiser, pipeline_info, quiet_diffusers  # noqa: F401 (re-export)
+from ..loading import get_denoiser, pipeline_info
 from ..recipe import RecipeError
 
 

@@ -6,11 +6,10 @@ from typing import Any
 
 import torch
 
-from ..recipe import DTYPES, TF32_MODES, RecipeError
-from ._state import quiet_diffusers, record, refuse_after
+from ..recipe import DTYPES, TF32_MODES, WEIGHT_DTYPES, RecipeError
+from ..build import quiet_diffusers
+from ._state import record, refuse_after
 
-WEIGHT_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
-                 "fp16": torch.float16}
 
 
 # Each TF32 mode as the settings set_tf32 makes: the CUDA-wide fp32 precision ("none": torch's
@@ -25,7 +24,7 @@ TF32_SETTINGS = {
 
 
 def tf32_code(mode: str) -> list[str]:
-    """The statements set_tf32(mode) runs, as source lines (for Recipe.to_code("plain"))."""
+    """The statements set_tf32(mode) runs, as source lines (for fdh.to_code(recipe, "plain"))."""
     cuda_wide, cudnn, matmul = TF32_SETTINGS[mode]
     return [f"torch.backends.cudnn.fp32_precision = {cuda_wide!r}",
             f"torch.backends.cudnn.allow_tf32 = {cudnn}",

@@ -1,0 +1,149 @@
+"""Pipelines built in code: full-size architectures with random weights, and tiny ones.
+
+Introduced in 00_setup.ipynb (through fdh.load_pipeline). diffusers, transformers, tokenizers
+and accelerate are imported inside the functions: importing them takes seconds, and
+`import fastdiff_helpers` must stay cheap (tests/test_env.py).
+"""
+
+from __future__ import annotations
+
+import string
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from .presets import Component, ModelSpec
+
+# --- tokenizers built in code (no download) ----------------------------------------------
+
+def clip_tokenizer(model_max_length: int = 77):
+    """A byte-level CLIP BPE tokenizer built in code: every byte is a token, no merges.
+
+    Token ids stay below 514, valid for any CLIP text encoder (tiny or full-size)."""
+    from tokenizers.pre_tokenizers import ByteLevel
+    from transformers import CLIPTokenizer
+
+    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
+    chars = sorted(ByteLevel.alphabet())
+    for suffix in ("", "</w>"):
+        for c in chars:
+            vocab[c + suffix] = len(vocab)
+    return CLIPTokenizer(vocab=vocab, merges=[], model_max_length=model_max_length)
+
+
+def t5_tokenizer(model_max_length: int = 120):
+    """A small unigram T5 tokenizer built in code (letters, digits, punctuation)."""
+    from transformers import T5Tokenizer
+
+    pieces = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("\u2581", -2.0)]
+    pieces += [(c, -3.0) for c in string.ascii_letters + string.digits + string.punctuation]
+    pieces += [("\u2581" + c, -2.5) for c in string.ascii_lowercase]
+    return T5Tokenizer(vocab=pieces, extra_ids=100, model_max_length=model_max_length)
+
+
+# --- components built in code ------------------------------------------------------------
+
+def _component_class(comp: Component):
+    if comp.library == "diffusers":
+        import diffusers
+        return getattr(diffusers, comp.class_name)
+    import transformers
+    return getattr(transformers, comp.class_name)
+
+
+def _instantiate(comp: Component):
+    cls = _component_class(comp)
+    if comp.library == "diffusers":
+        return cls.from_config(dict(comp.config))
+    import transformers
+    return cls(getattr(transformers, comp.config_class)(**comp.config))
+
+
+def _tie(model):
+    # transformers ties shared embeddings (T5's shared/embed_tokens) in from_pretrained, not in
+    # the constructor; materialising with to_empty() unties them again.
+    if hasattr(model, "tie_weights"):
+        model.tie_weights()
+    return model
+
+
+@torch.no_grad()
+def _init_parameters(module: torch.nn.Module, seed: int) -> None:
+    """Seeded random init, on whatever device the parameters live.
+
+    Layers with a reset_parameters() use it (kaiming for Linear/Conv, ones/zeros for norms);
+    any other parameter gets ones (1-D weights: norm scales), zeros (biases) or N(0, 0.02)."""
+    devices = [p.device for p in module.parameters() if p.device.type == "cuda"][:1]
+    with torch.random.fork_rng(devices=devices, device_type="cuda"):
+        torch.manual_seed(seed)
+        covered: set[int] = set()
+        for sub in module.modules():
+            if hasattr(sub, "reset_parameters") and callable(sub.reset_parameters):
+                own = list(sub.parameters(recurse=False))
+                if own:
+                    sub.reset_parameters()
+                    covered.update(id(p) for p in own)
+        for name, p in module.named_parameters():
+            if id(p) in covered:
+                continue
+            if name.endswith("bias"):
+                p.zero_()
+            elif p.ndim == 1:
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, 0.02)
+
+
+@contextmanager
+def quiet_diffusers():
+    """diffusers logs a warning on every .to(dtype) about fp32-pinned modules (none here)."""
+    from diffusers.utils import logging as dlog
+
+    level = dlog.get_verbosity()
+    dlog.set_verbosity_error()
+    try:
+        yield
+    finally:
+        dlog.set_verbosity(level)
+
+
+def build_component(comp: Component, device: str, dtype: torch.dtype, seed: int = 0):
+    """Build one component with random weights: parameters on the meta device first, then
+    materialised and initialised directly on `device` (no CPU copy of a 4.8B model).
+
+    device="meta" returns the architecture without allocating parameter memory."""
+    from accelerate import init_empty_weights
+
+    with init_empty_weights(include_buffers=False):  # buffers (position ids...) stay real
+        model = _instantiate(comp)
+    if dtype != torch.float32:
+        with quiet_diffusers():
+            model.to(dtype)
+    if device != "meta":
+        buffers = {n: b.clone() for n, b in model.named_buffers()}
+        model.to_empty(device=device)
+        for name, value in buffers.items():
+            owner, _, leaf = name.rpartition(".")
+            target = model.get_submodule(owner) if owner else model
+            setattr(target, leaf, value.to(device))  # a registered buffer stays one
+        _init_parameters(model, seed)
+    return _tie(model).eval()
+
+
+def _build_scheduler(comp: Component):
+    return _component_class(comp).from_config(dict(comp.config))
+
+
+def build_pipeline(spec: ModelSpec, size: str, device: str, dtype: torch.dtype, seed: int):
+    import diffusers
+
+    comps = spec.full if size == "full" else spec.tiny
+    parts: dict[str, Any] = {}
+    for i, (name, comp) in enumerate(comps.items()):
+        parts[name] = build_component(comp, device, dtype, seed + i)
+    for name, kind in spec.tokenizers.items():
+        parts[name] = clip_tokenizer() if kind == "clip" else t5_tokenizer(spec.max_tokens)
+    parts["scheduler"] = _build_scheduler(spec.scheduler)
+    parts.update(spec.pipeline_kwargs)
+    return getattr(diffusers, spec.pipeline_class)(**parts)

@@ -1,0 +1,56 @@
+"""The playground's vocabulary: its controls (one per Recipe field, with readable labels and
+choices), its phases, and the small formatters its table and images use. Introduced in
+09_playground.ipynb; the panel itself is widgets.py."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from .recipe import (ATTENTION, BASELINE, COMPILE_MODES, CONV_SWAPS, DTYPES, QUANT_FILTERS,
+                     QUANTIZE, SCOPES, TF32_MODES, Recipe)
+
+# Recipe field -> readable label (the widget's description; the browser test finds it by it).
+LABELS = {"dtype": "dtype", "tf32": "TF32", "attention": "attention", "channels_last": "channels_last",
+          "compile": "compile", "compile_scope": "compile scope", "compile_vae": "compile VAE",
+          "fullgraph": "fullgraph", "dynamic": "dynamic", "inductor_flags": "inductor flags",
+          "fuse_qkv": "fused QKV", "no_sync": "no GPU syncs", "quantize": "quantize",
+          "quant_filter": "quant filter", "conv1x1_to_linear": "1x1 conv to linear"}
+# A Dropdown's value None means "nothing selected", so None/True/False travel as words.
+_WORDS = {"off": None, "auto": None, "True": True, "False": False}
+_CHOICES: dict[str, list] = {
+    "dtype": list(DTYPES), "attention": list(ATTENTION),
+    "compile": ["off", *COMPILE_MODES[1:]], "compile_scope": list(SCOPES),
+    "dynamic": ["auto", "True", "False"], "quantize": ["off", *QUANTIZE[1:]],
+    "quant_filter": list(QUANT_FILTERS), "tf32": ["auto", *TF32_MODES],
+    "conv1x1_to_linear": ["off", *CONV_SWAPS[1:]]}
+RESOLUTIONS = [("model default", 0)] + [(f"{n}x{n}", n) for n in (64, 128, 256, 512, 768, 1024)]
+_PHASES = ["idle", "loading the pipeline", "applying the recipe",
+           "cold start (compiling), warm-up and timing", "comparing with the baseline", "done"]
+
+
+def describe_recipe(recipe: Recipe) -> str:
+    """A short label: the dtype, then every field that differs from the fp32 baseline."""
+    parts = [recipe.dtype]
+    for name in recipe.changes(BASELINE):
+        value = getattr(recipe, name)
+        if name == "dtype":
+            continue
+        if isinstance(value, bool):
+            parts.append(LABELS[name] if value else f"no {LABELS[name]}")
+        else:
+            parts.append(f"{LABELS[name]}={'off' if value is None else value}")
+    return ", ".join(parts)
+
+
+def _png(image_or_figure: Any) -> bytes:
+    buf = io.BytesIO()
+    if hasattr(image_or_figure, "savefig"):
+        image_or_figure.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    else:
+        image_or_figure.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _fmt(value: float | None, pattern: str) -> str:
+    return "-" if value is None else pattern.format(value)

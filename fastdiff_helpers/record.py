@@ -1,0 +1,219 @@
+"""The Result record: one benchmarked configuration, one versioned schema.
+
+Introduced in 01_baseline.ipynb. The JSONL store that keeps Results is results.py. Imports
+nothing of the package.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+__all__ = ["SCHEMA_VERSION", "Result", "ResultsFormatError"]
+
+SCHEMA_VERSION = 1
+
+_REQUIRED = (
+    "model", "weights", "step", "recipe", "device_name", "height", "width", "steps",
+    "latency_s", "latency_samples", "cold_start_s", "peak_memory_bytes", "stages",
+    "quality", "env", "error", "schema_version",
+)
+# Fields whose non-finite floats are stored as the strings "nan"/"inf"/"-inf" and restored on
+# load. Elsewhere (recipe, env, notes) a string stays a string: a prompt may well be "nan".
+_NUMERIC = (
+    "guidance", "latency_s", "latency_samples", "cold_start_s", "stages", "stage_samples",
+    "flops_per_image", "tflops_per_s", "quality", "cold_start_split", "load_s",
+)
+_NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+class ResultsFormatError(ValueError):
+    """A results file holds a record that is not a valid Result (names file and line)."""
+
+
+def _utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class Result:
+    """One benchmarked configuration. Introduced in 01_baseline.ipynb.
+
+    Times are seconds; ``latency_s`` is the median of ``latency_samples`` (steady state, after
+    warm-up) and ``cold_start_s`` the first call (compile included). ``quality`` is the output
+    of compare_images() against the baseline. Values must be JSON-compatible (str, int,
+    float, bool, None, lists and str-keyed dicts) so the record can be stored.
+    """
+
+    model: str
+    weights: str
+    step: str
+    recipe: dict
+    device_name: str
+    height: int
+    width: int
+    steps: int
+    guidance: float | None = None
+    seed: int = 0
+    prompt: str = ""
+    runs: int = 0
+    warmup: int = 0
+    latency_s: float | None = None
+    latency_samples: list[float] = field(default_factory=list)
+    cold_start_s: float | None = None
+    peak_memory_bytes: int | None = None
+    peak_memory_kind: str | None = None  # "cuda_max_allocated" or "process_peak_rss"
+    # CUDA only: the caching allocator's peak reserved bytes. CUDA-graph memory pools (compile
+    # "max-autotune", "reduce-overhead") hold memory that max allocated does not show. Added
+    # within schema 1: records written before it load with None.
+    peak_reserved_bytes: int | None = None
+    stages: dict = field(default_factory=dict)  # stage -> median seconds
+    stage_samples: dict = field(default_factory=dict)  # stage -> [seconds, ...]
+    flops_per_image: float | None = None
+    tflops_per_s: float | None = None
+    quality: dict | None = None
+    env: dict = field(default_factory=dict)
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)
+    # what ran besides the recipe: the VAE's source ("pipeline": the pipeline's own), the
+    # scheduler class, and TF32 as torch used it (techniques.precision.tf32_state)
+    vae: str | None = None
+    scheduler: str | None = None
+    tf32: dict = field(default_factory=dict)
+    # compilation seen by benchmark(): frames compiled in the cold start ("cold": events dict),
+    # per warm-up and per timed call ("warmup", "timed": frame counts), extra warm-up calls
+    compile_events: dict = field(default_factory=dict)
+    cold_start_split: dict = field(default_factory=dict)  # compile_s, dynamo_s, inductor_s, ...
+    load_s: float | None = None  # load_pipeline + apply, where run_ladder measured it
+    created_at: str = ""
+    image_path: str | None = None
+    schema_version: int = SCHEMA_VERSION
+    image: Any = field(default=None, repr=False, compare=False)  # never stored
+
+    def __post_init__(self) -> None:
+        if not self.created_at:
+            self.created_at = _utc_now()
+
+    @property
+    def latency_min_s(self) -> float | None:
+        return min(self.latency_samples) if self.latency_samples else None
+
+    @property
+    def latency_max_s(self) -> float | None:
+        return max(self.latency_samples) if self.latency_samples else None
+
+    @property
+    def latency_iqr_s(self) -> float:
+        """Interquartile range of the samples (inclusive method: stays inside the data)."""
+        if len(self.latency_samples) < 2:
+            return 0.0
+        q1, _, q3 = statistics.quantiles(self.latency_samples, n=4, method="inclusive")
+        return q3 - q1
+
+    @property
+    def compiled_during_timing(self) -> bool:
+        """True when a timed call compiled something: its samples include compilation."""
+        return any(self.compile_events.get("timed", []))
+
+    @property
+    def flags(self) -> list[str]:
+        """Warnings a reader of this result's numbers must see (tables, charts, playground)."""
+        return ["compiled while timed"] if self.compiled_during_timing else []
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def summary(self) -> str:
+        """One line, e.g. 'sdxl bf16: 4.63 s (median of 5, IQR 0.01 s), cold start 12.3 s, peak 9.1 GiB'."""
+        head = f"{self.model} {self.step}"
+        if self.error is not None:
+            return f"{head}: FAILED: {self.error}"
+        if self.latency_s is None:
+            parts = ["no timing"]
+        else:
+            parts = [
+                f"{self.latency_s:.2f} s (median of {len(self.latency_samples)}, "
+                f"IQR {self.latency_iqr_s:.2f} s)"
+            ]
+        if self.cold_start_s is not None:
+            parts.append(f"cold start {self.cold_start_s:.1f} s")
+        if self.peak_memory_bytes is not None:
+            parts.append(f"peak {self.peak_memory_bytes / 2**30:.1f} GiB")
+        if self.peak_reserved_bytes is not None:
+            parts.append(f"reserved {self.peak_reserved_bytes / 2**30:.1f} GiB")  # CUDA
+        return f"{head}: " + ", ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain, JSON-safe dict of every stored field (the image is left out)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            if f.name == "image":
+                continue
+            out[f.name] = _encode(getattr(self, f.name), f.name)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Result:
+        """Build a Result from to_dict()'s output, checking keys and schema version."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a result record must be a JSON object, got {type(d).__name__}")
+        missing = [k for k in _REQUIRED if k not in d]
+        if missing:
+            raise ValueError(f"missing required keys {missing}")
+        if d["schema_version"] != SCHEMA_VERSION:
+            raise ValueError(
+                f"schema_version {d['schema_version']!r} is not supported; this version of "
+                f"fastdiff_helpers reads schema_version {SCHEMA_VERSION} only. Upgrade "
+                "fastdiff_helpers, or re-run the benchmark to write a current record."
+            )
+        known = {f.name for f in dataclasses.fields(cls)} - {"image"}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown keys {unknown}; expected only {sorted(known)}")
+        for key, types in (("model", str), ("weights", str), ("step", str), ("device_name", str),
+                           ("height", int), ("width", int), ("steps", int), ("recipe", dict),
+                           ("stages", dict), ("env", dict), ("latency_samples", list)):
+            if not isinstance(d[key], types) or isinstance(d[key], bool):
+                raise ValueError(f"{key!r} must be {types.__name__}, got {d[key]!r}")
+        kwargs = {k: (_decode(v) if k in _NUMERIC else v) for k, v in d.items()}
+        return cls(**kwargs)
+
+
+def _encode(value: Any, where: str) -> Any:
+    """Deep-copy into JSON types; non-finite floats become 'nan'/'inf'/'-inf'."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return float(value)
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise TypeError(f"Result.{where} has a non-string key {k!r}; use str keys")
+            out[k] = _encode(v, f"{where}[{k!r}]")
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_encode(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if hasattr(value, "item") and callable(value.item):  # numpy / torch scalar
+        return _encode(value.item(), where)
+    raise TypeError(
+        f"Result.{where} holds a {type(value).__name__}, which cannot be stored as JSON; "
+        "convert it to str, int, float, list or dict first"
+    )
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, str) and value in _NONFINITE:
+        return _NONFINITE[value]
+    if isinstance(value, dict):
+        return {k: _decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    return value

@@ -1,0 +1,31 @@
+"""How the course writes its numbers: seconds, memory, PSNR. One place, so a table, a chart,
+the playground and a summary line never disagree. Imports nothing of the package."""
+
+from __future__ import annotations
+
+import math
+
+GIB = 2**30
+
+
+def seconds_text(x: float | None) -> str:
+    """3 significant figures, the unit left to the caller ('-' for nothing measured)."""
+    if x is None:
+        return "-"
+    return f"{x:.1f}" if x >= 10 else f"{x:.2f}" if x >= 1 else f"{x:.3f}"
+
+
+def memory_text(b: int | None) -> str:
+    if b is None:
+        return "-"
+    return f"{b / GIB:.2f} GiB" if b >= GIB else f"{b / 2**20:.0f} MiB"
+
+
+def psnr_text(quality: dict | None) -> str:
+    """'-' without a comparison, 'NaN image', 'identical' (infinite PSNR), else 'NN.N dB'."""
+    psnr = (quality or {}).get("psnr")
+    if psnr is None:
+        return "-"
+    if math.isnan(psnr):
+        return "NaN image"
+    return "identical" if math.isinf(psnr) else f"{psnr:.1f} dB"
