@@ -1,6 +1,8 @@
 """load_pipeline(): one loading path for pretrained, random (full-size) and tiny weights.
 
 Introduced in 00_setup.ipynb.
+diffusers is imported inside the functions that use it: importing it takes seconds, and
+`import fastdiff_helpers` must stay cheap (tests/test_env.py).
 """
 
 from __future__ import annotations

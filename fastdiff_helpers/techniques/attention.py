@@ -1,6 +1,8 @@
 """Attention: diffusers' classic processor, or scaled-dot-product attention and its backends.
 
-Introduced in 03_attention.ipynb."""
+Introduced in 03_attention.ipynb.
+diffusers' processors are imported inside the functions that use it: importing it takes
+seconds, and `import fastdiff_helpers` must stay cheap (tests/test_env.py)."""
 
 from __future__ import annotations
 

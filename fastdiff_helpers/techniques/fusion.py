@@ -1,4 +1,6 @@
-"""Fused QKV projections: one matmul instead of three. Introduced in 05_fused_qkv.ipynb."""
+"""Fused QKV projections: one matmul instead of three. Introduced in 05_fused_qkv.ipynb.
+diffusers' Attention is imported inside the functions that use it: importing it takes
+seconds, and `import fastdiff_helpers` must stay cheap (tests/test_env.py)."""
 
 from __future__ import annotations
 
