@@ -24,6 +24,7 @@ from .results import (Result, ResultsFormatError, load_results, reference_result
 from .charts import (ChartFigure, Reference, ladder_chart, memory_chart, models_chart,
                      quality_chart, save_figure, show_images)
 from .env import env_report
+from .noise import KNOWN_LOG_NOISE, KNOWN_WARNINGS, quiet_known_noise
 from .course import CourseSettings, course_settings, needs_gpu, smoke_mode
 from .flops import count_flops, flop_floor_seconds, measure_matmul_tflops
 from .bench import benchmark, naive_time

@@ -13,6 +13,7 @@ import torch
 
 from .build import build_component, build_pipeline
 from .errors import FastdiffError
+from .noise import quiet_known_noise
 from .presets import DEFAULT_PROMPT, SCHEDULERS, VAES, get_spec
 from .pretrained import load_pretrained, resolve_weights
 from .recipe import WEIGHT_DTYPES
@@ -81,6 +82,7 @@ def load_pipeline(model: str = "sdxl", weights: str = "auto", device: str | None
     spec = get_spec(model)
     torch_dtype = resolve_dtype(dtype)
     _check_swaps(vae, scheduler)
+    quiet_known_noise()  # before diffusers (and torchao through it) is first imported
     device = device or default_device()
     if device == "meta" and weights != "random":
         raise FastdiffError("device='meta' builds the architecture only: use weights='random'.")

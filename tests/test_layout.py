@@ -75,7 +75,7 @@ def test_no_import_circle():
 
 
 def test_lower_floors_import_nothing_of_the_package():
-    for name in ("presets", "recipe", "record", "quality", "env", "errors", "text",
+    for name in ("presets", "recipe", "record", "quality", "env", "errors", "text", "noise",
                  "compile_events"):
         imported = {t for t, _, _ in _imports(f"fastdiff_helpers.{name}")}
         assert not imported, f"{name} imports {sorted(imported)}"

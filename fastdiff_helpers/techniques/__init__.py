@@ -9,6 +9,7 @@ import warnings
 import torch
 
 from ..loading import get_denoiser, pipeline_device, pipeline_info
+from ..noise import quiet_known_noise
 from ..recipe import WEIGHT_DTYPES, Recipe, RecipeError
 from .attention import SDPA_BACKENDS, SDPABackendProcessor, check_attention, is_fused, set_attention
 from .compile import (capture_denoiser_inputs, check_scope, compile_pipeline, graph_breaks,
@@ -82,6 +83,7 @@ def apply(pipe, recipe: Recipe):
     if info["applied"]:
         raise RecipeError(f"Techniques were already applied one by one "
                           f"({', '.join(info['applied'])}); load a fresh pipeline for apply().")
+    quiet_known_noise()
     device = pipeline_device(pipe)
     recipe.check_device(str(device))
     if recipe.compile:

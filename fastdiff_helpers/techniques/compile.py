@@ -13,6 +13,7 @@ import torch
 
 from ..compile_cache import use_course_cache
 from ..loading import call_kwargs, get_denoiser, pipeline_device
+from ..noise import quiet_known_noise
 from ..recipe import (COMPILE_MODES, REGIONAL_COMPILE, REGIONAL_CUDAGRAPH_ERROR, SCOPES,
                       RecipeError)
 from ._state import applied, modules, record
@@ -100,6 +101,7 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
                           "it another way.")
     check_scope(pipe, scope)
     use_course_cache()  # one cache folder for the course, said once
+    quiet_known_noise()
     if inductor_flags:
         record(pipe, "inductor_flags", set_inductor_flags("quantize" in applied(pipe)))
     if dynamic:

@@ -12,6 +12,7 @@ from typing import Callable
 import torch
 
 from ..recipe import CONV_SWAPS, QUANT_FILTERS, QUANTIZE, RecipeError
+from ..noise import quiet_known_noise
 from ._state import applied, modules, record, refuse_after
 
 # The (in_features, out_features) shapes diffusion-fast leaves in bf16: the list in
@@ -143,6 +144,7 @@ def quantize(pipe, kind: str = "int8-dynamic", quant_filter: str | Callable = "b
     if "quantize" in applied(pipe):
         raise RecipeError("This pipeline is already quantized; load a fresh pipeline.")
     refuse_after(pipe, "quantize", "compile")
+    quiet_known_noise()
     from torchao.quantization import quantize_
 
     fn = select_filter(kind, quant_filter)

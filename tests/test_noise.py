@@ -1,0 +1,32 @@
+"""Known library noise is silenced narrowly (issue 15): the listed messages only."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+CODE = """
+import logging, warnings
+import fastdiff_helpers as fdh
+pipe = fdh.load_pipeline("sd15", weights="tiny", device="cpu", verbose=False)  # imports diffusers, torchao
+log = logging.getLogger("torchao")
+log.warning("Failed to load /x/torchao/_C_mxfp8.so: gone")      # listed: dropped
+log.warning("Failed to load the model weights")                    # not listed: shown
+logging.getLogger("transformers.utils.import_utils").warning("`CLIPImageProcessor` requires torchvision (not installed); x")
+exec(compile("import warnings; warnings.warn('Dynamo detected a call to a `functools.lru_cache`-wrapped function at x')",
+             "<d>", "exec"), {"__name__": "torch._dynamo.variables.functions"})
+warnings.warn("Dynamo detected a call to a `functools.lru_cache`-wrapped function from elsewhere")  # other module: shown
+fdh.quiet_known_noise(False)
+log.warning("Failed to load /x/torchao/_C_cutlass.so: shown again")
+"""
+
+
+def test_only_the_listed_messages_are_silenced():
+    out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, check=True)
+    text = out.stderr
+    for noise in ("Failed to load /work", "is an Enum subclass", "Unable to import `torchao`",
+                  "requires torchvision", "_C_mxfp8.so: gone"):
+        assert noise not in text, noise
+    assert "Failed to load the model weights" in text
+    assert "from elsewhere" in text and "lru_cache`-wrapped function at x" not in text
+    assert "shown again" in text
