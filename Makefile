@@ -36,8 +36,13 @@ browser-deps:
 test: venv browser-deps
 	$(PY) -m pytest -q -rs
 
+# As root (common on rented GPU machines) JupyterLab refuses to start without --allow-root.
+# LAB_IP=0.0.0.0 listens on every interface (a remote machine); LAB_PORT picks the port.
+LAB_IP ?= 127.0.0.1
+LAB_PORT ?= 8888
 lab: venv
-	$(VENV)/bin/jupyter lab notebooks/
+	$(VENV)/bin/jupyter lab --no-browser --ip $(LAB_IP) --port $(LAB_PORT) \
+		$$([ "$$(id -u)" = 0 ] && echo --allow-root) notebooks/
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

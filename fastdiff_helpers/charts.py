@@ -107,6 +107,7 @@ def ladder_chart(
     stub = 0.06 * top
 
     heights = [r.latency_s if _timed(r) else stub for r in results]
+    whiskered = False
     bars = ax.bar([x + offset for x in xs], heights, width, color=_OURS,
                   label=f"Measured ({first.device_name})")
     for x, r, bar, speedup in zip(xs, results, bars, speedups):
@@ -117,12 +118,14 @@ def ladder_chart(
                            ha="center", va="bottom", color=_FAILED, fontsize=9)
             text.set_gid("failed")
             continue
-        lo, hi = r.latency_min_s, r.latency_max_s
-        if lo is not None and hi is not None and hi > lo:  # spread of the timed samples
+        lo, hi = r.latency_quartiles_s
+        if hi > lo:  # the interquartile range of the timed samples, the course's spread
             ax.errorbar(cx, r.latency_s, yerr=[[r.latency_s - lo], [hi - r.latency_s]],
-                        color="black", capsize=3, linewidth=1)
-        flags = "".join(f"\n{flag}!" for flag in r.flags)
-        text = ax.text(cx, r.latency_s, f"{r.latency_s:.2f} s\n{speedup:.2f}x{flags}",
+                        color="black", capsize=3, linewidth=1, gid="iqr")
+            whiskered = True
+        flags = "".join(f"\n{flag.split(' (')[0]}!" for flag in r.flags)
+        # the label sits above the whisker, never on it
+        text = ax.text(cx, max(hi, r.latency_s), f"{r.latency_s:.2f} s\n{speedup:.2f}x{flags}",
                        ha="center", va="bottom", fontsize=9, color="firebrick" if flags else None)
         text.set_gid("ours-flagged" if flags else "ours")
 
@@ -143,8 +146,10 @@ def ladder_chart(
         ax.legend(loc="upper right", fontsize=8)
 
     ax.set_xticks(xs, [r.step for r in results], rotation=20, ha="right")
-    ax.set_ylabel("seconds per image (median)")
-    ax.set_ylim(0, top * 1.25)
+    ax.set_ylabel("seconds per image (median)" + (", whiskers: IQR of the timed runs"
+                                                  if whiskered else ""))
+    tallest = max([r.latency_quartiles_s[1] for r in results if _timed(r)] + [top])
+    ax.set_ylim(0, tallest * 1.35)  # room for the labels above the whiskers
     ax.set_title(title or f"{first.model} ({first.weights} weights) on {first.device_name}: "
                           f"{first.height}x{first.width}, {first.steps} steps")
     return fig

@@ -16,6 +16,10 @@ from typing import Any
 __all__ = ["SCHEMA_VERSION", "Result", "ResultsFormatError"]
 
 SCHEMA_VERSION = 1
+# Timed samples whose interquartile range exceeds this share of their median are flagged as
+# unsteady. Measured on the 2-core CPU machine with tiny models (5 runs): 2-16 % on a quiet
+# machine, 32 % with other test runs beside it; the issue's busy-machine example is 43 %.
+UNSTEADY_IQR = 0.25
 
 _REQUIRED = (
     "model", "weights", "step", "recipe", "device_name", "height", "width", "steps",
@@ -108,11 +112,25 @@ class Result:
 
     @property
     def latency_iqr_s(self) -> float:
-        """Interquartile range of the samples (inclusive method: stays inside the data)."""
-        if len(self.latency_samples) < 2:
-            return 0.0
-        q1, _, q3 = statistics.quantiles(self.latency_samples, n=4, method="inclusive")
+        """Interquartile range of the samples (inclusive method: stays inside the data), the
+        course's one measure of spread: tables print it, charts draw it as whiskers."""
+        q1, q3 = self.latency_quartiles_s
         return q3 - q1
+
+    @property
+    def latency_quartiles_s(self) -> tuple[float, float]:
+        """(first, third) quartile of the samples; the median twice with fewer than 2."""
+        if len(self.latency_samples) < 2:
+            return (self.latency_s or 0.0, self.latency_s or 0.0)
+        q1, _, q3 = statistics.quantiles(self.latency_samples, n=4, method="inclusive")
+        return q1, q3
+
+    @property
+    def unsteady(self) -> bool:
+        """The timed samples spread too widely to trust the median as a speed: IQR above
+        UNSTEADY_IQR of the median (a busy machine, thermal throttling...), with 3+ samples."""
+        return (len(self.latency_samples) >= 3 and bool(self.latency_s)
+                and self.latency_iqr_s > UNSTEADY_IQR * self.latency_s)
 
     @property
     def compiled_during_timing(self) -> bool:
@@ -122,7 +140,11 @@ class Result:
     @property
     def flags(self) -> list[str]:
         """Warnings a reader of this result's numbers must see (tables, charts, playground)."""
-        return ["compiled while timed"] if self.compiled_during_timing else []
+        flags = ["compiled while timed"] if self.compiled_during_timing else []
+        if self.unsteady:
+            flags.append(f"unsteady timing (IQR {self.latency_iqr_s / self.latency_s:.0%} of "
+                         "the median): re-run")
+        return flags
 
     @property
     def ok(self) -> bool:

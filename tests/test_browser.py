@@ -195,3 +195,45 @@ def test_playground_runs_twice_in_jupyterlab(lab, tmp_path):
     print("browser test timings (s, cumulative):",
           ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
     assert SCREENSHOT.stat().st_size > 10_000
+
+
+def test_make_lab_starts_as_this_user_and_serves_the_course(tmp_path):
+    """`make lab` as the user running the tests (root on CI: JupyterLab refuses root without
+    --allow-root, which the Makefile adds): the printed URL opens the course in Chromium."""
+    from playwright.sync_api import sync_playwright
+
+    port, home = _free_port(), tmp_path / "jupyter"
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(home / "config"),
+               JUPYTER_DATA_DIR=str(home / "data"), JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+               JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"))
+    log_path = tmp_path / "make-lab.log"
+    with open(log_path, "wb") as log:
+        make = subprocess.Popen(["make", "lab", f"LAB_PORT={port}"], cwd=REPO, env=env,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline, url = time.monotonic() + 120, None
+        while url is None:
+            found = re.search(rf"http://127\.0\.0\.1:{port}/lab\?token=\w+", log_path.read_text())
+            url = found.group(0) if found else None
+            if url is None and (make.poll() is not None or time.monotonic() > deadline):
+                raise AssertionError("make lab did not print its URL:\n" + log_path.read_text())
+            time.sleep(0.5)
+        assert "Running as root is not recommended" not in log_path.read_text() or \
+            os.getuid() == 0
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                        args=CHROMIUM_FLAGS)
+            try:
+                page = browser.new_page()
+                page.goto(url)
+                listing = page.locator(".jp-DirListing-content")
+                listing.get_by_text("00_setup.ipynb").wait_for(timeout=60_000)
+                assert listing.get_by_text("10_cold_start.ipynb").count() == 1
+            finally:
+                browser.close()
+    finally:
+        os.killpg(make.pid, signal.SIGTERM)
+        try:
+            make.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(make.pid, signal.SIGKILL)

@@ -66,12 +66,12 @@ def test_a_recompile_inside_the_timed_calls_is_flagged(monkeypatch):
     monkeypatch.setattr(bench, "call_kwargs", resized_after_a_while)
     r = fdh.benchmark(pipe, steps=2, runs=3, warmup=1, progress=False, step="resized")
     assert r.compile_events["timed"][0] == 0 and r.compile_events["timed"][1] >= 1
-    assert r.compiled_during_timing and r.flags == ["compiled while timed"]
+    assert r.compiled_during_timing and r.flags[0] == "compiled while timed"
     assert any(n.startswith("COMPILED DURING TIMING") for n in r.notes)
     assert "COMPILED WHILE TIMED" in format_table([r])
     ax = fdh.ladder_chart([r]).axes[0]
-    assert [t.get_text() for t in ax.texts if t.get_gid() == "ours-flagged"][0].endswith(
-        "compiled while timed!")
+    assert "\ncompiled while timed!" in [t.get_text() for t in ax.texts
+                                       if t.get_gid() == "ours-flagged"][0]
     stored = fdh.Result.from_dict(json.loads(json.dumps(r.to_dict())))
     assert stored.compiled_during_timing and stored.cold_start_split == r.cold_start_split
 
