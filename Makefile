@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 HASH_FILE := $(VENV)/.requirements.sha256
-DEMO_OUT ?= out/demo
+# each run of make demo gets its own folder (a second run never mixes with the first)
+DEMO_OUT ?= out/demo/$(shell date +%Y%m%d-%H%M%S)
 
 .PHONY: venv demo test lab browser-deps clean
 
@@ -20,7 +21,7 @@ venv:
 	fi
 
 demo: venv
-	$(PY) -m fastdiff_helpers ladder --model sdxl --weights auto --out $(DEMO_OUT)
+	$(PY) -m fastdiff_helpers ladder --model sdxl --weights auto --explain --out $(DEMO_OUT)
 
 # Chromium for the browser test comes from Debian (never `playwright install`).
 browser-deps:

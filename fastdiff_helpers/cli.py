@@ -14,11 +14,12 @@ from typing import Sequence
 
 from .bench import benchmark
 from .compile_cache import load_artifacts, use_course_cache
+from . import demo
 from .env import env_report
 from .ladder import format_table, run_ladder, warm_ladder
 from .errors import FastdiffError
-from .loading import load_pipeline
-from .pretrained import WEIGHTS
+from .loading import default_device, load_pipeline
+from .pretrained import WEIGHTS, resolve_weights
 from .presets import DEFAULT_PROMPT, MODELS, SCHEDULERS, VAES
 from .recipe import (ATTENTION, COMPILE_MODES, DTYPES, LADDERS, QUANT_FILTERS, QUANTIZE, SCOPES,
                      TF32_MODES, Recipe, RecipeError)
@@ -70,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     ladder.add_argument("--ladder", default="blog", choices=sorted(LADDERS),
                         help="blog: exactly what diffusion-fast ran; course: the course's own")
     ladder.add_argument("--out", default=None, help="folder for results.jsonl, images, charts")
+    ladder.add_argument("--explain", action="store_true",
+                        help="say what runs and what the numbers mean (make demo)")
     steps = sorted({n for steps in LADDERS.values() for n, _ in steps})
     ladder.add_argument("--only", action="append", default=None, metavar="STEP",
                         choices=steps, help="run only this step (repeatable)")
@@ -187,12 +190,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "warm":
             return _warm(args)
         if args.command == "ladder":
+            device = args.device or default_device()
+            weights = resolve_weights(args.model, args.weights, device)
+            if args.explain:
+                print(demo.before(args.model, weights, device, args.ladder))
             results = run_ladder(
-                model=args.model, weights=args.weights, steps=args.steps, height=args.height,
+                model=args.model, weights=weights, steps=args.steps, height=args.height,
                 width=args.width, runs=args.runs, warmup=args.warmup, out=args.out,
-                device=args.device, steps_filter=args.only, progress=not args.no_progress,
+                device=device, steps_filter=args.only, progress=not args.no_progress,
                 fail_step=args.fail_step, prompt=args.prompt, seed=args.seed,
                 ladder=args.ladder)
+            if args.explain:
+                print(demo.after(results, device, args.out))
             return 0 if any(r.ok for r in results) else 1
         _bench(args)
         return 0

@@ -148,6 +148,7 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
     plan = [(i, name, recipe) for i, (name, recipe) in enumerate(LADDERS[ladder])
             if wanted is None or name in wanted]
     results: list[Result] = []
+    shown: set[str] = set()  # notes already printed (each once)
     baseline_image = None
     for n, (idx, name, recipe) in enumerate(plan, start=1):
         print(f"[{n}/{len(plan)}] {spec.key} {name}")
@@ -196,6 +197,10 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
         if out is not None:
             save_result(result, out, idx)
         print("   " + result.summary())
+        for note in result.notes:  # what was adapted or learnt on the way, on screen too
+            if note not in shown:
+                print("     note: " + note)
+                shown.add(note)
         results.append(result)
 
     print(format_table(results))

@@ -64,3 +64,23 @@ def test_bench_writes_one_record(tmp_path, capsys, one_thread):
     assert main(argv) == 0  # a second run appends
     assert [r.image_path for r in load_results(tmp_path / "results.jsonl")] == [
         "images/0_bf16-sdpa.png", "images/1_bf16-sdpa.png"]
+
+
+def test_ladder_explain_says_what_runs_compares_with_the_blog_and_points_on(tmp_path, capsys):
+    from fastdiff_helpers import demo
+
+    code = main(["ladder", "--model", "sdxl", "--weights", "tiny", "--device", "cpu", "--explain",
+                 "--only", "fp32", "--only", "bf16", "--steps", "2", "--runs", "3",
+                 "--no-progress", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert out.index("no CUDA GPU") < out.index("[1/2] sdxl fp32")  # said first
+    assert "say nothing about GPU speed-ups" in out
+    assert "blog A100 (s)" in out and "7.360" in out and "4.630    1.59x" in out
+    assert out.count("note: peak memory is the process-lifetime peak RSS") == 1
+    assert out.rstrip().endswith("open notebooks/00_setup.ipynb (README: how to reach "
+                                 "JupyterLab on a remote machine).")
+    assert f"This run is in {tmp_path}" in out
+    if "bf16 is slower than fp32 here" in out:
+        native = demo.cpu_flags() & {"avx512_bf16", "amx_bf16"}
+        assert ("has native bf16" in out) == bool(native)
