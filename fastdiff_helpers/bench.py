@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import statistics
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
@@ -141,6 +142,24 @@ def _stage_marks(pipe, device: torch.device) -> Iterator[_Marks]:
                 delattr(owner, attr)
 
 
+@contextmanager
+def _ticking(bar) -> Iterator[None]:
+    """Refresh a progress bar every second while one long call runs (tqdm redraws, and so
+    shows the elapsed time, only when told to)."""
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(1.0):
+            bar.refresh()
+
+    if not bar.disable:
+        threading.Thread(target=tick, daemon=True).start()
+    try:
+        yield
+    finally:
+        stop.set()
+
+
 def _peak_rss_bytes() -> int | None:
     try:
         import resource
@@ -204,7 +223,8 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
 
     try:
         with _stage_marks(pipe, device) as marks:
-            (image, cold), compiles["cold"] = counted(lambda: time_call(call, device))
+            with _ticking(bar):  # a compile takes minutes: the bar's clock keeps moving
+                (image, cold), compiles["cold"] = counted(lambda: time_call(call, device))
             bar.update(1)
             bar.set_description("warm-up")
             last = compiles["cold"]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import html
+import threading
+import time
 import warnings
 from typing import Any, Callable
 
@@ -81,6 +83,7 @@ class Playground:
         self.progress = W.IntProgress(value=0, min=0, max=len(_PHASES) - 1,
                                       description="progress", style=wide)
         self.status = W.Label(value="idle")
+        self._phase_started = (0, time.monotonic())  # (phase, since): what the ticker shows
         self.error = W.HTML(value="")
         self.notes = W.HTML(value="")
         self.log = W.Output(layout=W.Layout(max_height="120px", overflow="auto"))
@@ -141,6 +144,15 @@ class Playground:
 
     def _phase(self, index: int) -> None:
         self.progress.value, self.status.value = index, _PHASES[index]
+        self._phase_started = (index, time.monotonic())
+
+    def _tick(self, stop: threading.Event) -> None:
+        """Every second while a run is busy: the current phase and how long it has taken, so a
+        compile that runs for minutes shows life."""
+        while not stop.wait(1.0):
+            index, started = self._phase_started
+            if 0 < index < len(_PHASES) - 1:
+                self.status.value = f"{_PHASES[index]}: {time.monotonic() - started:.0f} s"
 
     def _in_log(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         # An Output context in a kernel swallows exceptions (it shows them itself), so catch
@@ -158,7 +170,9 @@ class Playground:
         button calls. Errors are shown in `error` and return None; the panel keeps working."""
         self.error.value, self.log.outputs = "", ()
         self.run_button.disabled = True
-        pipe = None
+        self.progress.bar_style = ""
+        pipe, stop = None, threading.Event()
+        threading.Thread(target=self._tick, args=(stop,), daemon=True).start()
         try:
             recipe, notes = self.recipe()
             c = self.controls
@@ -188,13 +202,16 @@ class Playground:
             self._fail(f"Run failed ({type(exc).__name__})", exc, "if it failed while "
                        "compiling, try compile 'off' or 'default', or without fullgraph.")
         finally:
+            stop.set()
             del pipe
             free_memory()  # each run compiles a fresh pipeline: release the last one's caches
             self.run_button.disabled = False
         return None
 
     def _fail(self, title: str, exc: BaseException, hint: str) -> None:
+        self._phase_started = (0, time.monotonic())  # the ticker stops writing
         self.progress.value, self.status.value = 0, "failed"
+        self.progress.bar_style = "danger"
         self.error.value = (f"<div style='color:#b00020'><b>{html.escape(title)}:</b> "
                             f"{html.escape(str(exc))}<br>Next: {html.escape(hint)}</div>")
 
@@ -230,6 +247,7 @@ class Playground:
             for image, caption, text in zip(self.images, self.captions,
                                             ("baseline image", "last image")):
                 image.value, caption.value = b"", text
+                image.layout.visibility = "hidden"  # an empty image shows a broken icon
             return
         last = self.rows[-1]
         baseline = self._baseline_of(last)
@@ -240,6 +258,8 @@ class Playground:
                                "data": {"image/png": base64.b64encode(png).decode("ascii"),
                                         "text/plain": "<speed-up chart>"}},)
         self.images[0].value, self.images[1].value = _png(baseline.image), _png(last.image)
+        for image in self.images:
+            image.layout.visibility = "visible"
         self.captions[0].value = f"baseline: {html.escape(baseline.step)}<br>(PSNR reference)"
         self.captions[1].value = (f"last: {html.escape(last.step)}<br>PSNR vs baseline: "
                                   f"{psnr_text(last.quality) if last is not baseline else 'baseline'}")

@@ -143,7 +143,11 @@ def test_progress_phases(pipe, monkeypatch):
     class Bar:
         def __init__(self, total, desc, disable, leave):
             self.total, self.descs, self.n, self.closed = total, [desc], 0, False
+            self.disable = disable
             bars.append(self)
+
+        def refresh(self):  # tqdm's: benchmark redraws the bar during a long cold start
+            pass
 
         def set_description(self, desc):
             self.descs.append(desc)
@@ -293,3 +297,35 @@ def test_tiny_ladder_int8_step_quantizes_with_all_and_says_so():
     assert any("quant_filter='all'" in n for n in r.notes)
     assert any(n.startswith("int8-dynamic: ") and not n.startswith("int8-dynamic: 0 ")
                for n in r.notes)
+
+
+def test_a_long_cold_start_keeps_the_bar_moving(pipe, monkeypatch):
+    import tqdm.auto
+
+    refreshes = []
+
+    class Bar:
+        def __init__(self, total, desc, disable, leave):
+            self.disable = disable
+
+        def set_description(self, desc):
+            pass
+
+        def update(self, n):
+            pass
+
+        def refresh(self):
+            refreshes.append(time.monotonic())
+
+        def close(self):
+            pass
+
+    slow = [True]
+    handle = pipe.unet.register_forward_pre_hook(
+        lambda *a: time.sleep(0.8) if slow[0] else None)
+    monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
+    try:
+        benchmark(pipe, steps=2, runs=1, warmup=0, progress=True)
+    finally:
+        handle.remove()
+    assert len(refreshes) >= 2  # >= 2.4 s of cold start: the clock moved every second

@@ -149,3 +149,26 @@ def test_describe_recipe_names_what_changed():
                compile_vae=False)
     assert widgets.describe_recipe(r) == ("bf16, attention=sdpa, compile=default, "
                                           "no compile VAE, fused QKV")
+
+
+def test_a_long_phase_shows_its_elapsed_time_and_a_failure_is_not_frozen(monkeypatch):
+    import time as _time
+
+    from fastdiff_helpers import widgets
+
+    panel = _panel()
+    seen = []
+
+    def slow_benchmark(*args, **kwargs):
+        _time.sleep(2.6)  # a compile-length pause, shortened
+        seen.append(panel.status.value)
+        raise RuntimeError("inductor failed")
+
+    monkeypatch.setattr(widgets, "benchmark", slow_benchmark)
+    assert all(image.layout.visibility == "hidden" for image in panel.images)  # no broken icon
+    assert panel.run() is None
+    assert seen and seen[0].startswith("cold start (compiling), warm-up and timing: ")
+    assert seen[0].endswith(" s") and int(seen[0].split(": ")[1][:-2]) >= 1
+    assert panel.status.value == "failed" and panel.progress.bar_style == "danger"
+    _time.sleep(1.5)
+    assert panel.status.value == "failed"  # the ticker stopped with the run
