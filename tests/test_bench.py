@@ -324,6 +324,7 @@ def test_a_long_cold_start_keeps_the_bar_moving(pipe, monkeypatch):
     handle = pipe.unet.register_forward_pre_hook(
         lambda *a: time.sleep(0.8) if slow[0] else None)
     monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
     try:
         benchmark(pipe, steps=2, runs=1, warmup=0, progress=True)
     finally:
