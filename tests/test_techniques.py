@@ -241,7 +241,7 @@ def test_no_sync_keeps_scheduler_state_on_cpu():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model, scope", [("sd15", "full"), ("pixart", "regional")])
+@pytest.mark.parametrize("model, scope", [("sd15", "full"), ("pixart", "regional-extended")])
 def test_compiled_denoiser_matches_baseline_fullgraph(model, scope, baselines):
     recipe = fdh.Recipe(attention="sdpa", compile="default", compile_scope=scope,
                         fullgraph=True, inductor_flags=True, channels_last=True,
