@@ -24,6 +24,7 @@ from .charts import (ChartFigure, Reference, ladder_chart, memory_chart, models_
                      quality_chart, save_figure, show_images)
 from .env import env_report
 from .course import CourseSettings, course_settings, needs_gpu, smoke_mode
+from .course import reference_numbers
 from .flops import count_flops, flop_floor_seconds, measure_matmul_tflops
 from .bench import benchmark, naive_time
 from .ladder import format_table, free_memory, run_ladder, warm_ladder
