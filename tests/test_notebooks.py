@@ -173,7 +173,7 @@ def test_committed_clean(path):
     assert not problems, (f"{path.name}: " + "; ".join(problems) + ". Clear the outputs "
                           "(Edit > Clear Outputs of All Cells, or `jupyter nbconvert "
                           "--clear-output --inplace`) and drop the extra metadata before "
-                          "committing.")
+                          "committing (README.md, 'Editing a notebook').")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
