@@ -26,6 +26,7 @@ from .charts import (ChartFigure, Reference, ladder_chart, memory_chart, models_
 from .env import env_report
 from .noise import KNOWN_LOG_NOISE, KNOWN_WARNINGS, quiet_known_noise
 from .course import CourseSettings, course_settings, needs_gpu, smoke_mode
+from .course import reference_numbers
 from .flops import count_flops, flop_floor_seconds, measure_matmul_tflops
 from .bench import benchmark, naive_time
 from .ladder import format_table, free_memory, run_ladder, warm_ladder

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Sequence
 
 import torch
 
+from .errors import FastdiffError
+from .ladder import format_table
+from .presets import BLOG_A100_SECONDS, BLOG_A100_WHERE, BLOG_SOURCE, default_resolution, get_spec
 from .pretrained import resolve_weights
-from .presets import default_resolution, get_spec
+from .results import reference_results
 
 
 def smoke_mode() -> bool:
@@ -73,3 +77,36 @@ def needs_gpu(why: str) -> bool:
         return True
     print(f"Skipped on this CPU machine (needs a CUDA GPU): {why}")
     return False
+
+
+def reference_numbers(model: str, steps: str | Sequence[str] | None = None,
+                      root: str | Path | None = None) -> None:
+    """Print the reference numbers for `model`: the blog's A100-80GB row
+    (fdh.BLOG_A100_SECONDS, with fdh.BLOG_A100_WHERE saying where it was read), then the
+    project's committed GPU results (fdh.reference_results, one table per GPU), or a line
+    saying that none are committed yet. steps= keeps only those ladder steps ("bf16",
+    "+ SDPA", ...); root= is the results folder (default: results/ of this checkout).
+
+    Compare times only between runs on the same GPU, weights, resolution and steps.
+    Introduced in 01_baseline.ipynb."""
+    key = get_spec(model).key
+    row = BLOG_A100_SECONDS[key]
+    wanted = [steps] if isinstance(steps, str) else list(steps) if steps is not None else None
+    if wanted is not None:
+        unknown = [step for step in wanted if step not in row]
+        if unknown:
+            raise FastdiffError(f"Unknown step(s) {unknown} for reference_numbers: use the "
+                                f"blog's step names {list(row)}, or steps=None for all.")
+        row = {step: seconds for step, seconds in row.items() if step in wanted}
+    print(f"Published ({BLOG_SOURCE}), {key}:")
+    print("  " + ", ".join(f"{step}: {seconds} s" for step, seconds in row.items()))
+    print(f"  read from: {BLOG_A100_WHERE[key]}")
+    measured = reference_results(key, root=root)  # {gpu: [Result, ...]}
+    if not measured:
+        print(f"No GPU reference results for {key} are committed yet "
+              f"(results/<gpu>/{key}/results.jsonl).")
+    for gpu_name, gpu_results in measured.items():
+        shown = [r for r in gpu_results if wanted is None or r.step in wanted]
+        print(f"\nMeasured by this project on {gpu_name}:")
+        print(format_table(shown) if shown else
+              f"  none of the steps {wanted} (measured: {[r.step for r in gpu_results]})")

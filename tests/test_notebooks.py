@@ -1,4 +1,6 @@
-"""The notebooks: committed clean, GPU cells guarded, listed in the README, and executed.
+"""The notebooks: committed clean with stable cell ids, following the course skeleton, GPU cells
+guarded, listed in the README, and executed. The notebooks are the source (edited in JupyterLab);
+these tests hold what a generator used to guarantee.
 
 The slow test executes every notebook in smoke mode (FASTDIFF_SMOKE=1: tiny weights, CPU) on a
 copy, and keeps the executed copies under out/notebooks/ (gitignored) as CI artifacts.
@@ -42,23 +44,169 @@ def test_there_are_notebooks():
 
 # --- fast checks of the committed files ---------------------------------------------------
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
-def test_committed_clean(path):
-    """No outputs, no execution counts, no widget state: notebooks are committed clean."""
-    nb = _read(path)
+def _raw(path: Path) -> dict:
+    """The file as JSON, as committed: nbformat.read may fill in what the file lacks (ids)."""
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _source(cell: dict) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else source
+
+
+def _headings(nb, level: str = "## ") -> list[str]:
+    """Markdown headings of one level, in order, outside fenced code blocks."""
+    found, fenced = [], False
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        for line in cell.source.splitlines():
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+            elif not fenced and line.startswith(level):
+                found.append(line.strip())
+        fenced = False
+    return found
+
+
+def _calls(source: str, name: str) -> bool:
+    """True when `source` calls fdh.<name>(...) (IPython magics skipped)."""
+    try:
+        tree = ast.parse("\n".join(line for line in source.splitlines()
+                                   if not line.lstrip().startswith(("%", "!"))))
+    except SyntaxError:
+        return False  # test_code_parses_and_defines_no_helpers names the error
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+               and n.func.attr == name and isinstance(n.func.value, ast.Name)
+               and n.func.value.id == "fdh" for n in ast.walk(tree))
+
+
+NB_METADATA = {"kernelspec", "language_info"}
+CELL_METADATA = {"tags"}
+ENDING = ["## Try it yourself", "## Exercises", "## Summary"]
+CELL_ID = re.compile(r"[a-z0-9-]+")
+
+
+def clean_problems(raw: dict) -> list[str]:
+    """What nbstripout would strip: outputs, execution counts, widget state and any notebook
+    or cell metadata beyond kernelspec/language_info and tags."""
     problems = []
-    for i, cell in _code_cells(nb):
+    extra = sorted(set(raw.get("metadata", {})) - NB_METADATA)
+    if extra:
+        problems.append(f"notebook metadata has {extra} (widget state, jupytext, ...): keep only "
+                        f"{sorted(NB_METADATA)}")
+    if raw.get("metadata", {}).get("kernelspec", {}).get("name") != "python3":
+        problems.append(f"kernelspec is {raw.get('metadata', {}).get('kernelspec')}, not python3")
+    for i, cell in enumerate(raw.get("cells", [])):
         if cell.get("outputs"):
             problems.append(f"cell {i} has outputs")
         if cell.get("execution_count") is not None:
             problems.append(f"cell {i} has execution_count {cell['execution_count']}")
-    if "widgets" in nb.metadata:
-        problems.append("metadata.widgets is present (saved widget state)")
-    if nb.metadata.get("kernelspec", {}).get("name") != "python3":
-        problems.append(f"kernelspec is {nb.metadata.get('kernelspec')}, not python3")
+        extra = sorted(set(cell.get("metadata", {})) - CELL_METADATA)
+        if extra:
+            problems.append(f"cell {i} metadata has {extra}: keep only tags")
+    return problems
+
+
+def id_problems(raw: dict) -> list[str]:
+    """Every cell has an id, unique in the notebook, of lower-case letters, digits and '-'."""
+    problems, seen = [], set()
+    if (raw.get("nbformat"), raw.get("nbformat_minor", 0)) < (4, 5):
+        problems.append(f"nbformat {raw.get('nbformat')}.{raw.get('nbformat_minor')} has no "
+                        "cell ids: save it with JupyterLab (nbformat 4.5+)")
+    for i, cell in enumerate(raw.get("cells", [])):
+        cell_id = cell.get("id")
+        if not cell_id:
+            problems.append(f"cell {i} has no id")
+        elif not CELL_ID.fullmatch(cell_id):
+            problems.append(f"cell {i} id {cell_id!r} is not [a-z0-9-]+")
+        elif cell_id in seen:
+            problems.append(f"cell {i} id {cell_id!r} is used twice")
+        seen.add(cell_id)
+    return problems
+
+
+def skeleton_problems(nb, number: str) -> list[str]:
+    """The course skeleton: a "# NN · title" markdown cell with a "**What you will learn**" list
+    first; the parameters cell (fdh.course_settings) is the first code cell; the headings end
+    "## Try it yourself", "## Exercises", "## Summary", in that order."""
+    problems = []
+    first = nb.cells[0] if nb.cells else None
+    if first is None or first.cell_type != "markdown":
+        problems.append("the first cell is not markdown")
+    else:
+        lines = first.source.splitlines()
+        if not lines or not re.fullmatch(rf"# {number} · \S.*", lines[0]):
+            problems.append(f"the first cell does not start with the title '# {number} · ...'"
+                            f" (it starts {lines[0][:60] if lines else ''!r})")
+        if "**What you will learn**" not in lines:
+            problems.append("the first cell has no '**What you will learn**' line")
+        else:
+            after = lines[lines.index("**What you will learn**") + 1:]
+            if not after or not after[0].startswith("- "):
+                problems.append("'**What you will learn**' is not followed by a '- ' list")
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    if not code:
+        problems.append("there is no code cell")
+    else:
+        parameters = code[0].source
+        if not _calls(parameters, "course_settings"):
+            problems.append("the first code cell is not the parameters cell: it must call "
+                            "fdh.course_settings(...)")
+        if "import fastdiff_helpers as fdh" not in parameters:
+            problems.append("the parameters cell does not `import fastdiff_helpers as fdh`")
+    headings = _headings(nb)
+    for heading in ENDING:
+        if headings.count(heading) != 1:
+            problems.append(f"{heading!r} appears {headings.count(heading)} times, not once")
+    if all(headings.count(h) == 1 for h in ENDING):
+        if headings[-3:] != ENDING:
+            problems.append(f"the last headings are {headings[-3:]}, not {ENDING}")
+    return problems
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_committed_clean(path):
+    """Clean the way nbstripout leaves a notebook: no outputs, no execution counts, no widget
+    state, notebook metadata only kernelspec and language_info, cell metadata only tags."""
+    problems = clean_problems(_raw(path))
     assert not problems, (f"{path.name}: " + "; ".join(problems) + ". Clear the outputs "
                           "(Edit > Clear Outputs of All Cells, or `jupyter nbconvert "
-                          "--clear-output --inplace`) and drop metadata.widgets before committing.")
+                          "--clear-output --inplace`) and drop the extra metadata before "
+                          "committing (README.md, 'Editing a notebook').")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_cell_ids_are_stable(path):
+    """Every cell has an id, unique within the notebook, matching [a-z0-9-]+. Ids are never
+    renumbered: a diff then shows the cells that changed, not every cell after an insertion."""
+    problems = id_problems(_raw(path))
+    assert not problems, f"{path.name}: " + "; ".join(problems)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_skeleton(path):
+    """What you will learn -> parameters cell -> ... -> Try it yourself -> Exercises -> Summary."""
+    problems = skeleton_problems(_read(path), path.name[:2])
+    assert not problems, f"{path.name}: " + "; ".join(problems) + " (STYLE.md, the skeleton)"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_reference_numbers_are_one_call(path):
+    """The code cell under '## Compare with the reference numbers' is fdh.reference_numbers,
+    and no notebook calls the retired Recipe.to_code method (fdh.to_code(recipe) instead)."""
+    nb = _read(path)
+    problems = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown" and cell.source.startswith(
+                "## Compare with the reference numbers"):
+            following = next((c for c in nb.cells[i + 1:] if c.cell_type == "code"), None)
+            if following is None or not _calls(following.source, "reference_numbers"):
+                problems.append(f"the code cell after cell {i} does not call "
+                                "fdh.reference_numbers(settings.model)")
+        if re.search(r"(?<!\bfdh)\.to_code\(", cell.source):
+            problems.append(f"cell {i} calls the retired .to_code method: use fdh.to_code(recipe)")
+    assert not problems, f"{path.name}: " + "; ".join(problems)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))

@@ -1,0 +1,75 @@
+"""fdh.reference_numbers: the "Compare with the reference numbers" cell of notebooks 01-07 as
+one call. It prints the blog's A100 row with where it was read, and the project's committed GPU
+results (or says there are none)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import fastdiff_helpers as fdh
+from fastdiff_helpers.results import Result, save_results
+
+
+def _result(step: str, latency: float) -> Result:
+    return Result(model="sdxl", weights="pretrained", step=step, recipe={}, device_name="H100",
+                  height=1024, width=1024, steps=30, runs=3, latency_s=latency,
+                  latency_samples=[latency] * 3, cold_start_s=40.0,
+                  peak_memory_bytes=10 * 2**30, peak_memory_kind="cuda_max_allocated")
+
+
+def test_blog_row_with_its_source_and_none_committed(tmp_path, capsys):
+    fdh.reference_numbers("sdxl", root=tmp_path)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"Published ({fdh.BLOG_SOURCE}), sdxl:"
+    assert lines[1] == ("  fp32: 7.36 s, bf16: 4.63 s, + SDPA: 3.31 s, + compile: 2.54 s, "
+                        "+ fused QKV: 2.52 s, + int8 dynamic: 2.43 s")
+    assert lines[2] == f"  read from: {fdh.BLOG_A100_WHERE['sdxl']}"
+    assert lines[3] == ("No GPU reference results for sdxl are committed yet "
+                        "(results/<gpu>/sdxl/results.jsonl).")
+    assert len(lines) == 4
+
+
+@pytest.mark.parametrize("model", sorted(fdh.BLOG_A100_SECONDS))
+def test_every_models_row_is_printed_in_full(model, tmp_path, capsys):
+    fdh.reference_numbers(model, root=tmp_path)
+    out = capsys.readouterr().out
+    printed = dict((step, float(s)) for step, s in
+                   re.findall(r"(fp32|bf16|\+ [\w ]+?): ([\d.]+) s", out.splitlines()[1]))
+    assert printed == fdh.BLOG_A100_SECONDS[model]
+    assert fdh.BLOG_A100_WHERE[model] in out
+
+
+def test_steps_keeps_only_those(tmp_path, capsys):
+    fdh.reference_numbers("sd15", steps=["+ compile", "+ int8 dynamic"], root=tmp_path)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "  + compile: 0.5 s, + int8 dynamic: 0.525 s"
+    fdh.reference_numbers("sd15", steps="bf16", root=tmp_path)
+    assert capsys.readouterr().out.splitlines()[1] == "  bf16: 1.302 s"
+
+
+def test_unknown_step_says_which_names_exist(tmp_path):
+    with pytest.raises(fdh.FastdiffError, match=r"'\+ SDPA'"):
+        fdh.reference_numbers("sdxl", steps=["+ sdpa"], root=tmp_path)
+
+
+def test_committed_results_are_tabled_per_gpu(tmp_path, capsys):
+    save_results([_result("fp32", 6.0), _result("bf16", 3.0), _result("+ SDPA", 2.0)],
+                 tmp_path / "h100" / "sdxl" / "results.jsonl")
+    save_results([_result("fp32", 5.0)], tmp_path / "h200" / "sdxl" / "results.jsonl")
+    fdh.reference_numbers("sdxl", root=tmp_path)
+    out = capsys.readouterr().out
+    assert "No GPU reference results" not in out
+    h100 = out.split("Measured by this project on h100:")[1].split("Measured by")[0]
+    h200 = out.split("Measured by this project on h200:")[1]
+    rows = {line.split("  ")[0]: line.split() for line in h100.splitlines()[3:] if line}
+    assert rows["bf16"][1:4] == ["3.00", "2.00x", "2.00x"], h100
+    assert rows["+ SDPA"][2:5] == ["2.00", "3.00x", "1.50x"], h100
+    assert "5.00" in h200 and "6.00" not in h200
+
+    fdh.reference_numbers("sdxl", steps=["bf16", "+ SDPA"], root=tmp_path)
+    filtered = capsys.readouterr().out.split("Measured by this project on h100:")[1]
+    filtered = filtered.split("Measured by")[0]
+    assert "6.00" not in filtered and "vs bf16" in filtered, filtered  # fp32 row left out
+    assert re.search(r"^\+ SDPA +2\.00 +1\.50x +1\.50x", filtered, re.M), filtered
