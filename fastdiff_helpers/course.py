@@ -13,6 +13,7 @@ import torch
 
 from .errors import FastdiffError
 from .ladder import format_table
+from .noise import quiet_known_noise
 from .presets import BLOG_A100_SECONDS, BLOG_A100_WHERE, BLOG_SOURCE, default_resolution, get_spec
 from .pretrained import resolve_weights
 from .results import reference_results
@@ -59,6 +60,7 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
     5 timed runs after 2 warm-ups. "auto" is resolved here and the choice printed; the
     tiny model gets its tiny resolution."""
     spec = get_spec(model)
+    quiet_known_noise()  # the parameters cell runs first in every notebook
     smoke = smoke_mode() if smoke is None else smoke
     device = "cpu" if smoke or not torch.cuda.is_available() else "cuda"
     weights = weights or ("tiny" if smoke else "auto")

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from .loading import native_resolution, pipeline_info
+from .noise import quiet_known_noise
 from .presets import Component, get_spec
 
 __all__ = ["count_flops", "flop_floor_seconds", "measure_matmul_tflops"]
@@ -126,6 +127,7 @@ def _pipeline_parts(pipe_or_model_key: Any) -> tuple[Any, dict[str, _Key], bool,
     if isinstance(pipe_or_model_key, str):
         spec = get_spec(pipe_or_model_key)
         keys = {name: _spec_key(c) for name, c in spec.full.items()}
+        quiet_known_noise()  # before diffusers (and torchao through it) is first imported
         import diffusers
         init = inspect.signature(getattr(diffusers, spec.pipeline_class).__init__).parameters
         zeros = getattr(init.get("force_zeros_for_empty_prompt"), "default", False)
