@@ -137,7 +137,10 @@ def read_records(out: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def _recover(every: list[tuple[int, str]], out: Path, seed: int) -> None:
-    """An image written just before a kill, whose record was not: record it now."""
+    """An image written just before a kill, whose record was not: record it now; and clear
+    the temporary files of writes a kill cut short."""
+    for tmp in (out / IMAGES).glob(".*.tmp.png"):
+        tmp.unlink(missing_ok=True)
     recorded = {r["line"] for r in read_records(out) if "error" not in r}
     for line, text in every:
         if line not in recorded and image_path(out, line).exists():
