@@ -29,9 +29,10 @@ MEASURED = ("steady state: from a barrier after every process loaded its pipelin
             "recipe and made its warm-up calls, to each process's last image; images/s overall "
             "is all images over the slowest process's time")
 Prompts = Sequence[str] | str | os.PathLike
+Lines = list[tuple[int, str]]  # [(line number, prompt)]
 
 
-def read_prompts(prompts: Prompts) -> list[tuple[int, str]]:
+def read_prompts(prompts: Prompts) -> Lines:
     """[(line number, prompt)] from a file (one prompt a line) or a list of strings; blank
     lines are skipped but counted, so a prompt keeps its line number (1-based)."""
     if isinstance(prompts, (str, os.PathLike)):
@@ -55,7 +56,7 @@ def image_path(out: str | os.PathLike, line: int) -> Path:
     return Path(out) / IMAGES / f"{line:05d}.png"
 
 
-def pending(prompts: list[tuple[int, str]], out: str | os.PathLike) -> list[tuple[int, str]]:
+def pending(prompts: Lines, out: str | os.PathLike) -> Lines:
     """The prompts that have no image under `out` yet (an image is written whole or not at
     all, so one that exists is finished)."""
     return [(line, text) for line, text in prompts if not image_path(out, line).exists()]
@@ -70,7 +71,7 @@ def launched_processes() -> int:
 
 
 def check_batch(prompts: Prompts, out: str | os.PathLike, batch_size: int = 1,
-                processes: int | None = None) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+                processes: int | None = None) -> tuple[Lines, Lines]:
     """Validate the input before anything slow; returns (every prompt, those left to do)."""
     if not isinstance(batch_size, int) or batch_size < 1:
         raise FastdiffError(f"batch size must be a positive integer, got {batch_size!r}")
@@ -91,8 +92,7 @@ def check_batch(prompts: Prompts, out: str | os.PathLike, batch_size: int = 1,
     return every, todo
 
 
-def batches(every: list[tuple[int, str]], todo: list[tuple[int, str]],
-            batch_size: int) -> list[list[tuple[int, str]]]:
+def batches(every: Lines, todo: Lines, batch_size: int) -> list[Lines]:
     """The pipeline calls: the whole file cut into fixed groups of `batch_size` prompts, less
     those done. Cut before splitting between processes, so an image is made in the same batch
     (the same arithmetic) however many processes share the work."""
@@ -136,7 +136,7 @@ def read_records(out: str | os.PathLike) -> list[dict[str, Any]]:
     return records
 
 
-def _recover(every: list[tuple[int, str]], out: Path, seed: int) -> None:
+def _recover(every: Lines, out: Path, seed: int) -> None:
     """An image written just before a kill, whose record was not: record it now; and clear
     the temporary files of writes a kill cut short."""
     for tmp in (out / IMAGES).glob(".*.tmp.png"):
@@ -151,7 +151,7 @@ def _recover(every: list[tuple[int, str]], out: Path, seed: int) -> None:
 
 # --- the run ------------------------------------------------------------------------------
 
-def _call(pipe, group: list[tuple[int, str]], kwargs: dict[str, Any], seed: int,
+def _call(pipe, group: Lines, kwargs: dict[str, Any], seed: int,
           fail_lines: frozenset[int]):
     import torch
 
@@ -182,6 +182,7 @@ def _generate(pipe, groups, out: Path, kwargs, seed: int, rank: int,
             _append(out / RECORDS, record)
             records.append(record)
             continue
+        # output_type="pil" copies the images to the host: the call has finished on the device
         seconds = (time.perf_counter() - started) / len(group)
         for (line, text), image in zip(group, images):
             path = image_path(out, line)
@@ -217,7 +218,7 @@ def run_batch(prompts: Prompts, out: str | os.PathLike, recipe: Recipe | None = 
     from accelerate.utils import broadcast_object_list, gather_object
 
     from .env import env_report
-    from .loading import call_kwargs, load_pipeline
+    from .loading import call_kwargs, load_pipeline, pipeline_info
     from .techniques import apply
 
     recipe = recipe or Recipe()
@@ -226,8 +227,8 @@ def run_batch(prompts: Prompts, out: str | os.PathLike, recipe: Recipe | None = 
     every, todo = check_batch(prompts, out, batch_size)  # before anything slow
     out = Path(out)
     if not todo:
-        print(f"fastdiff: all {len(every)} prompts of {prompts if isinstance(prompts, (str, os.PathLike)) else 'the list'} "
-              f"have an image in {out / IMAGES}; nothing to do")
+        print(f"fastdiff: all {len(every)} prompts have an image in {out / IMAGES}; nothing "
+              "to do")
         return dict(prompts=len(every), done=0, skipped=len(every), failed=0)
     (out / IMAGES).mkdir(parents=True, exist_ok=True)
     state = PartialState(cpu=(device or "").startswith("cpu") or not torch.cuda.is_available())
@@ -258,8 +259,8 @@ def run_batch(prompts: Prompts, out: str | os.PathLike, recipe: Recipe | None = 
     seconds = time.perf_counter() - started
     ok = sum("error" not in r for r in records)
     mine_stats = dict(rank=state.process_index, device=device, threads=torch.get_num_threads(),
-                      prompts=sum(map(len, mine)), images=ok, seconds=seconds, images_per_s=ok / seconds,
-                      load_s=load_s, warmup_s=warmup_s)
+                      prompts=sum(map(len, mine)), images=ok, seconds=seconds,
+                      images_per_s=ok / seconds, load_s=load_s, warmup_s=warmup_s)
     stats = gather_object([mine_stats])
     records = gather_object(records)
     if not state.is_main_process:
@@ -268,7 +269,7 @@ def run_batch(prompts: Prompts, out: str | os.PathLike, recipe: Recipe | None = 
     latencies = [r["seconds"] for r in records if "error" not in r]
     slowest = max(s["seconds"] for s in stats)
     summary = dict(
-        model=model, weights=pipe._fastdiff["weights"], recipe=recipe.to_dict(),
+        model=model, weights=pipeline_info(pipe)["weights"], recipe=recipe.to_dict(),
         batch_size=batch_size, steps=kwargs["num_inference_steps"], height=kwargs["height"],
         width=kwargs["width"], seed=seed, processes=state.num_processes,
         prompts=len(every), done=len(latencies), skipped=len(every) - len(todo),
@@ -311,81 +312,6 @@ def batch_from_args(args, recipe: Recipe) -> int:
     if summary is not None:
         print(format_summary(summary))
         if "per_process" in summary:
-            print(f"fastdiff: images in {Path(args.out) / IMAGES}, summary {Path(args.out) / SUMMARY}")
+            out = Path(args.out)
+            print(f"fastdiff: images in {out / IMAGES}, summary {out / SUMMARY}")
     return 0 if summary is None or not summary["failed"] else 1
-
-
-# --- launching processes from Python (what a notebook cell calls) -------------------------
-
-def recipe_flags(recipe: Recipe) -> list[str]:
-    """The command-line flags of `bench` / `batch` that build `recipe` again."""
-    if callable(recipe.quant_filter):
-        raise FastdiffError("a recipe with a callable quant_filter has no command-line form; "
-                            "use quant_filter='blog', 'fastdiff' or 'all'")
-    flags = ["--dtype", recipe.dtype, "--attention", recipe.attention,
-             "--compile", recipe.compile or "none", "--compile-scope", recipe.compile_scope,
-             "--quantize", recipe.quantize or "none", "--quant-filter", recipe.quant_filter,
-             "--conv1x1-to-linear", recipe.conv1x1_to_linear or "none"]
-    if recipe.tf32 is not None:
-        flags += ["--tf32", recipe.tf32]
-    if recipe.dynamic is not None:
-        flags += ["--dynamic", "true" if recipe.dynamic else "false"]
-    switches = {"channels_last": "--channels-last", "fullgraph": "--fullgraph",
-                "inductor_flags": "--inductor-flags", "fuse_qkv": "--fuse-qkv",
-                "no_sync": "--no-sync"}
-    flags += [flag for name, flag in switches.items() if getattr(recipe, name)]
-    return flags + ([] if recipe.compile_vae else ["--no-compile-vae"])
-
-
-def batch_command(prompts_file: str | os.PathLike, out: str | os.PathLike, processes: int = 1,
-                  recipe: Recipe | None = None, **options: Any) -> list[str]:
-    """The command that runs `batch` over `processes` processes: `python -m fastdiff_helpers
-    batch ...` for one, `torchrun --standalone --nproc_per_node K -m fastdiff_helpers batch
-    ...` (as `python -m torch.distributed.run`) for more. options: model, weights, device,
-    batch_size, steps, height, width, seed, warmup, vae, scheduler (None: left out)."""
-    import sys
-
-    command = [sys.executable, "-m"]
-    if processes > 1:  # --standalone: a free port, so two jobs on one machine do not collide
-        command += ["torch.distributed.run", "--standalone", "--nproc_per_node",
-                    str(processes), "-m"]
-    command += ["fastdiff_helpers", "batch", "--prompts", str(prompts_file), "--out", str(out),
-                *recipe_flags(recipe or Recipe())]
-    for name, value in options.items():
-        if value is not None:
-            command += [f"--{name.replace('_', '-')}", str(value)]
-    return command
-
-
-def launch_batch(prompts: Prompts, out: str | os.PathLike, processes: int = 2,
-                 threads: int | None = None, recipe: Recipe | None = None,
-                 **options: Any) -> dict[str, Any]:
-    """Run `batch` in `processes` new processes (torchrun for more than one), each with
-    `threads` CPU threads (OMP_NUM_THREADS; torchrun's default is 1), and return the summary
-    it wrote. A list of prompts is first written to OUT/prompts.txt. options: as run_batch
-    (model, weights, device, batch_size, steps, height, width, seed, warmup).
-    Introduced in 11_scale_out.ipynb."""
-    import subprocess
-
-    out = Path(out)
-    if not isinstance(prompts, (str, os.PathLike)):
-        check_batch(prompts, out, options.get("batch_size", 1), processes)
-        out.mkdir(parents=True, exist_ok=True)
-        prompts_file = out / "prompts.txt"
-        prompts_file.write_text("".join(f"{p}\n" for p in prompts), encoding="utf-8")
-        prompts = prompts_file
-    every, todo = check_batch(prompts, out, options.get("batch_size", 1), processes)
-    if not todo:  # nothing launched: the summary.json there is the last run's
-        return dict(prompts=len(every), done=0, skipped=len(every), failed=0)
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parent.parent)  # this package, in the new processes
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    if threads is not None:
-        env["OMP_NUM_THREADS"] = str(threads)
-    command = batch_command(prompts, out, processes, recipe, **options)
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        lines = (done.stderr + done.stdout).strip().splitlines() or ["(no output)"]
-        reason = next((l for l in lines if "fastdiff: error:" in l), lines[-1])
-        raise FastdiffError(f"`{' '.join(command[1:])}` exited with {done.returncode}: {reason}")
-    return json.loads((out / SUMMARY).read_text())

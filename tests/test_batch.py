@@ -18,6 +18,7 @@ from PIL import Image
 
 import fastdiff_helpers as fdh
 from fastdiff_helpers import batch as fdb
+from fastdiff_helpers.launch import recipe_flags
 from fastdiff_helpers.cli import _recipe, build_parser, main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,7 +119,7 @@ def test_bad_input_from_the_shell_is_one_line_on_stderr(tmp_path):
 def test_recipe_flags_build_the_same_recipe():
     for recipe in [fdh.Recipe(), *(r for _, r in fdh.LADDER), *(r for _, r in fdh.COURSE_LADDER)]:
         args = build_parser().parse_args(["batch", "--prompts", "p", "--out", "o",
-                                          *fdb.recipe_flags(recipe)])
+                                          *recipe_flags(recipe)])
         assert _recipe(args) == recipe
 
 
