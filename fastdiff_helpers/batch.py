@@ -215,7 +215,7 @@ def run_batch(prompts: Prompts, out: str | os.PathLike, recipe: Recipe | None = 
     others; with nothing left to do, a summary with "done": 0 and nothing loaded."""
     import torch
     from accelerate import PartialState
-    from accelerate.utils import broadcast_object_list, gather_object
+    from accelerate.utils import broadcast_object_list, gather_object, get_int_from_env
 
     from .env import env_report
     from .loading import call_kwargs, load_pipeline, pipeline_info
@@ -225,13 +225,19 @@ def run_batch(prompts: Prompts, out: str | os.PathLike, recipe: Recipe | None = 
     if not isinstance(recipe, Recipe):
         raise FastdiffError(f"recipe must be a fdh.Recipe, not {type(recipe).__name__}")
     every, todo = check_batch(prompts, out, batch_size)  # before anything slow
+    on_gpu = torch.cuda.is_available() and not (device or "").startswith("cpu")
+    local = get_int_from_env(["LOCAL_WORLD_SIZE"], 1)  # processes on this machine
+    if on_gpu and local > torch.cuda.device_count():
+        raise FastdiffError(f"{local} processes on this machine but {torch.cuda.device_count()} "
+                            "GPU(s): process r runs on cuda:r, so launch one process per GPU "
+                            "(--nproc_per_node), or pass --device cpu")
     out = Path(out)
     if not todo:
         print(f"fastdiff: all {len(every)} prompts have an image in {out / IMAGES}; nothing "
               "to do")
         return dict(prompts=len(every), done=0, skipped=len(every), failed=0)
     (out / IMAGES).mkdir(parents=True, exist_ok=True)
-    state = PartialState(cpu=(device or "").startswith("cpu") or not torch.cuda.is_available())
+    state = PartialState(cpu=not on_gpu)
     todo = broadcast_object_list([todo])[0]  # main's list: every process cuts the same calls
     if state.is_main_process:
         _recover(every, out, seed)

@@ -106,6 +106,19 @@ def test_bad_input_is_one_line_and_exit_2_before_loading(case, tmp_path, monkeyp
     assert time.perf_counter() - started < 5
 
 
+def test_more_processes_than_gpus_is_refused_before_loading(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("fastdiff_helpers.loading.load_pipeline", None)  # never reached
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setenv("WORLD_SIZE", "2")  # what torchrun --nproc_per_node 2 sets
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    code = main(["batch", "--prompts", str(_file(tmp_path)), "--out", str(tmp_path / "o"),
+                 "--model", "sd15", "--weights", "tiny"])
+    err = capsys.readouterr().err
+    assert code == 2 and "2 processes on this machine but 1 GPU(s)" in err, err
+    assert not (tmp_path / "o").exists()
+
+
 def test_bad_input_from_the_shell_is_one_line_on_stderr(tmp_path):
     done = subprocess.run([sys.executable, "-m", "fastdiff_helpers", "batch", "--prompts",
                            str(tmp_path / "nope.txt"), "--out", str(tmp_path / "o")],
