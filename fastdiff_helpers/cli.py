@@ -1,4 +1,4 @@
-"""The command line: `python -m fastdiff_helpers ladder | bench | warm | env` (also
+"""The command line: `python -m fastdiff_helpers ladder | bench | batch | warm | env` (also
 `fastdiff ...`).
 
 Introduced in 00_setup.ipynb (env) and 08_all_models.ipynb (ladder). The CLI only composes
@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from .batch import batch_from_args
 from .bench import benchmark
 from .compile_cache import load_artifacts, use_course_cache
 from . import demo
@@ -61,6 +62,29 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
+def _recipe_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dtype", default="fp32", choices=DTYPES)
+    p.add_argument("--tf32", default=None, choices=TF32_MODES,
+                   help="TF32 switch (default: on only for --dtype tf32)")
+    p.add_argument("--vae", default=None, choices=sorted(VAES), help="swap the VAE")
+    p.add_argument("--scheduler", default=None, choices=sorted(SCHEDULERS),
+                   help="swap the scheduler")
+    p.add_argument("--attention", default="classic", choices=ATTENTION)
+    p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--compile", default="none", choices=_optional(COMPILE_MODES))
+    p.add_argument("--compile-scope", default="full", choices=SCOPES)
+    p.add_argument("--no-compile-vae", action="store_true")
+    p.add_argument("--fullgraph", action="store_true")
+    p.add_argument("--dynamic", default=None, choices=["true", "false"])
+    p.add_argument("--inductor-flags", action="store_true")
+    p.add_argument("--fuse-qkv", action="store_true")
+    p.add_argument("--no-sync", action="store_true")
+    p.add_argument("--quantize", default="none", choices=_optional(QUANTIZE))
+    p.add_argument("--quant-filter", default="blog", choices=QUANT_FILTERS)
+    p.add_argument("--conv1x1-to-linear", default="none", choices=["none", "blog", "all"],
+                   help="swap 1x1 convs for linears: blog (diffusion-fast's filter) or all")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m fastdiff_helpers",
                      description="fastdiff: benchmark fast diffusion inference recipes.")
@@ -83,26 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(bench)
     bench.add_argument("--out", default=None, help="append the result to OUT/results.jsonl")
     bench.add_argument("--step", default="custom", help="name of this result")
-    bench.add_argument("--dtype", default="fp32", choices=DTYPES)
-    bench.add_argument("--tf32", default=None, choices=TF32_MODES,
-                       help="TF32 switch (default: on only for --dtype tf32)")
-    bench.add_argument("--vae", default=None, choices=sorted(VAES), help="swap the VAE")
-    bench.add_argument("--scheduler", default=None, choices=sorted(SCHEDULERS),
-                       help="swap the scheduler")
-    bench.add_argument("--attention", default="classic", choices=ATTENTION)
-    bench.add_argument("--channels-last", action="store_true")
-    bench.add_argument("--compile", default="none", choices=_optional(COMPILE_MODES))
-    bench.add_argument("--compile-scope", default="full", choices=SCOPES)
-    bench.add_argument("--no-compile-vae", action="store_true")
-    bench.add_argument("--fullgraph", action="store_true")
-    bench.add_argument("--dynamic", default=None, choices=["true", "false"])
-    bench.add_argument("--inductor-flags", action="store_true")
-    bench.add_argument("--fuse-qkv", action="store_true")
-    bench.add_argument("--no-sync", action="store_true")
-    bench.add_argument("--quantize", default="none", choices=_optional(QUANTIZE))
-    bench.add_argument("--quant-filter", default="blog", choices=QUANT_FILTERS)
-    bench.add_argument("--conv1x1-to-linear", default="none", choices=["none", "blog", "all"],
-                       help="swap 1x1 convs for linears: blog (diffusion-fast's filter) or all")
+    _recipe_flags(bench)
 
     warm = sub.add_parser("warm", help="compile a ladder's compiled steps once (fill the "
                           "compile cache), optionally into a portable file; or --load one")
@@ -114,15 +119,31 @@ def build_parser() -> argparse.ArgumentParser:
     warm.add_argument("--load", default=None, metavar="FILE",
                       help="load a file written by --out into this machine's compile cache")
 
+    batch = sub.add_parser("batch", help="one image per line of a prompts file, in this process "
+                           "or split over torchrun's / accelerate launch's processes")
+    batch.add_argument("--prompts", required=True, metavar="FILE", help="one prompt a line")
+    batch.add_argument("--out", required=True, help="folder: images/, images.jsonl, summary.json")
+    batch.add_argument("--batch-size", type=int, default=1, help="prompts per pipeline call")
+    batch.add_argument("--model", default="sdxl", choices=sorted(MODELS))
+    batch.add_argument("--weights", default="auto", choices=WEIGHTS)
+    for flag in ("--steps", "--height", "--width"):
+        batch.add_argument(flag, type=int, default=None)
+    batch.add_argument("--device", default=None, help="default: cuda:LOCAL_RANK if any, else cpu")
+    batch.add_argument("--seed", type=int, default=0, help="line L gets seed SEED + L")
+    batch.add_argument("--warmup", type=int, default=1, help="untimed calls per process")
+    batch.add_argument("--fail-line", type=int, action="append", default=[],
+                       help="testing aid: make this line's call fail")
+    _recipe_flags(batch)
+
     sub.add_parser("env", help="print the environment report")
     return parser
 
 
 def _check_counts(args: argparse.Namespace) -> None:
-    for name in ("steps", "height", "width", "runs"):
-        value = getattr(args, name)
+    for name in ("steps", "height", "width", "runs", "batch_size"):
+        value = getattr(args, name, None)
         if value is not None and value < 1:
-            raise UsageError(f"--{name} must be a positive integer, got {value}")
+            raise UsageError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
     if args.warmup < 0:
         raise UsageError(f"--warmup must be >= 0, got {args.warmup}")
     if args.device is not None:
@@ -138,8 +159,8 @@ def _check_counts(args: argparse.Namespace) -> None:
                              "use --device cpu (with --weights tiny for a quick run)")
 
 
-def _bench(args: argparse.Namespace) -> None:
-    recipe = Recipe(  # RecipeError (invalid combination) before anything is loaded
+def _recipe(args: argparse.Namespace) -> Recipe:
+    return Recipe(
         dtype=args.dtype, tf32=args.tf32, attention=args.attention, channels_last=args.channels_last,
         compile=_none(args.compile), compile_scope=args.compile_scope,
         compile_vae=not args.no_compile_vae, fullgraph=args.fullgraph,
@@ -147,6 +168,10 @@ def _bench(args: argparse.Namespace) -> None:
         inductor_flags=args.inductor_flags, fuse_qkv=args.fuse_qkv, no_sync=args.no_sync,
         quantize=_none(args.quantize), quant_filter=args.quant_filter,
         conv1x1_to_linear=_none(args.conv1x1_to_linear) or False)
+
+
+def _bench(args: argparse.Namespace) -> None:
+    recipe = _recipe(args)  # RecipeError (invalid combination) before anything is loaded
     pipe = load_pipeline(args.model, weights=args.weights, device=args.device, dtype="fp32",
                          vae=args.vae, scheduler=args.scheduler)
     apply(pipe, recipe)
@@ -189,6 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _check_counts(args)
         if args.command == "warm":
             return _warm(args)
+        if args.command == "batch":
+            return batch_from_args(args, _recipe(args))
         if args.command == "ladder":
             device = args.device or default_device()
             weights = resolve_weights(args.model, args.weights, device)
