@@ -11,8 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from .env import env_report
 from .errors import FastdiffError
@@ -56,8 +61,6 @@ def save_artifacts(path: str | os.PathLike, **what: Any) -> dict[str, Any]:
     """Write what this process compiled (torch.compiler.save_cache_artifacts) to `path`, with
     a header of the versions and GPU kind it is valid for, and `what` (model, steps...) for
     the record. Returns the header. Nothing compiled yet: a clear error."""
-    import torch
-
     saved = torch.compiler.save_cache_artifacts()
     if saved is None or not saved[0]:
         raise FastdiffError("Nothing was compiled in this process, so there is no cache to save: "
@@ -89,8 +92,6 @@ def load_artifacts(path: str | os.PathLike) -> dict[str, Any]:
     """Load a file from save_artifacts into this machine's compile cache, after checking that
     it was made with the same torch, triton, Python and GPU kind; refuses otherwise, naming
     each difference. Returns the header."""
-    import torch
-
     header, payload = read_header(path)
     here = _stamp()
     different = [f"{key}: file {header.get(key)!r}, here {here[key]!r}" for key in MUST_MATCH
@@ -119,10 +120,6 @@ def first_image_in_new_process(cache_dir: str | os.PathLike, model: str = "sdxl"
     and call: `python -m fastdiff_helpers warm` for one ladder step) with `cache_dir` as its
     compile cache, and what it printed. `out`: also write the artifacts; `load`: only load an
     artifact file into `cache_dir` (no image). What 10_cold_start.ipynb measures."""
-    import subprocess
-    import sys
-    import time
-
     if load is not None:
         args = ["--load", str(load)]
     else:

@@ -10,7 +10,7 @@ import dataclasses
 import gc
 import time
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
 
@@ -101,6 +101,19 @@ def _check_names(names: Iterable[str] | None, what: str, ladder: str) -> set[str
     return names
 
 
+def _setup(model: str, ladder: str, device: str | None,
+           steps_filter: Iterable[str] | None) -> tuple[Any, str, set[str] | None, dict]:
+    """What run_ladder and warm_ladder share before any work: the model's spec, the device,
+    the steps asked for (checked) and the loading options of the ladder (the blog's VAE and
+    scheduler for "blog")."""
+    spec = get_spec(model)
+    if ladder not in LADDERS:
+        raise FastdiffError(f"Unknown ladder {ladder!r}. Use one of: {', '.join(LADDERS)}.")
+    wanted = _check_names(steps_filter, "steps_filter", ladder)
+    loading = BLOG_LOADING[spec.key] if ladder == "blog" else {}
+    return spec, device or default_device(), wanted, loading
+
+
 def _selects_any(pipe, recipe) -> bool:
     chosen = select_filter(recipe.quantize, recipe.quant_filter)
     return any(chosen(m, name) for part in (get_denoiser(pipe), pipe.vae)
@@ -132,14 +145,9 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
     out/memory.png are drawn at the end. Prints a table (format_table). Introduced in
     08_all_models.ipynb."""
 
-    spec = get_spec(model)
-    if ladder not in LADDERS:
-        raise FastdiffError(f"Unknown ladder {ladder!r}. Use one of: {', '.join(LADDERS)}.")
-    device = device or default_device()
-    wanted = _check_names(steps_filter, "steps_filter", ladder)
+    spec, device, wanted, loading = _setup(model, ladder, device, steps_filter)
     if fail_step is not None:
         _check_names([fail_step], "fail_step", ladder)
-    loading = BLOG_LOADING[spec.key] if ladder == "blog" else {}
     weights = resolve_weights(spec, weights, device)
     size = default_resolution(spec, weights)
     out = Path(out) if out is not None else None
@@ -156,8 +164,8 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
         pipe = None
         try:
             started = time.perf_counter()
-            pipe = load_pipeline(spec.key, weights=weights, device=device, dtype="fp32",
-                                 verbose=False, **loading)
+            pipe = load_pipeline(spec.key, weights=weights, device=device, verbose=False,
+                                 **loading)
             if name == fail_step:
                 raise InjectedFailure(f"fail_step={name!r} asked this step to fail")
             if weights == "tiny" and adapted.quantize and not _selects_any(pipe, adapted):
@@ -227,13 +235,8 @@ def warm_ladder(model: str = "sdxl", weights: str = "auto", ladder: str = "blog"
 
     What an instructor runs before a workshop (10_cold_start.ipynb)."""
 
-    spec = get_spec(model)
-    if ladder not in LADDERS:
-        raise FastdiffError(f"Unknown ladder {ladder!r}. Use one of: {', '.join(LADDERS)}.")
-    device = device or default_device()
-    wanted = _check_names(steps_filter, "steps_filter", ladder)
+    spec, device, wanted, loading = _setup(model, ladder, device, steps_filter)
     weights = resolve_weights(spec, weights, device)
-    loading = BLOG_LOADING[spec.key] if ladder == "blog" else {}
     plan = [(n, r) for n, r in LADDERS[ladder] if r.compile and (wanted is None or n in wanted)]
     if not plan:
         raise FastdiffError(f"No compiled step to warm in the {ladder} ladder"
@@ -242,8 +245,8 @@ def warm_ladder(model: str = "sdxl", weights: str = "auto", ladder: str = "blog"
     for name, recipe in plan:
         adapted, _ = recipe.for_device(device)
         started = time.perf_counter()
-        pipe = load_pipeline(spec.key, weights=weights, device=device, dtype="fp32",
-                             verbose=False, **loading)
+        pipe = load_pipeline(spec.key, weights=weights, device=device, verbose=False,
+                             **loading)
         apply(pipe, adapted)
         load_s = time.perf_counter() - started
         kwargs = call_kwargs(pipe, steps=steps, height=height, width=width)
