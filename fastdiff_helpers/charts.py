@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -80,6 +81,14 @@ def _speedups(results: Sequence[Result]) -> list[float | None]:
     return [base / r.latency_s if base is not None and _timed(r) else None for r in results]
 
 
+def _fit(fig: Figure, text: str, fontsize: float = 10.0, vertical: bool = False) -> str:
+    """`text` wrapped to the figure's width (height for a vertical label), so that a saved
+    PNG, which has no bbox_inches="tight", never cuts it off (the blog's reference label is
+    wider than a 3-step chart). About 0.6 em per character."""
+    inches = fig.get_figheight() * 0.8 if vertical else fig.get_figwidth() * 0.9
+    return textwrap.fill(text, max(20, int(inches * 72 / (0.6 * fontsize))))
+
+
 def _new_figure(n_bars: int) -> tuple[Figure, object]:
     fig = ChartFigure(figsize=(min(14.0, max(6.0, 0.8 * n_bars + 2.0)), 4.5), layout="constrained")
     return fig, fig.add_subplot()
@@ -138,7 +147,7 @@ def ladder_chart(
             )
         ref_base = pairs[0][1]
         ax.bar([x + width / 2 for x, _ in pairs], [v for _, v in pairs], width, color=_REF,
-               edgecolor="black", linewidth=0.5, label=reference.label)
+               edgecolor="black", linewidth=0.5, label=_fit(fig, reference.label, 8))
         for x, v in pairs:
             text = ax.text(x + width / 2, v, f"{v:.2f} s\n{ref_base / v:.2f}x",
                            ha="center", va="bottom", fontsize=8, color="#555555")
@@ -146,12 +155,13 @@ def ladder_chart(
         ax.legend(loc="upper right", fontsize=8)
 
     ax.set_xticks(xs, [r.step for r in results], rotation=20, ha="right")
-    ax.set_ylabel("seconds per image (median)" + (", whiskers: IQR of the timed runs"
-                                                  if whiskered else ""))
+    ax.set_ylabel(_fit(fig, "seconds per image (median)" + (
+        ", whiskers: IQR of the timed runs" if whiskered else ""), vertical=True))
     tallest = max([r.latency_quartiles_s[1] for r in results if _timed(r)] + [top])
     ax.set_ylim(0, tallest * 1.35)  # room for the labels above the whiskers
-    ax.set_title(title or f"{first.model} ({first.weights} weights) on {first.device_name}: "
-                          f"{first.height}x{first.width}, {first.steps} steps")
+    ax.set_title(_fit(fig, title or f"{first.model} ({first.weights} weights) on "
+                      f"{first.device_name}: {first.height}x{first.width}, {first.steps} steps",
+                      12))
     return fig
 
 
@@ -191,8 +201,8 @@ def memory_chart(results: Sequence[Result]) -> Figure:
     if any(v is not None for v in reserved):
         bars.set_label(f"peak {kind}")
         ax.legend(loc="upper right", fontsize=8)
-    ax.set_title(f"{results[0].model} ({results[0].weights} weights) on "
-                 f"{results[0].device_name}: peak memory")
+    ax.set_title(_fit(fig, f"{results[0].model} ({results[0].weights} weights) on "
+                      f"{results[0].device_name}: peak memory", 12))
     return fig
 
 

@@ -16,7 +16,7 @@ from .ladder import format_table
 from .noise import quiet_known_noise
 from .presets import BLOG_A100_SECONDS, BLOG_A100_WHERE, BLOG_SOURCE, default_resolution, get_spec
 from .pretrained import resolve_weights
-from .results import reference_results
+from .results import Result, reference_results
 
 
 def smoke_mode() -> bool:
@@ -81,6 +81,17 @@ def needs_gpu(why: str) -> bool:
     return False
 
 
+def _conditions(results: Sequence[Result]) -> list[str]:
+    """What a committed table was measured under, and what its PSNR column can say."""
+    runs = sorted({(r.device_name, r.weights, r.height, r.width, r.steps) for r in results})
+    lines = [f"{device}, {weights} weights, {h}x{w}, {steps} steps"
+             for device, weights, h, w, steps in runs]
+    if any(r.weights in ("random", "tiny") for r in results):
+        lines.append("(random or tiny weights: the PSNR column shows how far each step moves "
+                     "the numbers, never image quality)")
+    return lines
+
+
 def reference_numbers(model: str, steps: str | Sequence[str] | None = None,
                       root: str | Path | None = None) -> None:
     """Print the reference numbers for `model`: the blog's A100-80GB row
@@ -110,5 +121,7 @@ def reference_numbers(model: str, steps: str | Sequence[str] | None = None,
     for gpu_name, gpu_results in measured.items():
         shown = [r for r in gpu_results if wanted is None or r.step in wanted]
         print(f"\nMeasured by this project on {gpu_name}:")
+        for line in _conditions(gpu_results):
+            print("  " + line)
         print(format_table(shown) if shown else
               f"  none of the steps {wanted} (measured: {[r.step for r in gpu_results]})")

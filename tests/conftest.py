@@ -12,3 +12,22 @@ def tiny_pipes():
     """One tiny pipeline per model, loaded once (tests that modify a pipeline load their own)."""
     import fastdiff_helpers as fdh
     return {m: fdh.load_pipeline(m, weights="tiny", device="cpu") for m in MODEL_KEYS}
+
+
+def denoiser_only_kwargs(pipe, steps: int = 2) -> dict:
+    """SD1.5 call kwargs whose call runs the UNet and nothing else that attends: prompts
+    encoded beforehand (the text encoder is transformers' CLIP, whose SDPA no Recipe pins:
+    set_attention touches the denoiser and VAE only) and latent output (no VAE decode).
+
+    Found on an H100 (results/h100-80gb-hbm3/gpu-tests.md): profiling the whole call saw the
+    text encoder's unpinned attention beside the UNet's pinned flash kernels."""
+    import torch
+    import fastdiff_helpers as fdh
+
+    kwargs = fdh.call_kwargs(pipe, steps=steps)
+    kwargs["output_type"] = "latent"
+    with torch.inference_mode():
+        embeds, negative = pipe.encode_prompt(kwargs.pop("prompt"), pipe.device, 1, True,
+                                              kwargs.pop("negative_prompt", None))
+    kwargs.update(prompt_embeds=embeds, negative_prompt_embeds=negative)
+    return kwargs

@@ -148,3 +148,27 @@ def test_show_images_titles_carry_psnr_against_the_reference():
     titles = [ax.get_title() for ax in fig.axes]
     assert titles[0] == "fp32"
     assert titles[1] == "bf16\nPSNR 22.8 dB"
+
+
+@pytest.mark.parametrize("chart", ["ladder", "memory"])
+def test_saved_chart_keeps_every_label_inside_the_figure(chart):
+    # The first H100 run's ladder.png (3 steps beside the blog's A100 bars) had its title and
+    # legend cut off on both sides: save_figure writes the figure as it is, unlike a notebook.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    import fastdiff_helpers as fdh
+
+    results = [_r(s, t) for s, t in (("fp32", 3.79), ("bf16", 3.01), ("+ SDPA", 2.30))]
+    for r in results:
+        r.device_name = "NVIDIA H100 80GB HBM3"
+    reference = Reference("Published", "A100-80GB", fdh.BLOG_SOURCE, fdh.BLOG_A100_SECONDS["sdxl"])
+    fig = (ladder_chart(results, reference=reference) if chart == "ladder"
+           else memory_chart([_r(s, 1.0, memory=2**30) for s in ("fp32", "bf16")]))
+    FigureCanvasAgg(fig).draw()
+    renderer, box = fig.canvas.get_renderer(), fig.bbox
+    ax = fig.axes[0]
+    artists = [ax.title, ax.yaxis.label, *(ax.get_xticklabels())]
+    artists += [ax.get_legend()] if ax.get_legend() is not None else []
+    for artist in artists:
+        extent = artist.get_window_extent(renderer)
+        assert box.x0 - 1 <= extent.x0 and extent.x1 <= box.x1 + 1, artist
+        assert box.y0 - 1 <= extent.y0 and extent.y1 <= box.y1 + 1, artist

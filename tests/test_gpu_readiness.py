@@ -167,3 +167,42 @@ def test_apply_refuses_flash_on_pixart_before_any_work(monkeypatch):
     with pytest.raises(RecipeError, match="refuses an attention mask"):
         fdh.apply(pipe, fdh.Recipe(dtype="bf16", attention="sdpa-flash"))
     assert pipe.transformer.dtype == torch.float32 and not fdh.pipeline_info(pipe)["applied"]
+
+
+def _sdpa_callers(pipe, kwargs, monkeypatch):
+    """Which library made each scaled_dot_product_attention call of pipe(**kwargs)."""
+    import traceback
+    calls = []
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def recording(*args, **kw):
+        caller = traceback.extract_stack(limit=2)[0].filename
+        calls.append("transformers" if "transformers" in caller else
+                     "diffusers" if "diffusers" in caller else caller)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording)
+    with torch.inference_mode():
+        pipe(**kwargs)
+    return calls
+
+
+def test_denoiser_only_call_runs_no_text_encoder_attention(monkeypatch):
+    # On an H100 the pinned-flash GPU test saw other SDPA kernels: they were the CLIP text
+    # encoder's (transformers), which set_attention never pins. The GPU test now encodes the
+    # prompts first (conftest.denoiser_only_kwargs); here: that leaves only the UNet's calls.
+    from diffusers.models.attention_processor import Attention
+    from conftest import denoiser_only_kwargs
+
+    pipe = fdh.apply(fresh("sd15"), fdh.Recipe(attention="sdpa"))
+    layers = sum(isinstance(m, Attention) for m in pipe.unet.modules())
+    whole = fdh.call_kwargs(pipe, steps=2)
+    whole["output_type"] = "latent"
+    seen = _sdpa_callers(pipe, whole, monkeypatch)
+    encoder_layers = pipe.text_encoder.config.num_hidden_layers
+    # prompt and negative prompt are encoded apart, one SDPA per encoder layer each
+    assert seen.count("transformers") == 2 * encoder_layers
+    calls = len(pipe.scheduler.timesteps)  # PNDM: 3 UNet calls (CFG batched) for 2 steps
+    assert seen.count("diffusers") == layers * calls
+    only = _sdpa_callers(pipe, denoiser_only_kwargs(pipe, steps=2), monkeypatch)
+    assert only == ["diffusers"] * (layers * calls)

@@ -63,7 +63,9 @@ def test_committed_results_are_tabled_per_gpu(tmp_path, capsys):
     assert "No GPU reference results" not in out
     h100 = out.split("Measured by this project on h100:")[1].split("Measured by")[0]
     h200 = out.split("Measured by this project on h200:")[1]
-    rows = {line.split("  ")[0]: line.split() for line in h100.splitlines()[3:] if line}
+    assert h100.splitlines()[1] == "  H100, pretrained weights, 1024x1024, 30 steps"
+    assert "never image quality" not in out  # pretrained weights: PSNR is about the image
+    rows = {line.split("  ")[0]: line.split() for line in h100.splitlines()[4:] if line}
     assert rows["bf16"][1:4] == ["3.00", "2.00x", "2.00x"], h100
     assert rows["+ SDPA"][2:5] == ["2.00", "3.00x", "1.50x"], h100
     assert "5.00" in h200 and "6.00" not in h200
@@ -73,3 +75,13 @@ def test_committed_results_are_tabled_per_gpu(tmp_path, capsys):
     filtered = filtered.split("Measured by")[0]
     assert "6.00" not in filtered and "vs bf16" in filtered, filtered  # fp32 row left out
     assert re.search(r"^\+ SDPA +2\.00 +1\.50x +1\.50x", filtered, re.M), filtered
+
+
+def test_random_weights_tables_say_what_their_psnr_can_show(tmp_path, capsys):
+    result = _result("fp32", 6.0)
+    result.weights = "random"
+    save_results([result], tmp_path / "h100" / "sdxl" / "results.jsonl")
+    fdh.reference_numbers("sdxl", root=tmp_path)
+    out = capsys.readouterr().out
+    assert "  H100, random weights, 1024x1024, 30 steps\n" in out
+    assert "the PSNR column shows how far each step moves the numbers, never image quality" in out

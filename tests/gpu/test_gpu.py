@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
+from conftest import denoiser_only_kwargs
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -143,8 +144,8 @@ def test_pinned_flash_backend_really_runs():
     pipe = sd15(fdh.Recipe(dtype="bf16", attention="sdpa-flash"))
     assert fdh.pipeline_info(pipe)["attention_pinned"] == {
         "UNet2DConditionModel": 32, "AutoencoderKL": 0}  # the VAE's 512-wide head: default
-    kwargs = fdh.call_kwargs(pipe, steps=2)
-    kwargs["output_type"] = "latent"  # the denoiser only: every attention there is pinned
+    # the UNet alone: the text encoder's attention is not the Recipe's to pin (conftest)
+    kwargs = denoiser_only_kwargs(pipe, steps=2)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof, \
             torch.inference_mode():
         pipe(**kwargs)
