@@ -6,7 +6,7 @@ HASH_FILE := $(VENV)/.requirements.sha256
 # each run of make demo gets its own folder (a second run never mixes with the first)
 DEMO_OUT ?= out/demo/$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: venv demo test lab browser-deps clean
+.PHONY: venv demo test lab browser-deps clean wheelhouse
 
 venv:
 	@h=$$(cat requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1); \
@@ -44,6 +44,16 @@ LAB_PORT ?= 8888
 lab: venv
 	$(VENV)/bin/jupyter lab --no-browser --ip $(LAB_IP) --port $(LAB_PORT) \
 		$$([ "$$(id -u)" = 0 ] && echo --allow-root) notebooks/
+
+# Wheels for an offline GPU machine that has its own torch (README: "On an offline GPU machine").
+# HAVE: that machine's `python3 -m pip freeze` file, or a list "torch==2.11.0 ..."; needs only
+# python3 and pip here (no .venv). WH_PYTHON: the machine's Python (default: HAVE's, else 3.12).
+HAVE ?=
+WH_PYTHON ?=
+WH_PLATFORM ?= manylinux_2_28_x86_64
+wheelhouse:
+	$(PYTHON) tools/wheelhouse.py --have "$(HAVE)" $(if $(WH_PYTHON),--python $(WH_PYTHON)) \
+		--platform $(WH_PLATFORM) --out wheelhouse
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

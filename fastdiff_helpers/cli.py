@@ -1,4 +1,4 @@
-"""The command line: `python -m fastdiff_helpers ladder | bench | batch | warm | env` (also
+"""The command line: `python -m fastdiff_helpers ladder | bench | batch | warm | reference | env` (also
 `fastdiff ...`).
 
 Introduced in 00_setup.ipynb (env) and 08_all_models.ipynb (ladder). The CLI only composes
@@ -8,6 +8,7 @@ the package's functions; invalid input prints one line on stderr and exits with 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -18,6 +19,7 @@ from .compile_cache import load_artifacts, use_course_cache
 from . import demo
 from .env import env_report
 from .ladder import format_table, run_ladder, warm_ladder
+from .reference import run_reference
 from .errors import FastdiffError
 from .loading import default_device, load_pipeline
 from .pretrained import WEIGHTS, resolve_weights
@@ -117,7 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="warm only this step (repeatable)")
     warm.add_argument("--out", default=None, help="write the compiled artifacts to this file")
     warm.add_argument("--load", default=None, metavar="FILE",
-                      help="load a file written by --out into this machine's compile cache")
+                      help="load a file written by --out into this machine's compile cache. "
+                           "It holds code that will run (as any pickle): load only files from "
+                           "someone you trust, with --sha256")
+    warm.add_argument("--sha256", default=None, metavar="HEX",
+                      help="with --load: the SHA-256 that --out printed; a file that does not "
+                           "match is refused before anything in it is read")
 
     batch = sub.add_parser("batch", help="one image per line of a prompts file, in this process "
                            "or split over torchrun's / accelerate launch's processes")
@@ -134,6 +141,23 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--fail-line", type=int, action="append", default=[],
                        help="testing aid: make this line's call fail")
     _recipe_flags(batch)
+
+    ref = sub.add_parser("reference", help="measure a ladder into results/<gpu>/<model>, the "
+                         "steps not yet recorded there, within a time budget (resumable)")
+    _common(ref)
+    ref.add_argument("--ladder", default="blog", choices=sorted(LADDERS))
+    ref.add_argument("--out", default=None, metavar="DIR",
+                     help="default results/<gpu>/<model> (e.g. results/h100-80gb-hbm3/sdxl): "
+                          "records, images, charts; results/README.md is rewritten after each "
+                          "step")
+    ref.add_argument("--budget-s", type=float, default=None,
+                     help="stop before a step that would not finish in what is left of this "
+                          "many seconds, or at the budget (the cut step leaves no record; exit "
+                          "code 3 says: run again)")
+    ref.add_argument("--retry-failed", action="store_true", help="run failed steps again")
+    ref.add_argument("--ignore-estimate", action="store_true",
+                     help="start the next step even if its estimate exceeds the budget left "
+                          "(its compile cache was warmed since); it still stops at the budget")
 
     sub.add_parser("env", help="print the environment report")
     return parser
@@ -191,17 +215,38 @@ def _warm(args: argparse.Namespace) -> int:
         if args.out:
             raise UsageError("--load and --out go separately: --out writes a file here, --load "
                              "reads one into this machine's cache")
-        header = load_artifacts(args.load)  # FastdiffError (other versions, GPU) before loading
+        if args.sha256 is None:
+            print("fastdiff: no --sha256 given: loading a file you trust (it holds code that "
+                  "runs); pass the SHA-256 that `warm --out` printed to check it first")
+        # FastdiffError (another file, other versions, GPU) before anything is unpickled
+        header = load_artifacts(args.load, sha256=args.sha256)
         print(f"fastdiff: loaded {header['loaded']} from {args.load} ({header.get('model')}, "
               f"{', '.join(header.get('steps', []))}) into {use_course_cache(verbose=False)}")
         return 0
     if args.out and Path(args.out).is_dir():
         raise UsageError(f"--out {args.out} is a folder; give a file name, e.g. "
                          f"{Path(args.out) / (args.model + '.fdcache')}")
+    if args.sha256:
+        raise UsageError("--sha256 checks a file given to --load; `warm --out` prints the one "
+                         "to pass on")
     warm_ladder(args.model, weights=args.weights, ladder=args.ladder, steps=args.steps,
                 height=args.height, width=args.width, device=args.device, out=args.out,
                 steps_filter=args.only)
     return 0
+
+
+def _reference(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
+    if args.budget_s is not None and args.budget_s <= 0:
+        raise UsageError(f"--budget-s must be a positive number of seconds, got {args.budget_s:g}")
+    words = list(argv) if argv is not None else sys.argv[1:]
+    outcome = run_reference(
+        model=args.model, out=args.out, ladder=args.ladder, weights=args.weights,
+        budget_s=args.budget_s, runs=args.runs, warmup=args.warmup, steps=args.steps,
+        height=args.height, width=args.width, device=args.device, seed=args.seed,
+        prompt=args.prompt, retry_failed=args.retry_failed,
+        ignore_estimate=args.ignore_estimate, progress=not args.no_progress,
+        command="python -m fastdiff_helpers " + shlex.join(words))
+    return outcome.exit_code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -214,6 +259,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _check_counts(args)
         if args.command == "warm":
             return _warm(args)
+        if args.command == "reference":
+            return _reference(args, argv)
         if args.command == "batch":
             return batch_from_args(args, _recipe(args))
         if args.command == "ladder":

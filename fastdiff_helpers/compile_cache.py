@@ -5,10 +5,17 @@ TORCHINDUCTOR_CACHE_DIR (torch/_inductor/runtime/cache_dir_utils.py reads it on 
 torch.compiler.save_cache_artifacts() / load_cache_artifacts() carry what one process
 compiled to another machine. An artifact is only valid for the same torch, triton and GPU
 kind, so the file written here starts with a header of those, checked before loading.
+
+A compile-cache file is code. What load_cache_artifacts reads back (torch/compiler/_cache.py
+CacheArtifactManager.deserialize, then populate_caches) goes into inductor's cache as compiled
+graphs that inductor unpickles when it uses them (torch/_inductor/codecache.py, pickle.loads)
+and generated Python and kernels that run. Load only files from someone you trust, as with any
+pickle, and check the SHA-256 that `warm --out` printed: `warm --load FILE --sha256 HEX`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -70,17 +77,29 @@ def save_artifacts(path: str | os.PathLike, **what: Any) -> dict[str, Any]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(MAGIC + json.dumps(header).encode() + b"\n" + payload)
+    data = MAGIC + json.dumps(header).encode() + b"\n" + payload
+    tmp.write_bytes(data)
     tmp.replace(path)  # a killed save never leaves half a file under the real name
-    return header
+    return dict(header, sha256=hashlib.sha256(data).hexdigest())
 
 
-def read_header(path: str | os.PathLike) -> tuple[dict[str, Any], bytes]:
+def read_header(path: str | os.PathLike,
+                sha256: str | None = None) -> tuple[dict[str, Any], bytes]:
+    """The header and payload of a file from save_artifacts. With `sha256`, the file's bytes
+    must hash to it, checked before anything in it is parsed."""
     path = Path(path)
     if not path.is_file():
         raise FastdiffError(f"{path} is not a file: pass the file written by "
                             "`python -m fastdiff_helpers warm --out FILE`.")
     data = path.read_bytes()
+    if sha256 is not None:
+        found = hashlib.sha256(data).hexdigest()
+        if found != sha256.strip().lower():
+            raise FastdiffError(
+                f"{path} has SHA-256 {found}, not the {sha256.strip()} you were given: it is "
+                "not that file (changed, cut, or another one). Nothing was loaded: a "
+                "compile-cache file holds code that runs, so load only the exact file from "
+                "someone you trust.")
     if not data.startswith(MAGIC):
         raise FastdiffError(f"{path} is not a fastdiff compile-cache file (written by "
                             "`python -m fastdiff_helpers warm --out FILE`).")
@@ -88,11 +107,12 @@ def read_header(path: str | os.PathLike) -> tuple[dict[str, Any], bytes]:
     return json.loads(line), payload
 
 
-def load_artifacts(path: str | os.PathLike) -> dict[str, Any]:
-    """Load a file from save_artifacts into this machine's compile cache, after checking that
-    it was made with the same torch, triton, Python and GPU kind; refuses otherwise, naming
-    each difference. Returns the header."""
-    header, payload = read_header(path)
+def load_artifacts(path: str | os.PathLike, sha256: str | None = None) -> dict[str, Any]:
+    """Load a file from save_artifacts into this machine's compile cache, after checking its
+    SHA-256 when given (before anything in it is read: the file holds code that will run) and
+    that it was made with the same torch, triton, Python and GPU kind; refuses otherwise,
+    naming each difference. Returns the header."""
+    header, payload = read_header(path, sha256)
     here = _stamp()
     different = [f"{key}: file {header.get(key)!r}, here {here[key]!r}" for key in MUST_MATCH
                  if header.get(key) != here[key]]

@@ -15,9 +15,20 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["env_report"]
+__all__ = ["env_report", "FLOORS", "below_floor"]
 
-_PACKAGES = ("torch", "diffusers", "transformers", "torchao", "accelerate", "triton")
+_PACKAGES = ("torch", "diffusers", "transformers", "torchao", "accelerate", "triton",
+             "huggingface_hub")
+
+# The oldest versions this package is tested with, equal to pyproject.toml's lower bounds
+# (tests/test_env.py keeps them equal): torch 2.11 / transformers 5.17 / huggingface_hub 1.33 /
+# Python 3.12 on the H100 image of results/h100-80gb-hbm3/env.txt, the pins of requirements.txt
+# on the CPU (Python 3.11). Below them, something this course relies on may be missing.
+FLOORS = {"python": "3.10", "torch": "2.11", "diffusers": "0.42", "transformers": "5.17",
+          "torchao": "0.18", "accelerate": "1.15", "huggingface_hub": "1.33",
+          "safetensors": "0.8", "tokenizers": "0.23"}
+# Python versions run so far: 3.11 (CPU, CI) and 3.12 (GPU); 3.13 and later are not admitted.
+PYTHON_BELOW = "3.13"
 
 
 def _version(package: str) -> str:
@@ -25,6 +36,32 @@ def _version(package: str) -> str:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return "not installed"
+
+
+def below_floor(versions: dict[str, str] | None = None) -> list[str]:
+    """What is below fastdiff's floor (FLOORS, pyproject.toml's lower bounds), one line each,
+    e.g. "torch 2.10.0 is below 2.11". `versions` maps a name of FLOORS to a version string
+    (default: this interpreter's); a package that is not installed is not listed here."""
+    from packaging.version import InvalidVersion, Version
+
+    if versions is None:
+        versions = {name: platform.python_version() if name == "python" else _version(name)
+                    for name in FLOORS}
+    found = []
+    for name, floor in FLOORS.items():
+        have = versions.get(name)
+        if have is None or have == "not installed":
+            continue
+        try:
+            version = Version(have)
+        except InvalidVersion:
+            found.append(f"{name} {have} is not a version this check can read (floor {floor})")
+            continue
+        if version.release < Version(floor).release:
+            found.append(f"{name} {have} is below {floor}")
+        elif name == "python" and version.release[:2] >= Version(PYTHON_BELOW).release:
+            found.append(f"python {have} is above the tested range (< {PYTHON_BELOW})")
+    return found
 
 
 def _cpu_name() -> str:
@@ -98,7 +135,8 @@ def env_report(as_text: bool = False) -> dict[str, Any] | str:
     gpu_memory_bytes, cuda, driver, compute_capability (None without a GPU), cpu, cpu_count,
     tf32_matmul and tf32_cudnn (bool: is TF32 in use for fp32 matmuls / cuDNN convolutions),
     float32_matmul_precision, sdpa_flash, sdpa_mem_efficient, sdpa_math, sdpa_cudnn (bool:
-    backend enabled), timestamp (ISO-8601 UTC).
+    backend enabled), timestamp (ISO-8601 UTC), huggingface_hub, below_floor (the lines of
+    below_floor(): what is older than the versions fastdiff is tested with).
 
     Introduced in 00_setup.ipynb.
     """
@@ -134,8 +172,16 @@ def env_report(as_text: bool = False) -> dict[str, Any] | str:
         enabled = getattr(cuda_backends, f"{name}_sdp_enabled", None)
         report[f"sdpa_{name}"] = bool(enabled()) if enabled is not None else None
     report["timestamp"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    report["below_floor"] = below_floor({**{p: report[p] for p in _PACKAGES},
+                                         "python": report["python"],
+                                         **{p: _version(p) for p in ("safetensors", "tokenizers")}})
 
     if not as_text:
         return report
     width = max(len(k) for k in report) + 1
-    return "\n".join(f"{k + ':':<{width}} {v}" for k, v in report.items())
+    lines = [f"{k + ':':<{width}} {v}" for k, v in report.items() if k != "below_floor"]
+    below = report["below_floor"]
+    lines.append(f"{'floor:':<{width}} " + ("; ".join(below) + " (pip install -U the package, "
+                 "or expect a failure: fastdiff is tested from these versions up)" if below else
+                 "every version at or above fastdiff's floor (fdh.env.FLOORS)"))
+    return "\n".join(lines)

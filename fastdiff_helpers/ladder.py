@@ -30,7 +30,7 @@ from .techniques import apply
 from .techniques.quantization import select_filter
 from .text import memory_text, psnr_text, seconds_text
 
-__all__ = ["run_ladder", "format_table", "warm_ladder", "free_memory"]
+__all__ = ["run_ladder", "format_table", "warm_ladder", "free_memory", "measure_step"]
 
 
 class InjectedFailure(RuntimeError):
@@ -120,6 +120,55 @@ def _selects_any(pipe, recipe) -> bool:
                for name, m in part.named_modules())
 
 
+def measure_step(spec, name: str, recipe, weights: str, device: str, loading: dict,
+                 baseline=None, *, steps: int | None = None, height: int | None = None,
+                 width: int | None = None, runs: int = 5, warmup: int = 2, seed: int = 0,
+                 prompt: str | None = None, progress: bool = True,
+                 fail: bool = False) -> Result:
+    """One ladder step on a fresh pipeline: load (with the ladder's `loading` options), the
+    recipe adapted to the device (its notes go to Result.notes), apply, benchmark with quality
+    against `baseline` (a PIL image, or None). A failure (OOM, compile error, RecipeError...)
+    comes back as a Result with error="Type: message", so one step never loses the others.
+    The pipeline is freed before returning. `fail=True` forces a failure (a testing aid).
+    Shared by run_ladder and the reference run (reference.py)."""
+    adapted, notes = recipe.for_device(device)
+    size = default_resolution(spec, weights)
+    pipe = None
+    started = time.perf_counter()
+    try:
+        pipe = load_pipeline(spec.key, weights=weights, device=device, verbose=False, **loading)
+        if fail:
+            raise InjectedFailure(f"fail_step={name!r} asked this step to fail")
+        if weights == "tiny" and adapted.quantize and not _selects_any(pipe, adapted):
+            # "fastdiff" keeps only linears of the real models' size; a tiny model has
+            # none, and an int8 step that quantized nothing would be reported as if it had
+            notes.append(f"tiny weights: quant_filter={adapted.quant_filter!r} selects no "
+                         "linear here, so this step quantizes with quant_filter='all'")
+            adapted = dataclasses.replace(adapted, quant_filter="all")
+        apply(pipe, adapted)
+        load_s = time.perf_counter() - started
+        result = benchmark(pipe, prompt=prompt or DEFAULT_PROMPT, steps=steps, height=height,
+                           width=width, runs=runs, warmup=warmup, seed=seed, progress=progress,
+                           step=name, baseline=baseline)
+        result.notes = notes + result.notes
+        result.load_s = load_s
+    except Exception as exc:  # one step's failure must not lose the steps already measured
+        result = Result(
+            model=spec.key, weights=weights, step=name, recipe=adapted.to_dict(),
+            device_name=device_name(device),
+            height=height or size, width=width or size, steps=steps or spec.steps,
+            guidance=spec.guidance,
+            seed=seed, prompt=prompt or DEFAULT_PROMPT, runs=runs, warmup=warmup,
+            env=env_report(), error=f"{type(exc).__name__}: {exc}".strip(), notes=notes,
+            vae=loading.get("vae", "pipeline"),
+            scheduler=SCHEDULERS.get(loading.get("scheduler", ""), spec.scheduler.class_name))
+    finally:
+        del pipe
+        free_memory()
+    result.wall_s = time.perf_counter() - started
+    return result
+
+
 def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = None,
                height: int | None = None, width: int | None = None, runs: int = 5,
                warmup: int = 2, out: str | Path | None = None, device: str | None = None,
@@ -149,7 +198,6 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
     if fail_step is not None:
         _check_names([fail_step], "fail_step", ladder)
     weights = resolve_weights(spec, weights, device)
-    size = default_resolution(spec, weights)
     out = Path(out) if out is not None else None
     if out is not None and (out / "results.jsonl").exists():
         print(f"fastdiff: appending to the existing {out / 'results.jsonl'}")
@@ -160,48 +208,15 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
     baseline_image = None
     for n, (idx, name, recipe) in enumerate(plan, start=1):
         print(f"[{n}/{len(plan)}] {spec.key} {name}")
-        adapted, notes = recipe.for_device(device)
-        pipe = None
-        try:
-            started = time.perf_counter()
-            pipe = load_pipeline(spec.key, weights=weights, device=device, verbose=False,
-                                 **loading)
-            if name == fail_step:
-                raise InjectedFailure(f"fail_step={name!r} asked this step to fail")
-            if weights == "tiny" and adapted.quantize and not _selects_any(pipe, adapted):
-                # "fastdiff" keeps only linears of the real models' size; a tiny model has
-                # none, and an int8 step that quantized nothing would be reported as if it had
-                notes.append(f"tiny weights: quant_filter={adapted.quant_filter!r} selects no "
-                             "linear here, so this step quantizes with quant_filter='all'")
-                adapted = dataclasses.replace(adapted, quant_filter="all")
-            apply(pipe, adapted)
-            load_s = time.perf_counter() - started
-            result = benchmark(pipe, prompt=prompt or DEFAULT_PROMPT, steps=steps,
-                               height=height, width=width, runs=runs, warmup=warmup,
-                               seed=seed, progress=progress, step=name,
-                               baseline=baseline_image)
-            if baseline_image is None:  # the first successful step is the baseline
-                baseline_image = result.image
-                result.quality = compare_images(result.image, baseline_image)
-                if idx != 0:
-                    notes.append(f"baseline for quality: {name} (the first step that ran)")
-            result.notes = notes + result.notes
-            result.load_s = load_s
-        except Exception as exc:  # one step's failure (OOM, compile error, RecipeError...)
-            # must not lose the steps already measured or stop the ones after it: record it.
-            env = env_report()
-            result = Result(
-                model=spec.key, weights=weights, step=name, recipe=adapted.to_dict(),
-                device_name=device_name(device),
-                height=height or size, width=width or size, steps=steps or spec.steps,
-                guidance=spec.guidance,
-                seed=seed, prompt=prompt or DEFAULT_PROMPT, runs=runs, warmup=warmup,
-                env=env, error=f"{type(exc).__name__}: {exc}".strip(), notes=notes,
-                vae=loading.get("vae", "pipeline"),
-                scheduler=SCHEDULERS.get(loading.get("scheduler", ""), spec.scheduler.class_name))
-        finally:
-            del pipe
-            free_memory()
+        result = measure_step(spec, name, recipe, weights, device, loading, baseline_image,
+                              steps=steps, height=height, width=width, runs=runs,
+                              warmup=warmup, seed=seed, prompt=prompt, progress=progress,
+                              fail=name == fail_step)
+        if result.error is None and baseline_image is None:
+            baseline_image = result.image  # the first successful step is the baseline
+            result.quality = compare_images(result.image, baseline_image)
+            if idx != 0:
+                result.notes.append(f"baseline for quality: {name} (the first step that ran)")
         if out is not None:
             save_result(result, out, idx)
         print("   " + result.summary())
@@ -263,6 +278,9 @@ def warm_ladder(model: str = "sdxl", weights: str = "auto", ladder: str = "blog"
     if out is not None:
         header = save_artifacts(out, model=spec.key, weights=weights, ladder=ladder,
                                 steps=[r["step"] for r in rows])
-        print(f"fastdiff: compile artifacts ({header['bytes'] / 2**20:.1f} MiB) in {out}; on "
-              f"another machine: python -m fastdiff_helpers warm --load {out}")
+        print(f"fastdiff: compile artifacts ({header['bytes'] / 2**20:.1f} MiB) in {out}, "
+              f"SHA-256 {header['sha256']}. On another machine of the same GPU kind and "
+              f"versions: python -m fastdiff_helpers warm --load {out} --sha256 "
+              f"{header['sha256']} (the file holds code that runs: pass it only to people who "
+              "trust you, and load only files from people you trust)")
     return rows

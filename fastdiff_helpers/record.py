@@ -31,6 +31,7 @@ _REQUIRED = (
 _NUMERIC = (
     "guidance", "latency_s", "latency_samples", "cold_start_s", "stages", "stage_samples",
     "flops_per_image", "tflops_per_s", "quality", "cold_start_split", "load_s",
+    "matmul_tflops", "wall_s",
 )
 _NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
@@ -93,6 +94,11 @@ class Result:
     compile_events: dict = field(default_factory=dict)
     cold_start_split: dict = field(default_factory=dict)  # compile_s, dynamo_s, inductor_s, ...
     load_s: float | None = None  # load_pipeline + apply, where run_ladder measured it
+    # the reference run (reference.py), within schema 1 (older records load with None): the
+    # device's dense matmul rate measured for the folder (bf16 on CUDA, fp32 on a CPU), and the
+    # step's whole wall time (load, apply, warm-ups, timed runs)
+    matmul_tflops: float | None = None
+    wall_s: float | None = None
     created_at: str = ""
     image_path: str | None = None
     schema_version: int = SCHEMA_VERSION
@@ -131,6 +137,13 @@ class Result:
         UNSTEADY_IQR of the median (a busy machine, thermal throttling...), with 3+ samples."""
         return (len(self.latency_samples) >= 3 and bool(self.latency_s)
                 and self.latency_iqr_s > UNSTEADY_IQR * self.latency_s)
+
+    @property
+    def matmul_share(self) -> float | None:
+        """Achieved TFLOP/s as a share of the device's measured dense matmul rate, or None."""
+        if not self.tflops_per_s or not self.matmul_tflops:
+            return None
+        return self.tflops_per_s / self.matmul_tflops
 
     @property
     def compiled_during_timing(self) -> bool:

@@ -155,3 +155,38 @@ def test_warm_cache_reaches_the_first_image_5x_sooner_and_artifacts_load(tmp_pat
     _, loaded = fdh.first_image_in_new_process(tmp_path / "fresh", load=artifact)
     assert "'inductor'" in loaded and "'aot_autograd'" in loaded
     assert any((tmp_path / "fresh" / "fxgraph").rglob("*"))
+
+
+def test_warm_load_refuses_a_changed_file_before_anything_is_unpickled(tmp_path, monkeypatch,
+                                                                      capsys):
+    # A compile-cache file holds code that runs (torch/compiler/_cache.py deserialize, then
+    # inductor's pickle.loads): `warm --load FILE --sha256 HEX` checks the bytes first.
+    import hashlib
+    import pickle
+
+    import fastdiff_helpers.compile_cache as cc
+    from fastdiff_helpers.cli import main
+
+    header = dict(cc._stamp(), model="sdxl", steps=["+ compile"])
+    data = cc.MAGIC + json.dumps(header).encode() + b"\n" + pickle.dumps({"artifacts": 1})
+    good = tmp_path / "sdxl.fdcache"
+    good.write_bytes(data)
+    digest = hashlib.sha256(data).hexdigest()
+    bad = tmp_path / "changed.fdcache"
+    bad.write_bytes(data[:-3] + bytes([data[-3] ^ 1]) + data[-2:])  # one byte changed
+
+    loaded, unpickled = [], []
+    monkeypatch.setattr(torch.compiler, "load_cache_artifacts",
+                        lambda payload: loaded.append(payload))
+    real_loads = pickle.loads
+    monkeypatch.setattr(pickle, "loads", lambda *a, **k: unpickled.append(1) or real_loads(*a, **k))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+
+    assert main(["warm", "--load", str(bad), "--sha256", digest]) == 2
+    err = capsys.readouterr().err
+    assert f"not the {digest}" in err and "Nothing was loaded" in err
+    assert loaded == [] and unpickled == []
+    assert main(["warm", "--load", str(good), "--sha256", digest.upper()]) == 0
+    assert len(loaded) == 1 and loaded[0] == data.partition(b"\n")[2].partition(b"\n")[2]
+    assert main(["warm", "--load", str(good)]) == 0  # no hash: loads, and says what it trusts
+    assert "no --sha256 given" in capsys.readouterr().out

@@ -41,7 +41,7 @@ def test_report_text_is_aligned():
     assert isinstance(text, str)
     assert torch.__version__ in text
     lines = text.splitlines()
-    assert len(lines) == len(env_report())
+    assert len(lines) == len(env_report())  # below_floor is the "floor:" line
     value_columns = {len(re.match(r"\S+:\s+", line).group(0)) for line in lines}
     assert len(value_columns) == 1  # every value starts in the same column
     assert any(line.startswith("torch:") and line.endswith(torch.__version__) for line in lines)
@@ -71,3 +71,47 @@ def test_missing_package_and_no_heavy_imports():
 def test_device_name_is_the_cpu_model_on_a_cpu():
     from fastdiff_helpers.env import device_name, env_report
     assert device_name("cpu") == env_report()["cpu"] != ""
+
+
+def test_floors_are_pyprojects_lower_bounds():
+    import tomllib
+    from pathlib import Path
+
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+
+    from fastdiff_helpers.env import FLOORS, PYTHON_BELOW
+
+    project = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"]
+    lower = {}
+    for line in project["dependencies"]:
+        req = Requirement(line)
+        bounds = [s.version for s in req.specifier if s.operator == ">="]
+        if req.name in FLOORS:
+            lower[req.name] = bounds[0]
+    assert lower == {k: v for k, v in FLOORS.items() if k != "python"}
+    assert SpecifierSet(project["requires-python"]) == SpecifierSet(
+        f">={FLOORS['python']},<{PYTHON_BELOW}")
+
+
+def test_below_floor_names_each_old_version():
+    from fastdiff_helpers.env import below_floor
+
+    assert below_floor({"torch": "2.11.0+cu130", "transformers": "5.17.0", "python": "3.12.3",
+                        "huggingface_hub": "1.33.0", "diffusers": "0.42.1"}) == []
+    assert below_floor({"torch": "2.10.1+cu128", "transformers": "4.57.1", "python": "3.9.18",
+                        "diffusers": "not installed"}) == [
+        "python 3.9.18 is below 3.10", "torch 2.10.1+cu128 is below 2.11",
+        "transformers 4.57.1 is below 5.17"]
+    assert below_floor({"python": "3.13.1"}) == ["python 3.13.1 is above the tested range (< 3.13)"]
+    assert below_floor({"torch": "2.11.0a0+git123"}) == []  # a 2.11 pre-release build: its release
+
+
+def test_env_text_says_whether_anything_is_below_the_floor(monkeypatch):
+    import fastdiff_helpers.env as env
+
+    assert "every version at or above fastdiff's floor" in env_report(as_text=True)
+    monkeypatch.setattr(env, "_version", lambda p: "4.40.0" if p == "transformers" else
+                        metadata.version(p) if p != "triton" else "not installed")
+    text = env.env_report(as_text=True)
+    assert "floor:" in text and "transformers 4.40.0 is below 5.17" in text

@@ -1,0 +1,514 @@
+"""The reference run: a ladder measured into one results folder, a step at a time, resumable
+across short GPU slots (`python -m fastdiff_helpers reference`).
+
+Introduced in the README's "On an offline GPU machine" (the course's reference results are made
+with it). What run_ladder does in one go, this does in pieces that add up to one ladder:
+- it runs only the steps the folder does not hold yet, in ladder order, and after each one
+  rewrites results.jsonl (every record, atomically), ladder.png, memory.png and the results
+  root's README.md (one table per GPU and model);
+- quality is always against the folder's fp32 image (images/0_*.png), whichever process made it;
+- the device's dense matmul rate is measured once per folder (reference.json) and every record
+  carries it, so each step's achieved TFLOP/s has its share of what the card can do;
+- with a budget it never starts a step it expects not to finish (the estimate comes from the
+  steps recorded here, or a first guess by step kind), stops at the budget otherwise (the cut
+  step leaves no record) and says in one line how to continue (exit code 3).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .charts import Reference, ladder_chart, memory_chart, save_figure
+from .env import device_name
+from .errors import FastdiffError
+from .flops import measure_matmul_tflops
+from .ladder import _setup, free_memory, measure_step
+from .presets import BLOG_A100_SECONDS, BLOG_SOURCE
+from .pretrained import resolve_weights
+from .quality import compare_images
+from .recipe import LADDERS
+from .results import Result, load_results, rewrite_results
+from .text import memory_text, psnr_text, seconds_text
+
+__all__ = ["run_reference", "ReferenceOutcome", "write_results_readme", "EXIT_BUDGET",
+           "gpu_folder"]
+
+STATE = "reference.json"
+EXIT_BUDGET = 3  # stopped at the budget, steps left: run the same command again
+CUT_RETRIES = 3  # a step cut at the budget this many times in a row is not started again
+# A first guess of one step's wall time (load, apply, compile, warm-ups, timed runs) when the
+# folder records nothing of that kind yet: (tiny weights?, compiled?) -> seconds. Tiny: the
+# 2-core CPU machine took 5-20 s an eager step and 60-120 s a compiled one. Full size: SDXL on
+# the H100 took 25-45 s an eager step (results/h100-80gb-hbm3/sdxl) and did not finish its first
+# max-autotune call in 540 s (gpu-tests.md), so the compiled guess is that.
+FIRST_GUESS_S = {(True, False): 30.0, (True, True): 150.0, (False, False): 120.0,
+                 (False, True): 540.0}
+
+
+class BudgetExceeded(BaseException):
+    """Raised by the budget's timer inside a step. A BaseException, so that the per-step
+    failure isolation (which records any Exception as a failed step) lets it through."""
+
+
+@dataclass
+class ReferenceOutcome:
+    """What a reference run did: status "complete", "nothing to do" or "budget"; the steps it
+    measured, the steps left, and the one line it printed last. exit_code: 0, or EXIT_BUDGET."""
+
+    status: str
+    ran: list[str] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)
+    message: str = ""
+    exit_code: int = 0
+
+
+def gpu_folder(device: str) -> str:
+    """The results folder name of a device: its name in lower case, words joined by "-",
+    without the vendor ("NVIDIA H100 80GB HBM3" -> "h100-80gb-hbm3")."""
+    import re
+    name = re.sub(r"^(nvidia|amd|intel)\s+", "", device_name(device).strip(), flags=re.I)
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "device"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def _slug(name: str) -> str:
+    import re
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "step"
+
+
+def _compiled(recipe) -> bool:
+    return recipe.compile is not None
+
+
+class _Folder:
+    """One results folder: its records (by step), its state file, its images."""
+
+    def __init__(self, out: Path, ladder: str):
+        self.out, self.ladder = out, ladder
+        self.names = [n for n, _ in LADDERS[ladder]]
+        self.state_path = out / STATE
+        self.state: dict[str, Any] = (json.loads(self.state_path.read_text())
+                                      if self.state_path.exists() else {})
+        store = out / "results.jsonl"
+        self.records: dict[str, Result] = {}
+        if store.exists():
+            for r in load_results(store):
+                if r.step not in self.names:
+                    raise FastdiffError(
+                        f"{store} holds a step {r.step!r} that the {ladder} ladder does not "
+                        f"have ({', '.join(self.names)}): is it a {other(ladder)} ladder "
+                        f"folder? Pass --ladder {other(ladder)}, or use another --out.")
+                self.records[r.step] = r  # a later record of a step replaces an earlier one
+
+    def ordered(self) -> list[Result]:
+        return [self.records[n] for n in self.names if n in self.records]
+
+    def save_state(self) -> None:
+        _write_json(self.state_path, self.state)
+
+
+def other(ladder: str) -> str:
+    return next((name for name in LADDERS if name != ladder), ladder)
+
+
+def _check_same_run(folder: _Folder, asked: dict[str, Any]) -> None:
+    """Refuse, before any work, to add steps measured another way to a folder."""
+    held = folder.state.get("run")
+    if held is None and folder.records:  # a folder written by `ladder --out`: read its records
+        first = folder.ordered()[0]
+        held = {"model": first.model, "weights": first.weights, "height": first.height,
+                "width": first.width, "steps": first.steps, "device_name": first.device_name,
+                "ladder": folder.ladder}
+    if held is None:
+        return
+    different = {k: (held.get(k), v) for k, v in asked.items()
+                 if k in held and held.get(k) != v}
+    if different:
+        said = ", ".join(f"{k}: folder {h!r}, now {v!r}" for k, (h, v) in different.items())
+        raise FastdiffError(
+            f"{folder.out} holds a run measured differently ({said}). A folder holds one "
+            "ladder of one model on one GPU: pass the folder's settings, or use another --out "
+            "(results/<gpu>/<model>).")
+
+
+def _baseline_image(folder: _Folder):
+    """The folder's fp32 image (the ladder's first step), or None before it is measured."""
+    first = folder.records.get(folder.names[0])
+    if first is None or first.error is not None:
+        return None
+    if not first.image_path or not (folder.out / first.image_path).exists():
+        raise FastdiffError(
+            f"{folder.out}: the {first.step} record has no image at "
+            f"{folder.out / (first.image_path or 'images/0_*.png')}, and every quality figure "
+            "is measured against it. Restore the image, or remove that record from "
+            "results.jsonl to measure the baseline again.")
+    from PIL import Image
+    with Image.open(folder.out / first.image_path) as image:
+        return image.convert("RGB")
+
+
+def _estimate(folder: _Folder, name: str, compiled: bool, tiny: bool) -> tuple[float, str]:
+    """Expected wall seconds of a step, and where the figure comes from."""
+    attempts = folder.state.get("attempts", [])
+    done = [a["seconds"] for a in attempts
+            if a.get("finished") is True and a.get("compiled") == compiled and a.get("seconds")]
+    done += [r.wall_s for r in folder.records.values()
+             if r.wall_s and _compiled_record(r) == compiled]
+    kind = "compiled" if compiled else "eager"
+    if done:
+        seconds, source = max(done), f"the longest {kind} step recorded here"
+    else:
+        seconds = FIRST_GUESS_S[(tiny, compiled)]
+        source = (f"a first guess for {'an' if kind == 'eager' else 'a'} {kind} step "
+                  f"({'tiny' if tiny else 'full-size'} weights)")
+    cut = [a["seconds"] for a in attempts
+           if a.get("step") == name and a.get("finished") is False and a.get("seconds")]
+    if cut and max(cut) > seconds:
+        seconds, source = max(cut), "its last attempt, stopped unfinished after that long"
+    return seconds, source
+
+
+def _cuts(folder: _Folder, name: str) -> int:
+    """How many times in a row, up to now, `name` was stopped at the budget unfinished."""
+    count = 0
+    for a in reversed([a for a in folder.state.get("attempts", []) if a.get("step") == name]):
+        if a.get("finished") is False:
+            count += 1
+        elif a.get("finished") != "interrupted":
+            break
+    return count
+
+
+def _compiled_record(r: Result) -> bool:
+    return bool((r.recipe or {}).get("compile"))
+
+
+def _matmul(folder: _Folder, device: str) -> float:
+    held = folder.state.get("matmul")
+    name = device_name(device)
+    if held and held.get("device_name") == name:
+        return float(held["tflops"])
+    is_cuda = torch.device(device).type == "cuda"
+    rate = measure_matmul_tflops(device)
+    folder.state["matmul"] = {
+        "tflops": rate, "device_name": name, "measured_at": _now(),
+        "what": ("bf16 8192x8192 @ 8192x8192, 20 products after 3 warm-ups, CUDA events"
+                 if is_cuda else "fp32 1024x1024 @ 1024x1024, 5 products, perf_counter")}
+    folder.save_state()
+    print(f"fastdiff: dense matmul rate of {name}: {rate:.3g} TFLOP/s "
+          f"({'bf16' if is_cuda else 'fp32'}, measured once for this folder)")
+    return rate
+
+
+def _alarm(seconds: float | None):
+    if seconds is None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        return
+
+    def stop(signum, frame):
+        raise BudgetExceeded()
+
+    signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
+
+
+def _continue_line(args_line: str) -> str:
+    return f"python -m fastdiff_helpers reference {args_line}"
+
+
+def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: str = "blog",
+                  weights: str = "auto", budget_s: float | None = None, runs: int = 5,
+                  warmup: int = 2, steps: int | None = None, height: int | None = None,
+                  width: int | None = None, device: str | None = None, seed: int = 0,
+                  prompt: str | None = None, retry_failed: bool = False,
+                  ignore_estimate: bool = False, progress: bool = True,
+                  command: str | None = None) -> ReferenceOutcome:
+    """Measure the steps of `ladder` that `out` does not hold yet, in order, within `budget_s`
+    seconds (None: no budget). `out` is results/<gpu>/<model> (default: that, under the current
+    folder, <gpu> from gpu_folder()): the README.md written after each step goes to its
+    grandparent (results/). A failed step is recorded with its error and not
+    run again unless `retry_failed`. `ignore_estimate` starts the next step even when its
+    estimate exceeds what is left (it is still stopped at the budget): for a compile cache
+    warmed since the last attempt. `command` is how to run this again (for the last line).
+
+    Returns a ReferenceOutcome; the CLI exits with its exit_code (EXIT_BUDGET: steps left)."""
+    spec, device, _, loading = _setup(model, ladder, device, None)
+    if budget_s is not None and budget_s <= 0:
+        raise FastdiffError(f"budget_s={budget_s}: give a positive number of seconds, or none "
+                            "for no budget.")
+    if runs < 1 or warmup < 1:
+        raise FastdiffError(f"runs={runs}, warmup={warmup}: the reference run needs at least "
+                            "one warm-up (the cold start) and one timed run.")
+    weights = resolve_weights(spec, weights, device)
+    out = Path(out) if out is not None else Path("results") / gpu_folder(device) / spec.key
+    folder = _Folder(out, ladder)
+    here = device_name(device)
+    first_record = next(iter(folder.ordered()), None)
+    asked = {"model": spec.key, "ladder": ladder, "weights": weights, "device_name": here,
+             "height": height or (first_record.height if first_record else None),
+             "width": width or (first_record.width if first_record else None),
+             "steps": steps or (first_record.steps if first_record else None)}
+    asked = {k: v for k, v in asked.items() if v is not None}
+    _check_same_run(folder, asked)
+    again = command or _continue_line(
+        f"--model {spec.key} --ladder {ladder} --weights {weights} --out {out}"
+        + (f" --budget-s {budget_s:g}" if budget_s else ""))
+
+    plan = [(i, n, r) for i, (n, r) in enumerate(LADDERS[ladder])
+            if n not in folder.records or (retry_failed and folder.records[n].error)]
+    failed = [n for n, r in folder.records.items() if r.error and n not in [p[1] for p in plan]]
+    if not plan:
+        message = (f"fastdiff: nothing to do: {out} holds all {len(folder.names)} steps of the "
+                   f"{ladder} ladder"
+                   + (f" ({len(failed)} failed: {', '.join(failed)}; --retry-failed runs them "
+                      "again)" if failed else "") + ".")
+        print(message)
+        return ReferenceOutcome("nothing to do", message=message)
+
+    baseline = _baseline_image(folder)
+    folder.state.setdefault("run", {**asked, "runs": runs, "warmup": warmup, "seed": seed})
+    interrupted = [a for a in folder.state.get("attempts", []) if a.get("finished") is None]
+    for a in interrupted:
+        print(f"fastdiff: an earlier run was interrupted during {a['step']!r} (started "
+              f"{a['started_at']}); it is measured again.")
+        a["finished"] = "interrupted"
+    rate = None  # measured (once per folder) just before the first step that runs
+    started = time.monotonic()
+    tiny = weights == "tiny"
+    ran: list[str] = []
+    print(f"fastdiff: reference run of {spec.key} ({ladder} ladder, {weights} weights) on {here}"
+          f" into {out}: {len(plan)} step(s) to go"
+          + (f", budget {budget_s:.0f} s" if budget_s else ", no budget"))
+
+    for n, (idx, name, recipe) in enumerate(plan, start=1):
+        left = None if budget_s is None else budget_s - (time.monotonic() - started)
+        compiled = _compiled(recipe.for_device(device)[0])
+        guess, source = _estimate(folder, name, compiled, tiny)
+        cuts = _cuts(folder, name)
+        # The first step of a run has the whole budget (less the setup's second or two). A
+        # step cut at the budget before starts again with the whole budget, up to
+        # CUT_RETRIES times in a row: the compile cache keeps what the cut attempts compiled
+        # (on the H100 each cut max-autotune attempt went on from where the last one stopped).
+        retry = (not ran and cuts and cuts < CUT_RETRIES and "stopped unfinished" in source)
+        if retry:
+            source += (f"; cut {cuts} time(s) at the budget so far, it starts again with the "
+                       "whole budget: the compile cache keeps the work of the cut attempts")
+        given_up = cuts >= CUT_RETRIES
+        if left is not None and not ignore_estimate and (given_up or (
+                guess > left and not retry and (ran or guess > budget_s))):
+            rest = [p[1] for p in plan[n - 1:]]
+            if given_up:
+                why = (f"{name!r}: it was cut at the budget {cuts} times in a row (last after "
+                       f"{guess:.0f} s) and needs more than {budget_s:g} s: give a larger "
+                       "--budget-s, or warm its compile cache (warm --only, or warm --load a "
+                       "file from a machine where it finished) and pass --ignore-estimate")
+            elif guess > budget_s:
+                why = (f"{name!r} needs about {guess:.0f} s ({source}), more than the whole "
+                       f"budget of {budget_s:.0f} s: give a larger --budget-s, or warm its "
+                       "compile cache first (warm --only) and pass --ignore-estimate")
+            else:
+                why = (f"{name!r} needs about {guess:.0f} s ({source}) and {left:.0f} s of the "
+                       "budget are left")
+            message = (f"fastdiff: stopped before {why}. {len(ran)} step(s) measured now, "
+                       f"{len(rest)} left. Continue with: {again}")
+            print(message)
+            return ReferenceOutcome("budget", ran, rest, message, EXIT_BUDGET)
+        if rate is None:
+            out.mkdir(parents=True, exist_ok=True)
+            rate = _matmul(folder, device)
+        print(f"[{n}/{len(plan)}] {spec.key} {name} (about {guess:.0f} s: {source})")
+        attempt = {"step": name, "compiled": compiled, "started_at": _now(), "finished": None,
+                   "seconds": None}
+        folder.state.setdefault("attempts", []).append(attempt)
+        folder.save_state()
+        step_started = time.monotonic()
+        try:
+            _alarm(left)
+            result = measure_step(spec, name, recipe, weights, device, loading, baseline,
+                                  steps=steps, height=height, width=width, runs=runs,
+                                  warmup=warmup, seed=seed, prompt=prompt, progress=progress)
+            _alarm(None)
+        except BudgetExceeded:
+            _alarm(None)
+            attempt.update(finished=False, seconds=round(time.monotonic() - step_started, 1))
+            free_memory()
+            folder.save_state()
+            rest = [p[1] for p in plan[n - 1:]]
+            message = (f"fastdiff: stopped at the budget ({budget_s:g} s) during {name!r} "
+                       f"after {attempt['seconds']:.0f} s; it left no record. {len(ran)} step(s) "
+                       f"measured now, {len(rest)} left. Continue with: {again}")
+            print(message)
+            return ReferenceOutcome("budget", ran, rest, message, EXIT_BUDGET)
+        attempt.update(finished=result.error is None,
+                       seconds=round(time.monotonic() - step_started, 1))
+        if result.error is not None:
+            attempt["finished"] = "failed"
+        result.matmul_tflops = rate
+        if result.error is None:
+            if idx == 0:
+                baseline = result.image
+                result.quality = compare_images(result.image, baseline)
+            elif baseline is None:
+                result.notes.append(f"no quality figure: the folder has no {folder.names[0]} "
+                                    "image to compare with (that step failed)")
+                result.quality = None
+            image_path = out / "images" / f"{idx}_{_slug(name)}.png"
+            image_path.parent.mkdir(parents=True, exist_ok=True)
+            result.image.save(image_path)
+            result.image_path = image_path.relative_to(out).as_posix()
+        folder.records[name] = result
+        rewrite_results(folder.ordered(), out / "results.jsonl")
+        folder.save_state()
+        draw(folder, spec.key, weights)
+        write_results_readme(out.parent.parent)
+        print("   " + result.summary()
+              + (f", {result.tflops_per_s:.3g} TFLOP/s = {result.matmul_share:.1%} of the "
+                 f"measured matmul rate" if result.matmul_share else ""))
+        for note in result.notes:
+            print("     note: " + note)
+        ran.append(name)
+
+    left_steps = [n for n in folder.names if n not in folder.records]
+    message = (f"fastdiff: {out} holds all {len(folder.names)} steps of the {ladder} ladder "
+               f"({len(ran)} measured now); table in {out.parent.parent / 'README.md'}.")
+    print(message)
+    return ReferenceOutcome("complete", ran, left_steps, message)
+
+
+def draw(folder: _Folder, model: str, weights: str) -> None:
+    """ladder.png (with the blog's A100 bars for the blog ladder on real-size weights) and
+    memory.png of the folder's records."""
+    records = folder.ordered()
+    reference = None
+    if folder.ladder == "blog" and weights != "tiny" and model in BLOG_A100_SECONDS:
+        reference = Reference("Published", "A100-80GB", BLOG_SOURCE, BLOG_A100_SECONDS[model])
+    save_figure(ladder_chart(records, reference=reference), folder.out / "ladder.png")
+    save_figure(memory_chart(records), folder.out / "memory.png")
+
+
+# --- results/README.md ----------------------------------------------------------------------
+
+def _rate_of(folder: Path, records: list[Result]) -> float | None:
+    state = folder / STATE
+    if state.exists():
+        held = json.loads(state.read_text()).get("matmul") or {}
+        if held.get("tflops"):
+            return float(held["tflops"])
+    rates = [r.matmul_tflops for r in records if r.matmul_tflops]
+    return rates[0] if rates else None
+
+
+def _ladder_of(folder: Path, records: list[Result]) -> str:
+    state = folder / STATE
+    if state.exists():
+        run = json.loads(state.read_text()).get("run") or {}
+        if run.get("ladder") in LADDERS:
+            return run["ladder"]
+    names = {r.step for r in records}
+    return next((k for k, steps in LADDERS.items() if names <= {n for n, _ in steps}), "blog")
+
+
+def _table(folder: Path, records: list[Result]) -> list[str]:
+    ladder = _ladder_of(folder, records)
+    names = [n for n, _ in LADDERS[ladder]]
+    by_step = {r.step: r for r in records}
+    rate = _rate_of(folder, records)
+    first = records[0]
+    env = first.env or {}
+    blog = (BLOG_A100_SECONDS.get(first.model, {})
+            if ladder == "blog" and first.weights != "tiny" else {})
+    lines = [f"### {first.device_name}: {first.model} (`{folder.parent.name}/{folder.name}/`)", "",
+             f"{ladder} ladder, {first.weights} weights, {first.height}x{first.width}, "
+             f"{first.steps} steps, batch 1; torch {env.get('torch', '?')}, diffusers "
+             f"{env.get('diffusers', '?')}, torchao {env.get('torchao', '?')}, driver "
+             f"{env.get('driver') or '-'}. Dense "
+             f"{'bf16' if env.get('device') == 'cuda' else 'fp32'} matmul rate measured on it: "
+             + (f"{rate:.4g} TFLOP/s." if rate else "not measured.")]
+    kinds = {r.peak_memory_kind for r in records if r.peak_memory_kind}
+    lines.append("Peak memory: " + (" / ".join(sorted(
+        {"cuda_max_allocated": "CUDA max allocated (reserved beside it: CUDA-graph pools "
+         "included)", "process_peak_rss": "the process's peak RSS"}.get(k, k) for k in kinds))
+        or "not measured") + ".")
+    if first.weights in ("random", "tiny"):
+        lines.append(f"{first.weights.capitalize()} weights: the PSNR column shows how far "
+                     "each step moves the numbers from the fp32 image, never image quality.")
+    lines += ["", "| step | seconds (median) | IQR | vs fp32 | vs prev | peak memory | "
+              "peak reserved | cold start | TFLOP/s | share of matmul rate | PSNR vs fp32 | "
+              "blog A100 s | blog vs fp32 |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    base = by_step.get(names[0])
+    base_s = base.latency_s if base is not None and base.error is None else None
+    prev = None
+    for name in names:
+        r = by_step.get(name)
+        blog_s = blog.get(name)
+        blog_cells = (f"{blog_s:g} | {blog[names[0]] / blog_s:.2f}x" if blog_s and
+                      blog.get(names[0]) else "- | -")
+        if r is None:
+            lines.append(f"| {name} | not measured yet | | | | | | | | | | {blog_cells} |")
+            continue
+        if r.error is not None or not r.latency_s:
+            lines.append(f"| {name} | FAILED: {(r.error or 'no timing').splitlines()[0][:80]} "
+                         f"| | | | | | | | | | {blog_cells} |")
+            continue
+        share = r.tflops_per_s / rate if r.tflops_per_s and rate else None
+        lines.append(
+            f"| {name} | {seconds_text(r.latency_s)} | {seconds_text(r.latency_iqr_s)} | "
+            + (f"{base_s / r.latency_s:.2f}x" if base_s else "-") + " | "
+            + (f"{prev / r.latency_s:.2f}x" if prev else "-") + " | "
+            f"{memory_text(r.peak_memory_bytes)} | {memory_text(r.peak_reserved_bytes)} | "
+            f"{seconds_text(r.cold_start_s)} s | "
+            + (f"{r.tflops_per_s:.4g}" if r.tflops_per_s else "-") + " | "
+            + (f"{share:.1%}" if share else "-") + f" | {psnr_text(r.quality)} | {blog_cells} |")
+        prev = r.latency_s
+    return lines
+
+
+def write_results_readme(root: str | Path) -> Path | None:
+    """results/README.md, made anew from every results/<gpu>/<model>/results.jsonl: one table
+    per GPU and model (seconds, spread, speed-ups, memory, cold start, achieved TFLOP/s and its
+    share of the measured matmul rate, PSNR, the blog's A100 figures beside). None when the
+    root holds no results."""
+    root = Path(root)
+    stores = sorted(root.glob("*/*/results.jsonl"))
+    if not stores:
+        return None
+    lines = ["# Reference results", "",
+             "Measured by this project (the device each table names); made anew by `python -m fastdiff_helpers "
+             "reference` (fastdiff_helpers/reference.py) after every step: edit the records, "
+             "not this file. Each folder holds `results.jsonl` (every timed sample, the "
+             "environment, cold-start split), `reference.json` (the matmul rate, every "
+             "attempt), the charts and the fp32 image. Compare seconds only between rows of "
+             "one table. The blog's figures are its A100-80GB ones "
+             f"({BLOG_SOURCE}).", ""]
+    verdicts = sorted(root.glob("*/gpu-tests.md"))
+    if verdicts:
+        lines += ["GPU test verdicts: " + ", ".join(f"[{p.parent.name}]({p.relative_to(root)})"
+                                                     for p in verdicts) + ".", ""]
+    for store in stores:
+        records = load_results(store)
+        if records:
+            lines += _table(store.parent, records) + [""]
+    path = root / "README.md"
+    tmp = path.with_name(f".README.md.{os.getpid()}.tmp")
+    tmp.write_text("\n".join(lines).rstrip() + "\n")
+    os.replace(tmp, path)
+    return path

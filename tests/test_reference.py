@@ -1,0 +1,296 @@
+"""The reference run (issue 22): a ladder measured into results/<gpu>/<model> a step at a time,
+resumable across short GPU slots. Fast tests replace the measurement by a fake step (so the
+budget, the state and the tables are exact); the slow test runs the real blog ladder on the tiny
+SDXL through the CLI, again and again, with a kill in the middle."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import fastdiff_helpers as fdh
+import fastdiff_helpers.reference as ref
+from fastdiff_helpers.results import Result, load_results
+
+BLOG = [n for n, _ in fdh.LADDER]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _image(value: int) -> Image.Image:
+    return Image.fromarray(np.full((8, 8, 3), value, dtype=np.uint8))
+
+
+class FakeSteps:
+    """Stands in for ladder.measure_step: each step takes `seconds[name]` (sleeping) and
+    returns a Result whose image is a flat gray of the step's index."""
+
+    def __init__(self, seconds=None, fail=()):
+        self.seconds, self.fail, self.calls, self.baselines = seconds or {}, set(fail), [], []
+
+    def __call__(self, spec, name, recipe, weights, device, loading, baseline=None, **kw):
+        self.calls.append(name)
+        self.baselines.append(baseline)
+        time.sleep(self.seconds.get(name, 0.0))
+        idx = BLOG.index(name)
+        if name in self.fail:
+            return Result(model=spec.key, weights=weights, step=name, recipe=recipe.to_dict(),
+                          device_name=fdh.env.device_name(device), height=64, width=64,
+                          steps=2, error="RuntimeError: boom")
+        image = _image(100 + idx)
+        result = Result(model=spec.key, weights=weights, step=name, recipe=recipe.to_dict(),
+                        device_name=fdh.env.device_name(device), height=64, width=64, steps=2,
+                        latency_s=1.0 / (idx + 1), latency_samples=[1.0 / (idx + 1)] * 3,
+                        cold_start_s=2.0, peak_memory_bytes=2**20, tflops_per_s=0.01 * (idx + 1),
+                        env={"torch": "2.13.0+cpu", "device": "cpu"})
+        result.image = image
+        if baseline is not None:
+            result.quality = fdh.compare_images(image, baseline)
+        result.wall_s = self.seconds.get(name, 0.0)
+        return result
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    steps = FakeSteps()
+    monkeypatch.setattr(ref, "measure_step", steps)
+    monkeypatch.setattr(ref, "measure_matmul_tflops", lambda device: 0.5)
+    monkeypatch.setattr(ref, "draw", lambda *a, **k: None)  # charts: the slow test draws them
+    return steps
+
+
+def _run(out, **kw):
+    kw.setdefault("weights", "tiny")
+    kw.setdefault("device", "cpu")
+    kw.setdefault("progress", False)
+    return ref.run_reference("sdxl", out=out, **kw)
+
+
+def test_runs_every_step_once_and_quality_is_against_the_folders_fp32_image(fake, tmp_path):
+    out = tmp_path / "results" / "cpu" / "sdxl"
+    first = _run(out)
+    assert first.status == "complete" and first.ran == BLOG and first.exit_code == 0
+    records = load_results(out / "results.jsonl")
+    assert [r.step for r in records] == BLOG
+    assert all(r.matmul_tflops == 0.5 for r in records)
+    assert records[2].matmul_share == pytest.approx(0.03 / 0.5)
+    assert all((out / r.image_path).exists() for r in records)
+    assert records[0].quality["psnr"] == float("inf")
+    # a flat 101 against a flat 100: PSNR 20 log10(255) exactly, whatever process made them
+    assert records[1].quality["psnr"] == pytest.approx(20 * np.log10(255), abs=1e-6)
+
+    fake.calls.clear()
+    again = _run(out)
+    assert again.status == "nothing to do" and fake.calls == []
+    assert "holds all 6 steps" in again.message
+
+    # a new process resuming after records were dropped: its baseline is the fp32 file
+    kept = records[:4]
+    fdh.results.rewrite_results(kept, out / "results.jsonl")
+    resumed = _run(out)
+    assert resumed.ran == BLOG[4:]
+    baseline = fake.baselines[-1]
+    assert np.asarray(baseline).tolist() == np.asarray(_image(100)).tolist()
+    psnr = load_results(out / "results.jsonl")[5].quality["psnr"]
+    assert psnr == pytest.approx(20 * np.log10(255 / 5), abs=1e-6)
+
+
+def test_never_starts_a_step_the_budget_cannot_hold(fake, tmp_path, capsys):
+    out = tmp_path / "r" / "cpu" / "sdxl"
+    fake.seconds = {"fp32": 0.3, "bf16": 0.3}
+    outcome = _run(out, budget_s=0.9)
+    # eager first guess 30 s > 0.9 s: not even fp32 starts, and the line says so and how on
+    assert outcome.status == "budget" and outcome.exit_code == ref.EXIT_BUDGET
+    assert fake.calls == [] and "more than the whole budget" in outcome.message
+    assert "Continue with: python -m fastdiff_helpers reference" in outcome.message
+    # with an estimate from what is recorded: fp32 ran 0.3 s, so bf16 is expected to take 0.3 s
+    state = {"attempts": [{"step": "fp32", "compiled": False, "finished": True,
+                           "seconds": 0.3}]}
+    assert not out.exists()  # refused before any work: no folder, no matmul measurement
+    out.mkdir(parents=True)
+    (out / "reference.json").write_text(json.dumps(state))
+    outcome = _run(out, budget_s=0.9)
+    assert fake.calls == ["fp32", "bf16"]  # 0.3 + 0.3 s, then 0.3 > what is left
+    assert outcome.left == BLOG[2:] and "'+ SDPA' needs about 0" in outcome.message
+
+
+def test_stops_at_the_budget_inside_a_step_and_leaves_no_record(fake, tmp_path):
+    out = tmp_path / "r" / "cpu" / "sdxl"
+    fake.seconds = {"+ SDPA": 5.0}
+    out.mkdir(parents=True)
+    (out / "reference.json").write_text(json.dumps({"attempts": [
+        {"step": "x", "compiled": False, "finished": True, "seconds": 0.01}]}))
+    started = time.monotonic()
+    outcome = _run(out, budget_s=1.0)
+    assert time.monotonic() - started < 4  # the 5 s step was cut at the budget
+    assert outcome.status == "budget" and outcome.exit_code == ref.EXIT_BUDGET
+    assert "stopped at the budget (1 s) during '+ SDPA'" in outcome.message
+    assert [r.step for r in load_results(out / "results.jsonl")] == ["fp32", "bf16"]
+    attempts = json.loads((out / "reference.json").read_text())["attempts"]
+    assert attempts[-1]["step"] == "+ SDPA" and attempts[-1]["finished"] is False
+    assert 0.5 < attempts[-1]["seconds"] < 2
+    # the next run starts with that step (its estimate: at least the time it was given)
+    fake.seconds = {}
+    again = _run(out, budget_s=10)
+    assert again.ran == ["+ SDPA"]  # then the compiled steps' first guess (150 s) > 10 s
+    assert "'+ compile' needs about 150 s (a first guess for a compiled step" in again.message
+    assert _run(out).ran == BLOG[3:]  # no budget
+
+
+def test_a_step_cut_at_the_budget_gets_the_whole_budget_again_three_times(fake, tmp_path):
+    out = tmp_path / "r" / "cpu" / "sdxl"
+    out.mkdir(parents=True)
+    (out / "reference.json").write_text(json.dumps({"attempts": [
+        {"step": "x", "compiled": False, "finished": True, "seconds": 0.01}]}))
+    fake.seconds = {"fp32": 5.0}
+    outcomes = [_run(out, budget_s=0.5) for _ in range(4)]
+    assert fake.calls == ["fp32"] * 3  # cut three times, then not started
+    assert all("stopped at the budget" in o.message for o in outcomes[:3])
+    assert "it was cut at the budget 3 times in a row" in outcomes[3].message
+    fake.seconds = {}
+    assert _run(out, budget_s=0.5, ignore_estimate=True).ran[0] == "fp32"  # a warmed cache
+
+
+def test_refuses_a_folder_measured_another_way_before_any_work(fake, tmp_path):
+    out = tmp_path / "r" / "cpu" / "sdxl"
+    _run(out, budget_s=None)
+    fake.calls.clear()
+    with pytest.raises(fdh.FastdiffError, match="weights: folder 'tiny', now 'random'"):
+        ref.run_reference("sdxl", out=out, weights="random", device="cpu", progress=False)
+    with pytest.raises(fdh.FastdiffError, match="is it a blog ladder folder"):
+        _run(out, ladder="course")
+    assert fake.calls == []
+
+
+def test_failed_steps_are_recorded_and_retried_only_when_asked(fake, tmp_path):
+    out = tmp_path / "r" / "cpu" / "sdxl"
+    fake.fail = {"+ compile"}
+    outcome = _run(out)
+    records = {r.step: r for r in load_results(out / "results.jsonl")}
+    assert records["+ compile"].error == "RuntimeError: boom" and len(records) == 6
+    assert outcome.status == "complete"
+    nothing = _run(out)
+    assert nothing.status == "nothing to do" and "--retry-failed" in nothing.message
+    fake.fail, fake.calls[:] = set(), []
+    _run(out, retry_failed=True)
+    assert fake.calls == ["+ compile"]
+    assert load_results(out / "results.jsonl")[3].error is None
+
+
+def test_results_readme_tables_every_folder(fake, tmp_path):
+    out = tmp_path / "results" / "h100" / "sdxl"
+    _run(out, weights="tiny")
+    (tmp_path / "results" / "h100" / "gpu-tests.md").write_text("verdict")
+    path = ref.write_results_readme(tmp_path / "results")
+    text = path.read_text()
+    assert "[h100](h100/gpu-tests.md)" in text
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    assert rows[0].startswith("| step | seconds (median) | IQR | vs fp32 | vs prev |")
+    bf16 = rows[2].split(" | ")
+    assert bf16[0] == "| bf16" and bf16[3] == "2.00x" and bf16[4] == "2.00x"
+    assert bf16[8] == "0.02" and bf16[9] == "4.0%"  # 0.02 TFLOP/s of the folder's 0.5
+    assert "Tiny weights: the PSNR column shows how far" in text
+    assert bf16[-2:] == ["-", "- |"]  # no blog figures beside tiny weights
+
+
+def test_committed_h100_folder_tables_with_the_blogs_ratio():
+    lines = ref._table(ROOT / "results" / "h100-80gb-hbm3" / "sdxl",
+                       load_results(ROOT / "results" / "h100-80gb-hbm3" / "sdxl" / "results.jsonl"))
+    table = "\n".join(lines)
+    assert "NVIDIA H100 80GB HBM3: sdxl" in table and "random weights, 1024x1024, 30 steps" in table
+    sdpa = next(line for line in lines if line.startswith("| + SDPA |")).split(" | ")
+    assert sdpa[1] == "2.30" and sdpa[3] == "1.65x" and sdpa[-2:] == ["3.31", "2.22x |"]
+    assert sdpa[8] == "180.7" and sdpa[9] == "23.2%"  # of the 779.9 TFLOP/s measured there
+    assert "| + compile | not measured yet |" in table
+
+
+def test_cli_reference_exit_codes(fake, tmp_path, capsys):
+    from fastdiff_helpers.cli import main
+
+    out = tmp_path / "r" / "cpu" / "sdxl"
+    assert main(["reference", "--model", "sdxl", "--weights", "tiny", "--device", "cpu",
+                 "--out", str(out), "--budget-s", "0.5"]) == ref.EXIT_BUDGET
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.endswith(f"--out {out} --budget-s 0.5")
+    assert main(["reference", "--model", "sdxl", "--weights", "tiny", "--device", "cpu",
+                 "--out", str(out)]) == 0
+    assert main(["reference", "--model", "sdxl", "--weights", "tiny", "--device", "cpu",
+                 "--out", str(out), "--budget-s", "-1"]) == 2
+
+
+@pytest.mark.slow
+def test_cli_completes_the_blog_ladder_over_budgeted_runs_and_a_kill(tmp_path):
+    """The acceptance run on the tiny SDXL: a run killed in the middle of '+ SDPA' keeps fp32
+    and bf16 byte for byte, the next run redoes only that step, and runs with a 150 s budget,
+    again and again, complete the ladder: six records, each PSNR against the same fp32 image,
+    the charts and the README table; one more run does nothing."""
+    out = tmp_path / "results" / "cpu" / "sdxl"
+    cmd = [sys.executable, "-m", "fastdiff_helpers", "reference", "--model", "sdxl",
+           "--weights", "tiny", "--device", "cpu", "--steps", "2", "--runs", "2",
+           "--warmup", "1", "--no-progress", "--out", str(out)]
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+               HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
+
+    killed = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    state, deadline, before = out / "reference.json", time.monotonic() + 600, None
+    while time.monotonic() < deadline:
+        attempts = json.loads(state.read_text()).get("attempts", []) if state.exists() else []
+        if attempts and attempts[-1]["step"] == "+ SDPA" and attempts[-1]["finished"] is None:
+            before = (out / "results.jsonl").read_bytes()
+            time.sleep(1.0)  # inside the step
+            os.kill(killed.pid, signal.SIGKILL)
+            break
+        assert killed.poll() is None, killed.stdout.read()
+        time.sleep(0.2)
+    killed.wait(60)
+    assert before is not None, "the run never reached '+ SDPA'"
+    assert (out / "results.jsonl").read_bytes() == before
+    assert [r.step for r in load_results(out / "results.jsonl")] == ["fp32", "bf16"]
+
+    outputs, codes = [], []
+    for _ in range(8):
+        done = subprocess.run(cmd + ["--budget-s", "150"], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=900)
+        outputs.append(done.stdout)
+        codes.append(done.returncode)
+        assert done.returncode in (0, ref.EXIT_BUDGET), done.stdout[-3000:] + done.stderr[-3000:]
+        if done.returncode == 0:
+            break
+    assert codes[-1] == 0 and set(codes[:-1]) <= {ref.EXIT_BUDGET}, "\n".join(outputs)
+    first = outputs[0]
+    assert "interrupted during '+ SDPA'" in first
+    assert "[1/4] sdxl + SDPA" in first and "sdxl fp32" not in first and "sdxl bf16:" not in first
+    assert all("Continue with: python -m fastdiff_helpers reference" in o
+               for o, c in zip(outputs, codes) if c == ref.EXIT_BUDGET)
+
+    records = load_results(out / "results.jsonl")
+    assert [r.step for r in records] == BLOG and all(r.error is None for r in records)
+    fp32 = Image.open(out / records[0].image_path).convert("RGB")
+    for r in records:
+        again = fdh.compare_images(Image.open(out / r.image_path).convert("RGB"), fp32)
+        assert r.quality["psnr"] == pytest.approx(again["psnr"], rel=1e-9)
+        assert r.matmul_tflops == records[0].matmul_tflops > 0 and r.wall_s > 0
+    assert records[3].cold_start_split.get("compile_s", 0) > 0  # the compiled steps compiled
+    readme = (tmp_path / "results" / "README.md").read_text()
+    rows = [line for line in readme.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(rows) == 7 and not any("not measured" in row for row in rows)
+    assert (out / "ladder.png").stat().st_mtime >= (out / "results.jsonl").stat().st_mtime - 1
+    assert subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300).stdout.strip().endswith(
+        "holds all 6 steps of the blog ladder.")
+
+
+def test_gpu_folder_names(monkeypatch):
+    monkeypatch.setattr(ref, "device_name", lambda device: "NVIDIA H100 80GB HBM3")
+    assert ref.gpu_folder("cuda") == "h100-80gb-hbm3"
+    monkeypatch.setattr(ref, "device_name", lambda device: "NVIDIA H200")
+    assert ref.gpu_folder("cuda") == "h200"
