@@ -441,7 +441,8 @@ def _table(folder: Path, records: list[Result]) -> list[str]:
              f"{env.get('diffusers', '?')}, torchao {env.get('torchao', '?')}, driver "
              f"{env.get('driver') or '-'}. Dense "
              f"{'bf16' if env.get('device') == 'cuda' else 'fp32'} matmul rate measured on it: "
-             + (f"{rate:.4g} TFLOP/s." if rate else "not measured.")]
+             + (f"{rate:.4g} TFLOP/s; every row's share is of this rate, whatever the row's "
+                "own precision." if rate else "not measured.")]
     kinds = {r.peak_memory_kind for r in records if r.peak_memory_kind}
     lines.append("Peak memory: " + (" / ".join(sorted(
         {"cuda_max_allocated": "CUDA max allocated (reserved beside it: CUDA-graph pools "
