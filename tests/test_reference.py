@@ -294,3 +294,11 @@ def test_gpu_folder_names(monkeypatch):
     assert ref.gpu_folder("cuda") == "h100-80gb-hbm3"
     monkeypatch.setattr(ref, "device_name", lambda device: "NVIDIA H200")
     assert ref.gpu_folder("cuda") == "h200"
+
+
+def test_committed_results_readme_is_what_the_records_make(tmp_path):
+    import shutil
+    shutil.copytree(ROOT / "results", tmp_path / "results")
+    ref.write_results_readme(tmp_path / "results")
+    assert (tmp_path / "results" / "README.md").read_text() == \
+        (ROOT / "results" / "README.md").read_text(), "run fdh.reference.write_results_readme('results')"
