@@ -114,18 +114,23 @@ def _plain(r: Recipe) -> list[str]:
                   "    keep_scheduler_on_cpu(pipe)",
                   "    upload_timestep_without_sync(denoiser)", ""]
     if r.compile:
-        if r.inductor_flags:
-            import torch._inductor.config as inductor_config
-
-            flags = dict(comp.INDUCTOR_FLAGS,
-                         **(comp.QUANT_INDUCTOR_FLAGS if r.quantize else {}))
-            lines.append("import torch._inductor.config as inductor_config")
-            lines += [f"inductor_config.{k} = {v}" for k, v in flags.items()
-                      if hasattr(inductor_config, k)]
-        if r.dynamic:
-            lines += ["import torch.fx.experimental._config as fx_config  # the guide's switch",
-                      "fx_config.use_duck_shape = False"]
         args = f"mode={r.compile!r}, fullgraph={r.fullgraph}, dynamic={r.dynamic}"
+        if r.inductor_flags:
+            flags = comp.blog_inductor_flags(bool(r.quantize))
+            lines += ["# the blog's inductor flags, for these compiles only (diffusion-fast set "
+                      "them process-wide",
+                      "# in torch._inductor.config); options= carries the mode's own settings "
+                      "too",
+                      "from torch._inductor import list_mode_options",
+                      "",
+                      f"options = {{**list_mode_options({r.compile!r}),"]
+            lines += [f"           {k!r}: {v}," for k, v in flags.items()]
+            lines[-1] = lines[-1].rstrip(",") + "}"
+            args = f"options=options, fullgraph={r.fullgraph}, dynamic={r.dynamic}"
+        if r.dynamic:
+            lines += ["import torch.fx.experimental._config as fx_config  # the guide's switch "
+                      "(process-wide)",
+                      "fx_config.use_duck_shape = False"]
         if r.compile_scope == "full":
             lines.append(f"denoiser.compile({args})")
         elif r.compile_scope == "regional":

@@ -100,7 +100,7 @@ def quant_config(kind: str):
     """torchao's config for `kind`, with set_inductor_config=False: torchao would otherwise
     set inductor flags process-wide behind the recipe's back (torchao/quantization/quant_api.py
     calls recommended_inductor_config_setter() in each transform when it is True). The blog's
-    flags are the recipe's inductor_flags, set by compile_pipeline."""
+    flags are the recipe's inductor_flags, which compile_pipeline passes to its own compiles."""
     from torchao.quantization import (Float8DynamicActivationFloat8WeightConfig,
                                       Int8DynamicActivationInt8WeightConfig,
                                       Int8WeightOnlyConfig)
