@@ -101,7 +101,7 @@ def ladder_chart(
     speed-up "N.NNx" vs the first successful result. Failed results are a hatched empty slot
     labelled "failed". ``reference`` adds published timings as a second bar beside each step.
 
-    Introduced in 01_baseline.ipynb.
+    Introduced in 02_precision.ipynb.
     """
     results = _check(results)
     first = results[0]
@@ -172,7 +172,7 @@ def memory_chart(results: Sequence[Result]) -> Figure:
     """Peak memory in GiB per step; the axis says which kind (CUDA max allocated or peak RSS),
     and on CUDA a dashed outline shows the peak reserved (CUDA-graph pools included).
 
-    Introduced in 01_baseline.ipynb.
+    Introduced in 02_precision.ipynb.
     """
     results = _check(results)
     fig, ax = _new_figure(len(results))
@@ -248,7 +248,7 @@ def quality_chart(results: Sequence[Result]) -> Figure:
 def models_chart(results_by_model: dict[str, Sequence[Result]]) -> Figure:
     """Grouped bars: for each model, the speed-up of each ladder step vs that model's first step.
 
-    Introduced in 08_all_models.ipynb.
+    Introduced in 09_all_models.ipynb.
     """
     if not results_by_model:
         raise ValueError("no models to chart; pass {model_name: [Result, ...]}")
@@ -289,7 +289,7 @@ def save_figure(fig: Figure, path: str | os.PathLike) -> Path:
 def show_images(images: dict, reference: Any = None, columns: int = 4,
                 size: float = 3.0) -> Figure:
     """Images side by side, titled by their key; with `reference` (an image, or a key of
-    `images`) each title also gets its PSNR against it. Introduced in 02_precision.ipynb."""
+    `images`) each title also gets its PSNR against it. Introduced in 01_baseline.ipynb."""
 
     if not images:
         raise ValueError("show_images needs at least one image: pass {title: image}.")

@@ -94,7 +94,8 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
                      dynamic: bool | None = None, inductor_flags: bool = False):
     """Compile the denoiser (whole, or its repeated blocks) and, optionally, the VAE decode.
 
-    Compilation happens lazily at the first call: that call is the cold start."""
+    Compilation happens lazily at the first call: that call is the cold start.
+    Introduced in 04_torch_compile.ipynb."""
     if mode not in COMPILE_MODES or mode is None:
         raise RecipeError(f"Unknown compile mode {mode!r}. Use one of: "
                           f"{', '.join(m for m in COMPILE_MODES if m)}.")

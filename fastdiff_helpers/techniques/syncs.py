@@ -1,6 +1,6 @@
 """GPU syncs: finding device-to-host synchronisations and removing them from the loop.
 
-Introduced in 06_gpu_syncs.ipynb."""
+Introduced in 07_gpu_syncs.ipynb."""
 
 from __future__ import annotations
 
@@ -83,7 +83,8 @@ def no_sync_plan(pipe) -> tuple[bool, str]:
 def remove_syncs(pipe):
     """No device-to-host sync inside the denoising loop, where diffusers leaves one: decided
     per pipeline and scheduler (no_sync_plan; recorded in pipeline_info(pipe)["applied"]
-    ["no_sync"] and in benchmark notes). Math unchanged. Safe to call twice."""
+    ["no_sync"] and in benchmark notes). Math unchanged. Safe to call twice.
+    Introduced in 07_gpu_syncs.ipynb."""
     if applied(pipe).get("no_sync"):
         return pipe
     move, why = no_sync_plan(pipe)
@@ -99,7 +100,8 @@ def count_syncs(pipe, verbose: bool = True, **kwargs) -> dict[str, Any] | None:
     """Count synchronising CUDA calls during one generation (torch.cuda sync debug mode):
     total, inside the denoising loop (from its start, step 0 included, to the last step's
     callback) and where they come from. On a CPU there is nothing to count: says so, returns
-    None."""
+    None.
+    Introduced in 07_gpu_syncs.ipynb."""
     if pipeline_device(pipe).type != "cuda":
         if verbose:
             print("count_syncs needs a CUDA GPU: a CPU has no device-to-host synchronisation "
