@@ -129,8 +129,9 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
     """Benchmark each step of a ladder (fp32 -> ... -> int8 dynamic) on a FRESH pipeline.
 
     ladder: "blog" (fdh.LADDER, the blog's recipe on today's stack, loaded with the blog's VAE
-    and scheduler, fdh.BLOG_LOADING; 01_baseline.ipynb lists what differs from diffusion-fast) or "course" (fdh.COURSE_LADDER, the course's own: true fp32
-    baseline, TF32 and sync removal as steps, the pipeline's own VAE and scheduler).
+    and scheduler, fdh.BLOG_LOADING; 01_baseline.ipynb lists what differs from diffusion-fast)
+    or "course" (fdh.COURSE_LADDER, the course's own: true fp32 baseline, TF32 and sync removal
+    as steps, the pipeline's own VAE and scheduler).
     Each step: load_pipeline(model, weights, device, dtype="fp32"), the step's recipe adapted
     to the device (Recipe.for_device; its notes go to Result.notes), fdh.apply, benchmark,
     and quality against the first step's image. A step that fails is recorded as a Result

@@ -69,7 +69,8 @@ def apply(pipe, recipe: Recipe):
     """Validate `recipe` for this pipeline's device, then apply it in the fixed order:
     precision, 1x1 conv swap, fused QKV, attention, channels_last, quantization, sync
     removal, compile. (diffusion-fast swaps the convs after channels_last, just before
-    quantizing; the two orders give the same module, since a swapped conv has no 4-D weight.) Recorded on the pipeline (fdh.pipeline_info(pipe)["recipe"]).
+    quantizing; the two orders give the same module, since a swapped conv has no 4-D weight.)
+    Recorded on the pipeline (fdh.pipeline_info(pipe)["recipe"]).
 
     A pipeline takes one recipe: applying the same one again does nothing, another is
     refused (load a fresh pipeline).
