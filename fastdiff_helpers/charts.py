@@ -1,6 +1,6 @@
 """Charts of benchmark results: the ladder, memory, quality vs speed, models side by side.
 
-Introduced in 01_baseline.ipynb (ladder_chart) and used by every technique notebook. Charts
+Introduced in 01_baseline.ipynb (show_images) and 02_precision.ipynb (the charts). Charts
 only read Result records; they never run a pipeline. They build ``matplotlib.figure.Figure``
 objects directly (no pyplot global state), so they work headless, in scripts and in CI.
 """
@@ -47,8 +47,8 @@ class ChartFigure(Figure):
 class Reference:
     """Published timings to draw beside ours, e.g. the PyTorch blog's A100 ladder.
 
-    ``seconds`` maps a ladder step name (the same names as ``Result.step``) to seconds.
-    Introduced in 01_baseline.ipynb.
+    ``seconds`` maps a ladder step name (the same names as ``Result.step``) to seconds. No
+    notebook builds one: run_ladder draws the blog's A100 row with it.
     """
 
     name: str
@@ -276,10 +276,8 @@ def models_chart(results_by_model: dict[str, Sequence[Result]]) -> Figure:
 
 
 def save_figure(fig: Figure, path: str | os.PathLike) -> Path:
-    """Write the figure as PNG (dpi 120), creating folders; returns the path.
-
-    Introduced in 01_baseline.ipynb.
-    """
+    """Write the figure as PNG (dpi 120), creating folders; returns the path. No notebook calls
+    it: run_ladder(out=...) saves its charts with it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png", dpi=120)

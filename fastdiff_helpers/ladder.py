@@ -144,8 +144,7 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
     killed half-way leaves a loadable file), its image goes to out/images/<idx>_<slug>.png,
     and out/ladder.png (with the blog's A100 timings beside ours, for non-tiny weights) and
     out/memory.png are drawn at the end. Prints a table (format_table). Introduced in
-    09_all_models.ipynb.
-    Introduced in 08_int8_quantization.ipynb."""
+    08_int8_quantization.ipynb (its last two steps); 09_all_models.ipynb runs every model."""
 
     spec, device, wanted, loading = _setup(model, ladder, device, steps_filter)
     if fail_step is not None:

@@ -146,7 +146,7 @@ def test_every_helper_a_notebook_calls_names_its_first_notebook():
                 obj, "__module__", "").startswith("fastdiff_helpers"):
             continue  # dict methods and the like: not helpers
         checked += 1
-        said = re.findall(r"Introduced in (\d\d_\w+\.ipynb)", inspect.getdoc(obj) or "")
+        said = re.findall(r"Introduced in\s+(\d\d_\w+\.ipynb)", inspect.getdoc(obj) or "")
         if said[:1] != [notebook]:
             problems.append(f"{name}: first called in {notebook}, docstring says "
                             f"{said[0] if said else 'nothing'}")
@@ -313,3 +313,24 @@ def test_the_reference_numbers_paragraph_is_said_once():
             if "Compare times only between runs on the same GPU" in
             "\n".join(c.source for c in _read(p).cells)]
     assert said == ["01_baseline.ipynb"]
+
+
+def test_no_helper_claims_a_notebook_that_does_not_introduce_it():
+    """The reverse: a public helper whose docstring says "Introduced in X" is first called in
+    X; one that no notebook calls (a Result, which fdh.benchmark returns) may name a notebook
+    only where that notebook's text names it."""
+    first = {name.rpartition(".")[2]: nb for name, nb in first_uses().items()}
+    text = {p.name: "\n".join(c.source for c in _read(p).cells) for p in NOTEBOOKS}
+    wrong = []
+    for name in sorted(n for n in dir(fdh) if not n.startswith("_")):
+        obj = getattr(fdh, name)
+        if not (inspect.isfunction(obj) or inspect.isclass(obj)):
+            continue
+        said = re.findall(r"Introduced in\s+(\d\d_\w+\.ipynb)", inspect.getdoc(obj) or "")
+        if not said:
+            continue
+        if name in first and said[0] != first[name]:
+            wrong.append(f"{name}: says {said[0]}, first called in {first[name]}")
+        if name not in first and f"fdh.{name}" not in text.get(said[0], ""):
+            wrong.append(f"{name}: says {said[0]}, which neither calls nor names it")
+    assert not wrong, "\n".join(wrong)
