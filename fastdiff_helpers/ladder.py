@@ -1,7 +1,8 @@
 """run_ladder(): every step of a ladder (the blog's fdh.LADDER, or the course's
 fdh.COURSE_LADDER) on a fresh pipeline, with failures isolated.
 
-Introduced in 09_all_models.ipynb (and behind `python -m fastdiff_helpers ladder`).
+Introduced in 08_int8_quantization.ipynb (its last two steps) and 09_all_models.ipynb (every
+model), and behind `python -m fastdiff_helpers ladder`.
 """
 
 from __future__ import annotations

@@ -68,7 +68,8 @@ class Recipe:
         "reduce-overhead"; compile_scope "full" | "regional" | "regional-extended" |
         "regional-accelerate" (see SCOPES); compile_vae (VAE decode too);
         fullgraph; dynamic (None: torch decides, True/False: force); inductor_flags (the
-        blog's four, plus the two quantization flags when quantizing)
+        blog's four, plus force_fuse_int_mm_with_mul when quantizing; options of the
+        pipeline's own compiles, never set process-wide)
     fuse_qkv: one matmul for Q, K and V (needs an SDPA attention)
     no_sync: no device-to-host sync inside the denoising loop
     quantize: None | "int8-dynamic" | "int8-weight-only" | "fp8-dynamic"; quant_filter
