@@ -334,3 +334,30 @@ def test_no_helper_claims_a_notebook_that_does_not_introduce_it():
         if name not in first and f"fdh.{name}" not in text.get(said[0], ""):
             wrong.append(f"{name}: says {said[0]}, which neither calls nor names it")
     assert not wrong, "\n".join(wrong)
+
+
+# --- figures the course cites from this project's committed GPU results --------------------
+
+def test_cited_gpu_figures_are_the_committed_ones():
+    """01 cites the H100's measured bf16 matmul rate and the floors it gives; 01, 02 and 03
+    cite SDXL's eager blog steps on the H100. Each figure is recomputed from results/ and
+    fdh.count_flops, and must appear in the notebook as printed."""
+    import json
+
+    gpu = ROOT / "results" / "h100-80gb-hbm3"
+    rates = [json.loads(line)["bf16_matmul_tflops"]
+             for line in (gpu / "matmul.jsonl").read_text().splitlines() if line.strip()]
+    steps = {r.step: r for r in fdh.load_results(gpu / "sdxl" / "results.jsonl")}
+    seconds = {name: f"{steps[name].latency_s:.2f} s" for name in ("fp32", "bf16", "+ SDPA")}
+    text = {p.name[:2]: " ".join("\n".join(c.source for c in _read(p).cells).split())
+            for p in NOTEBOOKS}
+    rate = max(rates)
+    assert f"{rates[0]} and {rates[1]} TFLOP/s" in text["01"]
+    for model, label in (("sdxl", "SDXL"), ("sd15", "SD1.5"), ("pixart", "PixArt")):
+        floor_ms = round(fdh.flop_floor_seconds(fdh.count_flops(model), rate) * 1000)
+        assert f"{label} {floor_ms} ms" in text["01"], (model, floor_ms)
+    sdxl_floor = fdh.flop_floor_seconds(fdh.count_flops("sdxl"), rate)
+    assert f"in {seconds['+ SDPA']} " in text["01"]
+    assert f"{steps['+ SDPA'].latency_s / sdxl_floor:.1f}x its floor" in text["01"]
+    assert f"from {seconds['fp32']} to {seconds['bf16']}" in text["02"]
+    assert f"from {seconds['bf16']} to {seconds['+ SDPA']}" in text["03"]
