@@ -15,7 +15,7 @@ from .recipe import BASELINE, BLOG_LADDER, COURSE_LADDER, LADDER, LADDERS, Recip
 from .techniques import (apply, capture_denoiser_inputs, compile_pipeline, conv1x1_to_linear,
                          current_recipe,
                          count_syncs, fuse_qkv, graph_breaks, quantize, remove_syncs,
-                         set_attention, set_channels_last, set_inductor_flags, set_precision,
+                         set_attention, set_channels_last, blog_inductor_flags, set_precision,
                          set_tf32, tf32_state)
 from .codegen import to_code
 from .quality import compare_images

@@ -289,7 +289,8 @@ def run_batch(prompts: Prompts, out: str | os.PathLike, recipe: Recipe | None = 
 
 
 def format_summary(summary: dict[str, Any]) -> str:
-    """A few lines for people: images/s overall and per process, per-image latency."""
+    """A few lines for people: images/s overall and per process, per-image latency.
+    Introduced in 11_scale_out.ipynb."""
     if not summary.get("done") and "per_process" not in summary:
         return f"nothing to do: {summary['skipped']} of {summary['prompts']} prompts done before"
     lat = summary["latency_s"] or {}

@@ -60,8 +60,10 @@ def naive_time(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     returns the median of `runs` calls. On a GPU the call returns once its kernels are queued,
     so this measures launch overhead plus whatever the queue forced to wait; with
     output_type="latent" nothing copies the image to the host, which hides the most work.
-    The first call also includes any compilation. Compare it with benchmark(pipe).latency_s
-    or time_call(); never use it for a real measurement."""
+    The first call also includes any compilation (one of `runs`: the median hides it unless
+    more calls compile). Compare it with benchmark(pipe).latency_s or time_call(); never use it
+    for a real measurement.
+    Introduced in 01_baseline.ipynb."""
     samples = []
     for _ in range(runs):
         kwargs = call_kwargs(pipe, prompt, steps, height, width, guidance, seed)

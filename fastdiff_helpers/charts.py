@@ -1,6 +1,6 @@
 """Charts of benchmark results: the ladder, memory, quality vs speed, models side by side.
 
-Introduced in 01_baseline.ipynb (ladder_chart) and used by every technique notebook. Charts
+Introduced in 01_baseline.ipynb (show_images) and 02_precision.ipynb (the charts). Charts
 only read Result records; they never run a pipeline. They build ``matplotlib.figure.Figure``
 objects directly (no pyplot global state), so they work headless, in scripts and in CI.
 """
@@ -47,8 +47,8 @@ class ChartFigure(Figure):
 class Reference:
     """Published timings to draw beside ours, e.g. the PyTorch blog's A100 ladder.
 
-    ``seconds`` maps a ladder step name (the same names as ``Result.step``) to seconds.
-    Introduced in 01_baseline.ipynb.
+    ``seconds`` maps a ladder step name (the same names as ``Result.step``) to seconds. No
+    notebook builds one: run_ladder draws the blog's A100 row with it.
     """
 
     name: str
@@ -101,7 +101,7 @@ def ladder_chart(
     speed-up "N.NNx" vs the first successful result. Failed results are a hatched empty slot
     labelled "failed". ``reference`` adds published timings as a second bar beside each step.
 
-    Introduced in 01_baseline.ipynb.
+    Introduced in 02_precision.ipynb.
     """
     results = _check(results)
     first = results[0]
@@ -172,7 +172,7 @@ def memory_chart(results: Sequence[Result]) -> Figure:
     """Peak memory in GiB per step; the axis says which kind (CUDA max allocated or peak RSS),
     and on CUDA a dashed outline shows the peak reserved (CUDA-graph pools included).
 
-    Introduced in 01_baseline.ipynb.
+    Introduced in 02_precision.ipynb.
     """
     results = _check(results)
     fig, ax = _new_figure(len(results))
@@ -248,7 +248,7 @@ def quality_chart(results: Sequence[Result]) -> Figure:
 def models_chart(results_by_model: dict[str, Sequence[Result]]) -> Figure:
     """Grouped bars: for each model, the speed-up of each ladder step vs that model's first step.
 
-    Introduced in 08_all_models.ipynb.
+    Introduced in 09_all_models.ipynb.
     """
     if not results_by_model:
         raise ValueError("no models to chart; pass {model_name: [Result, ...]}")
@@ -276,10 +276,8 @@ def models_chart(results_by_model: dict[str, Sequence[Result]]) -> Figure:
 
 
 def save_figure(fig: Figure, path: str | os.PathLike) -> Path:
-    """Write the figure as PNG (dpi 120), creating folders; returns the path.
-
-    Introduced in 01_baseline.ipynb.
-    """
+    """Write the figure as PNG (dpi 120), creating folders; returns the path. No notebook calls
+    it: run_ladder(out=...) saves its charts with it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png", dpi=120)
@@ -289,7 +287,7 @@ def save_figure(fig: Figure, path: str | os.PathLike) -> Path:
 def show_images(images: dict, reference: Any = None, columns: int = 4,
                 size: float = 3.0) -> Figure:
     """Images side by side, titled by their key; with `reference` (an image, or a key of
-    `images`) each title also gets its PSNR against it. Introduced in 02_precision.ipynb."""
+    `images`) each title also gets its PSNR against it. Introduced in 01_baseline.ipynb."""
 
     if not images:
         raise ValueError("show_images needs at least one image: pass {title: image}.")

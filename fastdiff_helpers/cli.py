@@ -1,7 +1,7 @@
 """The command line: `python -m fastdiff_helpers ladder | bench | batch | warm | reference | env` (also
 `fastdiff ...`).
 
-Introduced in 00_setup.ipynb (env) and 08_all_models.ipynb (ladder). The CLI only composes
+Introduced in 00_setup.ipynb (env) and 09_all_models.ipynb (ladder). The CLI only composes
 the package's functions; invalid input prints one line on stderr and exits with code 2.
 """
 
@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     ladder = sub.add_parser("ladder", help="run every step of the blog's (or the course's) ladder")
     _common(ladder)
     ladder.add_argument("--ladder", default="blog", choices=sorted(LADDERS),
-                        help="blog: exactly what diffusion-fast ran; course: the course's own")
+                        help="blog: the blog's recipe on today's stack; course: the course's own")
     ladder.add_argument("--out", default=None, help="folder for results.jsonl, images, charts")
     ladder.add_argument("--explain", action="store_true",
                         help="say what runs and what the numbers mean (make demo)")

@@ -9,8 +9,10 @@ Both run in the order of fdh.apply, and tests execute both against apply().
 
 from __future__ import annotations
 
+import ast
 import inspect
 import textwrap
+from typing import Sequence
 
 from .recipe import WEIGHT_DTYPES, Recipe, RecipeError
 from .techniques import attention, compile as comp, fusion, precision, quantization, syncs
@@ -18,8 +20,25 @@ from .techniques import attention, compile as comp, fusion, precision, quantizat
 _DENOISER = 'denoiser = pipe.unet if hasattr(pipe, "unet") else pipe.transformer'
 
 
+def _without_docstrings(source: str) -> str:
+    """`source` with the docstring of every function and class in it removed: pasted code
+    stays short, and the why is in the course's text and in the helpers' own docstrings."""
+    lines = source.splitlines()
+    drop: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
+            first = node.body[0]
+            if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+                    and isinstance(first.value.value, str)):
+                drop.update(range(first.lineno - 1, first.end_lineno))
+                if first.end_lineno < len(lines) and not lines[first.end_lineno].strip():
+                    drop.add(first.end_lineno)  # the blank line after it
+    return "\n".join(line for i, line in enumerate(lines) if i not in drop)
+
+
 def _source(*objects) -> list[str]:
-    return [textwrap.dedent(inspect.getsource(o)).rstrip() + "\n" for o in objects]
+    return [_without_docstrings(textwrap.dedent(inspect.getsource(o))).rstrip() + "\n"
+            for o in objects]
 
 
 def _fdh(r: Recipe) -> list[str]:
@@ -43,51 +62,62 @@ def _fdh(r: Recipe) -> list[str]:
     return lines
 
 
-def _plain(r: Recipe) -> list[str]:
+SECTIONS = ("precision", "conv1x1_to_linear", "fuse_qkv", "drop_unfused", "attention",
+            "channels_last", "quantize", "no_sync_plan", "no_sync", "compile")
 
-    lines = ["import torch", "", _DENOISER, "", "# precision (TF32 is a process-wide switch)",
-             f"pipe.to(dtype={WEIGHT_DTYPES[r.dtype]})"]
+
+def _plain(r: Recipe) -> dict[str, list[str]]:
+    """The plain code of `r`, section by section (SECTIONS, in the order of fdh.apply); each
+    section holds its own imports and the definitions it calls."""
+    out: dict[str, list[str]] = {}
     tf32 = r.tf32 or ("on" if r.dtype == "tf32" else "off")
-    lines += [f"# TF32: {tf32!r}"] + precision.tf32_code(tf32) + [""]
+    out["precision"] = (["# precision (TF32 is a process-wide switch)",
+                         f"pipe.to(dtype={WEIGHT_DTYPES[r.dtype]})", f"# TF32: {tf32!r}"]
+                        + precision.tf32_code(tf32))
     if r.conv1x1_to_linear:
         conv_filter = quantization.CONV_FILTERS[r.conv1x1_to_linear]
-        lines += ["# 1x1 convolutions as linears, so quantization reaches them",
-                  "from torchao.quantization import swap_conv2d_1x1_to_linear"]
-        lines += _source(conv_filter)
-        lines += [f"swap_conv2d_1x1_to_linear(denoiser, {conv_filter.__name__})",
-                  f"swap_conv2d_1x1_to_linear(pipe.vae, {conv_filter.__name__})", ""]
+        out["conv1x1_to_linear"] = (
+            ["# 1x1 convolutions as linears, so quantization reaches them",
+             "from torchao.quantization import swap_conv2d_1x1_to_linear"]
+            + _source(conv_filter)
+            + [f"swap_conv2d_1x1_to_linear(denoiser, {conv_filter.__name__})",
+               f"swap_conv2d_1x1_to_linear(pipe.vae, {conv_filter.__name__})"])
     if r.attention == "classic":
-        lines += ["from diffusers.models.attention_processor import AttnProcessor",
-                  "denoiser.set_attn_processor(AttnProcessor())",
-                  "pipe.vae.set_attn_processor(AttnProcessor())", ""]
+        out["attention"] = ["from diffusers.models.attention_processor import AttnProcessor",
+                            "denoiser.set_attn_processor(AttnProcessor())",
+                            "pipe.vae.set_attn_processor(AttnProcessor())"]
     else:
         fused = "Fused" if r.fuse_qkv else ""
         if r.fuse_qkv:
-            lines += ["# fused QKV projections (diffusers installs its fused SDPA processor)",
-                      "denoiser.fuse_qkv_projections()", "pipe.vae.fuse_qkv_projections()"]
-            lines += _source(fusion.drop_unfused_projections)
-            lines += ["drop_unfused_projections(denoiser)", "drop_unfused_projections(pipe.vae)",
-                      ""]
+            out["fuse_qkv"] = ["# fused QKV projections (diffusers installs its fused SDPA "
+                               "processor)",
+                               "denoiser.fuse_qkv_projections()", "pipe.vae.fuse_qkv_projections()"]
+            out["drop_unfused"] = (["# the course's own: free the unfused copies diffusers keeps"]
+                                   + _source(fusion.drop_unfused_projections)
+                                   + ["drop_unfused_projections(denoiser)",
+                                      "drop_unfused_projections(pipe.vae)"])
         if r.attention == "sdpa":
-            lines += [f"from diffusers.models.attention_processor import {fused}AttnProcessor2_0",
-                      f"denoiser.set_attn_processor({fused}AttnProcessor2_0())",
-                      f"pipe.vae.set_attn_processor({fused}AttnProcessor2_0())", ""]
+            out["attention"] = [
+                f"from diffusers.models.attention_processor import {fused}AttnProcessor2_0",
+                f"denoiser.set_attn_processor({fused}AttnProcessor2_0())",
+                f"pipe.vae.set_attn_processor({fused}AttnProcessor2_0())"]
         else:
             backend = attention.SDPA_BACKENDS[r.attention]
+            lines = []
             if backend == "FLASH_ATTENTION":
                 lines += ["# flash takes no attention mask: not for PixArt, whose cross-attention "
                           "gets the prompt's mask"]
             lines += ["# what each forced kernel takes (torch's cuda/sdp_utils.cpp)",
                       f"SDPA_LIMITS = {{{backend!r}: {attention.SDPA_LIMITS[backend]!r}}}", ""]
             lines += _source(attention.SDPABackendProcessor, attention.pin_backend)
-            lines += [f"pin_backend(denoiser, {backend!r})",
-                      f"pin_backend(pipe.vae, {backend!r})", ""]
+            out["attention"] = lines + [f"pin_backend(denoiser, {backend!r})",
+                                        f"pin_backend(pipe.vae, {backend!r})"]
     if r.channels_last:
-        lines += ["denoiser.to(memory_format=torch.channels_last)",
-                  "pipe.vae.to(memory_format=torch.channels_last)", ""]
+        out["channels_last"] = ["denoiser.to(memory_format=torch.channels_last)",
+                                "pipe.vae.to(memory_format=torch.channels_last)"]
     if r.quantize:
         config = type(quantization.quant_config(r.quantize)).__name__
-        lines += [f"from torchao.quantization import quantize_, {config}"]
+        lines = [f"from torchao.quantization import quantize_, {config}"]
         named = {"blog": quantization.blog_filter, "fastdiff": quantization.fastdiff_filter}
         if r.quant_filter in named:
             if r.quant_filter == "blog":
@@ -102,30 +132,35 @@ def _plain(r: Recipe) -> list[str]:
             lines += ["# only linears the int8 kernels take"] + _source(quantization.int8_kernel_ok)
             lines.append(f"int8_filter = lambda m, fqn: {filt}(m, fqn) and int8_kernel_ok(m)")
             filt = "int8_filter"
-        lines += ["# set_inductor_config=False: torchao would set inductor flags process-wide",
-                  f"quantize_(denoiser, {config}(set_inductor_config=False), filter_fn={filt})",
-                  f"quantize_(pipe.vae, {config}(set_inductor_config=False), filter_fn={filt})",
-                  ""]
+        out["quantize"] = lines + [
+            "# set_inductor_config=False: torchao would set inductor flags process-wide",
+            f"quantize_(denoiser, {config}(set_inductor_config=False), filter_fn={filt})",
+            f"quantize_(pipe.vae, {config}(set_inductor_config=False), filter_fn={filt})"]
     if r.no_sync:
-        lines += ["# sync removal: only where diffusers 0.42 leaves a sync in the loop"]
-        lines += _source(syncs.no_sync_plan, syncs.keep_scheduler_on_cpu,
-                         syncs.upload_timestep_without_sync)
-        lines += ["move, why = no_sync_plan(pipe)", "print('no_sync:', why)", "if move:",
-                  "    keep_scheduler_on_cpu(pipe)",
-                  "    upload_timestep_without_sync(denoiser)", ""]
+        out["no_sync_plan"] = (["# sync removal: only where diffusers 0.42 leaves a sync in the "
+                                "loop"] + _source(syncs.no_sync_plan))
+        out["no_sync"] = (_source(syncs.keep_scheduler_on_cpu, syncs.upload_timestep_without_sync)
+                          + ["move, why = no_sync_plan(pipe)", "print('no_sync:', why)",
+                             "if move:", "    keep_scheduler_on_cpu(pipe)",
+                             "    upload_timestep_without_sync(denoiser)"])
     if r.compile:
-        if r.inductor_flags:
-            import torch._inductor.config as inductor_config
-
-            flags = dict(comp.INDUCTOR_FLAGS,
-                         **(comp.QUANT_INDUCTOR_FLAGS if r.quantize else {}))
-            lines.append("import torch._inductor.config as inductor_config")
-            lines += [f"inductor_config.{k} = {v}" for k, v in flags.items()
-                      if hasattr(inductor_config, k)]
-        if r.dynamic:
-            lines += ["import torch.fx.experimental._config as fx_config  # the guide's switch",
-                      "fx_config.use_duck_shape = False"]
         args = f"mode={r.compile!r}, fullgraph={r.fullgraph}, dynamic={r.dynamic}"
+        lines = []
+        if r.inductor_flags:
+            flags = comp.blog_inductor_flags(bool(r.quantize))
+            lines += ["# the blog's inductor flags, for these compiles only (diffusion-fast set "
+                      "them process-wide",
+                      "# in torch._inductor.config); options= carries the mode's own settings "
+                      "too",
+                      "from torch._inductor import list_mode_options",
+                      f"options = {{**list_mode_options({r.compile!r}),"]
+            lines += [f"           {k!r}: {v}," for k, v in flags.items()]
+            lines[-1] = lines[-1].rstrip(",") + "}"
+            args = f"options=options, fullgraph={r.fullgraph}, dynamic={r.dynamic}"
+        if r.dynamic:
+            lines += ["import torch.fx.experimental._config as fx_config  # the guide's switch "
+                      "(process-wide)",
+                      "fx_config.use_duck_shape = False"]
         if r.compile_scope == "full":
             lines.append(f"denoiser.compile({args})")
         elif r.compile_scope == "regional":
@@ -143,17 +178,33 @@ def _plain(r: Recipe) -> list[str]:
                       f"setattr(pipe, '{name}', compile_regions(denoiser, {args}))"]
         if r.compile_vae:
             lines.append(f"pipe.vae.decode = torch.compile(pipe.vae.decode, {args})")
-    return lines
+        out["compile"] = lines
+    return out
 
 
-def to_code(recipe: Recipe, flavour: str = "fdh") -> str:
+def to_code(recipe: Recipe, flavour: str = "fdh", only: str | Sequence[str] | None = None) -> str:
     """Python source that applies `recipe` to a loaded `pipe`: flavour "fdh", one
     fastdiff_helpers call per technique; "plain", only diffusers, torch and torchao.
-    Introduced in 01_baseline.ipynb."""
+    `only` (plain only) keeps the named sections of SECTIONS, e.g. only="compile": the
+    technique's own lines, as a notebook shows them. Introduced in 01_baseline.ipynb."""
     if flavour not in ("fdh", "plain"):
         raise RecipeError(f"Unknown flavour {flavour!r}: use 'fdh' or 'plain'.")
     if callable(recipe.quant_filter):
         raise RecipeError("A callable quant_filter cannot be written as code: paste your "
                           "function and pass it as quant_filter= / filter_fn= yourself.")
-    lines = _fdh(recipe) if flavour == "fdh" else _plain(recipe)
-    return "\n".join(lines).rstrip() + "\n"
+    if flavour == "fdh":
+        if only is not None:
+            raise RecipeError("only= picks sections of the plain code: use flavour='plain'.")
+        return "\n".join(_fdh(recipe)).rstrip() + "\n"
+    sections = _plain(recipe)
+    wanted = list(SECTIONS) if only is None else [only] if isinstance(only, str) else list(only)
+    unknown = [name for name in wanted if name not in SECTIONS]
+    if unknown:
+        raise RecipeError(f"Unknown section(s) {unknown}: use {', '.join(SECTIONS)}.")
+    missing = [name for name in wanted if name not in sections]
+    if only is not None and missing:
+        raise RecipeError(f"This recipe has no {', '.join(missing)} step: its sections are "
+                          f"{', '.join(sections)}.")
+    body = ["\n".join(sections[name]).rstrip() for name in SECTIONS
+            if name in wanted and name in sections]
+    return "\n\n".join(["import torch", _DENOISER] + body) + "\n"

@@ -1,6 +1,6 @@
 """Compile caches, the torch way: one cache folder for the course, and portable artifacts.
 
-Introduced in 10_cold_start.ipynb. inductor keeps compiled kernels and graphs in
+Introduced in 05_cold_start.ipynb. inductor keeps compiled kernels and graphs in
 TORCHINDUCTOR_CACHE_DIR (torch/_inductor/runtime/cache_dir_utils.py reads it on every use);
 torch.compiler.save_cache_artifacts() / load_cache_artifacts() carry what one process
 compiled to another machine. An artifact is only valid for the same torch, triton and GPU
@@ -44,7 +44,8 @@ def use_course_cache(path: str | os.PathLike | None = None, verbose: bool = True
     """Point inductor's cache at one folder for the whole course and say where it is.
 
     An explicit TORCHINDUCTOR_CACHE_DIR (yours) wins unless `path` is given. Called by
-    fdh.compile_pipeline before compiling; call it yourself to choose another folder."""
+    fdh.compile_pipeline before compiling; call it yourself to choose another folder.
+    Introduced in 05_cold_start.ipynb."""
     current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if path is None and current:
         return Path(current)
@@ -111,7 +112,8 @@ def load_artifacts(path: str | os.PathLike, sha256: str | None = None) -> dict[s
     """Load a file from save_artifacts into this machine's compile cache, after checking its
     SHA-256 when given (before anything in it is read: the file holds code that will run) and
     that it was made with the same torch, triton, Python and GPU kind; refuses otherwise,
-    naming each difference. Returns the header."""
+    naming each difference. Returns the header.
+    Introduced in 05_cold_start.ipynb."""
     header, payload = read_header(path, sha256)
     here = _stamp()
     different = [f"{key}: file {header.get(key)!r}, here {here[key]!r}" for key in MUST_MATCH
@@ -139,7 +141,8 @@ def first_image_in_new_process(cache_dir: str | os.PathLike, model: str = "sdxl"
     """Seconds a new Python process takes to its first compiled image (import, load, compile
     and call: `python -m fastdiff_helpers warm` for one ladder step) with `cache_dir` as its
     compile cache, and what it printed. `out`: also write the artifacts; `load`: only load an
-    artifact file into `cache_dir` (no image). What 10_cold_start.ipynb measures."""
+    artifact file into `cache_dir` (no image). What 05_cold_start.ipynb measures.
+    Introduced in 05_cold_start.ipynb."""
     if load is not None:
         args = ["--load", str(load)]
     else:

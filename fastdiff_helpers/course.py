@@ -20,7 +20,8 @@ from .results import Result, reference_results
 
 
 def smoke_mode() -> bool:
-    """True when FASTDIFF_SMOKE=1: tiny weights, 2 steps, small images, CPU (CI runs this)."""
+    """True when FASTDIFF_SMOKE=1: tiny weights, 2 steps, small images, CPU (CI runs this).
+    Introduced in 00_setup.ipynb."""
     return os.environ.get("FASTDIFF_SMOKE", "").strip() in ("1", "true", "yes")
 
 
@@ -58,7 +59,8 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
     tiny weights on the CPU, 2 steps, 64x64, 2 timed runs. Otherwise the model's native
     resolution and 30 steps, weights="auto" (pretrained, else random on a GPU, else tiny),
     5 timed runs after 2 warm-ups. "auto" is resolved here and the choice printed; the
-    tiny model gets its tiny resolution."""
+    tiny model gets its tiny resolution.
+    Introduced in 00_setup.ipynb."""
     spec = get_spec(model)
     quiet_known_noise()  # the parameters cell runs first in every notebook
     smoke = smoke_mode() if smoke is None else smoke
@@ -74,7 +76,8 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
 
 def needs_gpu(why: str) -> bool:
     """Guard for a GPU-only cell: True on a CUDA machine; on a CPU prints why the cell is
-    skipped and returns False. Cells using it are also tagged "gpu" in the notebook."""
+    skipped and returns False. Cells using it are also tagged "gpu" in the notebook.
+    Introduced in 00_setup.ipynb."""
     if torch.cuda.is_available():
         return True
     print(f"Skipped on this CPU machine (needs a CUDA GPU): {why}")

@@ -1,7 +1,8 @@
 """run_ladder(): every step of a ladder (the blog's fdh.LADDER, or the course's
 fdh.COURSE_LADDER) on a fresh pipeline, with failures isolated.
 
-Introduced in 08_all_models.ipynb (and behind `python -m fastdiff_helpers ladder`).
+Introduced in 08_int8_quantization.ipynb (its last two steps) and 09_all_models.ipynb (every
+model), and behind `python -m fastdiff_helpers ladder`.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class InjectedFailure(RuntimeError):
 
 def free_memory() -> None:
     """Release what a finished pipeline held: dynamo's caches, Python garbage and the CUDA
-    cache. Call it after `del pipe`. Introduced in 08_all_models.ipynb."""
+    cache. Call it after `del pipe`. Introduced in 04_torch_compile.ipynb."""
     # Compiled code keeps the old modules alive, and dynamo's per-function cache would fill
     # up across fresh pipelines (then it silently falls back to eager), so reset it too.
     torch._dynamo.reset()
@@ -55,7 +56,7 @@ def format_table(results: Sequence[Result]) -> str:
     PSNR vs the baseline, cold start, and a flags column where a result carries a warning
     (Result.flags: e.g. a compilation inside its timed calls).
 
-    Introduced in 08_all_models.ipynb."""
+    Introduced in 02_precision.ipynb."""
     timed = [r for r in results if r.error is None and r.latency_s]
     kinds = {r.peak_memory_kind for r in timed if r.peak_memory_kind}
     memory = {frozenset({"cuda_max_allocated"}): "peak allocated",
@@ -177,9 +178,10 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
                seed: int = 0, ladder: str = "blog") -> list[Result]:
     """Benchmark each step of a ladder (fp32 -> ... -> int8 dynamic) on a FRESH pipeline.
 
-    ladder: "blog" (fdh.LADDER, exactly what diffusion-fast ran, loaded with the blog's VAE and
-    scheduler, fdh.BLOG_LOADING) or "course" (fdh.COURSE_LADDER, the course's own: true fp32
-    baseline, TF32 and sync removal as steps, the pipeline's own VAE and scheduler).
+    ladder: "blog" (fdh.LADDER, the blog's recipe on today's stack, loaded with the blog's VAE
+    and scheduler, fdh.BLOG_LOADING; 01_baseline.ipynb lists what differs from diffusion-fast)
+    or "course" (fdh.COURSE_LADDER, the course's own: true fp32 baseline, TF32 and sync removal
+    as steps, the pipeline's own VAE and scheduler).
     Each step: load_pipeline(model, weights, device, dtype="fp32"), the step's recipe adapted
     to the device (Recipe.for_device; its notes go to Result.notes), fdh.apply, benchmark,
     and quality against the first step's image. A step that fails is recorded as a Result
@@ -192,7 +194,7 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
     killed half-way leaves a loadable file), its image goes to out/images/<idx>_<slug>.png,
     and out/ladder.png (with the blog's A100 timings beside ours, for non-tiny weights) and
     out/memory.png are drawn at the end. Prints a table (format_table). Introduced in
-    08_all_models.ipynb."""
+    08_int8_quantization.ipynb (its last two steps); 09_all_models.ipynb runs every model."""
 
     spec, device, wanted, loading = _setup(model, ladder, device, steps_filter)
     if fail_step is not None:
@@ -248,7 +250,8 @@ def warm_ladder(model: str = "sdxl", weights: str = "auto", ladder: str = "blog"
     file (fdh.compile_cache.save_artifacts) for other machines of the same GPU kind and
     versions. Returns one row per step: load (with apply), first call, and its compile split.
 
-    What an instructor runs before a workshop (10_cold_start.ipynb)."""
+    What an instructor runs before a workshop (05_cold_start.ipynb).
+    Introduced in 05_cold_start.ipynb."""
 
     spec, device, wanted, loading = _setup(model, ladder, device, steps_filter)
     weights = resolve_weights(spec, weights, device)

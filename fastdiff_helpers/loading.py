@@ -112,7 +112,7 @@ def load_pipeline(model: str = "sdxl", weights: str = "auto", device: str | None
 
 
 def count_parameters(pipe) -> dict[str, int]:
-    """Parameters per component, plus "total". Introduced in 01_baseline.ipynb."""
+    """Parameters per component, plus "total". Introduced in 00_setup.ipynb."""
     counts = {}
     for name, comp in pipe.components.items():
         if isinstance(comp, torch.nn.Module):
@@ -133,7 +133,8 @@ def pipeline_info(pipe) -> dict[str, Any]:
     A pipeline of the four families loaded another way (plain diffusers from_pretrained, your
     own components) is described on first use from its class and components, so every helper
     works on it; its weights are recorded as "pretrained" when it came from a folder or the
-    hub (config _name_or_path), else "user"."""
+    hub (config _name_or_path), else "user".
+    Introduced in 00_setup.ipynb."""
     info = getattr(pipe, "_fastdiff", None)
     if info is None:
         key = _MODELS_BY_PIPELINE.get(type(pipe).__name__)
@@ -163,7 +164,8 @@ def call_kwargs(pipe, prompt: str = DEFAULT_PROMPT,
                 guidance: float | None = None, seed: int = 0) -> dict[str, Any]:
     """The keyword arguments the helpers pass to `pipe(...)`: the model's defaults (native or
     tiny resolution, steps, guidance) unless given, a seeded CPU generator, and per-model
-    switches (PixArt: no resolution binning, no caption cleaning)."""
+    switches (PixArt: no resolution binning, no caption cleaning).
+    Introduced in 02_precision.ipynb."""
     spec = get_spec(pipeline_info(pipe)["model"])
     size = native_resolution(pipe)
     kwargs: dict[str, Any] = dict(
@@ -184,7 +186,8 @@ def generate(pipe, prompt: str = DEFAULT_PROMPT,
 
 
 def get_denoiser(pipe) -> torch.nn.Module:
-    """The denoising network: pipe.unet (SD family) or pipe.transformer (PixArt)."""
+    """The denoising network: pipe.unet (SD family) or pipe.transformer (PixArt).
+    Introduced in 06_fused_qkv.ipynb."""
     return pipe.unet if hasattr(pipe, "unet") else pipe.transformer
 
 

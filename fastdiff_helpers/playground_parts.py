@@ -1,6 +1,6 @@
 """The playground's vocabulary: its controls (one per Recipe field, with readable labels and
 choices), its phases, and the small formatters its table and images use. Introduced in
-09_playground.ipynb; the panel itself is widgets.py."""
+10_playground.ipynb; the panel itself is widgets.py."""
 
 from __future__ import annotations
 

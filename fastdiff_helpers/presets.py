@@ -4,7 +4,7 @@ Introduced in 00_setup.ipynb. Pure data: this module imports nothing of the pack
 heavy library, so `fdh.MODELS` can be read without loading torch or diffusers.
 
 The full-size configs reproduce the published architectures, so `weights="random"` has the
-real parameter counts, FLOPs, speed and memory (checked against shared/notes/facts.md in
+real parameter counts, FLOPs, speed and memory (checked against PUBLISHED_PARAMETERS in
 tests/test_loading.py). The tiny configs keep every class and code path but shrink widths
 and depths so a 64x64 image takes about a second on a CPU.
 """
@@ -234,7 +234,8 @@ MODELS: dict[str, ModelSpec] = {
     ),
 }
 
-# Published parameter counts (shared/notes/facts.md), the check for weights="random".
+# Published parameter counts (the models' cards and papers; SSD-1B's UNet only as "1.3B"),
+# the check for weights="random".
 PUBLISHED_PARAMETERS: dict[str, dict[str, int]] = {
     "sdxl": {"unet": 2_567_463_684, "vae": 83_653_863, "text_encoder": 123_060_480,
              "text_encoder_2": 694_659_840},
@@ -246,8 +247,9 @@ PUBLISHED_PARAMETERS: dict[str, dict[str, int]] = {
 }
 
 # The blog's ladder, measured by its authors on an A100-80GB (seconds; 30 steps, batch 1; SD1.5
-# at 512x512, the others at 1024x1024). Their "fp32" ran with TF32 matmuls on. Where each row
-# was read: BLOG_A100_WHERE.
+# at 512x512, the others at 1024x1024). Their "fp32" ran with TF32 matmuls on (run_benchmark.py
+# sets torch.set_float32_matmul_precision("high") for every run). Where each row was read:
+# BLOG_A100_WHERE.
 BLOG_A100_SECONDS: dict[str, dict[str, float]] = {
     "sdxl": {"fp32": 7.36, "bf16": 4.63, "+ SDPA": 3.31, "+ compile": 2.54,
              "+ fused QKV": 2.52, "+ int8 dynamic": 2.43},
@@ -267,16 +269,16 @@ BLOG_LOADING: dict[str, dict[str, str]] = {
     "sd15": {"scheduler": "dpm-solver"}, "pixart": {},
 }
 
-_CHARTS = ("huggingface/diffusion-fast README, 'final-results-diffusion-fast' chart for {} "
-           "(the blog post and its repository publish this model's ladder only as a chart, "
-           "a PNG; the figures are the chart's bar labels, as collated in "
-           "shared/notes/facts.md)")
+_CHARTS = ("huggingface/diffusion-fast README, 'Results from other pipelines', the {} chart "
+           "(final-results-diffusion-fast/{}, a PNG): the blog and its repository publish this "
+           "model's ladder only as that chart, and these figures are its bar labels")
 BLOG_A100_WHERE: dict[str, str] = {
-    "sdxl": ("the PyTorch blog 'Accelerating Generative AI Part III: Diffusion, Fast', text "
-             "and SDXL chart (7.36 s fp32 ... 2.43 s int8 dynamic)"),
-    "ssd1b": _CHARTS.format("SSD-1B"),
-    "sd15": _CHARTS.format("SD v1-5"),
-    "pixart": _CHARTS.format("PixArt-alpha"),
+    "sdxl": ("the PyTorch blog 'Accelerating Generative AI Part III: Diffusion, Fast' and the "
+             "diffusers guide 'Accelerate inference of text-to-image diffusion models', in their "
+             "text (7.36 s fp32 ... 2.43 s int8 dynamic)"),
+    "ssd1b": _CHARTS.format("SSD-1B", "SSD-1B,_Batch_Size:_1,_Steps:_30.png"),
+    "sd15": _CHARTS.format("SD v1-5", "SD_v1-5,_Batch_Size:_1,_Steps:_30.png"),
+    "pixart": _CHARTS.format("PixArt-alpha", "PixArt-$\\alpha$,_Batch_Size:_1,_Steps:_30.png"),
 }
 
 BLOG_SOURCE = ("PyTorch blog 'Accelerating Generative AI Part III: Diffusion, Fast' "

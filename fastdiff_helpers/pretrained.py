@@ -108,6 +108,9 @@ def resolve_weights(model: str | ModelSpec, weights: str, device: str,
 
 
 def choose_weights(spec: ModelSpec, path: str | None, device: str) -> tuple[str, str]:
+    """What weights="auto" picks for `spec` on `device`, and why: pretrained when the weights
+    are at `path`, in the local Hugging Face cache or reachable, else random on a GPU, else
+    tiny. Introduced in 00_setup.ipynb."""
     ok, why = pretrained_status(spec, path)
     if ok:
         return "pretrained", why

@@ -1,5 +1,7 @@
-"""Recipe: the toggles of the course, validated on construction; LADDER: the blog's steps,
-exactly as diffusion-fast ran them; COURSE_LADDER: the course's own ladder beside it.
+"""Recipe: the toggles of the course, validated on construction; LADDER: the blog's recipe on
+today's stack (its steps, filters, flags, TF32, VAE and scheduler as diffusion-fast set them;
+what differs, the stack, torchao's API, fused QKV's dropped copies, per-compile flags and the
+timing, is listed in 01_baseline.ipynb); COURSE_LADDER: the course's own ladder beside it.
 
 Introduced in 01_baseline.ipynb. Imports nothing of the package (techniques import it; the
 code writer, fdh.to_code(recipe), lives above them in codegen.py).
@@ -66,13 +68,15 @@ class Recipe:
         "reduce-overhead"; compile_scope "full" | "regional" | "regional-extended" |
         "regional-accelerate" (see SCOPES); compile_vae (VAE decode too);
         fullgraph; dynamic (None: torch decides, True/False: force); inductor_flags (the
-        blog's four, plus the two quantization flags when quantizing)
+        blog's four, plus force_fuse_int_mm_with_mul when quantizing; options of the
+        pipeline's own compiles, never set process-wide)
     fuse_qkv: one matmul for Q, K and V (needs an SDPA attention)
     no_sync: no device-to-host sync inside the denoising loop
     quantize: None | "int8-dynamic" | "int8-weight-only" | "fp8-dynamic"; quant_filter
         "blog" (diffusion-fast's) | "fastdiff" (ours) | "all" | a callable(module, fqn) -> bool
     conv1x1_to_linear: False | "blog" (diffusion-fast's filter, torchao's swap) | "all" (ours:
         every pointwise conv); True means "all"
+    Introduced in 01_baseline.ipynb.
     """
 
     dtype: str = "fp32"
@@ -195,8 +199,9 @@ class Recipe:
 
 BASELINE = Recipe()  # the course's true fp32 baseline: TF32 off, classic attention
 
-# The blog's ladder, as diffusion-fast ran it (utils/pipeline_utils.py, run_benchmark.py and
-# experiment-scripts/run_sd.sh in huggingface/diffusion-fast): every step under
+# The blog's ladder, its recipe as diffusion-fast set it (utils/pipeline_utils.py,
+# run_benchmark.py and experiment-scripts/run_sd.sh in huggingface/diffusion-fast), on today's
+# stack (what differs: 01_baseline.ipynb): every step under
 # torch.set_float32_matmul_precision("high"); its compile step (--compile_unet --compile_vae
 # --compile_mode=max-autotune --change_comp_config) sets channels_last, swaps the 1x1 convs with
 # its conv_filter_fn, sets its four inductor flags and compiles with fullgraph=True; its int8 step

@@ -1,6 +1,6 @@
 """Recompiles: what a compiled pipeline recompiles for when the resolution or a weight changes.
 
-Introduced in 10_cold_start.ipynb."""
+Introduced in 05_cold_start.ipynb."""
 
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ def recompile_report(pipe, sizes: Sequence[int | tuple[int, int]], swap_weight: 
     """Call a compiled pipeline at each size in `sizes` (an int is square), then, with
     `swap_weight`, once more after replacing one projection's weight with a LoRA-shaped update.
     Returns one row per call: what changed, frames compiled, compile seconds, the call's
-    seconds, and dynamo's recompile reasons new since the call before."""
+    seconds, and dynamo's recompile reasons new since the call before.
+    Introduced in 05_cold_start.ipynb."""
     rows: list[dict[str, Any]] = []
     plan: list[tuple[str, Any]] = [(f"{h}x{w}", (h, w)) for h, w in
                                    ((s, s) if isinstance(s, int) else s for s in sizes)]

@@ -109,7 +109,8 @@ def rewrite_results(results: Iterable[Result], path: str | os.PathLike) -> Path:
 
 
 def load_results(path: str | os.PathLike) -> list[Result]:
-    """Read every Result from a JSONL file written by save_results(). Introduced in 01_baseline.ipynb.
+    """Read every Result from a JSONL file written by save_results(). Introduced in
+    09_all_models.ipynb (its exercises).
 
     Blank lines are skipped. A last line without its newline that does not parse (a write cut
     by a kill) is skipped with a warning; any other bad line raises ResultsFormatError naming
@@ -145,7 +146,8 @@ def reference_results(model: str, root: str | os.PathLike | None = None) -> dict
     """The project's committed GPU reference results for `model`: {gpu folder: [Result]}
     from results/<gpu>/<model>/results.jsonl ({} when none are committed yet).
 
-    root defaults to the results/ folder of this checkout. Introduced in 01_baseline.ipynb."""
+    root defaults to the results/ folder of this checkout. What fdh.reference_numbers prints
+    (01_baseline.ipynb)."""
     base = Path(root) if root is not None else Path(__file__).resolve().parent.parent / "results"
     found: dict[str, list[Result]] = {}
     for path in sorted(base.glob(f"*/{model}/results.jsonl")):

@@ -15,7 +15,7 @@ import fastdiff_helpers as fdh
 from fastdiff_helpers.ladder import run_ladder
 from fastdiff_helpers.recipe import COURSE_LADDER, LADDER, Recipe, RecipeError
 from fastdiff_helpers.techniques import quantization
-from fastdiff_helpers.techniques.compile import set_inductor_flags
+from fastdiff_helpers.techniques.compile import blog_inductor_flags
 from fastdiff_helpers.techniques.precision import set_tf32, tf32_state
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -127,13 +127,7 @@ def test_quantizing_leaves_inductor_config_unchanged(kind):
 
 
 def test_use_mixed_mm_is_neither_set_nor_printed():
-    import torch._inductor.config as inductor_config
-
-    saved = inductor_config.save_config_portable()  # config modules: no monkeypatch
-    try:
-        done = set_inductor_flags(quantizing=True)
-    finally:
-        inductor_config.load_config(saved)
+    done = blog_inductor_flags(quantizing=True)
     assert "use_mixed_mm" not in done and done["force_fuse_int_mm_with_mul"] is True
     assert "use_mixed_mm" not in fdh.to_code(LADDER[5][1], "plain")
 

@@ -23,7 +23,7 @@ import pytest
 
 CHROMIUM = "/usr/bin/chromium"
 REPO = Path(__file__).resolve().parents[1]
-NOTEBOOK = REPO / "notebooks" / "09_playground.ipynb"
+NOTEBOOK = REPO / "notebooks" / "10_playground.ipynb"
 SCREENSHOT = REPO / "out" / "browser" / "playground.png"
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
@@ -228,7 +228,7 @@ def test_make_lab_starts_as_this_user_and_serves_the_course(tmp_path):
                 page.goto(url)
                 listing = page.locator(".jp-DirListing-content")
                 listing.get_by_text("00_setup.ipynb").wait_for(timeout=60_000)
-                assert listing.get_by_text("10_cold_start.ipynb").count() == 1
+                assert listing.get_by_text("05_cold_start.ipynb").count() == 1
             finally:
                 browser.close()
     finally:

@@ -309,24 +309,49 @@ def inductor_config():
 
 
 @pytest.mark.parametrize("quantizing", [False, True])
-def test_inductor_flags_are_set_for_the_compile(quantizing, inductor_config):
+def test_inductor_flags_leave_the_process_config_alone(quantizing, inductor_config):
+    """The blog's flags are options of the pipeline's own compiles (torch.compile(options=)),
+    never set in torch._inductor.config, where every later compile of the process would take
+    them (issue 23, item 9: diffusion-fast sets them process-wide, and so did this helper)."""
     from fastdiff_helpers.techniques.compile import INDUCTOR_FLAGS, QUANT_INDUCTOR_FLAGS
 
-    every = dict(INDUCTOR_FLAGS, **QUANT_INDUCTOR_FLAGS)
-    for name, value in every.items():  # start from the opposite
-        if hasattr(inductor_config, name):
-            setattr(inductor_config, name, not value)
+    before = inductor_config.get_config_copy()
     pipe = fresh("sd15")
     if quantizing:
         fdh.set_precision(pipe, "bf16")
         fdh.quantize(pipe, "int8-dynamic", "all")
     fdh.compile_pipeline(pipe, mode="default", inductor_flags=True)
+    after = inductor_config.get_config_copy()
+    assert {k: (before[k], after[k]) for k in before if before[k] != after[k]} == {}
     wanted = dict(INDUCTOR_FLAGS, **(QUANT_INDUCTOR_FLAGS if quantizing else {}))
-    for name, value in every.items():
-        if hasattr(inductor_config, name):
-            assert getattr(inductor_config, name) == (value if name in wanted else not value), name
-    # the helper sets only the flags this torch has: at least three must be there
-    assert sum(hasattr(inductor_config, name) for name in wanted) >= 3
+    recorded = fdh.pipeline_info(pipe)["applied"]["inductor_flags"]
+    assert recorded == {k: v for k, v in wanted.items() if hasattr(inductor_config, k)}
+    assert len(recorded) >= 4 + quantizing  # this torch has every flag the course sets
+
+
+def test_a_recipe_without_the_flags_compiles_without_them_after_one_with_them(tmp_path,
+                                                                             monkeypatch):
+    """Two pipelines in one process, the first with the blog's flags: the second, compiled
+    without them, generates plain convolutions for its 1x1 convs, and the first matmuls
+    (conv_1x1_as_mm). Before issue 23 the second took the first one's flags."""
+    from torch._inductor.utils import run_and_get_code
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # compiled here, not cached
+    flagged = fdh.compile_pipeline(fresh("sd15"), mode="default", inductor_flags=True,
+                                   compile_vae=True)
+    plain = fdh.compile_pipeline(fresh("sd15"), mode="default", compile_vae=True)
+    ones = [m for m in plain.vae.modules() if isinstance(m, torch.nn.Conv2d)
+            and m.kernel_size == (1, 1) and m is not plain.vae.quant_conv
+            and not any(m is e for e in plain.vae.encoder.modules())]
+    assert len(ones) == 2  # post_quant_conv and one conv_shortcut of the tiny decoder
+    latents = torch.randn(1, 4, 8, 8)
+    convolutions = {}
+    for name, pipe in (("plain", plain), ("flagged", flagged)):  # the plain one first
+        with torch.no_grad():
+            _, code = run_and_get_code(pipe.vae.decode, latents)
+        convolutions[name] = "\n".join(code).count("extern_kernels.convolution(")
+    assert convolutions["flagged"] == convolutions["plain"] - len(ones), convolutions
+    assert "inductor_flags" not in fdh.pipeline_info(plain)["applied"]
 
 
 # -- int8 ---------------------------------------------------------------------------------

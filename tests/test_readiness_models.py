@@ -190,3 +190,20 @@ def test_count_syncs_counts_from_step_zero(monkeypatch):
     assert calls >= 3 and report["in_loop"] == calls and report["per_step"] == 1.0
     assert report["total"] == calls + 2  # + the prompt and negative prompt encodings
     assert "progress_bar" not in vars(pipe)  # the pipeline's own method again
+
+
+@pytest.mark.parametrize("model, lookups", [("sd15", 1), ("sdxl", 0)])
+def test_a_counting_scheduler_looks_its_index_up_at_most_once_an_image(model, lookups):
+    """DPM-Solver (the blog's SD1.5 scheduler) and Euler count their step index: the GPU lookup
+    `(timesteps == t).nonzero()` (index_for_timestep) runs only at the first step, and only
+    where the pipeline sets no begin index (SD1.5's does not, SDXL's does). So the per-step
+    lookup is in neither source's stack: diffusers 0.25 already counted (PR 4347)."""
+    from diffusers import DPMSolverMultistepScheduler
+
+    pipe = fresh(model)
+    pipe.scheduler = DPMSolverMultistepScheduler.from_config(pipe.scheduler.config)
+    calls = []
+    original = pipe.scheduler.index_for_timestep
+    pipe.scheduler.index_for_timestep = lambda *a, **k: calls.append(a) or original(*a, **k)
+    fdh.generate(pipe, steps=4)
+    assert len(calls) == lookups

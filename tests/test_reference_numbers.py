@@ -1,4 +1,4 @@
-"""fdh.reference_numbers: the "Compare with the reference numbers" cell of notebooks 01-07 as
+"""fdh.reference_numbers: the "Compare with the reference numbers" cell of notebooks 01-08 as
 one call. It prints the blog's A100 row with where it was read, and the project's committed GPU
 results (or says there are none)."""
 

@@ -1,5 +1,6 @@
 """Pipeline surgery (issue 3): each technique on tiny models of all four families, on the CPU."""
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -274,3 +275,26 @@ def test_check_device_reads_nothing_from_cuda_for_cpu_devices():
     fdh.Recipe(attention="sdpa").check_device("cpu")
     with pytest.raises(RecipeError, match="this has cpu"):
         fdh.Recipe(dtype="bf16", attention="sdpa", quantize="fp8-dynamic").check_device("cpu")
+
+
+def test_to_code_only_keeps_the_named_sections_of_the_full_code():
+    """A notebook shows one technique's lines: to_code(..., only=...) is the header plus those
+    sections, each exactly as the full plain code has it."""
+    from fastdiff_helpers.codegen import SECTIONS
+
+    recipe = dataclasses.replace(fdh.LADDER[5][1], no_sync=True)
+    full = fdh.to_code(recipe, "plain")
+    for name in SECTIONS:
+        part = fdh.to_code(recipe, "plain", only=name)
+        header, body = part.split("\n\n", 2)[:2], part.split("\n\n", 2)[2]
+        assert full.startswith("\n\n".join(header) + "\n\n")
+        assert body.strip() and body.strip() in full, name
+    both = fdh.to_code(recipe, "plain", only=["channels_last", "compile"])
+    assert "denoiser.to(memory_format=torch.channels_last)" in both
+    assert "options = {**list_mode_options('max-autotune')," in both and "quantize_" not in both
+    with pytest.raises(RecipeError, match="no fuse_qkv step"):
+        fdh.to_code(fdh.BASELINE, "plain", only="fuse_qkv")
+    with pytest.raises(RecipeError, match="Unknown section"):
+        fdh.to_code(recipe, "plain", only="int8")
+    with pytest.raises(RecipeError, match="flavour='plain'"):
+        fdh.to_code(recipe, "fdh", only="compile")

@@ -128,7 +128,8 @@ def set_attention(pipe, kind: str = "sdpa"):
     "sdpa" is torch's scaled_dot_product_attention, letting torch pick the kernel;
     "sdpa-flash" / "-efficient" / "-math" / "-cudnn" force one backend on every attention
     whose head dim that kernel takes (SDPA_LIMITS; the others keep default SDPA), and refuse
-    a dtype or a mask the kernel cannot take (check_attention)."""
+    a dtype or a mask the kernel cannot take (check_attention).
+    Introduced in 03_attention.ipynb."""
     if kind not in ATTENTION:
         raise RecipeError(f"Unknown attention {kind!r}. Use one of: {', '.join(ATTENTION)}.")
     refuse_after(pipe, "set_attention", "compile")

@@ -32,18 +32,25 @@ EXTENDED_BLOCKS = {"unet": ("BasicTransformerBlock", "ResnetBlock2D"),
                    "transformer": ("BasicTransformerBlock",)}
 
 
-def set_inductor_flags(quantizing: bool = False) -> dict[str, Any]:
-    """Set the blog's inductor flags (process-wide); the quantization pair only where this
-    torch still has them. Returns what was set."""
+def blog_inductor_flags(quantizing: bool = False) -> dict[str, Any]:
+    """The blog's inductor flags that this torch has, plus the int8 one when quantizing.
+    Introduced in 04_torch_compile.ipynb."""
     import torch._inductor.config as inductor_config
 
     flags = dict(INDUCTOR_FLAGS, **(QUANT_INDUCTOR_FLAGS if quantizing else {}))
-    done = {}
-    for name, value in flags.items():
-        if hasattr(inductor_config, name):
-            setattr(inductor_config, name, value)
-            done[name] = value
-    return done
+    return {name: value for name, value in flags.items() if hasattr(inductor_config, name)}
+
+
+def compile_options(mode: str, flags: dict[str, Any]) -> dict[str, Any]:
+    """torch.compile's `options=` for `mode` plus `flags`: what mode= sets
+    (torch._inductor.list_mode_options, which torch.compile applies for mode=) and the flags,
+    as config patches of these compiles only. torch.compile refuses mode= and options=
+    together (torch/__init__.py, compile), so the mode's own options come first.
+    diffusion-fast set the flags process-wide in torch._inductor.config, where they stay for
+    every later compile in the process (issue 23, item 9)."""
+    from torch._inductor import list_mode_options
+
+    return dict(list_mode_options(mode), **flags)
 
 
 def set_channels_last(pipe):
@@ -87,7 +94,8 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
                      dynamic: bool | None = None, inductor_flags: bool = False):
     """Compile the denoiser (whole, or its repeated blocks) and, optionally, the VAE decode.
 
-    Compilation happens lazily at the first call: that call is the cold start."""
+    Compilation happens lazily at the first call: that call is the cold start.
+    Introduced in 04_torch_compile.ipynb."""
     if mode not in COMPILE_MODES or mode is None:
         raise RecipeError(f"Unknown compile mode {mode!r}. Use one of: "
                           f"{', '.join(m for m in COMPILE_MODES if m)}.")
@@ -102,8 +110,14 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
     check_scope(pipe, scope)
     use_course_cache()  # one cache folder for the course, said once
     quiet_known_noise()
+    kwargs: dict[str, Any] = dict(mode=mode, fullgraph=fullgraph, dynamic=dynamic)
     if inductor_flags:
-        record(pipe, "inductor_flags", set_inductor_flags("quantize" in applied(pipe)))
+        # passed per compile, never set process-wide: a later compile without them (another
+        # recipe, the playground) runs without them, as its record says
+        flags = blog_inductor_flags("quantize" in applied(pipe))
+        record(pipe, "inductor_flags", flags)
+        kwargs = dict(options=compile_options(mode, flags), fullgraph=fullgraph,
+                      dynamic=dynamic)
     if dynamic:
         # the diffusers guide's dynamic-shape compile: without duck sizing, two sizes that
         # happen to be equal (height == width) are not assumed equal forever
@@ -111,7 +125,6 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
 
         fx_config.use_duck_shape = False
         record(pipe, "use_duck_shape", False)
-    kwargs = dict(mode=mode, fullgraph=fullgraph, dynamic=dynamic)
     denoiser = get_denoiser(pipe)
     if scope == "full":
         denoiser.compile(**kwargs)
@@ -127,7 +140,8 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
                 compile_regions(denoiser, **kwargs))
     if compile_vae:
         pipe.vae.decode = torch.compile(pipe.vae.decode, **kwargs)
-    record(pipe, "compile", dict(kwargs, scope=scope, compile_vae=compile_vae))
+    record(pipe, "compile", dict(mode=mode, fullgraph=fullgraph, dynamic=dynamic, scope=scope,
+                                 compile_vae=compile_vae))
     return pipe
 
 

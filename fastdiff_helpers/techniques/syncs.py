@@ -1,6 +1,6 @@
 """GPU syncs: finding device-to-host synchronisations and removing them from the loop.
 
-Introduced in 06_gpu_syncs.ipynb."""
+Introduced in 07_gpu_syncs.ipynb."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from ._state import applied, record
 def keep_scheduler_on_cpu(pipe) -> None:
     """Scheduler state on the CPU, starting at step 0: stepping never reads a GPU tensor.
 
-    Needed where a scheduler indexes CPU tables with a GPU timestep (PNDM), or has no begin
-    index and finds its step with `(timesteps == t).nonzero().item()` on GPU tensors."""
+    Needed where a scheduler indexes CPU tables with a GPU timestep (PNDM, every step); the
+    begin index also spares a counting scheduler its first-step lookup on GPU timesteps."""
     scheduler = pipe.scheduler
     original = scheduler.set_timesteps
 
@@ -62,10 +62,14 @@ def no_sync_plan(pipe) -> tuple[bool, str]:
                        "the begin index")
     if scheduler in ("EulerDiscreteScheduler", "DPMSolverMultistepScheduler"):
         # scheduling_euler_discrete.py:481 / scheduling_dpmsolver_multistep.py:497 keep the
-        # sigmas on the CPU; the pipelines call set_begin_index(0) (e.g.
-        # pipeline_stable_diffusion_xl.py:1196), so no nonzero().item() lookup is left.
-        return False, (f"nothing to do: diffusers' {scheduler} keeps its sigmas on the CPU "
-                       "and the pipeline sets the begin index, so stepping reads no GPU value")
+        # sigmas on the CPU, and both count their step index (diffusers PR 4347). Only the
+        # first step may look it up, `(timesteps == t).nonzero()` on the GPU timesteps
+        # (scheduling_dpmsolver_multistep.py:1165), where the pipeline sets no begin index:
+        # SDXL's and PixArt's call set_begin_index(0) (pipeline_stable_diffusion_xl.py:1196),
+        # SD1.5's StableDiffusionPipeline does not: one sync an image, none a step.
+        return False, (f"nothing to do per step: diffusers' {scheduler} keeps its sigmas on "
+                       "the CPU and counts its step index (a pipeline that sets no begin "
+                       "index, SD1.5's, looks it up once, at the first step)")
     if scheduler == "PNDMScheduler":
         # scheduling_pndm.py:430-431: alphas_cumprod[timestep] and `prev_timestep >= 0` read
         # a GPU timestep on the host every step.
@@ -79,7 +83,8 @@ def no_sync_plan(pipe) -> tuple[bool, str]:
 def remove_syncs(pipe):
     """No device-to-host sync inside the denoising loop, where diffusers leaves one: decided
     per pipeline and scheduler (no_sync_plan; recorded in pipeline_info(pipe)["applied"]
-    ["no_sync"] and in benchmark notes). Math unchanged. Safe to call twice."""
+    ["no_sync"] and in benchmark notes). Math unchanged. Safe to call twice.
+    Introduced in 07_gpu_syncs.ipynb."""
     if applied(pipe).get("no_sync"):
         return pipe
     move, why = no_sync_plan(pipe)
@@ -95,7 +100,8 @@ def count_syncs(pipe, verbose: bool = True, **kwargs) -> dict[str, Any] | None:
     """Count synchronising CUDA calls during one generation (torch.cuda sync debug mode):
     total, inside the denoising loop (from its start, step 0 included, to the last step's
     callback) and where they come from. On a CPU there is nothing to count: says so, returns
-    None."""
+    None.
+    Introduced in 07_gpu_syncs.ipynb."""
     if pipeline_device(pipe).type != "cuda":
         if verbose:
             print("count_syncs needs a CUDA GPU: a CPU has no device-to-host synchronisation "
