@@ -16,14 +16,10 @@ with it). What run_ladder does in one go, this does in pieces that add up to one
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -36,24 +32,16 @@ from .presets import BLOG_A100_SECONDS, BLOG_SOURCE
 from .pretrained import resolve_weights
 from .quality import compare_images
 from .recipe import LADDERS
-from .results import Result, load_results, rewrite_results
-from .text import memory_text, psnr_text, seconds_text
+from .results import rewrite_results
+from .reference_folder import (_baseline_image, _check_same_run, _compiled,
+                               _cuts, _estimate, _Folder, _now, _slug, gpu_folder)
+from .results_readme import write_results_readme
 
 __all__ = ["run_reference", "ReferenceOutcome", "write_results_readme", "EXIT_BUDGET",
            "gpu_folder"]
 
-STATE = "reference.json"
 EXIT_BUDGET = 3  # stopped at the budget, steps left: run the same command again
 CUT_RETRIES = 3  # a step cut at the budget this many times in a row is not started again
-# A first guess of one step's wall time (load, apply, compile, warm-ups, timed runs) when the
-# folder records nothing of that kind yet: (tiny weights?, compiled?) -> seconds. Tiny: the
-# 2-core CPU machine took 5-20 s an eager step and 60-120 s a compiled one. Full size: SDXL on
-# the H100 took 25-45 s an eager step (results/h100-80gb-hbm3/sdxl) and did not finish its first
-# max-autotune call in 540 s (gpu-tests.md), so the compiled guess is that.
-FIRST_GUESS_S = {(True, False): 30.0, (True, True): 150.0, (False, False): 120.0,
-                 (False, True): 540.0}
-
-
 class BudgetExceeded(BaseException):
     """Raised by the budget's timer inside a step. A BaseException, so that the per-step
     failure isolation (which records any Exception as a failed step) lets it through."""
@@ -69,136 +57,6 @@ class ReferenceOutcome:
     left: list[str] = field(default_factory=list)
     message: str = ""
     exit_code: int = 0
-
-
-def gpu_folder(device: str) -> str:
-    """The results folder name of a device: its name in lower case, words joined by "-",
-    without the vendor ("NVIDIA H100 80GB HBM3" -> "h100-80gb-hbm3")."""
-    import re
-    name = re.sub(r"^(nvidia|amd|intel)\s+", "", device_name(device).strip(), flags=re.I)
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "device"
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-
-
-def _slug(name: str) -> str:
-    import re
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "step"
-
-
-def _compiled(recipe) -> bool:
-    return recipe.compile is not None
-
-
-class _Folder:
-    """One results folder: its records (by step), its state file, its images."""
-
-    def __init__(self, out: Path, ladder: str):
-        self.out, self.ladder = out, ladder
-        self.names = [n for n, _ in LADDERS[ladder]]
-        self.state_path = out / STATE
-        self.state: dict[str, Any] = (json.loads(self.state_path.read_text())
-                                      if self.state_path.exists() else {})
-        store = out / "results.jsonl"
-        self.records: dict[str, Result] = {}
-        if store.exists():
-            for r in load_results(store):
-                if r.step not in self.names:
-                    raise FastdiffError(
-                        f"{store} holds a step {r.step!r} that the {ladder} ladder does not "
-                        f"have ({', '.join(self.names)}): is it a {other(ladder)} ladder "
-                        f"folder? Pass --ladder {other(ladder)}, or use another --out.")
-                self.records[r.step] = r  # a later record of a step replaces an earlier one
-
-    def ordered(self) -> list[Result]:
-        return [self.records[n] for n in self.names if n in self.records]
-
-    def save_state(self) -> None:
-        _write_json(self.state_path, self.state)
-
-
-def other(ladder: str) -> str:
-    return next((name for name in LADDERS if name != ladder), ladder)
-
-
-def _check_same_run(folder: _Folder, asked: dict[str, Any]) -> None:
-    """Refuse, before any work, to add steps measured another way to a folder."""
-    held = folder.state.get("run")
-    if held is None and folder.records:  # a folder written by `ladder --out`: read its records
-        first = folder.ordered()[0]
-        held = {"model": first.model, "weights": first.weights, "height": first.height,
-                "width": first.width, "steps": first.steps, "device_name": first.device_name,
-                "ladder": folder.ladder}
-    if held is None:
-        return
-    different = {k: (held.get(k), v) for k, v in asked.items()
-                 if k in held and held.get(k) != v}
-    if different:
-        said = ", ".join(f"{k}: folder {h!r}, now {v!r}" for k, (h, v) in different.items())
-        raise FastdiffError(
-            f"{folder.out} holds a run measured differently ({said}). A folder holds one "
-            "ladder of one model on one GPU: pass the folder's settings, or use another --out "
-            "(results/<gpu>/<model>).")
-
-
-def _baseline_image(folder: _Folder):
-    """The folder's fp32 image (the ladder's first step), or None before it is measured."""
-    first = folder.records.get(folder.names[0])
-    if first is None or first.error is not None:
-        return None
-    if not first.image_path or not (folder.out / first.image_path).exists():
-        raise FastdiffError(
-            f"{folder.out}: the {first.step} record has no image at "
-            f"{folder.out / (first.image_path or 'images/0_*.png')}, and every quality figure "
-            "is measured against it. Restore the image, or remove that record from "
-            "results.jsonl to measure the baseline again.")
-    from PIL import Image
-    with Image.open(folder.out / first.image_path) as image:
-        return image.convert("RGB")
-
-
-def _estimate(folder: _Folder, name: str, compiled: bool, tiny: bool) -> tuple[float, str]:
-    """Expected wall seconds of a step, and where the figure comes from."""
-    attempts = folder.state.get("attempts", [])
-    done = [a["seconds"] for a in attempts
-            if a.get("finished") is True and a.get("compiled") == compiled and a.get("seconds")]
-    done += [r.wall_s for r in folder.records.values()
-             if r.wall_s and _compiled_record(r) == compiled]
-    kind = "compiled" if compiled else "eager"
-    if done:
-        seconds, source = max(done), f"the longest {kind} step recorded here"
-    else:
-        seconds = FIRST_GUESS_S[(tiny, compiled)]
-        source = (f"a first guess for {'an' if kind == 'eager' else 'a'} {kind} step "
-                  f"({'tiny' if tiny else 'full-size'} weights)")
-    cut = [a["seconds"] for a in attempts
-           if a.get("step") == name and a.get("finished") is False and a.get("seconds")]
-    if cut and max(cut) > seconds:
-        seconds, source = max(cut), "its last attempt, stopped unfinished after that long"
-    return seconds, source
-
-
-def _cuts(folder: _Folder, name: str) -> int:
-    """How many times in a row, up to now, `name` was stopped at the budget unfinished."""
-    count = 0
-    for a in reversed([a for a in folder.state.get("attempts", []) if a.get("step") == name]):
-        if a.get("finished") is False:
-            count += 1
-        elif a.get("finished") != "interrupted":
-            break
-    return count
-
-
-def _compiled_record(r: Result) -> bool:
-    return bool((r.recipe or {}).get("compile"))
 
 
 def _matmul(folder: _Folder, device: str) -> float:
@@ -402,114 +260,3 @@ def draw(folder: _Folder, model: str, weights: str) -> None:
         reference = Reference("Published", "A100-80GB", BLOG_SOURCE, BLOG_A100_SECONDS[model])
     save_figure(ladder_chart(records, reference=reference), folder.out / "ladder.png")
     save_figure(memory_chart(records), folder.out / "memory.png")
-
-
-# --- results/README.md ----------------------------------------------------------------------
-
-def _rate_of(folder: Path, records: list[Result]) -> float | None:
-    state = folder / STATE
-    if state.exists():
-        held = json.loads(state.read_text()).get("matmul") or {}
-        if held.get("tflops"):
-            return float(held["tflops"])
-    rates = [r.matmul_tflops for r in records if r.matmul_tflops]
-    return rates[0] if rates else None
-
-
-def _ladder_of(folder: Path, records: list[Result]) -> str:
-    state = folder / STATE
-    if state.exists():
-        run = json.loads(state.read_text()).get("run") or {}
-        if run.get("ladder") in LADDERS:
-            return run["ladder"]
-    names = {r.step for r in records}
-    return next((k for k, steps in LADDERS.items() if names <= {n for n, _ in steps}), "blog")
-
-
-def _table(folder: Path, records: list[Result]) -> list[str]:
-    ladder = _ladder_of(folder, records)
-    names = [n for n, _ in LADDERS[ladder]]
-    by_step = {r.step: r for r in records}
-    rate = _rate_of(folder, records)
-    first = records[0]
-    env = first.env or {}
-    blog = (BLOG_A100_SECONDS.get(first.model, {})
-            if ladder == "blog" and first.weights != "tiny" else {})
-    lines = [f"### {first.device_name}: {first.model} (`{folder.parent.name}/{folder.name}/`)", "",
-             f"{ladder} ladder, {first.weights} weights, {first.height}x{first.width}, "
-             f"{first.steps} steps, batch 1; torch {env.get('torch', '?')}, diffusers "
-             f"{env.get('diffusers', '?')}, torchao {env.get('torchao', '?')}, driver "
-             f"{env.get('driver') or '-'}. Dense "
-             f"{'bf16' if env.get('device') == 'cuda' else 'fp32'} matmul rate measured on it: "
-             + (f"{rate:.4g} TFLOP/s; every row's share is of this rate, whatever the row's "
-                "own precision." if rate else "not measured.")]
-    kinds = {r.peak_memory_kind for r in records if r.peak_memory_kind}
-    lines.append("Peak memory: " + (" / ".join(sorted(
-        {"cuda_max_allocated": "CUDA max allocated (reserved beside it: CUDA-graph pools "
-         "included)", "process_peak_rss": "the process's peak RSS"}.get(k, k) for k in kinds))
-        or "not measured") + ".")
-    if first.weights in ("random", "tiny"):
-        lines.append(f"{first.weights.capitalize()} weights: the PSNR column shows how far "
-                     "each step moves the numbers from the fp32 image, never image quality.")
-    lines += ["", "| step | seconds (median) | IQR | vs fp32 | vs prev | peak memory | "
-              "peak reserved | cold start | TFLOP/s | share of matmul rate | PSNR vs fp32 | "
-              "blog A100 s | blog vs fp32 |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    base = by_step.get(names[0])
-    base_s = base.latency_s if base is not None and base.error is None else None
-    prev = None
-    for name in names:
-        r = by_step.get(name)
-        blog_s = blog.get(name)
-        blog_cells = (f"{blog_s:g} | {blog[names[0]] / blog_s:.2f}x" if blog_s and
-                      blog.get(names[0]) else "- | -")
-        if r is None:
-            lines.append(f"| {name} | not measured yet | | | | | | | | | | {blog_cells} |")
-            continue
-        if r.error is not None or not r.latency_s:
-            lines.append(f"| {name} | FAILED: {(r.error or 'no timing').splitlines()[0][:80]} "
-                         f"| | | | | | | | | | {blog_cells} |")
-            continue
-        share = r.tflops_per_s / rate if r.tflops_per_s and rate else None
-        lines.append(
-            f"| {name} | {seconds_text(r.latency_s)} | {seconds_text(r.latency_iqr_s)} | "
-            + (f"{base_s / r.latency_s:.2f}x" if base_s else "-") + " | "
-            + (f"{prev / r.latency_s:.2f}x" if prev else "-") + " | "
-            f"{memory_text(r.peak_memory_bytes)} | {memory_text(r.peak_reserved_bytes)} | "
-            f"{seconds_text(r.cold_start_s)} s | "
-            + (f"{r.tflops_per_s:.4g}" if r.tflops_per_s else "-") + " | "
-            + (f"{share:.1%}" if share else "-") + f" | {psnr_text(r.quality)} | {blog_cells} |")
-        prev = r.latency_s
-    return lines
-
-
-def write_results_readme(root: str | Path) -> Path | None:
-    """results/README.md, made anew from every results/<gpu>/<model>/results.jsonl: one table
-    per GPU and model (seconds, spread, speed-ups, memory, cold start, achieved TFLOP/s and its
-    share of the measured matmul rate, PSNR, the blog's A100 figures beside). None when the
-    root holds no results."""
-    root = Path(root)
-    stores = sorted(root.glob("*/*/results.jsonl"))
-    if not stores:
-        return None
-    lines = ["# Reference results", "",
-             "Measured by this project (the device each table names); made anew by `python -m fastdiff_helpers "
-             "reference` (fastdiff_helpers/reference.py) after every step: edit the records, "
-             "not this file. Each folder holds `results.jsonl` (every timed sample, the "
-             "environment, cold-start split), `reference.json` (the matmul rate, every "
-             "attempt), the charts and the fp32 image. Compare seconds only between rows of "
-             "one table. The blog's figures are its A100-80GB ones "
-             f"({BLOG_SOURCE}).", ""]
-    verdicts = sorted(root.glob("*/gpu-tests.md"))
-    if verdicts:
-        lines += ["GPU test verdicts: " + ", ".join(f"[{p.parent.name}]({p.relative_to(root)})"
-                                                     for p in verdicts) + ".", ""]
-    for store in stores:
-        records = load_results(store)
-        if records:
-            lines += _table(store.parent, records) + [""]
-    path = root / "README.md"
-    tmp = path.with_name(f".README.md.{os.getpid()}.tmp")
-    tmp.write_text("\n".join(lines).rstrip() + "\n")
-    os.replace(tmp, path)
-    return path

@@ -19,6 +19,7 @@ from PIL import Image
 
 import fastdiff_helpers as fdh
 import fastdiff_helpers.reference as ref
+from fastdiff_helpers import results_readme
 from fastdiff_helpers.results import Result, load_results
 
 BLOG = [n for n, _ in fdh.LADDER]
@@ -202,7 +203,7 @@ def test_results_readme_tables_every_folder(fake, tmp_path):
 
 
 def test_committed_h100_folder_tables_with_the_blogs_ratio():
-    lines = ref._table(ROOT / "results" / "h100-80gb-hbm3" / "sdxl",
+    lines = results_readme._table(ROOT / "results" / "h100-80gb-hbm3" / "sdxl",
                        load_results(ROOT / "results" / "h100-80gb-hbm3" / "sdxl" / "results.jsonl"))
     table = "\n".join(lines)
     assert "NVIDIA H100 80GB HBM3: sdxl" in table and "random weights, 1024x1024, 30 steps" in table
@@ -290,9 +291,11 @@ def test_cli_completes_the_blog_ladder_over_budgeted_runs_and_a_kill(tmp_path):
 
 
 def test_gpu_folder_names(monkeypatch):
-    monkeypatch.setattr(ref, "device_name", lambda device: "NVIDIA H100 80GB HBM3")
+    from fastdiff_helpers import reference_folder
+
+    monkeypatch.setattr(reference_folder, "device_name", lambda device: "NVIDIA H100 80GB HBM3")
     assert ref.gpu_folder("cuda") == "h100-80gb-hbm3"
-    monkeypatch.setattr(ref, "device_name", lambda device: "NVIDIA H200")
+    monkeypatch.setattr(reference_folder, "device_name", lambda device: "NVIDIA H200")
     assert ref.gpu_folder("cuda") == "h200"
 
 

@@ -1,0 +1,157 @@
+"""A reference run's folder (results/<gpu>/<model>): its records by step, its state file
+(reference.json: the run's settings, the matmul rate, every attempt), the fp32 image every
+quality figure is measured against, and what a step is expected to take.
+
+Used by reference.py. Introduced in the README's "On an offline GPU machine".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .env import device_name
+from .errors import FastdiffError
+from .recipe import LADDERS
+from .results import Result, load_results
+from .results_readme import STATE
+
+# A first guess of one step's wall time (load, apply, compile, warm-ups, timed runs) when the
+# folder records nothing of that kind yet: (tiny weights?, compiled?) -> seconds. Tiny: the
+# 2-core CPU machine took 5-20 s an eager step and 60-120 s a compiled one. Full size: SDXL on
+# the H100 took 25-45 s an eager step (results/h100-80gb-hbm3/sdxl) and did not finish its first
+# max-autotune call in 540 s (gpu-tests.md), so the compiled guess is that.
+FIRST_GUESS_S = {(True, False): 30.0, (True, True): 150.0, (False, False): 120.0,
+                 (False, True): 540.0}
+
+
+def gpu_folder(device: str) -> str:
+    """The results folder name of a device: its name in lower case, words joined by "-",
+    without the vendor ("NVIDIA H100 80GB HBM3" -> "h100-80gb-hbm3")."""
+    name = re.sub(r"^(nvidia|amd|intel)\s+", "", device_name(device).strip(), flags=re.I)
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "device"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "step"
+
+
+def _compiled(recipe) -> bool:
+    return recipe.compile is not None
+
+
+class _Folder:
+    """One results folder: its records (by step), its state file, its images."""
+
+    def __init__(self, out: Path, ladder: str):
+        self.out, self.ladder = out, ladder
+        self.names = [n for n, _ in LADDERS[ladder]]
+        self.state_path = out / STATE
+        self.state: dict[str, Any] = (json.loads(self.state_path.read_text())
+                                      if self.state_path.exists() else {})
+        store = out / "results.jsonl"
+        self.records: dict[str, Result] = {}
+        if store.exists():
+            for r in load_results(store):
+                if r.step not in self.names:
+                    raise FastdiffError(
+                        f"{store} holds a step {r.step!r} that the {ladder} ladder does not "
+                        f"have ({', '.join(self.names)}): is it a {other(ladder)} ladder "
+                        f"folder? Pass --ladder {other(ladder)}, or use another --out.")
+                self.records[r.step] = r  # a later record of a step replaces an earlier one
+
+    def ordered(self) -> list[Result]:
+        return [self.records[n] for n in self.names if n in self.records]
+
+    def save_state(self) -> None:
+        _write_json(self.state_path, self.state)
+
+
+def other(ladder: str) -> str:
+    return next((name for name in LADDERS if name != ladder), ladder)
+
+
+def _check_same_run(folder: _Folder, asked: dict[str, Any]) -> None:
+    """Refuse, before any work, to add steps measured another way to a folder."""
+    held = folder.state.get("run")
+    if held is None and folder.records:  # a folder written by `ladder --out`: read its records
+        first = folder.ordered()[0]
+        held = {"model": first.model, "weights": first.weights, "height": first.height,
+                "width": first.width, "steps": first.steps, "device_name": first.device_name,
+                "ladder": folder.ladder}
+    if held is None:
+        return
+    different = {k: (held.get(k), v) for k, v in asked.items()
+                 if k in held and held.get(k) != v}
+    if different:
+        said = ", ".join(f"{k}: folder {h!r}, now {v!r}" for k, (h, v) in different.items())
+        raise FastdiffError(
+            f"{folder.out} holds a run measured differently ({said}). A folder holds one "
+            "ladder of one model on one GPU: pass the folder's settings, or use another --out "
+            "(results/<gpu>/<model>).")
+
+
+def _baseline_image(folder: _Folder):
+    """The folder's fp32 image (the ladder's first step), or None before it is measured."""
+    first = folder.records.get(folder.names[0])
+    if first is None or first.error is not None:
+        return None
+    if not first.image_path or not (folder.out / first.image_path).exists():
+        raise FastdiffError(
+            f"{folder.out}: the {first.step} record has no image at "
+            f"{folder.out / (first.image_path or 'images/0_*.png')}, and every quality figure "
+            "is measured against it. Restore the image, or remove that record from "
+            "results.jsonl to measure the baseline again.")
+    from PIL import Image
+    with Image.open(folder.out / first.image_path) as image:
+        return image.convert("RGB")
+
+
+def _estimate(folder: _Folder, name: str, compiled: bool, tiny: bool) -> tuple[float, str]:
+    """Expected wall seconds of a step, and where the figure comes from."""
+    attempts = folder.state.get("attempts", [])
+    done = [a["seconds"] for a in attempts
+            if a.get("finished") is True and a.get("compiled") == compiled and a.get("seconds")]
+    done += [r.wall_s for r in folder.records.values()
+             if r.wall_s and _compiled_record(r) == compiled]
+    kind = "compiled" if compiled else "eager"
+    if done:
+        seconds, source = max(done), f"the longest {kind} step recorded here"
+    else:
+        seconds = FIRST_GUESS_S[(tiny, compiled)]
+        source = (f"a first guess for {'an' if kind == 'eager' else 'a'} {kind} step "
+                  f"({'tiny' if tiny else 'full-size'} weights)")
+    cut = [a["seconds"] for a in attempts
+           if a.get("step") == name and a.get("finished") is False and a.get("seconds")]
+    if cut and max(cut) > seconds:
+        seconds, source = max(cut), "its last attempt, stopped unfinished after that long"
+    return seconds, source
+
+
+def _cuts(folder: _Folder, name: str) -> int:
+    """How many times in a row, up to now, `name` was stopped at the budget unfinished."""
+    count = 0
+    for a in reversed([a for a in folder.state.get("attempts", []) if a.get("step") == name]):
+        if a.get("finished") is False:
+            count += 1
+        elif a.get("finished") != "interrupted":
+            break
+    return count
+
+
+def _compiled_record(r: Result) -> bool:
+    return bool((r.recipe or {}).get("compile"))

@@ -1,0 +1,129 @@
+"""results/README.md: one table per GPU and model, made anew from the committed records.
+
+Written by the reference run (reference.py) after every step. Introduced in the README's "On
+an offline GPU machine".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .presets import BLOG_A100_SECONDS, BLOG_SOURCE
+from .recipe import LADDERS
+from .results import Result, load_results
+from .text import memory_text, psnr_text, seconds_text
+
+__all__ = ["write_results_readme", "STATE"]
+
+STATE = "reference.json"  # a results folder's state: the run's settings, matmul rate, attempts
+
+
+def _rate_of(folder: Path, records: list[Result]) -> float | None:
+    state = folder / STATE
+    if state.exists():
+        held = json.loads(state.read_text()).get("matmul") or {}
+        if held.get("tflops"):
+            return float(held["tflops"])
+    rates = [r.matmul_tflops for r in records if r.matmul_tflops]
+    return rates[0] if rates else None
+
+
+def _ladder_of(folder: Path, records: list[Result]) -> str:
+    state = folder / STATE
+    if state.exists():
+        run = json.loads(state.read_text()).get("run") or {}
+        if run.get("ladder") in LADDERS:
+            return run["ladder"]
+    names = {r.step for r in records}
+    return next((k for k, steps in LADDERS.items() if names <= {n for n, _ in steps}), "blog")
+
+
+def _table(folder: Path, records: list[Result]) -> list[str]:
+    ladder = _ladder_of(folder, records)
+    names = [n for n, _ in LADDERS[ladder]]
+    by_step = {r.step: r for r in records}
+    rate = _rate_of(folder, records)
+    first = records[0]
+    env = first.env or {}
+    blog = (BLOG_A100_SECONDS.get(first.model, {})
+            if ladder == "blog" and first.weights != "tiny" else {})
+    lines = [f"### {first.device_name}: {first.model} (`{folder.parent.name}/{folder.name}/`)", "",
+             f"{ladder} ladder, {first.weights} weights, {first.height}x{first.width}, "
+             f"{first.steps} steps, batch 1; torch {env.get('torch', '?')}, diffusers "
+             f"{env.get('diffusers', '?')}, torchao {env.get('torchao', '?')}, driver "
+             f"{env.get('driver') or '-'}. Dense "
+             f"{'bf16' if env.get('device') == 'cuda' else 'fp32'} matmul rate measured on it: "
+             + (f"{rate:.4g} TFLOP/s; every row's share is of this rate, whatever the row's "
+                "own precision." if rate else "not measured.")]
+    kinds = {r.peak_memory_kind for r in records if r.peak_memory_kind}
+    lines.append("Peak memory: " + (" / ".join(sorted(
+        {"cuda_max_allocated": "CUDA max allocated (reserved beside it: CUDA-graph pools "
+         "included)", "process_peak_rss": "the process's peak RSS"}.get(k, k) for k in kinds))
+        or "not measured") + ".")
+    if first.weights in ("random", "tiny"):
+        lines.append(f"{first.weights.capitalize()} weights: the PSNR column shows how far "
+                     "each step moves the numbers from the fp32 image, never image quality.")
+    lines += ["", "| step | seconds (median) | IQR | vs fp32 | vs prev | peak memory | "
+              "peak reserved | cold start | TFLOP/s | share of matmul rate | PSNR vs fp32 | "
+              "blog A100 s | blog vs fp32 |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    base = by_step.get(names[0])
+    base_s = base.latency_s if base is not None and base.error is None else None
+    prev = None
+    for name in names:
+        r = by_step.get(name)
+        blog_s = blog.get(name)
+        blog_cells = (f"{blog_s:g} | {blog[names[0]] / blog_s:.2f}x" if blog_s and
+                      blog.get(names[0]) else "- | -")
+        if r is None:
+            lines.append(f"| {name} | not measured yet | | | | | | | | | | {blog_cells} |")
+            continue
+        if r.error is not None or not r.latency_s:
+            lines.append(f"| {name} | FAILED: {(r.error or 'no timing').splitlines()[0][:80]} "
+                         f"| | | | | | | | | | {blog_cells} |")
+            continue
+        share = r.tflops_per_s / rate if r.tflops_per_s and rate else None
+        lines.append(
+            f"| {name} | {seconds_text(r.latency_s)} | {seconds_text(r.latency_iqr_s)} | "
+            + (f"{base_s / r.latency_s:.2f}x" if base_s else "-") + " | "
+            + (f"{prev / r.latency_s:.2f}x" if prev else "-") + " | "
+            f"{memory_text(r.peak_memory_bytes)} | {memory_text(r.peak_reserved_bytes)} | "
+            f"{seconds_text(r.cold_start_s)} s | "
+            + (f"{r.tflops_per_s:.4g}" if r.tflops_per_s else "-") + " | "
+            + (f"{share:.1%}" if share else "-") + f" | {psnr_text(r.quality)} | {blog_cells} |")
+        prev = r.latency_s
+    return lines
+
+
+def write_results_readme(root: str | Path) -> Path | None:
+    """results/README.md, made anew from every results/<gpu>/<model>/results.jsonl: one table
+    per GPU and model (seconds, spread, speed-ups, memory, cold start, achieved TFLOP/s and its
+    share of the measured matmul rate, PSNR, the blog's A100 figures beside). None when the
+    root holds no results."""
+    root = Path(root)
+    stores = sorted(root.glob("*/*/results.jsonl"))
+    if not stores:
+        return None
+    lines = ["# Reference results", "",
+             "Measured by this project (the device each table names); made anew by `python -m fastdiff_helpers "
+             "reference` (fastdiff_helpers/reference.py) after every step: edit the records, "
+             "not this file. Each folder holds `results.jsonl` (every timed sample, the "
+             "environment, cold-start split), `reference.json` (the matmul rate, every "
+             "attempt), the charts and the fp32 image. Compare seconds only between rows of "
+             "one table. The blog's figures are its A100-80GB ones "
+             f"({BLOG_SOURCE}).", ""]
+    verdicts = sorted(root.glob("*/gpu-tests.md"))
+    if verdicts:
+        lines += ["GPU test verdicts: " + ", ".join(f"[{p.parent.name}]({p.relative_to(root)})"
+                                                     for p in verdicts) + ".", ""]
+    for store in stores:
+        records = load_results(store)
+        if records:
+            lines += _table(store.parent, records) + [""]
+    path = root / "README.md"
+    tmp = path.with_name(f".README.md.{os.getpid()}.tmp")
+    tmp.write_text("\n".join(lines).rstrip() + "\n")
+    os.replace(tmp, path)
+    return path
