@@ -4,7 +4,8 @@
 #
 #   tools/gpu_slot.sh install                       install the wheelhouse once, print env
 #   tools/gpu_slot.sh verdict GROUP [pytest args]   bf16 matmul rate, pytest tests/gpu -m gpu ARGS
-#   tools/gpu_slot.sh reference MODEL [LADDER]      python -m fastdiff_helpers reference, budgeted
+#   tools/gpu_slot.sh reference MODEL [LADDER [ARGS]]  python -m fastdiff_helpers reference, budgeted
+#                                                   (ARGS: e.g. --ignore-estimate)
 #
 # Every subcommand installs first if this machine has not been set up yet, so each command stands
 # alone when the machine was given back in between. What it measured is copied under $OUT (the
@@ -44,11 +45,11 @@ print(json.dumps({"bf16_matmul_tflops": round(f.measure_matmul_tflops("cuda"), 1
       --junitxml="$LOGS/junit-$group.xml" "$@" 2>&1 | tee "$LOGS/pytest-$group.log"
     ;;
   reference)
-    model=$2 ladder=${3:-blog}
+    model=$2 ladder=${3:-blog}; shift; shift; [ $# -gt 0 ] && shift
     python3 -m fastdiff_helpers reference --model "$model" --ladder "$ladder" --weights random \
-      --device cuda --no-progress --budget-s "${T:-540}" 2>&1 | tee -a "$LOGS/reference-$model-$ladder.log"
+      --device cuda --no-progress --budget-s "${T:-540}" "$@" 2>&1 | tee -a "$LOGS/reference-$model-$ladder.log"
     ;;
-  *) echo "usage: tools/gpu_slot.sh install | verdict GROUP [pytest args] | reference MODEL [LADDER]" >&2
+  *) echo "usage: tools/gpu_slot.sh install | verdict GROUP [pytest args] | reference MODEL [LADDER [ARGS]]" >&2
      exit 2 ;;
 esac
 bring_back
