@@ -33,8 +33,8 @@ from .pretrained import resolve_weights
 from .quality import compare_images
 from .recipe import LADDERS
 from .results import rewrite_results
-from .reference_folder import (_baseline_image, _check_same_run, _compiled,
-                               _cuts, _estimate, _Folder, _now, _slug, gpu_folder)
+from .reference_folder import (baseline_image, check_same_run, is_compiled,
+                               cuts_in_a_row, estimate, Folder, utc_now, slug, gpu_folder)
 from .results_readme import write_results_readme
 
 __all__ = ["run_reference", "ReferenceOutcome", "write_results_readme", "EXIT_BUDGET",
@@ -42,6 +42,8 @@ __all__ = ["run_reference", "ReferenceOutcome", "write_results_readme", "EXIT_BU
 
 EXIT_BUDGET = 3  # stopped at the budget, steps left: run the same command again
 CUT_RETRIES = 3  # a step cut at the budget this many times in a row is not started again
+
+
 class BudgetExceeded(BaseException):
     """Raised by the budget's timer inside a step. A BaseException, so that the per-step
     failure isolation (which records any Exception as a failed step) lets it through."""
@@ -59,7 +61,7 @@ class ReferenceOutcome:
     exit_code: int = 0
 
 
-def _matmul(folder: _Folder, device: str) -> float:
+def _matmul(folder: Folder, device: str) -> float:
     held = folder.state.get("matmul")
     name = device_name(device)
     if held and held.get("device_name") == name:
@@ -67,7 +69,7 @@ def _matmul(folder: _Folder, device: str) -> float:
     is_cuda = torch.device(device).type == "cuda"
     rate = measure_matmul_tflops(device)
     folder.state["matmul"] = {
-        "tflops": rate, "device_name": name, "measured_at": _now(),
+        "tflops": rate, "device_name": name, "measured_at": utc_now(),
         "what": ("bf16 8192x8192 @ 8192x8192, 20 products after 3 warm-ups, CUDA events"
                  if is_cuda else "fp32 1024x1024 @ 1024x1024, 5 products, perf_counter")}
     folder.save_state()
@@ -117,7 +119,7 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
                             "one warm-up (the cold start) and one timed run.")
     weights = resolve_weights(spec, weights, device)
     out = Path(out) if out is not None else Path("results") / gpu_folder(device) / spec.key
-    folder = _Folder(out, ladder)
+    folder = Folder(out, ladder)
     here = device_name(device)
     first_record = next(iter(folder.ordered()), None)
     asked = {"model": spec.key, "ladder": ladder, "weights": weights, "device_name": here,
@@ -125,7 +127,7 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
              "width": width or (first_record.width if first_record else None),
              "steps": steps or (first_record.steps if first_record else None)}
     asked = {k: v for k, v in asked.items() if v is not None}
-    _check_same_run(folder, asked)
+    check_same_run(folder, asked)
     again = command or _continue_line(
         f"--model {spec.key} --ladder {ladder} --weights {weights} --out {out}"
         + (f" --budget-s {budget_s:g}" if budget_s else ""))
@@ -141,7 +143,7 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
         print(message)
         return ReferenceOutcome("nothing to do", message=message)
 
-    baseline = _baseline_image(folder)
+    baseline = baseline_image(folder)
     folder.state.setdefault("run", {**asked, "runs": runs, "warmup": warmup, "seed": seed})
     interrupted = [a for a in folder.state.get("attempts", []) if a.get("finished") is None]
     for a in interrupted:
@@ -158,9 +160,9 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
 
     for n, (idx, name, recipe) in enumerate(plan, start=1):
         left = None if budget_s is None else budget_s - (time.monotonic() - started)
-        compiled = _compiled(recipe.for_device(device)[0])
-        guess, source = _estimate(folder, name, compiled, tiny)
-        cuts = _cuts(folder, name)
+        compiled = is_compiled(recipe.for_device(device)[0])
+        guess, source = estimate(folder, name, compiled, tiny)
+        cuts = cuts_in_a_row(folder, name)
         # The first step of a run has the whole budget (less the setup's second or two). A
         # step cut at the budget before starts again with the whole budget, up to
         # CUT_RETRIES times in a row: the compile cache keeps what the cut attempts compiled
@@ -193,7 +195,7 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
             out.mkdir(parents=True, exist_ok=True)
             rate = _matmul(folder, device)
         print(f"[{n}/{len(plan)}] {spec.key} {name} (about {guess:.0f} s: {source})")
-        attempt = {"step": name, "compiled": compiled, "started_at": _now(), "finished": None,
+        attempt = {"step": name, "compiled": compiled, "started_at": utc_now(), "finished": None,
                    "seconds": None}
         folder.state.setdefault("attempts", []).append(attempt)
         folder.save_state()
@@ -228,7 +230,7 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
                 result.notes.append(f"no quality figure: the folder has no {folder.names[0]} "
                                     "image to compare with (that step failed)")
                 result.quality = None
-            image_path = out / "images" / f"{idx}_{_slug(name)}.png"
+            image_path = out / "images" / f"{idx}_{slug(name)}.png"
             image_path.parent.mkdir(parents=True, exist_ok=True)
             result.image.save(image_path)
             result.image_path = image_path.relative_to(out).as_posix()
@@ -251,7 +253,7 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
     return ReferenceOutcome("complete", ran, left_steps, message)
 
 
-def draw(folder: _Folder, model: str, weights: str) -> None:
+def draw(folder: Folder, model: str, weights: str) -> None:
     """ladder.png (with the blog's A100 bars for the blog ladder on real-size weights) and
     memory.png of the folder's records."""
     records = folder.ordered()

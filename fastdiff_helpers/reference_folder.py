@@ -36,25 +36,25 @@ def gpu_folder(device: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "device"
 
 
-def _now() -> str:
+def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _write_json(path: Path, data: dict) -> None:
+def write_json(path: Path, data: dict) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     os.replace(tmp, path)
 
 
-def _slug(name: str) -> str:
+def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "step"
 
 
-def _compiled(recipe) -> bool:
+def is_compiled(recipe) -> bool:
     return recipe.compile is not None
 
 
-class _Folder:
+class Folder:
     """One results folder: its records (by step), its state file, its images."""
 
     def __init__(self, out: Path, ladder: str):
@@ -78,14 +78,14 @@ class _Folder:
         return [self.records[n] for n in self.names if n in self.records]
 
     def save_state(self) -> None:
-        _write_json(self.state_path, self.state)
+        write_json(self.state_path, self.state)
 
 
 def other(ladder: str) -> str:
     return next((name for name in LADDERS if name != ladder), ladder)
 
 
-def _check_same_run(folder: _Folder, asked: dict[str, Any]) -> None:
+def check_same_run(folder: Folder, asked: dict[str, Any]) -> None:
     """Refuse, before any work, to add steps measured another way to a folder."""
     held = folder.state.get("run")
     if held is None and folder.records:  # a folder written by `ladder --out`: read its records
@@ -105,7 +105,7 @@ def _check_same_run(folder: _Folder, asked: dict[str, Any]) -> None:
             "(results/<gpu>/<model>).")
 
 
-def _baseline_image(folder: _Folder):
+def baseline_image(folder: Folder):
     """The folder's fp32 image (the ladder's first step), or None before it is measured."""
     first = folder.records.get(folder.names[0])
     if first is None or first.error is not None:
@@ -121,13 +121,13 @@ def _baseline_image(folder: _Folder):
         return image.convert("RGB")
 
 
-def _estimate(folder: _Folder, name: str, compiled: bool, tiny: bool) -> tuple[float, str]:
+def estimate(folder: Folder, name: str, compiled: bool, tiny: bool) -> tuple[float, str]:
     """Expected wall seconds of a step, and where the figure comes from."""
     attempts = folder.state.get("attempts", [])
     done = [a["seconds"] for a in attempts
             if a.get("finished") is True and a.get("compiled") == compiled and a.get("seconds")]
     done += [r.wall_s for r in folder.records.values()
-             if r.wall_s and _compiled_record(r) == compiled]
+             if r.wall_s and compiled_record(r) == compiled]
     kind = "compiled" if compiled else "eager"
     if done:
         seconds, source = max(done), f"the longest {kind} step recorded here"
@@ -142,7 +142,7 @@ def _estimate(folder: _Folder, name: str, compiled: bool, tiny: bool) -> tuple[f
     return seconds, source
 
 
-def _cuts(folder: _Folder, name: str) -> int:
+def cuts_in_a_row(folder: Folder, name: str) -> int:
     """How many times in a row, up to now, `name` was stopped at the budget unfinished."""
     count = 0
     for a in reversed([a for a in folder.state.get("attempts", []) if a.get("step") == name]):
@@ -153,5 +153,5 @@ def _cuts(folder: _Folder, name: str) -> int:
     return count
 
 
-def _compiled_record(r: Result) -> bool:
+def compiled_record(r: Result) -> bool:
     return bool((r.recipe or {}).get("compile"))
