@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 from matplotlib.figure import Figure
 
+from . import checks
 from .quality import compare_images
 from .results import Result
 
@@ -280,7 +281,7 @@ def save_figure(fig: Figure, path: str | os.PathLike) -> Path:
 
     Introduced in 01_baseline.ipynb.
     """
-    path = Path(path)
+    path = checks.output_file("path", path, example="ladder.png")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png", dpi=120)
     return path
@@ -291,8 +292,12 @@ def show_images(images: dict, reference: Any = None, columns: int = 4,
     """Images side by side, titled by their key; with `reference` (an image, or a key of
     `images`) each title also gets its PSNR against it. Introduced in 02_precision.ipynb."""
 
-    if not images:
+    if not isinstance(images, dict) or not images:
         raise ValueError("show_images needs at least one image: pass {title: image}.")
+    checks.whole("columns", columns, 1)
+    if checks.real("size", size) <= 0:
+        raise checks.FastdiffError(f"{checks.arg('size', size)} cannot work: give a positive "
+                                   "figure size in inches per image.")
     ref = images.get(reference, reference) if isinstance(reference, str) else reference
     n = len(images)
     cols = min(columns, n)
