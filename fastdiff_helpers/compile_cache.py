@@ -45,12 +45,14 @@ def _users_cache_dir() -> str | None:
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir as inductor_default
 
     current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if not current or os.path.abspath(current) == os.path.abspath(inductor_default()):
+    if (not current or os.path.abspath(current) == os.path.abspath(inductor_default())
+            or current == _ours.get("folder")):
         return None
     return current
 
 
 _said: set[str] = set()  # the folders already said in this process
+_ours: dict[str, str] = {}  # the default folder use_course_cache itself put in the variable
 
 
 def use_course_cache(path: str | os.PathLike | None = None, verbose: bool = True) -> Path:
@@ -74,6 +76,8 @@ def use_course_cache(path: str | os.PathLike | None = None, verbose: bool = True
     folder.mkdir(parents=True, exist_ok=True)
     if os.environ.get("TORCHINDUCTOR_CACHE_DIR") != str(folder):
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
+        if path is None:  # the course's default; a path you give stays yours
+            _ours["folder"] = str(folder)
         # what torch's own temporary_cache_dir does after a switch (cache_dir_utils.py): drop
         # the in-memory caches that hold paths of the old folder
         from torch._inductor.utils import clear_caches

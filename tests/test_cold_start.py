@@ -98,6 +98,20 @@ def test_course_cache_folder_is_said_and_overridable(tmp_path, monkeypatch, caps
     assert fdh.use_course_cache() == mine  # the user's own setting wins
 
 
+def test_the_course_folder_is_not_taken_for_yours_and_a_path_you_give_stays(tmp_path,
+                                                                            monkeypatch, capsys):
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setenv("FASTDIFF_CACHE_DIR", str(tmp_path / "course"))
+    monkeypatch.setattr(compile_cache, "_said", set())  # as in a new process
+    monkeypatch.setattr(compile_cache, "_ours", {})
+    fdh.use_course_cache(verbose=False)  # what make demo does before saying it
+    assert fdh.use_course_cache() == tmp_path / "course"
+    assert "(yours" not in capsys.readouterr().out  # the course set it, not you
+    mine = tmp_path / "mine"
+    assert fdh.use_course_cache(mine) == mine
+    assert fdh.use_course_cache() == mine  # compile_pipeline's call keeps the folder you gave
+
+
 def test_artifacts_from_other_versions_are_refused_before_loading(tmp_path, monkeypatch):
     stamp = compile_cache._stamp()
     other = dict(stamp, torch="2.0.0", gpu_name="NVIDIA A100-SXM4-80GB")
