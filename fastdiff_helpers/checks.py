@@ -72,8 +72,9 @@ def image_size(name: str, value: Any, multiple: int) -> int | None:
     whole(name, value, 1)
     if value % multiple:
         lower, upper = max(value - value % multiple, multiple), value - value % multiple + multiple
+        near = f"{lower} or {upper}" if lower != upper else f"{upper}"
         raise FastdiffError(f"{arg(name, value)} cannot work: this model needs a multiple of "
-                            f"{multiple} pixels (its latent grid), e.g. {lower} or {upper}.")
+                            f"{multiple} pixels (its latent grid), e.g. {near}.")
     return int(value)
 
 

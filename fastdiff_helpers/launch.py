@@ -18,6 +18,11 @@ from .loading import FastdiffError
 from .recipe import Recipe
 
 
+# what launch_batch passes on to `batch` (run_batch's arguments the command line has)
+OPTIONS = ("model", "weights", "device", "batch_size", "steps", "height", "width", "seed",
+           "warmup", "vae", "scheduler")
+
+
 def recipe_flags(recipe: Recipe) -> list[str]:
     """The command-line flags of `bench` / `batch` that build `recipe` again."""
     if callable(recipe.quant_filter):
@@ -66,6 +71,10 @@ def launch_batch(prompts: Prompts, out: str | os.PathLike, processes: int = 2,
     Introduced in 11_scale_out.ipynb."""
     checks.whole("processes", processes, 1)
     checks.whole("threads", threads, 1, none=True)
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise FastdiffError(f"launch_batch has no option {', '.join(unknown)}: it takes "
+                            f"{', '.join(OPTIONS)} (as fdh.run_batch).")
     out = Path(out)
     if not isinstance(prompts, (str, os.PathLike)):
         check_batch(prompts, out, options.get("batch_size", 1), processes)

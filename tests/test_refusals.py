@@ -100,6 +100,8 @@ COUNTS = [
      "processes=0"),
     ("launch_batch threads=0", lambda p: fdh.launch_batch(["x"], "out/never", threads=0),
      "threads=0"),
+    ("launch_batch an unknown option", lambda p: fdh.launch_batch(["x"], "out/never",
+                                                                  stepz=2), "stepz"),
     ("count_flops steps=0", lambda p: fdh.count_flops("sd15", steps=0), "steps=0"),
     ("measure_matmul_tflops n=0", lambda p: fdh.measure_matmul_tflops("cpu", n=0), "n=0"),
     ("flop_floor_seconds rate 0", lambda p: fdh.flop_floor_seconds(1e12, 0), "tflops_per_s=0"),
