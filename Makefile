@@ -21,7 +21,7 @@ venv:
 	fi
 
 demo: venv
-	$(PY) -m fastdiff_helpers ladder --model sdxl --weights auto --explain --out $(DEMO_OUT)
+	$(PY) -m fastdiff_helpers demo --out $(DEMO_OUT)
 
 # Chromium for the browser test comes from Debian (never `playwright install`).
 browser-deps:
@@ -39,10 +39,17 @@ test: venv browser-deps
 
 # As root (common on rented GPU machines) JupyterLab refuses to start without --allow-root.
 # LAB_IP=0.0.0.0 listens on every interface (a remote machine); LAB_PORT picks the port.
+# tools/jupyterlab/overrides.json answers JupyterLab's "Jupyter news?" question (a pop-up over
+# every page otherwise) with no, as does news_url=None on the server; Settings can change it.
 LAB_IP ?= 127.0.0.1
 LAB_PORT ?= 8888
+# fastdiff_helpers.nbclean.pre_save saves the course's notebooks as they are committed (no
+# outputs), so running them leaves `git status` clean.
 lab: venv
 	$(VENV)/bin/jupyter lab --no-browser --ip $(LAB_IP) --port $(LAB_PORT) \
+		--LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
+		--LabApp.app_settings_dir=$(CURDIR)/tools/jupyterlab \
+		--ContentsManager.pre_save_hook=fastdiff_helpers.nbclean.pre_save \
 		$$([ "$$(id -u)" = 0 ] && echo --allow-root) notebooks/
 
 # Wheels for an offline GPU machine that has its own torch (README: "On an offline GPU machine").

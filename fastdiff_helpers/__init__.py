@@ -30,8 +30,8 @@ from .course import reference_numbers
 from .flops import count_flops, flop_floor_seconds, measure_matmul_tflops
 from .bench import benchmark, naive_time
 from .ladder import format_table, free_memory, run_ladder, warm_ladder
-from .batch import format_summary, read_prompts, run_batch
-from .launch import launch_batch
+from .batch import read_prompts, run_batch
+from .launch import format_summary, launch_batch
 from .compile_cache import (default_cache_dir, first_image_in_new_process, load_artifacts,
                             save_artifacts, use_course_cache)
 from .compile_events import recompile_reasons

@@ -21,9 +21,12 @@ from typing import Any, Sequence
 
 import torch
 
+from . import checks
 from .env import env_report
 from .errors import FastdiffError
 from .loading import call_kwargs, load_pipeline, pipeline_info
+from .presets import size_multiple
+from .pretrained import check_weights
 from .recipe import Recipe
 from .techniques import apply
 
@@ -41,13 +44,13 @@ def read_prompts(prompts: Prompts) -> Lines:
     """[(line number, prompt)] from a file (one prompt a line) or a list of strings; blank
     lines are skipped but counted, so a prompt keeps its line number (1-based)."""
     if isinstance(prompts, (str, os.PathLike)):
-        path = Path(prompts)
-        if not path.is_file():
-            raise FastdiffError(f"prompts file {path} does not exist; write one prompt per line "
-                                "into a text file and pass its path")
+        path = checks.existing_file("prompts", prompts, "a text file with one prompt per line")
         lines = path.read_text(encoding="utf-8").splitlines()
         where = str(path)
     else:
+        if not isinstance(prompts, (list, tuple)) or not all(isinstance(p, str) for p in prompts):
+            raise FastdiffError(f"{checks.arg('prompts')} takes a file path or a list of strings, "
+                                f"not {type(prompts).__name__}.")
         lines, where = list(prompts), "the prompt list"
     found = [(i, text.strip()) for i, text in enumerate(lines, start=1) if text.strip()]
     if not found:
@@ -78,12 +81,9 @@ def launched_processes() -> int:
 def check_batch(prompts: Prompts, out: str | os.PathLike, batch_size: int = 1,
                 processes: int | None = None) -> tuple[Lines, Lines]:
     """Validate the input before anything slow; returns (every prompt, those left to do)."""
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise FastdiffError(f"batch size must be a positive integer, got {batch_size!r}")
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise FastdiffError(f"--out {out} is an existing file; give a folder (it is created, "
-                            "and a rerun into the same folder does only what is left)")
+    checks.whole("batch_size", batch_size, 1)
+    checks.whole("processes", processes, 1, none=True)
+    out = checks.output_folder("out", out)  # created when written; a rerun does what is left
     every = read_prompts(prompts)
     todo = pending(every, out)
     processes = launched_processes() if processes is None else processes
@@ -221,6 +221,14 @@ def run_batch(prompts: Prompts, out: str | os.PathLike, recipe: Recipe | None = 
     if not isinstance(recipe, Recipe):
         raise FastdiffError(f"recipe must be a fdh.Recipe, not {type(recipe).__name__}")
     every, todo = check_batch(prompts, out, batch_size)  # before anything slow
+    checks.whole("steps", steps, 1, none=True)
+    for name, value in (("height", height), ("width", width)):
+        checks.image_size(name, value, size_multiple(model))
+    checks.whole("seed", seed, 0)
+    checks.whole("warmup", warmup, 0)
+    check_weights(weights)
+    if device is not None:
+        checks.device(device)
     on_gpu = torch.cuda.is_available() and not (device or "").startswith("cpu")
     local = get_int_from_env(["LOCAL_WORLD_SIZE"], 1)  # processes on this machine
     if on_gpu and local > torch.cuda.device_count():
@@ -286,35 +294,3 @@ def run_batch(prompts: Prompts, out: str | os.PathLike, recipe: Recipe | None = 
     os.replace(tmp, out / SUMMARY)
     state.wait_for_everyone()  # the others return once the summary is written
     return summary
-
-
-def format_summary(summary: dict[str, Any]) -> str:
-    """A few lines for people: images/s overall and per process, per-image latency.
-    Introduced in 11_scale_out.ipynb."""
-    if not summary.get("done") and "per_process" not in summary:
-        return f"nothing to do: {summary['skipped']} of {summary['prompts']} prompts done before"
-    lat = summary["latency_s"] or {}
-    lines = [f"{summary['done']} images ({summary['skipped']} done before, {summary['failed']} "
-             f"failed) in {summary['seconds']:.2f} s on {summary['processes']} process(es), "
-             f"batch size {summary['batch_size']}: {summary['images_per_s']:.2f} images/s; "
-             f"per image {lat.get('median', float('nan')):.3f} s (median)"]
-    for s in summary["per_process"]:
-        lines.append(f"  rank {s['rank']} ({s['device']}, {s['threads']} threads): "
-                     f"{s['images']} images, {s['images_per_s']:.2f} images/s (load "
-                     f"{s['load_s']:.1f} s, warm-up {s['warmup_s']:.1f} s)")
-    return "\n".join(lines)
-
-
-def batch_from_args(args, recipe: Recipe) -> int:
-    """The `batch` subcommand (cli.py parses, this runs); prints the summary on rank 0."""
-    summary = run_batch(args.prompts, args.out, recipe, model=args.model, weights=args.weights,
-                        device=args.device, batch_size=args.batch_size, steps=args.steps,
-                        height=args.height, width=args.width, seed=args.seed,
-                        warmup=args.warmup, vae=args.vae, scheduler=args.scheduler,
-                        fail_lines=args.fail_line)
-    if summary is not None:
-        print(format_summary(summary))
-        if "per_process" in summary:
-            out = Path(args.out)
-            print(f"fastdiff: images in {out / IMAGES}, summary {out / SUMMARY}")
-    return 0 if summary is None or not summary["failed"] else 1

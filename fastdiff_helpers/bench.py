@@ -7,22 +7,23 @@ from __future__ import annotations
 
 import os
 import statistics
-import sys
-import threading
 import time
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 
+from . import checks
 from .compile_events import compiled, events_between, snapshot
 from .env import device_name, env_report
 from .flops import count_flops
 from .loading import FastdiffError, call_kwargs, pipeline_device, pipeline_info
 from .presets import DEFAULT_PROMPT
 from .quality import compare_images
+from .record import STEADY
 from .results import Result
 from .techniques import current_recipe, tf32_state
+from .timing import (_peak_rss_bytes, _stage_marks, _ticking, profile_ops, progress_bar,
+                     uncertainty)
 
 __all__ = ["benchmark", "time_call", "synchronize", "naive_time"]
 
@@ -64,6 +65,7 @@ def naive_time(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     more calls compile). Compare it with benchmark(pipe).latency_s or time_call(); never use it
     for a real measurement.
     Introduced in 01_baseline.ipynb."""
+    checks.whole("runs", runs, 1)
     samples = []
     for _ in range(runs):
         kwargs = call_kwargs(pipe, prompt, steps, height, width, guidance, seed)
@@ -74,113 +76,20 @@ def naive_time(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     return statistics.median(samples)
 
 
-class _Marks:
-    """Timestamps at the stage wrappers: CUDA events on a GPU, perf_counter on a CPU."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
-        self.marks: dict[str, Any] = {}
-
-    def mark(self, name: str, keep_first: bool) -> None:
-        if keep_first and name in self.marks:
-            return
-        if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            self.marks[name] = event
-        else:
-            self.marks[name] = time.perf_counter()
-
-    def _between(self, a: str, b: str) -> float | None:
-        if a not in self.marks or b not in self.marks:
-            return None
-        if self.cuda:
-            self.marks[b].synchronize()
-            return self.marks[a].elapsed_time(self.marks[b]) / 1000
-        return self.marks[b] - self.marks[a]
-
-    def reset(self) -> None:
-        self.marks.clear()
-
-    def read(self) -> dict[str, float]:
-        """Stage durations of the call just made; then forget the marks."""
-        spans = {"text_encoding": self._between("encode_start", "encode_end"),
-                 "denoising": self._between("encode_end", "decode_start"),
-                 "vae_decode": self._between("decode_start", "decode_end")}
-        self.marks.clear()
-        return {k: v for k, v in spans.items() if v is not None}
-
-
-@contextmanager
-def _stage_marks(pipe, device: torch.device) -> Iterator[_Marks]:
-    """Wrap pipe.encode_prompt and pipe.vae.decode as instance attributes, restored on exit.
-
-    Wrappers, not module hooks: the techniques compile the denoiser in place and replace
-    vae.decode with a compiled function, and a wrapper around the call changes neither."""
-    marks = _Marks(device)
-    saved = []
-    for owner, attr, start, end in ((pipe, "encode_prompt", "encode_start", "encode_end"),
-                                    (pipe.vae, "decode", "decode_start", "decode_end")):
-        if not hasattr(owner, attr):
-            continue
-        original = getattr(owner, attr)
-
-        def timed(*args, _original=original, _start=start, _end=end, **kwargs):
-            marks.mark(_start, keep_first=True)
-            try:
-                return _original(*args, **kwargs)
-            finally:
-                marks.mark(_end, keep_first=False)
-
-        saved.append((owner, attr, attr in owner.__dict__, owner.__dict__.get(attr)))
-        setattr(owner, attr, timed)
-    try:
-        yield marks
-    finally:
-        for owner, attr, had_own, value in reversed(saved):
-            if had_own:
-                setattr(owner, attr, value)
-            else:
-                delattr(owner, attr)
-
-
-@contextmanager
-def _ticking(bar) -> Iterator[None]:
-    """Refresh a progress bar every second while one long call runs (tqdm redraws, and so
-    shows the elapsed time, only when told to)."""
-    stop = threading.Event()
-
-    def tick() -> None:
-        while not stop.wait(1.0):
-            bar.refresh()
-
-    if not bar.disable:
-        threading.Thread(target=tick, daemon=True).start()
-    try:
-        yield
-    finally:
-        stop.set()
-
-
-def _peak_rss_bytes() -> int | None:
-    try:
-        import resource
-    except ImportError:  # Windows
-        return None
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
-
-
 def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
               height: int | None = None, width: int | None = None,
               guidance: float | None = None, runs: int = 5, warmup: int = 2, seed: int = 0,
-              progress: bool = True, step: str = "custom", baseline: Any = None):
+              progress: bool = True, step: str = "custom", baseline: Any = None,
+              max_runs: int | None = None, profile: bool = False):
     """Time one image the honest way and return a fdh.Result. Introduced in 01_baseline.ipynb.
 
     1. Cold start: the first call, timed alone (compilation happens here) -> cold_start_s.
     2. Warm-up: the cold-start call counts as the first warm-up call, so warmup=2 means the
        cold start plus 1 more untimed call (warmup=0 or 1: the cold start only).
-    3. `runs` timed calls, each synchronised on a GPU -> latency_samples, latency_s (median).
+    3. `runs` timed calls, each synchronised on a GPU -> latency_samples, latency_s (median);
+       then more, up to `max_runs` (default 4 x runs), until the median is known within
+       +-record.STEADY (Result.latency_uncertainty, from the order-statistic interval of the
+       median). A result that never got there is flagged with its uncertainty (Result.flags).
     Every call is watched for compilation (fdh.compile_events): while the last untimed call
     still compiled, up to MAX_EXTRA_WARMUP more untimed calls run (said in notes); a timed
     call that compiled is flagged (Result.compiled_during_timing). The cold start is split into
@@ -190,13 +99,19 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     Per call, stage times (text_encoding, denoising, vae_decode; medians in stages, every
     sample in stage_samples), peak memory over the timed calls (CUDA max allocated, and
     max reserved, which also counts CUDA-graph pools; on a CPU the process-lifetime peak
-    RSS), FLOPs per image (fdh.count_flops) and, on a GPU, the
+    RSS), with `profile` the ops that took most time in one more, untimed call under
+    torch.profiler (Result.ops), FLOPs per image (fdh.count_flops) and, on a GPU, the
     achieved TFLOP/s. `baseline` (a Result or an image) fills quality via compare_images().
     Errors propagate; run_ladder records them."""
     info = pipeline_info(pipe)
-    if runs < 1 or warmup < 0:
-        raise FastdiffError(f"runs must be >= 1 and warmup >= 0 (got runs={runs}, "
-                            f"warmup={warmup}).")
+    checks.whole("runs", runs, 1)
+    checks.whole("warmup", warmup, 0)
+    max_runs = checks.whole("max_runs", max_runs, 1, none=True) or 4 * runs
+    if max_runs < runs:
+        raise FastdiffError(f"{checks.arg('max_runs', max_runs)} is below "
+                            f"{checks.arg('runs', runs)}: give max_runs >= runs (or leave it "
+                            "out: 4 x runs).")
+    checks.text("step", step)
     baseline_image = getattr(baseline, "image", baseline)
     if baseline is not None and baseline_image is None:
         raise FastdiffError("The baseline Result has no image (records loaded from a file "
@@ -206,14 +121,12 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     def call() -> Any:
         return pipe(**call_kwargs(pipe, prompt, steps, height, width, guidance, seed)).images[0]
 
-    resolved = call_kwargs(pipe, prompt, steps, height, width, guidance, seed)
+    resolved = call_kwargs(pipe, prompt, steps, height, width, guidance, seed)  # checks all
     extra_warmup = max(warmup - 1, 0)
-    from tqdm.auto import tqdm
-
     compiling = "compile" in info["applied"]
-    bar = tqdm(total=1 + extra_warmup + runs,
-               desc="cold start (compiling)" if compiling else "cold start",
-               disable=not progress or bool(os.environ.get("TQDM_DISABLE")), leave=False)
+    bar = progress_bar(1 + extra_warmup + runs,
+                       "cold start (compiling)" if compiling else "cold start",
+                       disable=not progress or bool(os.environ.get("TQDM_DISABLE")))
     samples: list[float] = []
     stage_samples: dict[str, list[float]] = {}
     compiles: dict[str, Any] = {"warmup": [], "timed": [], "extra_warmup": 0}
@@ -243,7 +156,14 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             bar.set_description("timing")
-            for _ in range(runs):
+            while len(samples) < max_runs:
+                if len(samples) >= runs:  # the runs asked for are done: steady yet?
+                    u = uncertainty(samples)
+                    if u is not None and u <= STEADY:
+                        break
+                    bar.total += 1
+                    bar.set_description("timing (median +-" + (f"{u:.0%}" if u is not None
+                                                                 else "?") + ": one more run)")
                 marks.reset()  # forget the marks of the untimed calls
                 (image, seconds), events = counted(lambda: time_call(call, device))
                 compiles["timed"].append(events["frames"])
@@ -251,13 +171,20 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
                 for stage, value in marks.read().items():
                     stage_samples.setdefault(stage, []).append(value)
                 bar.update(1)
+        ops = profile_ops(call, device) if profile else {}
     finally:
         bar.close()
 
-    notes: list[str] = []
+    notes: list[str] = list(info.get("notes", []))  # what fdh.apply changed for this device
     if compiles["extra_warmup"]:
         notes.append(f"{compiles['extra_warmup']} extra warm-up call(s): the call before still "
                      "compiled" + (f" (stopped at {MAX_EXTRA_WARMUP})" if compiled(last) else ""))
+    if len(samples) > runs:
+        u = uncertainty(samples)
+        notes.append(f"{len(samples) - runs} more timed run(s) than runs={runs} to settle the "
+                     "median" + ("" if u is not None and u <= STEADY else
+                                 f"; still +-{u:.0%} at max_runs={max_runs} (a busy machine, or "
+                                 "a call whose time varies)"))
     if any(compiles["timed"]):
         notes.append(f"COMPILED DURING TIMING: timed calls compiled {compiles['timed']} frame(s); "
                      "these samples include compilation (see recompile_reasons())")
@@ -302,4 +229,4 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
         tflops_per_s=flops / latency / 1e12 if device.type == "cuda" else None,
         quality=quality, env=env, notes=notes, image=image, vae=info.get("vae", "pipeline"),
         scheduler=type(pipe.scheduler).__name__, tf32=tf32_state(),
-        compile_events=dict(compiles, cold=cold_events), cold_start_split=cold_split)
+        compile_events=dict(compiles, cold=cold_events), cold_start_split=cold_split, ops=ops)

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 from matplotlib.figure import Figure
 
+from . import checks
 from .quality import compare_images
 from .results import Result
 
@@ -89,6 +90,13 @@ def _fit(fig: Figure, text: str, fontsize: float = 10.0, vertical: bool = False)
     return textwrap.fill(text, max(20, int(inches * 72 / (0.6 * fontsize))))
 
 
+def _ticks(fig: Figure, labels: list[str], fontsize: float = 9.0) -> list[str]:
+    """Step labels wrapped to the width of their bar and kept to 4 lines, so that a long one
+    (the playground labels a run with its whole recipe) never squashes the plot above it."""
+    chars = max(8, int(fig.get_figwidth() * 0.85 / max(len(labels), 1) * 72 / (0.6 * fontsize)))
+    return [textwrap.fill(label, chars, max_lines=4, placeholder=" ...") for label in labels]
+
+
 def _new_figure(n_bars: int) -> tuple[Figure, object]:
     fig = ChartFigure(figsize=(min(14.0, max(6.0, 0.8 * n_bars + 2.0)), 4.5), layout="constrained")
     return fig, fig.add_subplot()
@@ -154,7 +162,7 @@ def ladder_chart(
             text.set_gid("reference")
         ax.legend(loc="upper right", fontsize=8)
 
-    ax.set_xticks(xs, [r.step for r in results], rotation=20, ha="right")
+    ax.set_xticks(xs, _ticks(fig, [r.step for r in results]), fontsize=9)
     ax.set_ylabel(_fit(fig, "seconds per image (median)" + (
         ", whiskers: IQR of the timed runs" if whiskered else ""), vertical=True))
     tallest = max([r.latency_quartiles_s[1] for r in results if _timed(r)] + [top])
@@ -195,7 +203,7 @@ def memory_chart(results: Sequence[Result]) -> Figure:
     names = [_MEMORY_KINDS.get(k, k) for k in kinds]
     kind = names[0] if len(names) == 1 else ("mixed: " + ", ".join(names) if names else "unknown kind")
     ax.set_ylabel(f"peak memory, GiB ({kind})")
-    ax.set_xticks(xs, [r.step for r in results], rotation=20, ha="right")
+    ax.set_xticks(xs, _ticks(fig, [r.step for r in results]), fontsize=9)
     top = max(gib + [v for v in reserved if v is not None])
     ax.set_ylim(0, (top or 1.0) * 1.2)
     if any(v is not None for v in reserved):
@@ -278,7 +286,7 @@ def models_chart(results_by_model: dict[str, Sequence[Result]]) -> Figure:
 def save_figure(fig: Figure, path: str | os.PathLike) -> Path:
     """Write the figure as PNG (dpi 120), creating folders; returns the path. No notebook calls
     it: run_ladder(out=...) saves its charts with it."""
-    path = Path(path)
+    path = checks.output_file("path", path, example="ladder.png")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png", dpi=120)
     return path
@@ -289,8 +297,10 @@ def show_images(images: dict, reference: Any = None, columns: int = 4,
     """Images side by side, titled by their key; with `reference` (an image, or a key of
     `images`) each title also gets its PSNR against it. Introduced in 01_baseline.ipynb."""
 
-    if not images:
+    if not isinstance(images, dict) or not images:
         raise ValueError("show_images needs at least one image: pass {title: image}.")
+    if checks.whole("columns", columns, 1) and checks.real("size", size) <= 0:
+        raise checks.FastdiffError(f"{checks.arg('size', size)}: give inches per image, > 0.")
     ref = images.get(reference, reference) if isinstance(reference, str) else reference
     n = len(images)
     cols = min(columns, n)

@@ -1,5 +1,5 @@
-"""The command line: `python -m fastdiff_helpers ladder | bench | batch | warm | reference | env` (also
-`fastdiff ...`).
+"""The command line: `python -m fastdiff_helpers demo | ladder | bench | batch | warm | reference
+| env` (also `fastdiff ...`).
 
 Introduced in 00_setup.ipynb (env) and 09_all_models.ipynb (ladder). The CLI only composes
 the package's functions; invalid input prints one line on stderr and exits with code 2.
@@ -13,9 +13,11 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .batch import batch_from_args
+from . import checks
+from .launch import batch_from_args
 from .bench import benchmark
 from .compile_cache import load_artifacts, use_course_cache
+from .course import smoke_mode
 from . import demo
 from .env import env_report
 from .ladder import format_table, run_ladder, warm_ladder
@@ -23,7 +25,7 @@ from .reference import run_reference
 from .errors import FastdiffError
 from .loading import default_device, load_pipeline
 from .pretrained import WEIGHTS, resolve_weights
-from .presets import DEFAULT_PROMPT, MODELS, SCHEDULERS, VAES
+from .presets import DEFAULT_PROMPT, MODELS, SCHEDULERS, VAES, size_multiple
 from .recipe import (ATTENTION, COMPILE_MODES, DTYPES, LADDERS, QUANT_FILTERS, QUANTIZE, SCOPES,
                      TF32_MODES, Recipe, RecipeError)
 from .results import save_result
@@ -49,16 +51,29 @@ def _none(value: str) -> str | None:
     return None if value == "none" else value
 
 
+# FASTDIFF_SMOKE=1 (fdh.smoke_mode) changes the defaults as it does the notebooks' settings:
+# the tiny model on the CPU, 2 steps, 2 timed runs, no extra runs; a flag given still wins.
+SMOKE = " (FASTDIFF_SMOKE=1: {})"
+
+
 def _common(p: argparse.ArgumentParser) -> None:
+    smoke = smoke_mode()
     p.add_argument("--model", default="sdxl", choices=sorted(MODELS))
-    p.add_argument("--weights", default="auto", choices=WEIGHTS)
-    p.add_argument("--steps", type=int, default=None, help="inference steps (model default)")
+    p.add_argument("--weights", default="tiny" if smoke else "auto", choices=WEIGHTS,
+                   help="default auto" + SMOKE.format("tiny"))
+    p.add_argument("--steps", type=int, default=2 if smoke else None,
+                   help="inference steps (model default" + SMOKE.format("2") + ")")
     p.add_argument("--height", type=int, default=None)
     p.add_argument("--width", type=int, default=None)
-    p.add_argument("--runs", type=int, default=5, help="timed calls (median reported)")
-    p.add_argument("--warmup", type=int, default=2,
+    p.add_argument("--runs", type=int, default=2 if smoke else 5,
+                   help="timed calls (median reported)" + SMOKE.format("2"))
+    p.add_argument("--max-runs", type=int, default=None,
+                   help="timed calls at most, while the median is not steady (default 4 x runs"
+                   + SMOKE.format("runs") + ")")
+    p.add_argument("--warmup", type=int, default=1 if smoke else 2,
                    help="untimed calls, the cold start counted as the first")
-    p.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: cuda if any)")
+    p.add_argument("--device", default="cpu" if smoke else None,
+                   help="cuda, cuda:1, cpu (default: cuda if any" + SMOKE.format("cpu") + ")")
     p.add_argument("--prompt", default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -91,6 +106,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m fastdiff_helpers",
                      description="fastdiff: benchmark fast diffusion inference recipes.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    demo_cmd = sub.add_parser("demo", help="what `make demo` runs: the blog's ladder with this "
+                              "machine's course settings, said before and explained after")
+    demo_cmd.add_argument("--model", default="sdxl", choices=sorted(MODELS))
+    demo_cmd.add_argument("--weights", default="auto", choices=WEIGHTS,
+                          help="default: the course's for this machine (fdh.course_settings)")
+    demo_cmd.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: the "
+                          "course's for this machine)")
+    demo_cmd.add_argument("--ladder", default="blog", choices=sorted(LADDERS))
+    demo_cmd.add_argument("--out", default=None, help="folder for results.jsonl, images, charts")
+    demo_cmd.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     ladder = sub.add_parser("ladder", help="run every step of the blog's (or the course's) ladder")
     _common(ladder)
@@ -132,10 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--out", required=True, help="folder: images/, images.jsonl, summary.json")
     batch.add_argument("--batch-size", type=int, default=1, help="prompts per pipeline call")
     batch.add_argument("--model", default="sdxl", choices=sorted(MODELS))
-    batch.add_argument("--weights", default="auto", choices=WEIGHTS)
-    for flag in ("--steps", "--height", "--width"):
+    batch.add_argument("--weights", default="tiny" if smoke_mode() else "auto", choices=WEIGHTS)
+    batch.add_argument("--steps", type=int, default=2 if smoke_mode() else None)
+    for flag in ("--height", "--width"):
         batch.add_argument(flag, type=int, default=None)
-    batch.add_argument("--device", default=None, help="default: cuda:LOCAL_RANK if any, else cpu")
+    batch.add_argument("--device", default="cpu" if smoke_mode() else None,
+                       help="default: cuda:LOCAL_RANK if any, else cpu")
     batch.add_argument("--seed", type=int, default=0, help="line L gets seed SEED + L")
     batch.add_argument("--warmup", type=int, default=1, help="untimed calls per process")
     batch.add_argument("--fail-line", type=int, action="append", default=[],
@@ -164,23 +192,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check_counts(args: argparse.Namespace) -> None:
-    for name in ("steps", "height", "width", "runs", "batch_size"):
+    """The counts, sizes, seed and device of any command, before anything is loaded."""
+    if getattr(args, "runs", None) is not None and args.max_runs is None and smoke_mode():
+        args.max_runs = args.runs  # smoke mode proves the code runs: no extra timed runs
+    for name in ("steps", "height", "width", "runs", "batch_size", "max_runs"):
         value = getattr(args, name, None)
         if value is not None and value < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
-    if args.warmup < 0:
+    if getattr(args, "warmup", 0) < 0:
         raise UsageError(f"--warmup must be >= 0, got {args.warmup}")
+    if getattr(args, "seed", 0) < 0:
+        raise UsageError(f"--seed must be >= 0, got {args.seed}")
+    for name in ("height", "width"):
+        checks.image_size(name, getattr(args, name, None), size_multiple(args.model))
     if args.device is not None:
-        import torch
-
-        try:
-            device = torch.device(args.device)
-        except RuntimeError:
-            raise UsageError(f"--device {args.device!r} is not a device; use cuda, cuda:N "
-                             "or cpu") from None
-        if device.type == "cuda" and not torch.cuda.is_available():
-            raise UsageError(f"--device {args.device} but this machine has no CUDA GPU; "
-                             "use --device cpu (with --weights tiny for a quick run)")
+        checks.device(args.device)
 
 
 def _recipe(args: argparse.Namespace) -> Recipe:
@@ -202,7 +228,7 @@ def _bench(args: argparse.Namespace) -> None:
     result = benchmark(pipe, prompt=args.prompt or DEFAULT_PROMPT, steps=args.steps,
                        height=args.height, width=args.width, runs=args.runs,
                        warmup=args.warmup, seed=args.seed, progress=not args.no_progress,
-                       step=args.step)
+                       step=args.step, max_runs=args.max_runs)
     print(result.summary())
     print(format_table([result]))
     if args.out:
@@ -223,9 +249,8 @@ def _warm(args: argparse.Namespace) -> int:
         print(f"fastdiff: loaded {header['loaded']} from {args.load} ({header.get('model')}, "
               f"{', '.join(header.get('steps', []))}) into {use_course_cache(verbose=False)}")
         return 0
-    if args.out and Path(args.out).is_dir():
-        raise UsageError(f"--out {args.out} is a folder; give a file name, e.g. "
-                         f"{Path(args.out) / (args.model + '.fdcache')}")
+    if args.out:
+        checks.output_file("out", args.out, example=args.model + ".fdcache")
     if args.sha256:
         raise UsageError("--sha256 checks a file given to --load; `warm --out` prints the one "
                          "to pass on")
@@ -251,6 +276,11 @@ def _reference(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 ok, 2 invalid input)."""
+    with checks.command_line():  # messages name --flags, not Python arguments
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.command == "env":
@@ -261,6 +291,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _warm(args)
         if args.command == "reference":
             return _reference(args, argv)
+        if args.command == "demo":
+            if args.out is not None:
+                checks.output_folder("out", args.out)
+            results = demo.run_demo(args.out, model=args.model, weights=args.weights,
+                                    device=args.device, ladder=args.ladder,
+                                    progress=not args.no_progress)
+            return 0 if any(r.ok for r in results) else 1
         if args.command == "batch":
             return batch_from_args(args, _recipe(args))
         if args.command == "ladder":
@@ -273,9 +310,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 width=args.width, runs=args.runs, warmup=args.warmup, out=args.out,
                 device=device, steps_filter=args.only, progress=not args.no_progress,
                 fail_step=args.fail_step, prompt=args.prompt, seed=args.seed,
-                ladder=args.ladder)
+                ladder=args.ladder, profile=args.explain, max_runs=args.max_runs)
             if args.explain:
-                print(demo.after(results, device, args.out))
+                rates = demo.matmul_rates([r.recipe.get("dtype", "fp32") for r in results
+                                           if r.ok]) if device == "cpu" else None
+                print(demo.after(results, device, args.out, rates))
             return 0 if any(r.ok for r in results) else 1
         _bench(args)
         return 0

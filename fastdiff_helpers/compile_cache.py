@@ -26,8 +26,11 @@ from typing import Any
 
 import torch
 
+from . import checks
 from .env import env_report
 from .errors import FastdiffError
+from .presets import get_spec
+from .pretrained import check_weights
 
 MAGIC = b"FASTDIFF-COMPILE-CACHE 1\n"
 # what must match between the machine that compiled and the one that loads
@@ -40,22 +43,57 @@ def default_cache_dir() -> Path:
     return Path(root) if root else Path.home() / ".cache" / "fastdiff" / "inductor"
 
 
+def _users_cache_dir() -> str | None:
+    """TORCHINDUCTOR_CACHE_DIR when the user set it; None when unset or when it holds inductor's
+    own default. Inductor writes its default into the variable the first time it finds it
+    unset (torch/_inductor/runtime/cache_dir_utils.py, cache_dir(), line 19), and importing
+    torch._dynamo already does so (torch/_dynamo/package.py:1267, `DynamoCache = ...`), which
+    diffusers imports: after fdh.load_pipeline the variable is set whoever chose nothing."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir as inductor_default
+
+    current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if (not current or os.path.abspath(current) == os.path.abspath(inductor_default())
+            or current == _ours.get("folder")):
+        return None
+    return current
+
+
+_said: set[str] = set()  # the folders already said in this process
+_ours: dict[str, str] = {}  # the default folder use_course_cache itself put in the variable
+
+
 def use_course_cache(path: str | os.PathLike | None = None, verbose: bool = True) -> Path:
     """Point inductor's cache at one folder for the whole course and say where it is.
 
-    An explicit TORCHINDUCTOR_CACHE_DIR (yours) wins unless `path` is given. Called by
-    fdh.compile_pipeline before compiling; call it yourself to choose another folder.
+    Your own TORCHINDUCTOR_CACHE_DIR wins unless `path` is given (inductor's default folder,
+    which inductor writes into the variable itself, does not count as yours). Called by
+    fdh.compile_pipeline before compiling, so the first compile of a process says where its
+    kernels go; call it yourself to choose another folder.
     Introduced in 05_cold_start.ipynb."""
-    current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if path is None and current:
-        return Path(current)
-    folder = Path(path) if path is not None else default_cache_dir()
+    if path is not None:
+        checks.output_folder("path", path)
+    users = _users_cache_dir()
+    if path is None and users:
+        folder = Path(users)
+        whose = "yours: TORCHINDUCTOR_CACHE_DIR"
+    else:
+        folder = Path(path) if path is not None else default_cache_dir()
+        whose = ("TORCHINDUCTOR_CACHE_DIR; set FASTDIFF_CACHE_DIR or call "
+                 "fdh.use_course_cache(path) to move it")
+    folder = folder.absolute()
     folder.mkdir(parents=True, exist_ok=True)
-    if current != str(folder):
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR") != str(folder):
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
-        if verbose:
-            print(f"fastdiff: torch.compile cache in {folder} (TORCHINDUCTOR_CACHE_DIR; "
-                  "set FASTDIFF_CACHE_DIR or call fdh.use_course_cache(path) to move it)")
+        if path is None:  # the course's default; a path you give stays yours
+            _ours["folder"] = str(folder)
+        # what torch's own temporary_cache_dir does after a switch (cache_dir_utils.py): drop
+        # the in-memory caches that hold paths of the old folder
+        from torch._inductor.utils import clear_caches
+
+        clear_caches()
+    if verbose and str(folder) not in _said:
+        _said.add(str(folder))
+        print(f"fastdiff: torch.compile cache in {folder} ({whose})")
     return folder
 
 
@@ -69,6 +107,7 @@ def save_artifacts(path: str | os.PathLike, **what: Any) -> dict[str, Any]:
     """Write what this process compiled (torch.compiler.save_cache_artifacts) to `path`, with
     a header of the versions and GPU kind it is valid for, and `what` (model, steps...) for
     the record. Returns the header. Nothing compiled yet: a clear error."""
+    checks.output_file("path", path, example="sdxl.fdcache")
     saved = torch.compiler.save_cache_artifacts()
     if saved is None or not saved[0]:
         raise FastdiffError("Nothing was compiled in this process, so there is no cache to save: "
@@ -143,6 +182,18 @@ def first_image_in_new_process(cache_dir: str | os.PathLike, model: str = "sdxl"
     compile cache, and what it printed. `out`: also write the artifacts; `load`: only load an
     artifact file into `cache_dir` (no image). What 05_cold_start.ipynb measures.
     Introduced in 05_cold_start.ipynb."""
+    checks.output_folder("cache_dir", cache_dir)
+    if load is not None:
+        checks.existing_file("load", load, "a file written by `python -m fastdiff_helpers warm "
+                             "--out FILE`")
+    else:
+        get_spec(model)
+        check_weights(weights)
+        checks.whole("steps", steps, 1, none=True)
+        if device is not None:
+            checks.device(device)
+        if out is not None:
+            checks.output_file("out", out, example=f"{model}.fdcache")
     if load is not None:
         args = ["--load", str(load)]
     else:

@@ -11,12 +11,21 @@ from typing import Any, Sequence
 
 import torch
 
+from . import checks
 from .errors import FastdiffError
 from .ladder import format_table
 from .noise import quiet_known_noise
-from .presets import BLOG_A100_SECONDS, BLOG_A100_WHERE, BLOG_SOURCE, default_resolution, get_spec
-from .pretrained import resolve_weights
+from .presets import (BLOG_A100_SECONDS, BLOG_A100_WHERE, BLOG_SOURCE, default_resolution, get_spec,
+                      size_multiple)
+from .pretrained import check_weights, resolve_weights
 from .results import Result, reference_results
+
+
+# The tiny model's denoising steps outside smoke mode (the CPU story: the notebooks, the
+# playground and `make demo` on a machine without a GPU): its images are toys and its timings
+# compare per-step costs, which 10 steps show as well as 30 in a third of the time, and which
+# keeps a first `make demo` on a 2-core CPU within minutes.
+TINY_STEPS = 10
 
 
 def smoke_mode() -> bool:
@@ -38,11 +47,14 @@ class CourseSettings:
     runs: int
     warmup: int
     smoke: bool
+    # the most timed runs fdh.benchmark may add to settle a median (None: its default, 4 x
+    # runs); smoke mode proves the code runs, so it times `runs` calls and no more
+    max_runs: int | None = None
 
     def bench_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for fdh.benchmark / fdh.generate (steps, height, width...)."""
+        """Keyword arguments for fdh.benchmark (steps, height, width, runs, warmup, max_runs)."""
         return dict(steps=self.steps, height=self.height, width=self.width, runs=self.runs,
-                    warmup=self.warmup)
+                    warmup=self.warmup, max_runs=self.max_runs)
 
     def ladder_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for fdh.run_ladder(model, ...): weights, device and bench_kwargs."""
@@ -59,9 +71,18 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
     tiny weights on the CPU, 2 steps, 64x64, 2 timed runs. Otherwise the model's native
     resolution and 30 steps, weights="auto" (pretrained, else random on a GPU, else tiny),
     5 timed runs after 2 warm-ups. "auto" is resolved here and the choice printed; the
-    tiny model gets its tiny resolution.
+    tiny model gets its tiny resolution and TINY_STEPS (10) steps: the CPU story, the same in
+    the notebooks, the playground and `make demo`.
     Introduced in 00_setup.ipynb."""
     spec = get_spec(model)
+    checks.whole("steps", steps, 1, none=True)
+    checks.image_size("resolution", resolution, size_multiple(spec))
+    checks.whole("runs", runs, 1, none=True)
+    if weights is not None:
+        check_weights(weights)
+    if smoke not in (None, True, False):
+        raise FastdiffError(f"{checks.arg('smoke', smoke)} cannot work: give True, False or "
+                            "None (None reads FASTDIFF_SMOKE).")
     quiet_known_noise()  # the parameters cell runs first in every notebook
     smoke = smoke_mode() if smoke is None else smoke
     device = "cpu" if smoke or not torch.cuda.is_available() else "cuda"
@@ -70,8 +91,10 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
     size = resolution or default_resolution(spec, weights)
     return CourseSettings(
         model=spec.key, weights=weights, device=device,
-        steps=steps or (2 if smoke else spec.steps), height=size, width=size,
-        runs=runs or (2 if smoke else 5), warmup=1 if smoke else 2, smoke=smoke)
+        steps=steps or (2 if smoke else TINY_STEPS if weights == "tiny" else spec.steps),
+        height=size, width=size,
+        runs=runs or (2 if smoke else 5), warmup=1 if smoke else 2, smoke=smoke,
+        max_runs=(runs or 2) if smoke else None)
 
 
 def needs_gpu(why: str) -> bool:

@@ -1,16 +1,41 @@
-"""What `make demo` says around its ladder: what runs and what its numbers can tell, the
-published GPU figures beside the measured ones, why a step is slower here, and what to do next.
+"""`make demo` (python -m fastdiff_helpers demo): the blog's ladder with the course's settings
+for this machine (fdh.course_settings, the same as the notebooks and the playground), said up
+front with how long it will take here; on a CPU its compiled steps compiled ahead, in parallel;
+and afterwards, each step's change explained from what was measured (its stages, its profile,
+this CPU's measured matmul rates), beside the published GPU figures.
 
-Introduced by `make demo` (python -m fastdiff_helpers ladder --explain)."""
+Introduced by `make demo`; `python -m fastdiff_helpers ladder --explain` prints the same
+before/after text around any ladder.
+"""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Sequence
 
+import torch
+
+from .compile_cache import use_course_cache
+from .course import course_settings
+from .flops import measure_matmul_tflops
+from .ladder import run_ladder
 from .presets import BLOG_A100_SECONDS, BLOG_A100_WHERE, get_spec
+from .recipe import LADDERS
 from .record import Result
 from .text import seconds_text
+
+# Measured on this project's 2-core CPU machine (AMD EPYC, no GPU; issue 24): compiling one
+# compiled step of the tiny SDXL (its UNet and VAE decode, as C++ kernels) costs about 100
+# CPU-seconds (a first demo run took 413 CPU-s, a second, with the kernels cached, 122);
+# a second run, compiled steps loaded from the cache, took 84 s of wall time there.
+COMPILE_CPU_S = 100
+WARM_RUN_S = 85
+NATIVE_BF16 = ("avx512_bf16", "amx_bf16")
 
 
 def cpu_flags() -> set[str]:
@@ -23,57 +48,195 @@ def cpu_flags() -> set[str]:
     return set(line.partition(":")[2].split())
 
 
-def before(model: str, weights: str, device: str, ladder: str) -> str:
+def cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _minutes(seconds: float) -> str:
+    """Rounded to the half minute: an estimate, not a measurement."""
+    half = max(round(seconds / 30), 1) / 2
+    return f"{half:g}"
+
+
+def _cache_files(folder: Path) -> int:
+    return sum(1 for _ in folder.rglob("*")) if folder.is_dir() else 0
+
+
+def before(model: str, weights: str, device: str, ladder: str, steps: int | None = None,
+           cache: Path | None = None) -> str:
+    """What runs, what its numbers can tell, and (on a CPU) roughly how long it takes here."""
     spec = get_spec(model)
-    lines = [f"fastdiff demo: the {ladder} ladder on {spec.name}, {weights} weights, on {device}."]
-    if device == "cpu":
+    compiled = sum(1 for _, r in LADDERS[ladder] if r.compile)
+    lines = [f"fastdiff demo: the {ladder} ladder on {spec.name}, {weights} weights, on {device}"
+             + (f", {steps} denoising steps." if steps else ".")]
+    if device == "cpu" and weights == "tiny":
         lines += [
             "  This machine has no CUDA GPU, so the demo runs the tiny model on the CPU: the same",
             "  classes and code paths as the real model, far smaller. Its timings show that every",
             "  step runs and what it costs here; they say nothing about GPU speed-ups, which come",
             "  from tensor cores, fused kernels and CUDA graphs a CPU does not have. The published",
-            "  GPU figures are printed beside the table at the end.",
-            "  Compiled steps compile first (minutes on a CPU; the cache makes a second run faster)."]
+            "  GPU figures are printed beside the table at the end."]
+        n = cores()
+        compile_s = compiled * COMPILE_CPU_S / n
+        rest_s = WARM_RUN_S * 2 / n
+        warm = cache is not None and _cache_files(cache) > 0
+        lines += [
+            f"  How long: about {_minutes(compile_s + rest_s)} minutes here for a first run "
+            f"({n} CPU core{'s' if n > 1 else ''}), most of it",
+            f"  compiling the {compiled} compiled steps (about {COMPILE_CPU_S} CPU-seconds "
+            "each, measured on a 2-core machine),",
+            "  at once in parallel processes; the time elapsed is shown as it goes. Their "
+            "kernels stay in",
+            f"  the compile cache ({cache}), so a second run takes about {_minutes(rest_s)} "
+            "minutes" + (f"; the cache already holds {_cache_files(cache)} files." if warm
+                         else ".")]
+    elif device == "cpu":
+        lines.append(f"  {weights} weights on a CPU: every step of the full-size model takes "
+                     "minutes here; the tiny model (--weights tiny) is the CPU's first look.")
     elif weights == "random":
         lines.append("  Full-size architecture with random weights: real speed and memory, "
                      "meaningless images.")
+    if device != "cpu":
+        lines.append(f"  Each of the {compiled} compiled steps compiles first: minutes on a GPU "
+                     "(max-autotune tunes its kernels); no estimate was measured here.")
     return "\n".join(lines)
 
 
-def _why_slower(step: str, device: str) -> str:
-    if device != "cpu":
-        return "look at its notes and flags; re-run if the timing is unsteady"
-    flags = cpu_flags()
-    native = sorted(flags & {"avx512_bf16", "amx_bf16"})
-    if step == "bf16":
-        return (f"this CPU has native bf16 matmul ({', '.join(native)}), but the tiny model's "
-                "matmuls are too small for it to outweigh the casts around them" if native else
-                "this CPU has no native bf16 matmul (no avx512_bf16 or amx_bf16 in "
-                "/proc/cpuinfo): bf16 is converted to fp32 and back around every matmul")
-    if "compile" in step or "fused" in step or "int8" in step:
-        return ("on a CPU inductor emits C++ loops, not tensor-core kernels, and the tiny model's "
-                "work per call is too small to win back the extra quantize/convert steps")
-    return "the tiny model's attention and matmuls are too small for this change to show"
+def precompile(model: str, weights: str, device: str, ladder: str,
+               progress: bool = True) -> dict[str, float]:
+    """Compile every compiled step of the ladder into the compile cache at once, one new
+    process per step (`python -m fastdiff_helpers warm --only STEP`), so that C++ compilation
+    and the single-threaded lowering of different steps share the cores. Returns the compile
+    seconds each process measured for its step (a step whose process failed is left out: the
+    ladder compiles it itself). Says the elapsed time every 15 s, never a time left.
+
+    Only on a CPU: on a GPU, concurrent autotuning would time kernels against each other."""
+    names = [name for name, r in LADDERS[ladder] if r.compile]
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    # one compile thread per process: the processes share the cores already, and a pool of
+    # compile workers per process only adds their start-up (compile_threads is not part of the
+    # cache key, torch/_inductor/config.py _cache_config_ignore_prefix, so the ladder's own
+    # compile finds these kernels)
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    procs = {name: subprocess.Popen(
+        [sys.executable, "-m", "fastdiff_helpers", "warm", "--model", model, "--weights",
+         weights, "--device", device, "--ladder", ladder, "--only", name, "--steps", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) for name in names}
+    started = last = time.monotonic()
+    if progress:
+        print(f"fastdiff demo: compiling {len(names)} steps ahead, in {len(names)} processes "
+              f"({', '.join(names)})", flush=True)
+    while any(p.poll() is None for p in procs.values()):
+        time.sleep(0.5)
+        if progress and time.monotonic() - last >= 15:
+            last = time.monotonic()
+            done = sum(p.poll() is not None for p in procs.values())
+            print(f"  compiling: {_clock(last - started)} elapsed, {done} of {len(names)} done",
+                  flush=True)
+    seconds = {}
+    for name, proc in procs.items():
+        out = proc.stdout.read() if proc.stdout else ""
+        found = re.search(r"first call ([0-9.]+) s \(compile ([0-9.]+) s", out)
+        if proc.returncode == 0 and found:
+            seconds[name] = float(found.group(2))
+        elif progress:
+            tail = (out.strip().splitlines() or ["(no output)"])[-1]
+            print(f"  {name}: compiling ahead failed ({tail}); the ladder compiles it itself")
+    if progress:
+        print(f"fastdiff demo: compiled ahead in {_clock(time.monotonic() - started)} "
+              f"(compile time of each, its processes sharing the cores: "
+              f"{', '.join(f'{n} {s:.0f} s' for n, s in seconds.items())})", flush=True)
+    return seconds
 
 
-def after(results: Sequence[Result], device: str, out: str | None) -> str:
-    """The measured ladder beside the published A100 one, a line per slower step, next steps."""
+def _clock(seconds: float) -> str:
+    return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
+
+
+def matmul_rates(dtypes: Sequence[str]) -> dict[str, float]:
+    """This CPU's dense matmul rate (GFLOP/s, 512x512, fdh.measure_matmul_tflops) in fp32 and
+    each of `dtypes` the ladder used: measured now, for the explanations."""
+    torch_dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    return {name: measure_matmul_tflops("cpu", dtype=torch_dtypes[name], n=512) * 1e3
+            for name in dict.fromkeys(["fp32", *dtypes]) if name in torch_dtypes}
+
+
+def _close(a: Result, b: Result) -> bool:
+    """The two medians are within each other's uncertainty."""
+    u = max(a.latency_uncertainty or 0.0, b.latency_uncertainty or 0.0)
+    return abs(a.latency_s - b.latency_s) <= u * max(a.latency_s, b.latency_s)
+
+
+def why(prev: Result, r: Result, device: str, rates: dict[str, float] | None = None) -> str:
+    """One step against the one before, from what was measured: the times with their
+    uncertainty, the stage that moved most, the op that moved most in the profile (when both
+    were profiled), and for a precision change this CPU's measured matmul rates."""
+    faster = r.latency_s < prev.latency_s
+    said = (f"{r.step}: {seconds_text(r.latency_s)} s against {seconds_text(prev.latency_s)} s "
+            f"for {prev.step}")
+    if _close(prev, r):
+        return said + " (within the timing uncertainty: no measurable difference here)."
+    said += f" ({prev.latency_s / r.latency_s:.2f}x, {'faster' if faster else 'slower'})"
+    parts = []
+    deltas = {s: r.stages.get(s, 0.0) - prev.stages.get(s, 0.0)
+              for s in set(r.stages) | set(prev.stages)}
+    if deltas:
+        stage = max(deltas, key=lambda s: -deltas[s] if faster else deltas[s])
+        parts.append(f"{stage.replace('_', ' ')} {seconds_text(prev.stages.get(stage))} -> "
+                     f"{seconds_text(r.stages.get(stage))} s")
+    if r.ops and prev.ops:
+        ops = {k: r.ops.get(k, 0.0) - prev.ops.get(k, 0.0) for k in set(r.ops) | set(prev.ops)}
+        op = max(ops, key=lambda k: -ops[k] if faster else ops[k])
+        parts.append(f"by the profiler, {op} moved most ({seconds_text(prev.ops.get(op, 0.0))} "
+                     f"-> {seconds_text(r.ops.get(op, 0.0))} s per image)")
+    dtype, before_dtype = r.recipe.get("dtype"), prev.recipe.get("dtype")
+    if device == "cpu" and rates and dtype != before_dtype and dtype in rates:
+        native = sorted(cpu_flags() & set(NATIVE_BF16))
+        parts.append(f"a 512x512 matmul runs at {rates[dtype]:.0f} GFLOP/s in {dtype} against "
+                     f"{rates.get(before_dtype, rates['fp32']):.0f} in "
+                     f"{before_dtype if before_dtype in rates else 'fp32'} on this CPU (measured "
+                     "now)" + ("" if dtype != "bf16" else
+                               f"; it has {', '.join(native)}" if native else
+                               "; it has no native bf16 (no avx512_bf16 or amx_bf16 in "
+                               "/proc/cpuinfo)"))
+    return said + (": " + "; ".join(parts) if parts else "") + "."
+
+
+def after(results: Sequence[Result], device: str, out: str | None,
+          rates: dict[str, float] | None = None,
+          compiled_ahead: dict[str, float] | None = None) -> str:
+    """The measured ladder beside the published A100 one, each step explained against the
+    one before (why), and what to do next."""
     ok = [r for r in results if r.ok and r.latency_s]
     lines = []
     if ok and ok[0].model in BLOG_A100_SECONDS:
         blog = BLOG_A100_SECONDS[ok[0].model]
         base = ok[0].latency_s
-        lines.append(f"\n{'step':16} {'here (s)':>9} {'vs first':>9}   {'blog A100 (s)':>13} "
-                     f"{'vs fp32':>8}")
+        lines.append(f"\n{'step':16} {'here (s)':>9} {'+-':>5} {'vs first':>9}   "
+                     f"{'blog A100 (s)':>13} {'vs fp32':>8}")
         for r in ok:
             ref = blog.get(r.step)
             ref_text = f"{ref:13.3f} {blog['fp32'] / ref:7.2f}x" if ref else f"{'-':>13} {'-':>8}"
-            lines.append(f"{r.step:16} {seconds_text(r.latency_s):>9} {base / r.latency_s:8.2f}x"
-                         f"   {ref_text}")
+            u = r.latency_uncertainty
+            lines.append(f"{r.step:16} {seconds_text(r.latency_s):>9} "
+                         f"{(f'{u:.0%}' if u is not None else '-'):>5} "
+                         f"{base / r.latency_s:8.2f}x   {ref_text}")
         lines.append(f"Published: {BLOG_A100_WHERE[ok[0].model]}.")
+        if ok[0].steps != 30:
+            lines.append(f"Here each image has {ok[0].steps} denoising steps, the blog's 30: "
+                         "compare the speed-ups, not the seconds.")
+    if compiled_ahead:
+        lines.append("The compiled steps were compiled ahead, in parallel ("
+                     + ", ".join(f"{n}: {s:.0f} s" for n, s in compiled_ahead.items())
+                     + "), so their cold start above is a warm cache's.")
+    lines.append("\nWhat each step changed here, from what was measured:")
     for prev, r in zip(ok, ok[1:]):
-        if r.latency_s > prev.latency_s:
-            lines.append(f"{r.step} is slower than {prev.step} here: {_why_slower(r.step, device)}.")
+        lines.append("  " + why(prev, r, device, rates))
     for r in ok:
         for flag in r.flags:
             lines.append(f"{r.step}: {flag}.")
@@ -83,3 +246,27 @@ def after(results: Sequence[Result], device: str, out: str | None) -> str:
     lines.append("Next: `make lab`, then open notebooks/00_setup.ipynb "
                  "(README: how to reach JupyterLab on a remote machine).")
     return "\n".join(lines)
+
+
+def run_demo(out: str | Path | None = None, model: str = "sdxl", weights: str = "auto",
+             device: str | None = None, ladder: str = "blog", progress: bool = True
+             ) -> list[Result]:
+    """The blog's ladder with the course's settings for this machine (fdh.course_settings:
+    on a CPU the tiny model, CPU_STEPS steps, 64x64), said before; on a CPU compiled ahead in
+    parallel; every step profiled once (Result.ops) and explained after."""
+    settings = course_settings(model, weights=None if weights == "auto" else weights)
+    device = device or settings.device
+    cache = use_course_cache(verbose=False)
+    print(before(model, settings.weights, device, ladder, settings.steps, cache), flush=True)
+    use_course_cache()  # said once, where the kernels go
+    ahead = None
+    if device == "cpu":
+        ahead = precompile(model, settings.weights, device, ladder, progress)
+    results = run_ladder(model, weights=settings.weights, steps=settings.steps,
+                         height=settings.height, width=settings.width, runs=settings.runs,
+                         warmup=settings.warmup, out=out, device=device, progress=progress,
+                         ladder=ladder, profile=True, max_runs=settings.max_runs)
+    rates = matmul_rates([r.recipe.get("dtype", "fp32") for r in results if r.ok]) \
+        if device == "cpu" else None
+    print(after(results, device, None if out is None else str(out), rates, ahead))
+    return results

@@ -20,9 +20,11 @@ from typing import Any
 
 import torch
 
+from . import checks
+from .errors import FastdiffError
 from .loading import native_resolution, pipeline_info
 from .noise import quiet_known_noise
-from .presets import Component, get_spec
+from .presets import Component, get_spec, size_multiple
 
 __all__ = ["count_flops", "flop_floor_seconds", "measure_matmul_tflops"]
 
@@ -157,6 +159,10 @@ def count_flops(pipe_or_model_key: Any, height: int | None = None, width: int | 
     pipeline encodes it), per_image = steps * denoiser_per_forward + vae_decode +
     text_encoders, and batch, height, width, steps. Cached per configuration."""
     spec, keys, encodes_negative, size, tokens = _pipeline_parts(pipe_or_model_key)
+    checks.whole("steps", steps, 1, none=True)
+    for name, value in (("height", height), ("width", width)):
+        checks.image_size(name, value, size_multiple(spec))
+    checks.real("guidance", guidance, none=True)
     height, width = height or size, width or size
     steps = steps or spec.steps
     guidance = spec.guidance if guidance is None else guidance
@@ -181,26 +187,31 @@ def flop_floor_seconds(flops_per_image: float | dict, tflops_per_s: float) -> fl
     Accepts a FLOP count or count_flops()'s dict. Introduced in 01_baseline.ipynb."""
     if isinstance(flops_per_image, dict):
         flops_per_image = flops_per_image["per_image"]
-    if tflops_per_s <= 0:
-        raise ValueError(f"tflops_per_s must be positive, got {tflops_per_s}")
+    if checks.real("tflops_per_s", tflops_per_s) <= 0:
+        raise FastdiffError(f"{checks.arg('tflops_per_s', tflops_per_s)} cannot work: give the "
+                            "measured rate, a positive number (fdh.measure_matmul_tflops).")
     return float(flops_per_image) / (tflops_per_s * 1e12)
 
 
-def measure_matmul_tflops(device: str = "cuda", dtype: torch.dtype = torch.bfloat16,
+def measure_matmul_tflops(device: str = "cuda", dtype: torch.dtype | None = None,
                           n: int = 8192, iters: int = 20) -> float:
-    """Dense matmul rate in TFLOP/s: n x n @ n x n, timed with CUDA events after warm-up.
-
-    On a CPU (device="cpu") it times a smaller fp32 matmul (n capped at 1024) with
-    perf_counter. Introduced in 01_baseline.ipynb."""
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("measure_matmul_tflops(device='cuda') needs a CUDA GPU; "
-                         "pass device='cpu' to measure this machine's CPU.")
+    """Dense matmul rate in TFLOP/s: n x n @ n x n, timed after warm-up (CUDA events on a GPU,
+    perf_counter on a CPU). dtype: bf16 on a GPU and fp32 on a CPU unless given (a given one
+    is measured as given). On a CPU n is capped at 1024 and iters at a quarter, at least 3.
+    Introduced in 01_baseline.ipynb."""
+    dev = torch.device(checks.device(device))
+    checks.whole("n", n, 1)
+    checks.whole("iters", iters, 1)
+    if dtype is None:
+        dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise FastdiffError(f"{checks.arg('dtype', dtype)} cannot work: give a floating-point "
+                            "torch dtype, e.g. torch.bfloat16.")
     if dev.type != "cuda":
-        dtype, n, iters = torch.float32, min(n, 1024), max(3, iters // 4)
+        n, iters = min(n, 1024), max(3, iters // 4)
     gen = torch.Generator(dev).manual_seed(0)
-    a = torch.randn(n, n, device=dev, dtype=dtype, generator=gen)
-    b = torch.randn(n, n, device=dev, dtype=dtype, generator=gen)
+    a = torch.randn(n, n, device=dev, dtype=torch.float32, generator=gen).to(dtype)
+    b = torch.randn(n, n, device=dev, dtype=torch.float32, generator=gen).to(dtype)
     for _ in range(3):  # warm-up: kernel selection, clocks
         a @ b
     if dev.type == "cuda":

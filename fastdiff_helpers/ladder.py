@@ -15,6 +15,7 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
+from . import checks
 from .bench import benchmark
 from .charts import Reference, ladder_chart, memory_chart, save_figure
 from .compile_cache import save_artifacts
@@ -23,7 +24,7 @@ from .env import device_name, env_report
 from .loading import (FastdiffError, call_kwargs, default_device, get_denoiser, load_pipeline,
                       resolve_weights)
 from .presets import (BLOG_A100_SECONDS, BLOG_LOADING, BLOG_SOURCE, DEFAULT_PROMPT, SCHEDULERS,
-                      default_resolution, get_spec)
+                      default_resolution, get_spec, size_multiple)
 from .quality import compare_images
 from .recipe import LADDERS
 from .results import Result, save_result
@@ -80,8 +81,8 @@ def format_table(results: Sequence[Result]) -> str:
                      seconds_text(r.cold_start_s) + " s" if r.cold_start_s is not None else "-",
                      *(("; ".join(r.flags).upper() or "-",) if flagged else ())))
         prev = r.latency_s
-    widths = [max(len(head[i]), *(len(row[i]) for row in rows if len(row) > i))
-              for i in range(len(head))]
+    widths = [max([len(head[i])] + [len(row[i]) for row in rows if len(row) > i])
+              for i in range(len(head))]  # every step failed: the heads alone
     lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))
     for row in rows:
@@ -94,25 +95,34 @@ def _check_names(names: Iterable[str] | None, what: str, ladder: str) -> set[str
         return None
     names = {names} if isinstance(names, str) else set(names)
     known = [n for n, _ in LADDERS[ladder]]
-    unknown = sorted(names - set(known))
-    if unknown:
-        raise FastdiffError(f"Unknown ladder step(s) {unknown} in {what}. The {ladder} "
-                            "ladder's steps are: "
+    unknown = sorted(names - set(known), key=str)
+    if unknown or not names:
+        said = f"Unknown ladder step(s) {unknown}" if unknown else "No step"
+        raise FastdiffError(f"{said} in {checks.arg(what)}. The {ladder} ladder's steps are: "
                             f"{', '.join(repr(n) for n in known)}.")
     return names
 
 
-def _setup(model: str, ladder: str, device: str | None,
-           steps_filter: Iterable[str] | None) -> tuple[Any, str, set[str] | None, dict]:
-    """What run_ladder and warm_ladder share before any work: the model's spec, the device,
-    the steps asked for (checked) and the loading options of the ladder (the blog's VAE and
-    scheduler for "blog")."""
+def _setup(model: str, ladder: str, device: str | None, steps_filter: Iterable[str] | None,
+           steps: int | None = None, height: int | None = None, width: int | None = None,
+           out: str | Path | None = None, out_is_file: bool = False
+           ) -> tuple[Any, str, set[str] | None, dict]:
+    """What run_ladder and warm_ladder share before any work: every argument checked (the
+    call's sizes and counts too, so a bad one fails once, here, not in every step), the
+    model's spec, the device, the steps asked for and the loading options of the ladder (the
+    blog's VAE and scheduler for "blog")."""
     spec = get_spec(model)
     if ladder not in LADDERS:
         raise FastdiffError(f"Unknown ladder {ladder!r}. Use one of: {', '.join(LADDERS)}.")
     wanted = _check_names(steps_filter, "steps_filter", ladder)
+    checks.whole("steps", steps, 1, none=True)
+    for name, value in (("height", height), ("width", width)):
+        checks.image_size(name, value, size_multiple(spec))
+    if out is not None:
+        (checks.output_file if out_is_file else checks.output_folder)("out", out)
+    device = checks.device(device) if device is not None else default_device()
     loading = BLOG_LOADING[spec.key] if ladder == "blog" else {}
-    return spec, device or default_device(), wanted, loading
+    return spec, device, wanted, loading
 
 
 def _selects_any(pipe, recipe) -> bool:
@@ -124,8 +134,8 @@ def _selects_any(pipe, recipe) -> bool:
 def measure_step(spec, name: str, recipe, weights: str, device: str, loading: dict,
                  baseline=None, *, steps: int | None = None, height: int | None = None,
                  width: int | None = None, runs: int = 5, warmup: int = 2, seed: int = 0,
-                 prompt: str | None = None, progress: bool = True,
-                 fail: bool = False) -> Result:
+                 prompt: str | None = None, progress: bool = True, fail: bool = False,
+                 profile: bool = False, max_runs: int | None = None) -> Result:
     """One ladder step on a fresh pipeline: load (with the ladder's `loading` options), the
     recipe adapted to the device (its notes go to Result.notes), apply, benchmark with quality
     against `baseline` (a PIL image, or None). A failure (OOM, compile error, RecipeError...)
@@ -150,7 +160,7 @@ def measure_step(spec, name: str, recipe, weights: str, device: str, loading: di
         load_s = time.perf_counter() - started
         result = benchmark(pipe, prompt=prompt or DEFAULT_PROMPT, steps=steps, height=height,
                            width=width, runs=runs, warmup=warmup, seed=seed, progress=progress,
-                           step=name, baseline=baseline)
+                           step=name, baseline=baseline, profile=profile, max_runs=max_runs)
         result.notes = notes + result.notes
         result.load_s = load_s
     except Exception as exc:  # one step's failure must not lose the steps already measured
@@ -175,7 +185,8 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
                warmup: int = 2, out: str | Path | None = None, device: str | None = None,
                steps_filter: Iterable[str] | None = None, progress: bool = True,
                fail_step: str | None = None, prompt: str | None = None,
-               seed: int = 0, ladder: str = "blog") -> list[Result]:
+               seed: int = 0, ladder: str = "blog", profile: bool = False,
+               max_runs: int | None = None) -> list[Result]:
     """Benchmark each step of a ladder (fp32 -> ... -> int8 dynamic) on a FRESH pipeline.
 
     ladder: "blog" (fdh.LADDER, the blog's recipe on today's stack, loaded with the blog's VAE
@@ -188,7 +199,8 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
     with error="Type: message" and the ladder goes on. Between steps the pipeline is deleted
     and torch._dynamo reset (other compiled code in this process recompiles on its next
     call). `steps_filter`: the step names to run (default all). `fail_step`: a step name
-    forced to fail, a testing aid for that isolation.
+    forced to fail, a testing aid for that isolation. `profile`: each step's top ops in one
+    more, untimed call (Result.ops; what `make demo` explains the steps with).
 
     With `out`: each Result is appended to out/results.jsonl as soon as it is measured (a run
     killed half-way leaves a loadable file), its image goes to out/images/<idx>_<slug>.png,
@@ -196,7 +208,16 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
     out/memory.png are drawn at the end. Prints a table (format_table). Introduced in
     08_int8_quantization.ipynb (its last two steps); 09_all_models.ipynb runs every model."""
 
-    spec, device, wanted, loading = _setup(model, ladder, device, steps_filter)
+    spec, device, wanted, loading = _setup(model, ladder, device, steps_filter, steps, height,
+                                           width, out)
+    checks.whole("runs", runs, 1)
+    checks.whole("warmup", warmup, 0)
+    if (checks.whole("max_runs", max_runs, 1, none=True) or runs) < runs:
+        raise FastdiffError(f"{checks.arg('max_runs', max_runs)} is below "
+                            f"{checks.arg('runs', runs)}: give max_runs >= runs.")
+    checks.whole("seed", seed, 0)
+    if prompt is not None:
+        checks.text("prompt", prompt)
     if fail_step is not None:
         _check_names([fail_step], "fail_step", ladder)
     weights = resolve_weights(spec, weights, device)
@@ -213,7 +234,7 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
         result = measure_step(spec, name, recipe, weights, device, loading, baseline_image,
                               steps=steps, height=height, width=width, runs=runs,
                               warmup=warmup, seed=seed, prompt=prompt, progress=progress,
-                              fail=name == fail_step)
+                              fail=name == fail_step, profile=profile, max_runs=max_runs)
         if result.error is None and baseline_image is None:
             baseline_image = result.image  # the first successful step is the baseline
             result.quality = compare_images(result.image, baseline_image)
@@ -253,7 +274,8 @@ def warm_ladder(model: str = "sdxl", weights: str = "auto", ladder: str = "blog"
     What an instructor runs before a workshop (05_cold_start.ipynb).
     Introduced in 05_cold_start.ipynb."""
 
-    spec, device, wanted, loading = _setup(model, ladder, device, steps_filter)
+    spec, device, wanted, loading = _setup(model, ladder, device, steps_filter, steps, height,
+                                           width, out, out_is_file=True)
     weights = resolve_weights(spec, weights, device)
     plan = [(n, r) for n, r in LADDERS[ladder] if r.compile and (wanted is None or n in wanted)]
     if not plan:

@@ -1,6 +1,6 @@
-"""Launching `batch` in new processes from Python: the command line a recipe becomes, and
-`torchrun` run for a notebook cell (which may not define functions). Introduced in
-11_scale_out.ipynb.
+"""Launching `batch`: the command line a recipe becomes, `torchrun` run for a notebook cell
+(which may not define functions), the `batch` command itself and its summary for people.
+Introduced in 11_scale_out.ipynb.
 """
 
 from __future__ import annotations
@@ -12,9 +12,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .batch import SUMMARY, Prompts, check_batch
+from . import checks
+from .batch import IMAGES, SUMMARY, Prompts, check_batch, run_batch
 from .loading import FastdiffError
 from .recipe import Recipe
+
+
+# what launch_batch passes on to `batch` (run_batch's arguments the command line has)
+OPTIONS = ("model", "weights", "device", "batch_size", "steps", "height", "width", "seed",
+           "warmup", "vae", "scheduler")
 
 
 def recipe_flags(recipe: Recipe) -> list[str]:
@@ -63,6 +69,12 @@ def launch_batch(prompts: Prompts, out: str | os.PathLike, processes: int = 2,
     it wrote. A list of prompts is first written to OUT/prompts.txt. options: as run_batch
     (model, weights, device, batch_size, steps, height, width, seed, warmup).
     Introduced in 11_scale_out.ipynb."""
+    checks.whole("processes", processes, 1)
+    checks.whole("threads", threads, 1, none=True)
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise FastdiffError(f"launch_batch has no option {', '.join(unknown)}: it takes "
+                            f"{', '.join(OPTIONS)} (as fdh.run_batch).")
     out = Path(out)
     if not isinstance(prompts, (str, os.PathLike)):
         check_batch(prompts, out, options.get("batch_size", 1), processes)
@@ -85,3 +97,35 @@ def launch_batch(prompts: Prompts, out: str | os.PathLike, processes: int = 2,
         reason = next((l for l in lines if "fastdiff: error:" in l), lines[-1])
         raise FastdiffError(f"`{' '.join(command[1:])}` exited with {done.returncode}: {reason}")
     return json.loads((out / SUMMARY).read_text())
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """A few lines for people: images/s overall and per process, per-image latency.
+    Introduced in 11_scale_out.ipynb."""
+    if not summary.get("done") and "per_process" not in summary:
+        return f"nothing to do: {summary['skipped']} of {summary['prompts']} prompts done before"
+    lat = summary["latency_s"] or {}
+    lines = [f"{summary['done']} images ({summary['skipped']} done before, {summary['failed']} "
+             f"failed) in {summary['seconds']:.2f} s on {summary['processes']} process(es), "
+             f"batch size {summary['batch_size']}: {summary['images_per_s']:.2f} images/s; "
+             f"per image {lat.get('median', float('nan')):.3f} s (median)"]
+    for s in summary["per_process"]:
+        lines.append(f"  rank {s['rank']} ({s['device']}, {s['threads']} threads): "
+                     f"{s['images']} images, {s['images_per_s']:.2f} images/s (load "
+                     f"{s['load_s']:.1f} s, warm-up {s['warmup_s']:.1f} s)")
+    return "\n".join(lines)
+
+
+def batch_from_args(args, recipe: Recipe) -> int:
+    """The `batch` subcommand (cli.py parses, this runs); prints the summary on rank 0."""
+    summary = run_batch(args.prompts, args.out, recipe, model=args.model, weights=args.weights,
+                        device=args.device, batch_size=args.batch_size, steps=args.steps,
+                        height=args.height, width=args.width, seed=args.seed,
+                        warmup=args.warmup, vae=args.vae, scheduler=args.scheduler,
+                        fail_lines=args.fail_line)
+    if summary is not None:
+        print(format_summary(summary))
+        if "per_process" in summary:
+            out = Path(args.out)
+            print(f"fastdiff: images in {out / IMAGES}, summary {out / SUMMARY}")
+    return 0 if summary is None or not summary["failed"] else 1

@@ -11,11 +11,12 @@ from typing import Any
 
 import torch
 
+from . import checks
 from .build import build_component, build_pipeline
 from .errors import FastdiffError
 from .noise import quiet_known_noise
-from .presets import DEFAULT_PROMPT, SCHEDULERS, VAES, get_spec
-from .pretrained import load_pretrained, resolve_weights
+from .presets import DEFAULT_PROMPT, SCHEDULERS, VAES, get_spec, size_multiple
+from .pretrained import check_weights, load_pretrained, require_pretrained, resolve_weights
 from .recipe import WEIGHT_DTYPES
 
 DTYPES = {name: dtype for name, dtype in WEIGHT_DTYPES.items() if name != "tf32"}  # loadable
@@ -24,7 +25,7 @@ DTYPES = {name: dtype for name, dtype in WEIGHT_DTYPES.items() if name != "tf32"
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
         return dtype
-    if dtype in DTYPES:
+    if isinstance(dtype, str) and dtype in DTYPES:
         return DTYPES[dtype]
     raise FastdiffError(f"Unknown dtype {dtype!r} for loading. Use one of "
                         f"{', '.join(DTYPES)} (TF32 is a matmul setting, not a weight dtype: "
@@ -78,17 +79,31 @@ def load_pipeline(model: str = "sdxl", weights: str = "auto", device: str | None
     when pretrained, its config otherwise), the VAE diffusion-fast used for SDXL and SSD-1B.
     scheduler: None (the pipeline's own) or "dpm-solver" (DPMSolverMultistepScheduler from the
     pipeline's scheduler config, as diffusion-fast ran SD1.5).
-    Every component is returned in eval mode."""
+    A `path` is a path meant: it loads pretrained weights from that folder (weights "auto" or
+    "pretrained"), or fails saying why; it never falls back to other weights.
+    Every component is returned in eval mode. Every argument is checked before any work."""
     spec = get_spec(model)
     torch_dtype = resolve_dtype(dtype)
     _check_swaps(vae, scheduler)
-    quiet_known_noise()  # before diffusers (and torchao through it) is first imported
-    device = device or default_device()
+    checks.whole("seed", seed, 0)
+    check_weights(weights)
+    device = checks.device(device, meta=True) if device is not None else default_device()
     if device == "meta" and weights != "random":
-        raise FastdiffError("device='meta' builds the architecture only: use weights='random'.")
+        raise FastdiffError(f"{checks.arg('device', 'meta')} builds the architecture only: use "
+                            f"{checks.arg('weights', 'random')}.")
+    if path is not None:
+        checks.existing_folder("path", path, "a pipeline folder (written by "
+                               "pipe.save_pretrained() or `hf download ID --local-dir DIR`)")
+        if weights not in ("auto", "pretrained"):
+            raise FastdiffError(f"{checks.arg('path', str(path))} loads pretrained weights from "
+                                f"that folder, but {checks.arg('weights', weights)} builds its "
+                                "own: drop one of the two.")
+        weights = "pretrained"
+    quiet_known_noise()  # before diffusers (and torchao through it) is first imported
     weights = resolve_weights(spec, weights, device, path, verbose)
     if weights == "pretrained":
-        pipe = load_pretrained(spec, path, torch_dtype)
+        require_pretrained(spec, path)  # what is missing, said before any loading
+        pipe = load_pretrained(spec, path, torch_dtype, check=False)
         if device != "cpu":
             pipe.to(device)
     else:
@@ -164,9 +179,20 @@ def call_kwargs(pipe, prompt: str = DEFAULT_PROMPT,
                 guidance: float | None = None, seed: int = 0) -> dict[str, Any]:
     """The keyword arguments the helpers pass to `pipe(...)`: the model's defaults (native or
     tiny resolution, steps, guidance) unless given, a seeded CPU generator, and per-model
-    switches (PixArt: no resolution binning, no caption cleaning).
+    switches (PixArt: no resolution binning, no caption cleaning). Every argument is checked
+    here, before any call: the helpers that call a pipeline all build their call with it.
     Introduced in 02_precision.ipynb."""
     spec = get_spec(pipeline_info(pipe)["model"])
+    if not isinstance(prompt, str) and not (isinstance(prompt, list) and prompt
+                                            and all(isinstance(p, str) for p in prompt)):
+        raise FastdiffError(f"{checks.arg('prompt', prompt)} cannot work: give a string.")
+    checks.whole("steps", steps, 1, none=True)
+    for name, value in (("height", height), ("width", width)):
+        checks.image_size(name, value, size_multiple(spec))
+    checks.real("guidance", guidance, none=True)
+    if checks.whole("seed", seed, 0) >= 2**64:
+        raise FastdiffError(f"{checks.arg('seed', seed)} cannot work: a torch generator takes "
+                            "seeds below 2**64.")
     size = native_resolution(pipe)
     kwargs: dict[str, Any] = dict(
         prompt=prompt, num_inference_steps=steps or spec.steps, height=height or size,

@@ -1,7 +1,7 @@
 """The four models of the course: hub ids, pipeline classes, full-size and tiny configs.
 
-Introduced in 00_setup.ipynb. Pure data: this module imports nothing of the package and no
-heavy library, so `fdh.MODELS` can be read without loading torch or diffusers.
+Introduced in 00_setup.ipynb. Pure data: this module imports nothing of the package (but its
+error class) and no heavy library, so `fdh.MODELS` can be read without loading torch or diffusers.
 
 The full-size configs reproduce the published architectures, so `weights="random"` has the
 real parameter counts, FLOPs, speed and memory (checked against PUBLISHED_PARAMETERS in
@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from .errors import FastdiffError
 
 
 @dataclass(frozen=True)
@@ -285,6 +287,14 @@ BLOG_SOURCE = ("PyTorch blog 'Accelerating Generative AI Part III: Diffusion, Fa
                "(A100-80GB, TF32 on in its fp32 step)")
 
 
+def size_multiple(model: str | ModelSpec) -> int:
+    """Image sizes `model` can make are multiples of this: the VAE's downscale (8), times the
+    transformer's patch size for PixArt (2; its latent is cut into 2x2 patches)."""
+    spec = get_spec(model)
+    patch = spec.full[spec.denoiser].config.get("patch_size") or 1
+    return 8 * int(patch)
+
+
 def default_resolution(model: str | ModelSpec, weights: str) -> int:
     """The image size the course uses for `model` with these weights: the tiny models' own
     size, else the model's native resolution."""
@@ -299,5 +309,5 @@ def get_spec(model: str) -> ModelSpec:
     try:
         return MODELS[model]
     except (KeyError, TypeError):
-        raise ValueError(f"Unknown model {model!r}. Known models: "
-                         f"{', '.join(sorted(MODELS))}.") from None
+        raise FastdiffError(f"Unknown model {model!r}. Known models: "
+                            f"{', '.join(sorted(MODELS))}.") from None

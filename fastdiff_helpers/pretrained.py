@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from . import checks
 from .errors import FastdiffError
 from .presets import ModelSpec, get_spec
 
@@ -67,20 +68,27 @@ def _uncached_weights(spec: ModelSpec, snapshot: str) -> list[str]:
     return missing
 
 
-def load_pretrained(spec: ModelSpec, path: str | None, dtype: torch.dtype):
-    import diffusers
-
+def require_pretrained(spec: ModelSpec, path: str | None) -> None:
+    """Refuse, before any loading, pretrained weights that are not there, saying what to do."""
     ok, why = pretrained_status(spec, path)
     if not ok:
         if path is not None:
             raise FastdiffError(f"Cannot load {spec.key!r} from {path!r}: {why}. Pass a folder "
                                 "written by pipe.save_pretrained() or by `hf download "
                                 f"{spec.hub_id} --local-dir DIR`.")
+        local = "" if checks.in_command_line() else f" (or pass {checks.arg('path')} a local copy)"
         raise FastdiffError(
             f"Pretrained weights for {spec.key!r} are not available: {why}. On a machine with "
-            f"network run `hf download {spec.hub_id}` (or pass path= a local copy), or use "
-            "weights='random' (full-size architecture, random weights: real speed and memory) "
-            "or weights='tiny' (small CPU model).")
+            f"network run `hf download {spec.hub_id}`{local}, or use "
+            f"{checks.arg('weights', 'random')} (full-size architecture, random weights: real "
+            f"speed and memory) or {checks.arg('weights', 'tiny')} (small CPU model).")
+
+
+def load_pretrained(spec: ModelSpec, path: str | None, dtype: torch.dtype, check: bool = True):
+    import diffusers
+
+    if check:  # load_pipeline checked already
+        require_pretrained(spec, path)
     cls = getattr(diffusers, spec.pipeline_class)
     kwargs: dict[str, Any] = dict(torch_dtype=dtype, use_safetensors=True)
     if spec.key == "sd15":
@@ -93,11 +101,16 @@ def load_pretrained(spec: ModelSpec, path: str | None, dtype: torch.dtype):
                             "*.safetensors files for every component.") from None
 
 
+def check_weights(weights: str) -> str:
+    if not isinstance(weights, str) or weights not in WEIGHTS:
+        raise FastdiffError(f"Unknown weights {weights!r}. Use one of {', '.join(WEIGHTS)}.")
+    return weights
+
+
 def resolve_weights(model: str | ModelSpec, weights: str, device: str,
                     path: str | None = None, verbose: bool = True) -> str:
     """`weights` itself, or for "auto" the source choose_weights picks, printing why."""
-    if weights not in WEIGHTS:
-        raise FastdiffError(f"Unknown weights {weights!r}. Use one of {', '.join(WEIGHTS)}.")
+    check_weights(weights)
     if weights != "auto":
         return weights
     spec = get_spec(model)

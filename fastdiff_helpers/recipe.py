@@ -22,22 +22,42 @@ WEIGHT_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfl
 ATTENTION = ("classic", "sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-math", "sdpa-cudnn")
 COMPILE_MODES = (None, "default", "max-autotune", "max-autotune-no-cudagraphs",
                  "reduce-overhead")
-CUDA_ONLY_COMPILE = ("max-autotune", "reduce-overhead")  # both capture CUDA graphs
 CUDA_ONLY_ATTENTION = ("sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
 # "regional": the blocks diffusers declares (_repeated_blocks); "regional-extended": ours, those
 # plus the blocks it leaves eager (UNet ResnetBlock2D, PixArt BasicTransformerBlock);
 # "regional-accelerate": accelerate's compile_regions.
 SCOPES = ("full", "regional", "regional-extended", "regional-accelerate")
-# Regional compile with CUDA graphs: each compiled block replays its own graph, whose output
-# buffer the next replay overwrites while the next block still reads it ("accessing tensor
-# output of CUDAGraphs that has been overwritten", pytorch/pytorch#152887, open). The same
-# inductor mode without graphs:
-REGIONAL_COMPILE = {"max-autotune": "max-autotune-no-cudagraphs", "reduce-overhead": "default"}
-REGIONAL_CUDAGRAPH_ERROR = (
-    "compile={mode!r} with compile_scope={scope!r} captures one CUDA graph per block, and each "
-    "block's replay overwrites the output the next block reads (pytorch/pytorch#152887). Use "
-    "compile={fix!r} with {scope!r}, or compile_scope='full' (Recipe.for_device makes the "
-    "change for you).")
+# The compile modes that capture CUDA graphs, and the same inductor options without them: torch's
+# own option sets for each pair differ by "triton.cudagraphs" alone (torch/_inductor/__init__.py,
+# list_mode_options). Where the graphs cannot run, the policy below runs the mode on the right.
+NO_CUDAGRAPHS = {"max-autotune": "max-autotune-no-cudagraphs", "reduce-overhead": "default"}
+CUDA_ONLY_COMPILE = tuple(NO_CUDAGRAPHS)
+POLICY = "the course's one policy for GPU-only choices: see fdh.Recipe"
+
+
+def compile_mode_for(mode: str | None, scope: str, device: str) -> tuple[str | None, str | None]:
+    """The mode torch.compile gets on `device` under the policy (see Recipe), and the note that
+    says why when it is not `mode` (None when unchanged)."""
+    if mode not in NO_CUDAGRAPHS:
+        return mode, None
+    runs = NO_CUDAGRAPHS[mode]
+    if not str(device).startswith("cuda"):
+        # torch skips CUDA graphs of a graph with CPU tensors itself ("skipping cudagraphs due
+        # to cpu device": torch/_inductor/cudagraph_utils.py,
+        # check_multiple_devices_or_any_cpu_nodes): the same run, said up front
+        return runs, (f"compile={mode!r} on {device}: ran compile={runs!r}, the same inductor "
+                      f"options without the CUDA graphs a {device} cannot capture ({POLICY})")
+    if scope != "full":
+        # Regional compile with CUDA graphs: each compiled block replays its own graph, whose
+        # output buffer the next replay overwrites while the next block still reads it
+        # ("accessing tensor output of CUDAGraphs that has been overwritten",
+        # pytorch/pytorch#152887, open)
+        return runs, (f"compile={mode!r} with compile_scope={scope!r} would replay one CUDA graph "
+                      "per block, each overwriting the output the next block reads "
+                      f"(pytorch/pytorch#152887): ran compile={runs!r} ({POLICY})")
+    return mode, None
+
+
 QUANTIZE = (None, "int8-dynamic", "int8-weight-only", "fp8-dynamic")
 # "blog": diffusion-fast's dynamic_quant_filter_fn, exactly; "fastdiff": the course's own
 # heuristic (big linears that see many tokens); "all": every nn.Linear.
@@ -76,6 +96,18 @@ class Recipe:
         "blog" (diffusion-fast's) | "fastdiff" (ours) | "all" | a callable(module, fqn) -> bool
     conv1x1_to_linear: False | "blog" (diffusion-fast's filter, torchao's swap) | "all" (ours:
         every pointwise conv); True means "all"
+
+    GPU-only choices on a machine without them: one policy, applied by fdh.apply and so the
+    same in the CLI, run_ladder, `make demo` and the playground (Recipe.for_device makes the
+    changes, Recipe.check_device the refusals, both before any work):
+    - what only changes how a GPU runs the same work is dropped, with a note, as torch itself
+      drops it: the CUDA graphs of compile="max-autotune" (which then runs as
+      "max-autotune-no-cudagraphs", the same inductor options) and of "reduce-overhead" (then
+      "default"), on a CPU, and on a GPU with a regional compile_scope (pytorch#152887);
+    - what names hardware the machine lacks is refused, naming what to use instead: a CUDA
+      attention kernel ("sdpa-flash", "sdpa-efficient", "sdpa-cudnn") off CUDA, and
+      "fp8-dynamic" below compute capability 8.9.
+
     Introduced in 01_baseline.ipynb.
     """
 
@@ -111,6 +143,10 @@ class Recipe:
         one_of("quantize", self.quantize, QUANTIZE)
         one_of("tf32", self.tf32, (None,) + TF32_MODES)
         one_of("conv1x1_to_linear", self.conv1x1_to_linear, CONV_SWAPS)
+        for name in ("channels_last", "compile_vae", "fullgraph", "inductor_flags", "fuse_qkv",
+                     "no_sync"):
+            if not isinstance(getattr(self, name), bool):
+                raise RecipeError(f"{name}={getattr(self, name)!r}: give True or False.")
         if self.dtype == "tf32" and self.tf32 == "off":
             raise RecipeError("dtype='tf32' with tf32='off' contradicts itself: use dtype='fp32' "
                               "for true fp32, or leave tf32 unset.")
@@ -139,8 +175,9 @@ class Recipe:
     # -- checks that depend on the machine ------------------------------------------------
 
     def check_device(self, device: str, capability: tuple[int, int] | None = None) -> None:
-        """Refuse, before any work, what this device cannot run. `capability` (the CUDA
-        compute capability) is read from the device when not given."""
+        """Refuse, before any work, what names hardware this device lacks (the policy in the
+        class docstring); `capability` (the CUDA compute capability) is read from the device
+        when not given. What only needs adapting (CUDA graphs) passes: see for_device."""
         cuda = device.startswith("cuda")
         if cuda and capability is None and self.quantize == "fp8-dynamic":
             import torch
@@ -149,13 +186,6 @@ class Recipe:
         if not cuda and self.attention in CUDA_ONLY_ATTENTION:
             raise RecipeError(f"attention={self.attention!r} is a CUDA kernel; on {device} use "
                               "'sdpa' or 'sdpa-math'.")
-        if cuda and self.compile_scope != "full" and self.compile in REGIONAL_COMPILE:
-            raise RecipeError(REGIONAL_CUDAGRAPH_ERROR.format(
-                mode=self.compile, fix=REGIONAL_COMPILE[self.compile], scope=self.compile_scope))
-        if not cuda and self.compile in CUDA_ONLY_COMPILE:
-            raise RecipeError(f"compile={self.compile!r} captures CUDA graphs and needs a GPU; "
-                              f"on {device} use 'default' or 'max-autotune-no-cudagraphs' "
-                              "(or Recipe.for_device(device)).")
         if self.quantize == "fp8-dynamic":
             if not cuda or capability is None or capability < (8, 9):
                 have = f"compute capability {capability}" if cuda else device
@@ -164,20 +194,12 @@ class Recipe:
                                   "quantize='int8-dynamic'.")
 
     def for_device(self, device: str) -> tuple["Recipe", list[str]]:
-        """The closest recipe this device can run, and a note for each change made."""
-        if self.compile not in CUDA_ONLY_COMPILE:
+        """The recipe this device runs under the policy (class docstring), and a note for each
+        change made: CUDA graphs dropped off CUDA, and on CUDA with a regional scope."""
+        mode, note = compile_mode_for(self.compile, self.compile_scope, str(device))
+        if note is None:
             return self, []
-        if not device.startswith("cuda"):
-            note = (f"compile={self.compile!r} needs CUDA graphs: ran compile='default' on "
-                    f"{device}")
-            return replace(self, compile="default"), [note]
-        if self.compile_scope != "full":
-            fix = REGIONAL_COMPILE[self.compile]
-            note = (f"compile={self.compile!r} with compile_scope='regional' would replay one "
-                    "CUDA graph per block, each overwriting the output the next block reads "
-                    f"(pytorch/pytorch#152887): ran compile={fix!r}")
-            return replace(self, compile=fix), [note]
-        return self, []
+        return replace(self, compile=mode), [note]
 
     # -- records ------------------------------------------------------------------------
 

@@ -9,7 +9,9 @@ from typing import Any, Sequence
 
 import torch
 
+from .checks import arg
 from .compile_events import events_between, recompile_reasons, snapshot
+from .errors import FastdiffError
 from .loading import call_kwargs, get_denoiser
 
 __all__ = ["recompile_report"]
@@ -42,8 +44,14 @@ def recompile_report(pipe, sizes: Sequence[int | tuple[int, int]], swap_weight: 
     seconds, and dynamo's recompile reasons new since the call before.
     Introduced in 05_cold_start.ipynb."""
     rows: list[dict[str, Any]] = []
+    if isinstance(sizes, (int, str)) or not all(
+            isinstance(s, int) or (isinstance(s, tuple) and len(s) == 2) for s in sizes):
+        raise FastdiffError(f"{arg('sizes', sizes)} cannot work: give a list of sizes, each an "
+                            "int (square) or a (height, width) pair, e.g. [64, (64, 96)].")
     plan: list[tuple[str, Any]] = [(f"{h}x{w}", (h, w)) for h, w in
                                    ((s, s) if isinstance(s, int) else s for s in sizes)]
+    for _, (height, width) in plan:  # every size checked before the first call
+        call_kwargs(pipe, steps=steps, height=height, width=width)
     if swap_weight:
         plan.append(("LoRA-shaped weight swap", plan[-1][1] if plan else (None, None)))
     for what, (height, width) in plan:

@@ -13,13 +13,39 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-__all__ = ["SCHEMA_VERSION", "Result", "ResultsFormatError"]
+__all__ = ["SCHEMA_VERSION", "Result", "ResultsFormatError", "median_interval", "STEADY"]
 
 SCHEMA_VERSION = 1
-# Timed samples whose interquartile range exceeds this share of their median are flagged as
-# unsteady. Measured on the 2-core CPU machine with tiny models (5 runs): 2-16 % on a quiet
-# machine, 32 % with other test runs beside it; the issue's busy-machine example is 43 %.
-UNSTEADY_IQR = 0.25
+# Timing is steady when the median is known within +-STEADY of itself: the larger distance from
+# the median to the ends of its order-statistic interval (median_interval; 95 % where the number
+# of runs allows it). fdh.benchmark adds timed runs, up to its max_runs, until it is; a result
+# that never got there carries its uncertainty as a flag. The quiet 2-core CPU machine with the
+# tiny models: 5 runs within +-3-10 %, so a few more runs usually settle it.
+STEADY = 0.05
+CONFIDENCE = 0.95
+
+
+def median_interval(samples: list[float], confidence: float = CONFIDENCE
+                    ) -> tuple[float, float, float]:
+    """(low, high, coverage): the interval [x(k), x(n+1-k)] of the sorted samples that holds
+    the true median with probability `coverage` (exact, binomial with p=1/2: no assumption on
+    the distribution of the times), with the largest k whose coverage reaches `confidence`;
+    with too few samples for that, (min, max) and its lower coverage (5 runs: 93.8 %)."""
+    xs = sorted(samples)
+    n = len(xs)
+    if n == 0:
+        raise ValueError("median_interval needs at least one sample")
+    total = 2 ** n
+    below = 0  # P(B <= k-1) * 2**n for B ~ Binomial(n, 1/2)
+    best = (xs[0], xs[-1], 1 - 2 / total if n > 1 else 0.0)
+    for k in range(1, (n + 1) // 2 + 1):
+        below += math.comb(n, k - 1)
+        coverage = 1 - 2 * below / total
+        if coverage < confidence:
+            break
+        best = (xs[k - 1], xs[n - k], coverage)
+    return best
+
 
 _REQUIRED = (
     "model", "weights", "step", "recipe", "device_name", "height", "width", "steps",
@@ -30,7 +56,7 @@ _REQUIRED = (
 # load. Elsewhere (recipe, env, notes) a string stays a string: a prompt may well be "nan".
 _NUMERIC = (
     "guidance", "latency_s", "latency_samples", "cold_start_s", "stages", "stage_samples",
-    "flops_per_image", "tflops_per_s", "quality", "cold_start_split", "load_s",
+    "flops_per_image", "tflops_per_s", "quality", "cold_start_split", "load_s", "ops",
     "matmul_tflops", "wall_s",
 )
 _NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -99,6 +125,9 @@ class Result:
     # step's whole wall time (load, apply, warm-ups, timed runs)
     matmul_tflops: float | None = None
     wall_s: float | None = None
+    # benchmark(profile=True): seconds per image of the ops that took most time in one extra,
+    # untimed, profiled call (self time; the device's on CUDA). Added within schema 1.
+    ops: dict = field(default_factory=dict)
     created_at: str = ""
     image_path: str | None = None
     schema_version: int = SCHEMA_VERSION
@@ -132,11 +161,30 @@ class Result:
         return q1, q3
 
     @property
+    def latency_interval_s(self) -> tuple[float, float, float] | None:
+        """(low, high, coverage) of the median (record.median_interval); None without 2+
+        samples."""
+        if len(self.latency_samples) < 2:
+            return None
+        return median_interval(self.latency_samples)
+
+    @property
+    def latency_uncertainty(self) -> float | None:
+        """How far the median may be off, as a share of it: the larger distance from the
+        median to an end of latency_interval_s (0.04: +-4 %). None without 2+ samples."""
+        interval = self.latency_interval_s
+        if interval is None or not self.latency_s:
+            return None
+        low, high, _ = interval
+        return max(self.latency_s - low, high - self.latency_s) / self.latency_s
+
+    @property
     def unsteady(self) -> bool:
-        """The timed samples spread too widely to trust the median as a speed: IQR above
-        UNSTEADY_IQR of the median (a busy machine, thermal throttling...), with 3+ samples."""
-        return (len(self.latency_samples) >= 3 and bool(self.latency_s)
-                and self.latency_iqr_s > UNSTEADY_IQR * self.latency_s)
+        """The median is not known within +-STEADY (a busy machine, a call whose time varies):
+        the number is shown with its uncertainty, not as a clean speed. Needs 3+ samples
+        (smoke mode's 2 runs say too little either way; the table still shows their +-)."""
+        u = self.latency_uncertainty
+        return len(self.latency_samples) >= 3 and u is not None and u > STEADY
 
     @property
     def matmul_share(self) -> float | None:
@@ -155,8 +203,10 @@ class Result:
         """Warnings a reader of this result's numbers must see (tables, charts, playground)."""
         flags = ["compiled while timed"] if self.compiled_during_timing else []
         if self.unsteady:
-            flags.append(f"unsteady timing (IQR {self.latency_iqr_s / self.latency_s:.0%} of "
-                         "the median): re-run")
+            low, high, coverage = self.latency_interval_s
+            flags.append(f"uncertain timing (median +-{self.latency_uncertainty:.0%}: "
+                         f"{low:.3g}-{high:.3g} s, {coverage:.0%} interval of "
+                         f"{len(self.latency_samples)} runs)")
         return flags
 
     @property
@@ -164,15 +214,17 @@ class Result:
         return self.error is None
 
     def summary(self) -> str:
-        """One line, e.g. 'sdxl bf16: 4.63 s (median of 5, IQR 0.01 s), cold start 12.3 s, peak 9.1 GiB'."""
+        """One line, e.g. 'sdxl bf16: 4.63 s (median of 5, +-1%, IQR 0.01 s), cold start 12.3 s, peak 9.1 GiB'."""
         head = f"{self.model} {self.step}"
         if self.error is not None:
             return f"{head}: FAILED: {self.error}"
         if self.latency_s is None:
             parts = ["no timing"]
         else:
+            u = self.latency_uncertainty
+            sure = f", +-{u:.0%}" if u is not None else ""
             parts = [
-                f"{self.latency_s:.2f} s (median of {len(self.latency_samples)}, "
+                f"{self.latency_s:.2f} s (median of {len(self.latency_samples)}{sure}, "
                 f"IQR {self.latency_iqr_s:.2f} s)"
             ]
         if self.cold_start_s is not None:

@@ -110,7 +110,7 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
     warmed since the last attempt. `command` is how to run this again (for the last line).
 
     Returns a ReferenceOutcome; the CLI exits with its exit_code (EXIT_BUDGET: steps left)."""
-    spec, device, _, loading = _setup(model, ladder, device, None)
+    spec, device, _, loading = _setup(model, ladder, device, None, steps, height, width, out)
     if budget_s is not None and budget_s <= 0:
         raise FastdiffError(f"budget_s={budget_s}: give a positive number of seconds, or none "
                             "for no budget.")

@@ -16,6 +16,8 @@ import warnings
 from pathlib import Path
 from typing import Iterable
 
+from . import checks
+from .errors import FastdiffError
 from .record import SCHEMA_VERSION, Result, ResultsFormatError  # noqa: F401 (public here too)
 
 __all__ = ["SCHEMA_VERSION", "Result", "ResultsFormatError", "save_results", "load_results",
@@ -60,7 +62,7 @@ def save_results(results: Result | Iterable[Result], path: str | os.PathLike) ->
     Each record is one ``os.write`` on an ``O_APPEND`` descriptor followed by ``fsync``, so
     earlier records survive a crash. Introduced in 01_baseline.ipynb.
     """
-    path = Path(path)
+    path = checks.output_file("path", path)
     records = [results] if isinstance(results, Result) else list(results)
     for r in records:
         if not isinstance(r, Result):
@@ -119,6 +121,9 @@ def load_results(path: str | os.PathLike) -> list[Result]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no results file at {path}; run a benchmark and save_results() first")
+    if path.is_dir():
+        raise FastdiffError(f"{checks.arg('path', str(path))} is a folder; give the results file "
+                            f"in it, e.g. {path / 'results.jsonl'}.")
     chunks = path.read_bytes().split(b"\n")
     results = []
     for i, chunk in enumerate(chunks, start=1):
@@ -148,7 +153,8 @@ def reference_results(model: str, root: str | os.PathLike | None = None) -> dict
 
     root defaults to the results/ folder of this checkout. What fdh.reference_numbers prints
     (01_baseline.ipynb)."""
-    base = Path(root) if root is not None else Path(__file__).resolve().parent.parent / "results"
+    base = (checks.existing_folder("root", root, "the results folder (results/ of a checkout)")
+            if root is not None else Path(__file__).resolve().parent.parent / "results")
     found: dict[str, list[Result]] = {}
     for path in sorted(base.glob(f"*/{model}/results.jsonl")):
         found[path.parent.parent.name] = load_results(path)
@@ -164,7 +170,7 @@ def save_result(result: Result, out: str | os.PathLike, index: int | None = None
     (recorded in result.image_path, relative to `out`), then its record appended to
     out/results.jsonl. `index` defaults to the number of records already there.
     Returns the results file."""
-    out = Path(out)
+    out = checks.output_folder("out", out)
     store = out / "results.jsonl"
     if index is None:
         index = len(load_results(store)) if store.exists() else 0

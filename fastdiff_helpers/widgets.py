@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import torch
 
+from . import checks
 from .bench import benchmark
 from .charts import ladder_chart
 from .codegen import to_code
@@ -22,6 +23,7 @@ from .course import course_settings
 from .ladder import free_memory
 from .loading import load_pipeline
 from .presets import MODELS
+from .pretrained import check_weights
 from .quality import compare_images
 from .playground_parts import (_CHOICES, _PHASES, _WORDS, LABELS, RESOLUTIONS, _fmt, _png,
                                describe_recipe)
@@ -48,8 +50,12 @@ class Playground:
         except ImportError:
             raise ImportError("fdh.playground() needs ipywidgets: pip install ipywidgets "
                               "(and jupyterlab to display it).") from None
+        check_weights(weights)
+        if device is not None:
+            checks.device(device)
         settings = course_settings(model or "sdxl")
         self.weights, self.device = weights, device or settings.device
+        self.smoke = settings.smoke
         self.rows: list[Result] = []
         self.baselines: dict[tuple, Result] = {}
         wide = {"description_width": "initial"}
@@ -100,7 +106,7 @@ class Playground:
         for widget in self.controls.values():
             widget.observe(self._refresh_code, names="value")
         c, row = self.controls, lambda *ws: W.HBox(list(ws), layout=W.Layout(flex_flow="row wrap"))
-        checks = [c[n] for n in LABELS if isinstance(c[n], W.Checkbox)]
+        boxes = [c[n] for n in LABELS if isinstance(c[n], W.Checkbox)]
         self.widget = W.VBox([
             W.HTML("<b>fastdiff playground</b>: pick a model and a recipe, press <b>Run</b>. "
                    "The first run of a model (at a given size and steps) is its "
@@ -108,7 +114,7 @@ class Playground:
                    f"Device: <code>{html.escape(self.device)}</code>, weights: "
                    f"<code>{html.escape(weights)}</code>."),
             row(c["model"], c["steps"], c["resolution"], c["runs"], c["warmup"]),
-            row(*[c[n] for n in LABELS if c[n] not in checks]), row(*checks),
+            row(*[c[n] for n in LABELS if c[n] not in boxes]), row(*boxes),
             row(self.run_button, self.reset_button, self.progress, self.status),
             self.error, self.notes, self.log, self.code, self.table,
             W.HBox([self.chart,
@@ -141,6 +147,10 @@ class Playground:
         self.notes.value = "".join(f"<div>Note: {html.escape(n)}</div>" for n in notes)
 
     # -- running -------------------------------------------------------------------------
+
+    def max_runs(self, runs: int) -> int | None:
+        """As fdh.course_settings: smoke mode times `runs` calls, else benchmark's default."""
+        return runs if self.smoke else None
 
     def _phase(self, index: int) -> None:
         self.progress.value, self.status.value = index, _PHASES[index]
@@ -188,6 +198,7 @@ class Playground:
             size = c["resolution"].value or None  # 0: the model's default
             result = self._in_log(benchmark, pipe, steps=c["steps"].value, height=size,
                                   width=size, runs=c["runs"].value, warmup=c["warmup"].value,
+                                  max_runs=self.max_runs(c["runs"].value),
                                   step=describe_recipe(recipe))
             self._phase(4)
             self._add(result, notes)

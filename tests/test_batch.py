@@ -100,7 +100,7 @@ def test_bad_input_is_one_line_and_exit_2_before_loading(case, tmp_path, monkeyp
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and err.startswith("fastdiff: error: "), err
     expected = {"missing": "does not exist", "empty": "holds no prompts",
-                "out-is-a-file": "is an existing file", "too-many-processes": "8 processes",
+                "out-is-a-file": "is a file; give a folder", "too-many-processes": "8 processes",
                 "batch-size-0": "--batch-size must be a positive integer"}[case]
     assert expected in err
     assert time.perf_counter() - started < 5
@@ -125,8 +125,8 @@ def test_bad_input_from_the_shell_is_one_line_on_stderr(tmp_path):
                           env=_env(), capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        f"fastdiff: error: prompts file {tmp_path / 'nope.txt'} does not exist; write one "
-        "prompt per line into a text file and pass its path"]
+        f"fastdiff: error: --prompts {tmp_path / 'nope.txt'}: {tmp_path / 'nope.txt'} does not "
+        "exist; give a text file with one prompt per line."]
 
 
 def test_recipe_flags_build_the_same_recipe():

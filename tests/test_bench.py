@@ -43,7 +43,7 @@ def one_thread():
 
 
 def test_result_fields_are_filled_and_consistent(pipe):
-    r = benchmark(pipe, steps=2, runs=3, warmup=2, progress=False)
+    r = benchmark(pipe, steps=2, runs=3, warmup=2, progress=False, max_runs=3)
     assert r.ok and r.model == "sd15" and r.weights == "tiny" and r.step == "custom"
     assert (r.height, r.width, r.steps, r.guidance, r.runs, r.warmup) == (64, 64, 2, 7.5, 3, 2)
     assert len(r.latency_samples) == 3 and r.latency_s == statistics.median(r.latency_samples)
@@ -141,7 +141,7 @@ def test_progress_phases(pipe, monkeypatch):
     bars = []
 
     class Bar:
-        def __init__(self, total, desc, disable, leave):
+        def __init__(self, total, desc, disable, leave, **kwargs):
             self.total, self.descs, self.n, self.closed = total, [desc], 0, False
             self.disable = disable
             bars.append(self)
@@ -159,7 +159,7 @@ def test_progress_phases(pipe, monkeypatch):
             self.closed = True
 
     monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
-    benchmark(pipe, steps=2, runs=3, warmup=3, progress=True)
+    benchmark(pipe, steps=2, runs=3, warmup=3, progress=True, max_runs=3)
     (bar,) = bars
     assert bar.total == bar.n == 1 + 2 + 3 and bar.closed
     assert bar.descs == ["cold start", "warm-up", "timing"]  # "(compiling)" only when compiled
@@ -217,15 +217,16 @@ def test_ladder_isolates_a_failed_step(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_full_ladder_on_a_tiny_model(tmp_path):
-    # every step, with inductor compiling on the CPU (max-autotune adapted to default):
-    # about 2 minutes on 2 cores with a cold inductor cache, 30 s with a warm one
+    # every step, with inductor compiling on the CPU (max-autotune without its CUDA graphs,
+    # the one policy): about 2 minutes on 2 cores with a cold inductor cache
     results = run_ladder("sd15", weights="tiny", steps=2, runs=2, warmup=1, out=tmp_path,
                          device="cpu", progress=False)
     stored = _check_ladder_out(tmp_path, results, [name for name, _ in LADDER])
     assert all(r.ok for r in stored), [r.error for r in stored]
     compiled = [r for r in stored if r.recipe["compile"]]
-    assert compiled and all(r.recipe["compile"] == "default" for r in compiled)
-    assert all(any("compile='default'" in n for n in r.notes) for r in compiled)
+    ran = "max-autotune-no-cudagraphs"
+    assert compiled and all(r.recipe["compile"] == ran for r in compiled)
+    assert all(any(f"ran compile='{ran}'" in n for n in r.notes) for r in compiled)
 
 
 def test_a_killed_ladder_leaves_a_loadable_file(tmp_path):
@@ -241,7 +242,7 @@ def test_a_killed_ladder_leaves_a_loadable_file(tmp_path):
         proc = subprocess.Popen(
             [sys.executable, "-m", "fastdiff_helpers", "ladder", "--model", "sd15",
              "--weights", "tiny", "--device", "cpu", "--steps", "2", "--runs", "1",
-             "--warmup", "1", "--out", str(out), "--no-progress"],
+             "--max-runs", "1", "--warmup", "1", "--out", str(out), "--no-progress"],
             cwd=ROOT, env=env, stdout=stdout, stderr=subprocess.DEVNULL,
             start_new_session=True)  # its own process group: the kill reaches compile workers
     store = out / "results.jsonl"
@@ -296,7 +297,8 @@ def test_tiny_ladder_int8_step_quantizes_with_all_and_says_so():
     (r,) = run_ladder("sd15", weights="tiny", device="cpu", steps=2, runs=1, warmup=0,
                       steps_filter=["+ int8 dynamic"], progress=False, ladder="course")
     assert r.ok, r.error
-    assert r.recipe["quant_filter"] == "all" and r.recipe["compile"] == "default"
+    assert r.recipe["quant_filter"] == "all"
+    assert r.recipe["compile"] == "max-autotune-no-cudagraphs"  # the one policy, on a CPU
     assert any("quant_filter='fastdiff' selects no linear" in n for n in r.notes)
     assert any(n.startswith("int8-dynamic: ") and not n.startswith("int8-dynamic: 0 ")
                for n in r.notes)
@@ -308,7 +310,7 @@ def test_a_long_cold_start_keeps_the_bar_moving(pipe, monkeypatch):
     refreshes = []
 
     class Bar:
-        def __init__(self, total, desc, disable, leave):
+        def __init__(self, total, desc, disable, leave, **kwargs):
             self.disable = disable
 
         def set_description(self, desc):
@@ -329,7 +331,7 @@ def test_a_long_cold_start_keeps_the_bar_moving(pipe, monkeypatch):
     monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
     monkeypatch.delenv("TQDM_DISABLE", raising=False)
     try:
-        benchmark(pipe, steps=2, runs=1, warmup=0, progress=True)
+        benchmark(pipe, steps=2, runs=1, warmup=0, progress=True, max_runs=1)
     finally:
         handle.remove()
     assert len(refreshes) >= 2  # >= 2.4 s of cold start: the clock moved every second

@@ -229,6 +229,9 @@ def test_make_lab_starts_as_this_user_and_serves_the_course(tmp_path):
                 listing = page.locator(".jp-DirListing-content")
                 listing.get_by_text("00_setup.ipynb").wait_for(timeout=60_000)
                 assert listing.get_by_text("05_cold_start.ipynb").count() == 1
+                # no "Jupyter news?" pop-up over the page (it came a moment after restore)
+                page.wait_for_timeout(3000)
+                assert page.get_by_text("official Jupyter news").count() == 0
             finally:
                 browser.close()
     finally:

@@ -1,6 +1,8 @@
 import math
 
 import pytest
+
+import fastdiff_helpers as fdh
 from matplotlib.figure import Figure
 
 from fastdiff_helpers.charts import (
@@ -26,7 +28,7 @@ def _ladder():
             _r("bf16", 4.0, memory=7 * 2**30, psnr=35.5),
             _r("compile", None, error="OOM"),
             _r("int8", 2.5, memory=int(5.5 * 2**30), psnr=30.0,
-               samples=[2.4, 2.5, 2.7])]
+               samples=[2.45, 2.5, 2.55])]  # spread for whiskers, +-2 %: steady
 
 
 def _texts(ax, gid):
@@ -172,3 +174,21 @@ def test_saved_chart_keeps_every_label_inside_the_figure(chart):
         extent = artist.get_window_extent(renderer)
         assert box.x0 - 1 <= extent.x0 and extent.x1 <= box.x1 + 1, artist
         assert box.y0 - 1 <= extent.y0 and extent.y1 <= box.y1 + 1, artist
+
+
+def test_a_long_recipe_label_does_not_squash_the_chart():
+    """Issue 24: the playground labels a run with its whole recipe; rotated on one line it took
+    most of the figure's height and squashed the bars. Wrapped to its bar, 4 lines at most."""
+    from fastdiff_helpers.playground_parts import describe_recipe
+
+    long = describe_recipe(fdh.Recipe(dtype="bf16", attention="sdpa", compile="max-autotune",
+                                      fullgraph=True, inductor_flags=True, channels_last=True,
+                                      fuse_qkv=True, quantize="int8-dynamic",
+                                      quant_filter="fastdiff", conv1x1_to_linear="all"))
+    assert len(long) > 150
+    fig = ladder_chart([_r("fp32", 8.0), _r(long, 2.0)])
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    assert ax.get_position().height > 0.5  # the plot keeps most of the figure
+    label = ax.get_xticklabels()[1].get_text()
+    assert label.count("\n") <= 3 and label.endswith("...")

@@ -31,7 +31,7 @@ def eager_compiled(model: str = "sd15"):
 
 def test_uncompiled_benchmark_sees_no_compilation():
     pipe = fdh.load_pipeline("sd15", weights="tiny", device="cpu", verbose=False)
-    r = fdh.benchmark(pipe, steps=2, runs=2, warmup=1, progress=False)
+    r = fdh.benchmark(pipe, steps=2, runs=2, warmup=1, progress=False, max_runs=2)
     assert r.compile_events["cold"]["frames"] == 0 and r.compile_events["timed"] == [0, 0]
     assert r.compile_events["extra_warmup"] == 0 and not r.compiled_during_timing
     assert r.cold_start_split["compile_s"] == 0.0 and r.flags == []
@@ -39,7 +39,7 @@ def test_uncompiled_benchmark_sees_no_compilation():
 
 def test_cold_start_is_split_and_warm_up_goes_on_while_compiling():
     pipe = eager_compiled()
-    r = fdh.benchmark(pipe, steps=2, runs=2, warmup=0, progress=False)
+    r = fdh.benchmark(pipe, steps=2, runs=2, warmup=0, progress=False, max_runs=2)
     cold = r.compile_events["cold"]
     assert cold["frames"] >= 1 and cold["compile_s"] > 0
     split = r.cold_start_split
@@ -64,7 +64,8 @@ def test_a_recompile_inside_the_timed_calls_is_flagged(monkeypatch):
         return out
 
     monkeypatch.setattr(bench, "call_kwargs", resized_after_a_while)
-    r = fdh.benchmark(pipe, steps=2, runs=3, warmup=1, progress=False, step="resized")
+    r = fdh.benchmark(pipe, steps=2, runs=3, warmup=1, progress=False, step="resized",
+                      max_runs=3)
     assert r.compile_events["timed"][0] == 0 and r.compile_events["timed"][1] >= 1
     assert r.compiled_during_timing and r.flags[0] == "compiled while timed"
     assert any(n.startswith("COMPILED DURING TIMING") for n in r.notes)
@@ -95,6 +96,20 @@ def test_course_cache_folder_is_said_and_overridable(tmp_path, monkeypatch, caps
     mine = tmp_path / "mine"
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(mine))
     assert fdh.use_course_cache() == mine  # the user's own setting wins
+
+
+def test_the_course_folder_is_not_taken_for_yours_and_a_path_you_give_stays(tmp_path,
+                                                                            monkeypatch, capsys):
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setenv("FASTDIFF_CACHE_DIR", str(tmp_path / "course"))
+    monkeypatch.setattr(compile_cache, "_said", set())  # as in a new process
+    monkeypatch.setattr(compile_cache, "_ours", {})
+    fdh.use_course_cache(verbose=False)  # what make demo does before saying it
+    assert fdh.use_course_cache() == tmp_path / "course"
+    assert "(yours" not in capsys.readouterr().out  # the course set it, not you
+    mine = tmp_path / "mine"
+    assert fdh.use_course_cache(mine) == mine
+    assert fdh.use_course_cache() == mine  # compile_pipeline's call keeps the folder you gave
 
 
 def test_artifacts_from_other_versions_are_refused_before_loading(tmp_path, monkeypatch):
@@ -190,3 +205,59 @@ def test_warm_load_refuses_a_changed_file_before_anything_is_unpickled(tmp_path,
     assert len(loaded) == 1 and loaded[0] == data.partition(b"\n")[2].partition(b"\n")[2]
     assert main(["warm", "--load", str(good)]) == 0  # no hash: loads, and says what it trusts
     assert "no --sha256 given" in capsys.readouterr().out
+FRESH = """
+import os, sys, torch
+import fastdiff_helpers as fdh
+pipe = fdh.load_pipeline("sd15", weights="tiny", device="cpu", verbose=False)
+print("after load:", os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
+fdh.apply(pipe, fdh.Recipe(compile="default"))  # compiles nothing yet: says where it will
+with torch.no_grad():
+    if sys.argv[1] == "vae":
+        pipe.vae.decode(torch.randn(1, 4, 8, 8))  # the pipeline's VAE decode, compiled
+    else:
+        torch.compile(lambda x: x.sin() * 2 + 1)(torch.randn(8))  # a few seconds
+"""
+
+
+def _fresh_process(tmp_path, what: str) -> tuple[str, Path, Path]:
+    """A new Python with neither cache variable set and its own HOME and TMPDIR: (what it
+    printed, the course's cache folder there, inductor's default folder there)."""
+    home, tmp = tmp_path / "home", tmp_path / "tmp"
+    tmp.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TORCHINDUCTOR_CACHE_DIR", "FASTDIFF_CACHE_DIR")}
+    env.update(HOME=str(home), TMPDIR=str(tmp), PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
+    done = subprocess.run([sys.executable, "-c", FRESH, what], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-2000:]
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    default = tmp / Path(default_cache_dir()).name  # torchinductor_<user>, under this TMPDIR
+    return done.stdout, home / ".cache" / "fastdiff" / "inductor", default
+
+
+def _kernels(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.is_file() and p.suffix in (".so", ".cpp", ".py")
+            and "precompiled_headers" not in p.parts]
+
+
+def test_a_fresh_process_compiles_into_the_course_cache_and_says_so(tmp_path):
+    """Issue 24: loading a pipeline imports torch._dynamo, which makes inductor write its own
+    default folder into TORCHINDUCTOR_CACHE_DIR (torch/_dynamo/package.py:1267 calls
+    cache_dir(), torch/_inductor/runtime/cache_dir_utils.py:19 sets the variable); the course
+    took that for the user's choice, stayed silent and compiled into the temp folder. Now the
+    first compile says the course folder and its kernels land there. (Precompiled C++ headers
+    stay in inductor's default folder, fixed at import: torch/_inductor/codecache.py:3542.)"""
+    said, course, default = _fresh_process(tmp_path, "function")
+    assert f"after load: {default}" in said  # the trap is still there, in torch
+    assert f"fastdiff: torch.compile cache in {course} (TORCHINDUCTOR_CACHE_DIR" in said
+    assert _kernels(course) and not _kernels(default)
+
+
+@pytest.mark.slow
+def test_a_fresh_process_compiles_a_pipeline_into_the_course_cache(tmp_path):
+    """The same with the pipeline's own compiled VAE decode (C++ kernels and the FX graph)."""
+    said, course, default = _fresh_process(tmp_path, "vae")
+    assert f"fastdiff: torch.compile cache in {course}" in said
+    assert len([p for p in _kernels(course) if p.suffix == ".so"]) >= 10
+    assert any((course / "fxgraph").rglob("*")) and not _kernels(default)

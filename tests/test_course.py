@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from fastdiff_helpers.course import course_settings, needs_gpu, smoke_mode
+from fastdiff_helpers.course import TINY_STEPS, course_settings, needs_gpu, smoke_mode
 
 # course_settings and needs_gpu read the machine: these two describe a machine without CUDA
 cpu_machine = pytest.mark.skipif(torch.cuda.is_available(),
@@ -13,7 +13,8 @@ def test_smoke_settings_are_tiny_and_short(monkeypatch):
     assert smoke_mode()
     s = course_settings("pixart")
     assert (s.weights, s.device, s.steps, s.height, s.runs, s.warmup) == ("tiny", "cpu", 2, 64, 2, 1)
-    assert s.bench_kwargs() == dict(steps=2, height=64, width=64, runs=2, warmup=1)
+    # smoke mode proves the code runs: `runs` timed calls, no extra runs to settle a median
+    assert s.bench_kwargs() == dict(steps=2, height=64, width=64, runs=2, warmup=1, max_runs=2)
     assert s.ladder_kwargs() == dict(s.bench_kwargs(), weights="tiny", device="cpu")
 
 
@@ -21,6 +22,7 @@ def test_full_settings_use_native_resolution(monkeypatch):
     monkeypatch.delenv("FASTDIFF_SMOKE", raising=False)
     s = course_settings("sd15", weights="random")
     assert (s.weights, s.steps, s.height, s.width, s.runs) == ("random", 30, 512, 512, 5)
+    assert s.max_runs is None  # benchmark's own bound: 4 x runs
     assert course_settings("sdxl", weights="random", resolution=768).height == 768
 
 
@@ -30,7 +32,8 @@ def test_auto_is_resolved_once_and_tiny_gets_tiny_size(monkeypatch, tmp_path, ca
     monkeypatch.delenv("FASTDIFF_SMOKE", raising=False)
     monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path))
     s = course_settings("sdxl")  # no GPU, no weights here
-    assert (s.weights, s.height, s.steps) == ("tiny", 64, 30)
+    # the CPU story, the same in the notebooks, the playground and `make demo`
+    assert (s.weights, s.height, s.steps) == ("tiny", 64, TINY_STEPS) and TINY_STEPS == 10
     assert "weights='tiny'" in capsys.readouterr().out
 
 

@@ -107,15 +107,25 @@ def test_cuda_kernels_are_refused_off_cuda(attention, device):
         fdh.Recipe(attention=fine).check_device(device)
 
 
-@pytest.mark.parametrize("mode", ["max-autotune", "reduce-overhead"])
-def test_cuda_graph_compile_modes_are_refused_off_cuda(mode):
-    with pytest.raises(RecipeError, match=f"compile='{mode}' captures CUDA graphs and needs a "
-                                          "GPU; on cpu use 'default' or "
-                                          "'max-autotune-no-cudagraphs'.*for_device"):
-        fdh.Recipe(compile=mode).check_device("cpu")
-    fdh.Recipe(compile=mode).check_device("cuda", capability=(8, 0))
-    for fine in ("default", "max-autotune-no-cudagraphs"):
-        fdh.Recipe(compile=fine).check_device("cpu")
+@pytest.mark.parametrize("mode, runs", [("max-autotune", "max-autotune-no-cudagraphs"),
+                                        ("reduce-overhead", "default")])
+def test_cuda_graph_modes_run_without_the_graphs_off_cuda(mode, runs):
+    """The one policy (fdh.Recipe): off CUDA a CUDA-graph mode is not refused but runs as the
+    same inductor options without the graphs, which is what torch itself does there (its option
+    sets differ by triton.cudagraphs alone), said in a note."""
+    import torch._inductor as inductor
+
+    recipe = fdh.Recipe(compile=mode)
+    recipe.check_device("cpu")  # nothing here names hardware the CPU lacks
+    adapted, notes = recipe.for_device("cpu")
+    assert adapted.compile == runs and adapted.changes(recipe) == ["compile"]
+    assert len(notes) == 1 and "CUDA graphs" in notes[0] and "see fdh.Recipe" in notes[0]
+    asked, ran = inductor.list_mode_options(mode), inductor.list_mode_options(runs)
+    assert {k: v for k, v in asked.items() if k != "triton.cudagraphs"} == ran
+    assert asked["triton.cudagraphs"] is True and "triton.cudagraphs" not in ran
+    assert recipe.for_device("cuda:0") == (recipe, [])  # a full compile keeps them on CUDA
+    for fine in ("default", "max-autotune-no-cudagraphs", None):
+        assert fdh.Recipe(compile=fine).for_device("cpu") == (fdh.Recipe(compile=fine), [])
 
 
 @pytest.mark.parametrize("device, capability, have", [
@@ -157,7 +167,11 @@ def test_apply_after_techniques_one_by_one_is_refused():
 
 
 def test_quantizing_without_compile_warns():
-    with pytest.warns(UserWarning, match="without torch.compile runs, but slower.*compile="):
+    # it says what is known (on a GPU, measured by others) and asks for a measurement here: a
+    # tiny model on a CPU measured int8 eager faster than bf16 (issue 24), so "slower" is not
+    # a claim to make about every machine
+    with pytest.warns(UserWarning, match="without torch.compile: on a GPU.*130 s.*compile="
+                                         "'max-autotune'.*measure both on your machine"):
         fdh.apply(fresh(), fdh.Recipe(dtype="bf16", quantize="int8-dynamic",
                                       quant_filter="all"))
 

@@ -45,7 +45,7 @@ def test_defaults_and_properties():
 
 def test_summary_line():
     r = _result(latency_samples=[4.62, 4.63, 4.63, 4.64, 4.64])
-    assert r.summary() == ("sdxl bf16: 4.63 s (median of 5, IQR 0.01 s), "
+    assert r.summary() == ("sdxl bf16: 4.63 s (median of 5, +-0%, IQR 0.01 s), "
                            "cold start 12.3 s, peak 9.1 GiB")
     assert _result(error="OOM").summary() == "sdxl bf16: FAILED: OOM"
 

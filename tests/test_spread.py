@@ -1,5 +1,6 @@
-"""A busy machine is flagged, not reported as a speed-up (issue 15): one spread measure, the
-IQR, in the record, the table, the chart and the playground."""
+"""A busy machine is flagged, not reported as a speed-up (issue 15): the IQR is the spread the
+chart draws; how sure the median is (its order-statistic interval, issue 24) decides the flag,
+in the record, the table, the chart and the playground."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import pytest
 
 import fastdiff_helpers as fdh
 from fastdiff_helpers.ladder import format_table
-from fastdiff_helpers.record import UNSTEADY_IQR
+from fastdiff_helpers import record
+from fastdiff_helpers.record import median_interval
 
 
 def result(step, samples):
@@ -25,22 +27,35 @@ STEADY = [0.50, 0.51, 0.49, 0.50, 0.52]
 def test_unsteady_samples_are_flagged_and_steady_ones_are_not():
     busy, steady = result("fp32", BUSY), result("bf16", STEADY)
     assert busy.latency_quartiles_s == (2.65, 3.99)
-    assert busy.latency_iqr_s == pytest.approx(1.34) and busy.unsteady
-    assert busy.flags == ["unsteady timing (IQR 43% of the median): re-run"]
-    assert not steady.unsteady and steady.flags == []
-    assert not result("x", [1.0, 9.0]).unsteady  # two samples say nothing about spread
-    assert 0.16 < UNSTEADY_IQR < 0.32  # between the quiet and the busy measurements
+    assert busy.latency_iqr_s == pytest.approx(1.34)
+    # 5 runs: the interval of the median is (min, max), 93.75 % (1 - 2 / 2**5)
+    assert busy.latency_interval_s == (2.57, 10.21, 0.9375)
+    assert busy.latency_uncertainty == pytest.approx((10.21 - 3.10) / 3.10) and busy.unsteady
+    assert busy.flags == ["uncertain timing (median +-229%: 2.57-10.2 s, 94% interval of 5 runs)"]
+    assert steady.latency_uncertainty == pytest.approx(0.04) and not steady.unsteady
+    assert steady.flags == []
+    assert result("x", [1.0]).latency_uncertainty is None and not result("x", [1.0]).unsteady
+    assert 0.02 <= record.STEADY <= 0.10
+
+
+def test_median_interval_is_the_exact_order_statistic_interval():
+    """Coverage of [x(k), x(n+1-k)] is 1 - 2 P(B <= k-1), B ~ Binomial(n, 1/2): the textbook
+    table (n=9: x(2)-x(8), 96.1 %; n=20: x(6)-x(15), 95.9 %)."""
+    assert median_interval(list(range(1, 10))) == (2, 8, pytest.approx(0.9609375))
+    assert median_interval(list(range(1, 21)))[:2] == (6, 15)
+    assert median_interval([5.0, 1.0]) == (1.0, 5.0, 0.5)  # too few runs: min, max
 
 
 def test_table_chart_and_playground_say_so():
     rows = [result("fp32", BUSY), result("bf16", STEADY)]
     table = format_table(rows)
-    assert "UNSTEADY TIMING (IQR 43% OF THE MEDIAN): RE-RUN" in table.splitlines()[2]
+    assert "UNCERTAIN TIMING (MEDIAN +-229%" in table.splitlines()[2]
+    assert "RE-RUN" not in table
     assert table.splitlines()[3].rstrip().endswith("-")
     ax = fdh.ladder_chart(rows).axes[0]
     assert "whiskers: IQR" in ax.get_ylabel()
     flagged = [t for t in ax.texts if t.get_gid() == "ours-flagged"]
-    assert len(flagged) == 1 and "unsteady timing!" in flagged[0].get_text()
+    assert len(flagged) == 1 and "uncertain timing!" in flagged[0].get_text()
     # whiskers span the quartiles, and each label sits on top of its whisker
     whiskers = [c for c in ax.collections if c.get_gid() == "iqr"] or ax.collections
     spans = sorted(tuple(sorted(seg[:, 1])) for c in whiskers for seg in c.get_segments())
@@ -55,4 +70,4 @@ def test_playground_table_shows_the_flag():
     busy = result("fp32", BUSY)
     panel.rows = [busy]
     panel.baselines[("sdxl", "tiny", 64, 64, 30)] = busy
-    assert "unsteady timing" in panel._table_html()
+    assert "uncertain timing" in panel._table_html()

@@ -181,8 +181,6 @@ def test_invalid_values_fail_on_construction_with_what_to_do():
 @pytest.mark.parametrize("recipe, message", [
     (fdh.Recipe(dtype="bf16", attention="sdpa", quantize="fp8-dynamic", compile="default"),
      "fp8-dynamic needs a GPU with fp8"),
-    (fdh.Recipe(attention="sdpa", compile="max-autotune"), "needs a GPU.*'default'"),
-    (fdh.Recipe(attention="sdpa", compile="reduce-overhead"), "needs a GPU"),
     (fdh.Recipe(dtype="bf16", attention="sdpa-flash"), "CUDA kernel.*'sdpa-math'"),
 ])
 def test_device_checks_refuse_before_any_work(recipe, message):
@@ -194,8 +192,28 @@ def test_device_checks_refuse_before_any_work(recipe, message):
 
 def test_for_device_adapts_cuda_only_compile_and_says_so():
     recipe, notes = fdh.LADDER[3][1].for_device("cpu")
-    assert recipe.compile == "default" and "CUDA graphs" in notes[0]
+    assert recipe.compile == "max-autotune-no-cudagraphs" and "CUDA graphs" in notes[0]
     assert fdh.LADDER[3][1].for_device("cuda:0") == (fdh.LADDER[3][1], [])
+
+
+@pytest.mark.parametrize("mode, runs", [("max-autotune", "max-autotune-no-cudagraphs"),
+                                        ("reduce-overhead", "default")])
+def test_apply_and_compile_pipeline_follow_the_one_policy_on_a_cpu(mode, runs, capsys):
+    """The README's one-screen block on a CPU: apply() runs the CUDA-graph mode without the
+    graphs, says so, records what ran (and what was asked, so asking again is a no-op), and the
+    Result carries the note; compile_pipeline alone does the same. Nothing compiles until a
+    call, so this is quick."""
+    asked = fdh.Recipe(dtype="bf16", attention="sdpa", compile=mode)
+    pipe = fdh.apply(fresh("sd15"), asked)
+    info = fdh.pipeline_info(pipe)
+    assert info["recipe"].compile == runs and info["requested"] == asked
+    assert info["applied"]["compile"]["mode"] == runs
+    assert f"fastdiff: compile={mode!r} on cpu: ran compile={runs!r}" in capsys.readouterr().out
+    assert fdh.apply(pipe, asked) is pipe  # the same request again: nothing to do
+    assert fdh.current_recipe(pipe)["compile"] == runs
+    alone = fdh.compile_pipeline(fresh("sd15"), mode)
+    assert fdh.pipeline_info(alone)["applied"]["compile"]["mode"] == runs
+    assert f"ran compile={runs!r}" in capsys.readouterr().out
 
 
 def test_apply_twice_is_safe_or_refused():

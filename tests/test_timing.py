@@ -67,7 +67,7 @@ def test_benchmark_synchronises_around_every_timed_call_and_times_only_those(spi
         return out
 
     monkeypatch.setattr(cls, "__call__", call)
-    result = bench.benchmark(pipe, steps=2, runs=3, warmup=3, progress=False)
+    result = bench.benchmark(pipe, steps=2, runs=3, warmup=3, progress=False, max_runs=3)
     assert spied.events == TIMED + ["call", "call"] + TIMED * 3
     assert set(spied.devices) == {torch.device("cpu")}
     assert result.cold_start_s == 100.0

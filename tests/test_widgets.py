@@ -71,8 +71,8 @@ def test_code_follows_the_controls_and_shows_invalid_combinations():
     panel.controls["attention"].value = "sdpa"
     assert "fdh.fuse_qkv(pipe)" in panel.code.value
     panel.controls["compile"].value = "max-autotune"  # adapted on a CPU, with a note
-    assert "mode='default'" in panel.code.value
-    assert "max-autotune" in panel.notes.value and "default" in panel.notes.value
+    assert "mode='max-autotune-no-cudagraphs'" in panel.code.value
+    assert "CUDA graphs" in panel.notes.value and "see fdh.Recipe" in panel.notes.value
 
 
 def test_run_adds_a_row_with_the_recipe_chart_and_images(two_runs):

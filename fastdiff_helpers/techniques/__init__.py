@@ -21,10 +21,10 @@ from .quantization import (blog_conv_filter, blog_filter, conv1x1_to_linear, fas
 from .syncs import count_syncs, remove_syncs
 
 UNCOMPILED_QUANT_WARNING = (
-    "quantize={kind!r} without torch.compile runs, but slower than bf16: the quantized "
-    "matmuls need compile to fuse (measured by the diffusers-torchao project on CogVideoX-5b, "
-    "A100: int8 dynamic 550 s eager, 243 s bf16, 177 s int8 dynamic compiled). Add "
-    "compile='max-autotune' on a GPU.")
+    "quantize={kind!r} without torch.compile: on a GPU the quantized matmuls need compile to "
+    "fuse and are slower without it (the diffusers-torchao project measured CogVideoX-5b on an "
+    "A100: int8 dynamic 550 s eager, 243 s bf16, 177 s int8 dynamic compiled); add "
+    "compile='max-autotune', and measure both on your machine.")
 
 
 def current_recipe(pipe) -> dict:
@@ -72,6 +72,9 @@ def apply(pipe, recipe: Recipe):
     quantizing; the two orders give the same module, since a swapped conv has no 4-D weight.)
     Recorded on the pipeline (fdh.pipeline_info(pipe)["recipe"]).
 
+    GPU-only choices follow the course's one policy (fdh.Recipe): CUDA graphs where they cannot
+    run are dropped (Recipe.for_device; each change printed, and kept in
+    fdh.pipeline_info(pipe)["notes"] for the Result), hardware the machine lacks is refused.
     A pipeline takes one recipe: applying the same one again does nothing, another is
     refused (load a fresh pipeline).
     Introduced in 01_baseline.ipynb."""
@@ -79,7 +82,7 @@ def apply(pipe, recipe: Recipe):
         raise RecipeError(f"apply() takes a fdh.Recipe, not {type(recipe).__name__}.")
     info = pipeline_info(pipe)
     if info.get("recipe") is not None:
-        if info["recipe"] == recipe:
+        if recipe in (info["recipe"], info.get("requested")):
             return pipe
         raise RecipeError("This pipeline already has a recipe applied; load a fresh pipeline "
                           "(fdh.load_pipeline) to apply another.")
@@ -88,13 +91,17 @@ def apply(pipe, recipe: Recipe):
                           f"({', '.join(info['applied'])}); load a fresh pipeline for apply().")
     quiet_known_noise()
     device = pipeline_device(pipe)
-    recipe.check_device(str(device))
+    requested = recipe
+    recipe, notes = recipe.for_device(str(device))  # the policy: changes first, said below
+    recipe.check_device(str(device))                # then refusals, before any work
     if recipe.compile:
         check_scope(pipe, recipe.compile_scope)
     check_attention(pipe, recipe.attention, str(WEIGHT_DTYPES[recipe.dtype]).removeprefix("torch."))
     if recipe.quantize and recipe.compile is None:
         warnings.warn(UNCOMPILED_QUANT_WARNING.format(kind=recipe.quantize), stacklevel=2)
 
+    for note in notes:
+        print(f"fastdiff: {note}")
     set_precision(pipe, recipe.dtype, recipe.tf32)
     if recipe.conv1x1_to_linear:
         conv1x1_to_linear(pipe, recipe.conv1x1_to_linear)
@@ -111,7 +118,7 @@ def apply(pipe, recipe: Recipe):
     if recipe.compile:
         compile_pipeline(pipe, recipe.compile, recipe.compile_scope, recipe.compile_vae,
                          recipe.fullgraph, recipe.dynamic, recipe.inductor_flags)
-    info["recipe"] = recipe
+    info["recipe"], info["requested"], info["notes"] = recipe, requested, notes
     return pipe
 
 

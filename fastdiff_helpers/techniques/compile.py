@@ -14,8 +14,7 @@ import torch
 from ..compile_cache import use_course_cache
 from ..loading import call_kwargs, get_denoiser, pipeline_device
 from ..noise import quiet_known_noise
-from ..recipe import (COMPILE_MODES, REGIONAL_COMPILE, REGIONAL_CUDAGRAPH_ERROR, SCOPES,
-                      RecipeError)
+from ..recipe import COMPILE_MODES, SCOPES, RecipeError, compile_mode_for
 from ._state import applied, modules, record
 
 # The blog's four inductor settings, and the one it added for int8 dynamic quantization that
@@ -94,6 +93,8 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
                      dynamic: bool | None = None, inductor_flags: bool = False):
     """Compile the denoiser (whole, or its repeated blocks) and, optionally, the VAE decode.
 
+    A CUDA-graph mode where the graphs cannot run (a CPU, or a regional scope) compiles without
+    them and says so: the course's one policy for GPU-only choices (see fdh.Recipe).
     Compilation happens lazily at the first call: that call is the cold start.
     Introduced in 04_torch_compile.ipynb."""
     if mode not in COMPILE_MODES or mode is None:
@@ -101,13 +102,19 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
                           f"{', '.join(m for m in COMPILE_MODES if m)}.")
     if scope not in SCOPES:
         raise RecipeError(f"Unknown compile scope {scope!r}. Use one of: {', '.join(SCOPES)}.")
-    if scope != "full" and mode in REGIONAL_COMPILE and pipeline_device(pipe).type == "cuda":
-        raise RecipeError(REGIONAL_CUDAGRAPH_ERROR.format(mode=mode, fix=REGIONAL_COMPILE[mode],
-                                                          scope=scope))
+    for name, value in (("compile_vae", compile_vae), ("fullgraph", fullgraph),
+                        ("inductor_flags", inductor_flags)):
+        if not isinstance(value, bool):
+            raise RecipeError(f"{name} must be True or False, not {value!r}.")
+    if dynamic not in (None, True, False):
+        raise RecipeError(f"dynamic must be None, True or False, not {dynamic!r}.")
+    mode, note = compile_mode_for(mode, scope, str(pipeline_device(pipe)))
     if "compile" in applied(pipe):
         raise RecipeError("This pipeline is already compiled; load a fresh pipeline to compile "
                           "it another way.")
     check_scope(pipe, scope)
+    if note is not None:
+        print(f"fastdiff: {note}")
     use_course_cache()  # one cache folder for the course, said once
     quiet_known_noise()
     kwargs: dict[str, Any] = dict(mode=mode, fullgraph=fullgraph, dynamic=dynamic)

@@ -100,8 +100,9 @@ def count_syncs(pipe, verbose: bool = True, **kwargs) -> dict[str, Any] | None:
     """Count synchronising CUDA calls during one generation (torch.cuda sync debug mode):
     total, inside the denoising loop (from its start, step 0 included, to the last step's
     callback) and where they come from. On a CPU there is nothing to count: says so, returns
-    None.
+    None. The call's arguments are checked first, on any device.
     Introduced in 07_gpu_syncs.ipynb."""
+    call = call_kwargs(pipe, **kwargs)
     if pipeline_device(pipe).type != "cuda":
         if verbose:
             print("count_syncs needs a CUDA GPU: a CPU has no device-to-host synchronisation "
@@ -109,7 +110,6 @@ def count_syncs(pipe, verbose: bool = True, **kwargs) -> dict[str, Any] | None:
         return None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        call = call_kwargs(pipe, **kwargs)
         start, marks = _loop_marks(pipe, call, caught)
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("warn")

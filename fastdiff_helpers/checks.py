@@ -1,0 +1,188 @@
+"""Argument checks that run before any slow work: one rule and one wording for each kind of
+input (counts, image sizes, numbers, devices, files and folders), so every helper and every
+command refuses the same bad input the same way.
+
+Introduced in 00_setup.ipynb. A message names the argument as the interface the user came
+through writes it: `steps=0` from Python, `--steps 0` from the command line (cli.main runs
+its commands inside `command_line()`), and says what to use instead. Imports only errors.py
+(and torch), so every layer of the package can use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import numbers
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from .errors import FastdiffError
+
+# the Python argument names whose command-line flag is another word
+CLI_NAMES = {"steps_filter": "only", "fail_step": "fail-step", "fail_lines": "fail-line",
+             "load": "load"}
+_CLI = contextvars.ContextVar("fastdiff_command_line", default=False)
+_UNSET = object()
+
+
+@contextlib.contextmanager
+def command_line() -> Iterator[None]:
+    """Inside: messages name arguments as command-line flags (`--steps 0`)."""
+    token = _CLI.set(True)
+    try:
+        yield
+    finally:
+        _CLI.reset(token)
+
+
+def in_command_line() -> bool:
+    """True inside `command_line()`: the user came through the command line."""
+    return _CLI.get()
+
+
+def arg(name: str, value: Any = _UNSET) -> str:
+    """Argument `name` (with `value`) as the current interface writes it: `steps=0` in Python,
+    `--steps 0` on the command line; without a value `path=` or `--path`."""
+    if _CLI.get():
+        flag = "--" + CLI_NAMES.get(name, name).replace("_", "-")
+        return flag if value is _UNSET else f"{flag} {value}"
+    return f"{name}=" if value is _UNSET else f"{name}={value!r}"
+
+
+def whole(name: str, value: Any, minimum: int = 1, none: bool = False) -> int | None:
+    """A whole number >= minimum (None allowed when `none`: the helper's default)."""
+    if value is None and none:
+        return None
+    if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
+            or value < minimum):
+        default = " (or leave it out for the default)" if none else ""
+        raise FastdiffError(f"{arg(name, value)} cannot work: give a whole number of at least "
+                            f"{minimum}{default}.")
+    return int(value)
+
+
+def image_size(name: str, value: Any, multiple: int) -> int | None:
+    """None (the model's size) or a positive multiple of `multiple` pixels."""
+    if value is None:
+        return None
+    whole(name, value, 1)
+    if value % multiple:
+        lower, upper = max(value - value % multiple, multiple), value - value % multiple + multiple
+        near = f"{lower} or {upper}" if lower != upper else f"{upper}"
+        raise FastdiffError(f"{arg(name, value)} cannot work: this model needs a multiple of "
+                            f"{multiple} pixels (its latent grid), e.g. {near}.")
+    return int(value)
+
+
+def real(name: str, value: Any, none: bool = False) -> float | None:
+    """A finite number (None allowed when `none`)."""
+    if value is None and none:
+        return None
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+            or not math.isfinite(value)):
+        raise FastdiffError(f"{arg(name, value)} cannot work: give a finite number.")
+    return float(value)
+
+
+def text(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise FastdiffError(f"{arg(name, value)} cannot work: give a string.")
+    return value
+
+
+def device(value: Any, name: str = "device", meta: bool = False) -> str:
+    """A device this machine has: 'cpu', 'cuda', 'cuda:N' (N below the GPU count), 'mps'
+    where available, and 'meta' where `meta` (building without memory)."""
+    try:
+        parsed = torch.device(value)
+    except (RuntimeError, TypeError, ValueError):
+        raise FastdiffError(f"{arg(name, value)} is not a device: use 'cpu', 'cuda' or "
+                            "'cuda:N'.") from None
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise FastdiffError(f"{arg(name, value)} but this machine has no CUDA GPU: use "
+                                f"{arg(name, 'cpu')} (with {arg('weights', 'tiny')} for a "
+                                "quick run).")
+        if parsed.index is not None and parsed.index >= count:
+            raise FastdiffError(f"{arg(name, value)} but this machine has {count} GPU(s): use "
+                                f"cuda:0 to cuda:{count - 1}.")
+    elif parsed.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise FastdiffError(f"{arg(name, value)} but this machine has no MPS device: use "
+                                f"{arg(name, 'cpu')}.")
+    elif parsed.type == "meta":
+        if not meta:
+            raise FastdiffError(f"{arg(name, value)} holds no data and cannot run: use 'cpu' "
+                                "or 'cuda' (the meta device only builds the architecture, "
+                                "in fdh.load_pipeline(weights='random')).")
+    elif parsed.type != "cpu":
+        raise FastdiffError(f"{arg(name, value)}: the course runs on 'cpu', 'cuda' or 'mps'.")
+    return str(value)
+
+
+def _pathlike(name: str, value: Any) -> Path:
+    if not isinstance(value, (str, os.PathLike)) or not str(value):
+        raise FastdiffError(f"{arg(name, value)} cannot work: give a path.")
+    return Path(value)
+
+
+def existing_file(name: str, value: Any, what: str) -> Path:
+    """A file that exists; `what` says what it should hold (in the message)."""
+    path = _pathlike(name, value)
+    if not path.is_file():
+        state = "is a folder" if path.is_dir() else "does not exist"
+        raise FastdiffError(f"{arg(name, str(path))}: {path} {state}; give {what}.")
+    return path
+
+
+def existing_folder(name: str, value: Any, what: str) -> Path:
+    path = _pathlike(name, value)
+    if not path.is_dir():
+        state = "is a file" if path.exists() else "does not exist"
+        raise FastdiffError(f"{arg(name, str(path))}: {path} {state}; give {what}.")
+    return path
+
+
+def _writable_parent(name: str, path: Path) -> None:
+    """The nearest existing folder above `path` must be a folder this user can write to."""
+    above = path.absolute().parent
+    while not above.exists():
+        above = above.parent
+    if not above.is_dir():
+        raise FastdiffError(f"{arg(name, str(path))}: {above} is a file, so {path} cannot be "
+                            "created; give a path under a folder.")
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise FastdiffError(f"{arg(name, str(path))}: {above} is not writable here; give a "
+                            "folder you can write to.")
+
+
+def output_folder(name: str, value: Any) -> Path:
+    """A folder to write into: an existing folder, or one that can be created (checked now,
+    created by the caller when it writes)."""
+    path = _pathlike(name, value)
+    if path.exists():
+        if not path.is_dir():
+            raise FastdiffError(f"{arg(name, str(path))}: {path} is a file; give a folder (it "
+                                "is created if missing).")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise FastdiffError(f"{arg(name, str(path))}: {path} is not writable here; give a "
+                                "folder you can write to.")
+        return path
+    _writable_parent(name, path)
+    return path
+
+
+def output_file(name: str, value: Any, example: str = "results.jsonl") -> Path:
+    """A file to write: not an existing folder, under a folder that exists or can be made."""
+    path = _pathlike(name, value)
+    if path.is_dir():
+        raise FastdiffError(f"{arg(name, str(path))}: {path} is a folder; give a file name, "
+                            f"e.g. {path / example}.")
+    if not path.exists():
+        _writable_parent(name, path)
+    return path

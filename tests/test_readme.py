@@ -1,0 +1,259 @@
+"""The README's commands and code, and the commands in the notebooks' prose, run as written
+(issue 24).
+
+Each is taken from the file itself (fenced ```bash and ```python blocks of the README; inline or
+fenced commands of the notebooks' markdown that start with `.venv/bin/`, `make ` or an
+environment assignment before them) and run in smoke mode (FASTDIFF_SMOKE=1: tiny weights on
+the CPU, 2 steps; the README says so), from a scratch folder that holds a link to this
+checkout's .venv and, as the user's own input the notebooks name, a prompts.txt. A `make`
+target is dry-run (`make -n`): its recipe would set up .venv, and its command is one of the
+lines run here. A line whose comment starts with "GPU:" is skipped without a CUDA GPU, saying
+so. The fast tests check the extraction; running everything compiles several ladders (minutes
+on a CPU), so that test is slow.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+COMMAND = re.compile(r"^(?:[A-Z_]+=\S+ )*(?:\.venv/bin/|make |mkdir |source )")
+# what the notebooks call the user's own prompts file (11_scale_out.ipynb)
+PROMPTS = [f"a watercolour of lighthouse number {i}" for i in range(1, 9)]
+
+
+def fenced(markdown: str) -> list[tuple[str, str]]:
+    """(language, code) of every fenced block, in order ("" for a block without one)."""
+    blocks, language, lines = [], None, []
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            if language is None:
+                language, lines = line[3:].strip(), []
+            else:
+                blocks.append((language, "\n".join(lines)))
+                language = None
+        elif language is not None:
+            lines.append(line)
+    return blocks
+
+
+def readme_blocks() -> list[tuple[str, str]]:
+    """(language, code) of every fenced bash or python block of the README, in order."""
+    return [(lang, code) for lang, code in fenced(README.read_text()) if lang in ("bash", "python")]
+
+
+def _lines(code: str) -> list[str]:
+    """Shell lines, a trailing backslash joining the next."""
+    return [line.strip() for line in code.replace("\\\n", " ").splitlines() if line.strip()]
+
+
+def _commands(markdown: str, languages: tuple[str, ...] = ("bash", "")) -> list[str]:
+    """The commands of a piece of markdown: every line of its fenced shell blocks, and every
+    inline code span that starts like a command (.venv/bin/..., make, mkdir, source)."""
+    shell = [" ".join(line.split()) for lang, code in fenced(markdown) if lang in languages
+             for line in _lines(code)]
+    prose = re.sub(r"^```.*?^```", "", markdown, flags=re.M | re.S)
+    inline = [" ".join(span.split()) for span in re.findall(r"`([^`]+)`", prose)]
+    return shell + [c for c in inline if COMMAND.match(c)]
+
+
+def _once(commands: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Each command once (its comment aside), where it first appears."""
+    seen, kept = set(), []
+    for where, command in commands:
+        key = command.split(" # ")[0].strip()
+        if key not in seen:
+            seen.add(key)
+            kept.append((where, command))
+    return kept
+
+
+def notebook_commands() -> list[tuple[str, str]]:
+    """(notebook, command) for every command in the notebooks' markdown, in order, once each."""
+    return _once([(path.name, command) for path in NOTEBOOKS
+                  for cell in nbformat.read(path, as_version=4).cells
+                  if cell.cell_type == "markdown" for command in _commands(cell.source)])
+
+
+def readme_commands() -> list[tuple[str, str]]:
+    """(README.md, command) for the README's bash blocks' lines and inline commands, once
+    each, in the order a reader meets them."""
+    return _once([("README.md", c) for c in _commands(README.read_text(), ("bash",))])
+
+
+def _gpu_only(command: str) -> str | None:
+    comment = command.partition(" # ")[2].strip()
+    return comment if comment.startswith("GPU:") else None
+
+
+# -- fast: what is extracted is what a newcomer reads ------------------------------------------
+
+def test_the_readme_writes_commands_a_fresh_clone_can_run():
+    commands = [c for _, c in readme_commands()]
+    assert any(c.startswith("make demo") for c in commands)
+    python = [re.sub(r"^(?:[A-Z_]+=\S+ )+", "", c) for c in commands if "fastdiff_helpers" in c]
+    assert python and all(c.startswith((".venv/bin/python -m", ".venv/bin/torchrun")) for c in python)
+    assert not [c for c in commands if c.startswith(("python ", "jupyter ", "torchrun "))]
+    assert "source .venv/bin/activate" in README.read_text()  # or activate: said once
+    assert [c for c in commands if _gpu_only(c)], "the GPU-only line is marked"
+    (code,) = [code for language, code in readme_blocks() if language == "python"]
+    compile(code, "README.md", "exec")  # it parses; the slow test runs it
+
+
+def test_the_notebooks_prose_writes_commands_a_fresh_clone_can_run():
+    """No bare `python -m`, `jupyter` or `torchrun` (not on the PATH of a fresh clone), and no
+    placeholder (`...`) in a command."""
+    for path in NOTEBOOKS:
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "markdown":
+                bare = re.findall(r"(?<![/\w])(?:python -m fastdiff_helpers|jupyter lab|"
+                                  r"torchrun --)", cell.source)
+                assert not bare, (path.name, cell.get("id"), bare)
+    commands = notebook_commands()
+    assert any("warm --load" in c for _, c in commands)  # 05_cold_start's workshop steps
+    assert not [c for _, c in commands if "..." in c]
+
+
+# -- slow: run them ----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("newcomer")
+    (folder / ".venv").symlink_to(ROOT / ".venv")
+    (folder / "prompts.txt").write_text("".join(p + "\n" for p in PROMPTS))
+    for name in ("Makefile", "requirements.txt", "pyproject.toml", "README.md"):  # make -n, pytest
+        shutil.copy(ROOT / name, folder / name)
+    for name in ("notebooks", "tests"):  # what a command names (nbconvert, pytest)
+        shutil.copytree(ROOT / name, folder / name)
+    return folder
+
+
+def _env(scratch: Path) -> dict[str, str]:
+    env = dict(os.environ, FASTDIFF_SMOKE="1", HF_HUB_OFFLINE="1", TQDM_DISABLE="1",
+               FASTDIFF_CACHE_DIR=str(scratch / "compile-cache"),
+               # this checkout's package (a fresh clone's .venv has it installed)
+               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH"))
+                                          if p))
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)  # inductor wrote its default in this process
+    return env
+
+
+def _run(command: str, scratch: Path) -> subprocess.CompletedProcess:
+    if command.startswith("make ") or " make " in command:
+        pre, _, target = command.partition("make ")
+        command = f"{pre}make -n {target}"  # the recipe's command runs as its own line
+    return subprocess.run(["bash", "-c", command], cwd=scratch, env=_env(scratch),
+                          capture_output=True, text=True, timeout=1800)
+
+
+ALL = _once(readme_commands() + notebook_commands())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where, command", ALL, ids=[f"{w}: {c[:60]}" for w, c in ALL])
+def test_every_command_runs_as_written(where, command, scratch):
+    import torch
+
+    if _gpu_only(command) and not torch.cuda.is_available():
+        pytest.skip(f"needs a CUDA GPU ({_gpu_only(command)})")
+    done = _run(command, scratch)
+    assert done.returncode == 0, (where, command, done.stdout[-2000:], done.stderr[-3000:])
+    if command.startswith("make demo"):
+        assert "-m fastdiff_helpers demo" in done.stdout
+        assert [c for _, c in readme_commands() if "fastdiff_helpers demo" in c]
+
+
+@pytest.mark.slow
+def test_the_python_block_runs_as_written(scratch):
+    (code,) = [code for language, code in readme_blocks() if language == "python"]
+    (scratch / "readme_block.py").write_text(code)
+    done = subprocess.run([".venv/bin/python", "readme_block.py"], cwd=scratch,
+                          env=_env(scratch), capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "psnr" in done.stdout and (scratch / "out" / "run.png").is_file()
+    import torch
+
+    if not torch.cuda.is_available():
+        assert "ran compile='max-autotune-no-cudagraphs'" in done.stdout  # the policy, said
+
+
+def test_make_lab_asks_no_news_question_and_saves_notebooks_clean(tmp_path):
+    """Issue 24: JupyterLab asked "Would you like to get notified about official Jupyter news?"
+    in a pop-up over every page (its announcements plugin asks while the setting fetchNews is
+    "none"), and running the notebooks left them modified in `git status` (JupyterLab saves
+    outputs; it autosaves every two minutes). `make lab` gives JupyterLab
+    tools/jupyterlab/overrides.json, which answers "false", and the server a pre-save hook
+    (fastdiff_helpers.nbclean.pre_save) that saves the course's notebooks as committed. The
+    server is started with the recipe's own flags (not through make, which would first check
+    .venv) on a copy of the notebooks, and asked through its REST API as JupyterLab does."""
+    import json
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    recipe = re.search(r"^lab: venv\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M)[1]
+    flags = ["--LabApp.news_url=None",
+             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+             "--LabApp.app_settings_dir=$(CURDIR)/tools/jupyterlab",
+             "--ContentsManager.pre_save_hook=fastdiff_helpers.nbclean.pre_save"]
+    assert all(flag in recipe for flag in flags), recipe
+    served = tmp_path / "notebooks"
+    shutil.copytree(ROOT / "notebooks", served)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+               JUPYTER_DATA_DIR=str(tmp_path / "data"), JUPYTER_RUNTIME_DIR=str(tmp_path / "rt"),
+               PYTHONPATH=str(ROOT))
+    server = subprocess.Popen(
+        [str(ROOT / ".venv" / "bin" / "jupyter"), "lab", "--no-browser", "--allow-root",
+         "--ip", "127.0.0.1", "--port", str(port), "--IdentityProvider.token=t",
+         *[f.replace("$(CURDIR)", str(ROOT)) for f in flags], str(served)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+
+    def call(path, data=None):
+        request = urllib.request.Request(f"{base}{path}?token=t", method="PUT" if data else "GET",
+                                         data=json.dumps(data).encode() if data else None,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return json.loads(answer.read())
+
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                settings = call("/lab/api/settings/@jupyterlab/apputils-extension:notification")
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, "no server"
+                time.sleep(0.5)
+        ran = call("/api/contents/00_setup.ipynb")["content"]  # as JupyterLab loads it
+        code = [c for c in ran["cells"] if c["cell_type"] == "code"]
+        code[0]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "hello\n"}]
+        code[0]["execution_count"] = 1
+        ran["metadata"]["widgets"] = {"state": {}}
+        for name in ("00_setup.ipynb", "00_setup-Copy1.ipynb"):  # a run, saved; a copy
+            call(f"/api/contents/{name}", {"type": "notebook", "format": "json", "content": ran})
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+    # overrides.json becomes the defaults the frontend composes its settings from
+    defaults = {k: v.get("default") for k, v in settings["schema"]["properties"].items()}
+    assert defaults["fetchNews"] == "false" and defaults["checkForUpdates"] is False
+    assert settings["raw"] in ("{}", {}, "")  # no user choice: the page asks nothing
+    committed = (ROOT / "notebooks" / "00_setup.ipynb").read_bytes()
+    assert (served / "00_setup.ipynb").read_bytes() == committed  # git status: clean
+    assert "hello" in (served / "00_setup-Copy1.ipynb").read_text()  # a copy keeps its outputs
