@@ -8,7 +8,6 @@ the package's functions; invalid input prints one line on stderr and exits with 
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -21,7 +20,7 @@ from .course import smoke_mode
 from . import demo
 from .env import env_report
 from .ladder import format_table, run_ladder, warm_ladder
-from .reference import run_reference
+from .reference import reference_from_args
 from .errors import FastdiffError
 from .loading import default_device, load_pipeline
 from .pretrained import WEIGHTS, resolve_weights
@@ -260,20 +259,6 @@ def _warm(args: argparse.Namespace) -> int:
     return 0
 
 
-def _reference(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
-    if args.budget_s is not None and args.budget_s <= 0:
-        raise UsageError(f"--budget-s must be a positive number of seconds, got {args.budget_s:g}")
-    words = list(argv) if argv is not None else sys.argv[1:]
-    outcome = run_reference(
-        model=args.model, out=args.out, ladder=args.ladder, weights=args.weights,
-        budget_s=args.budget_s, runs=args.runs, warmup=args.warmup, steps=args.steps,
-        height=args.height, width=args.width, device=args.device, seed=args.seed,
-        prompt=args.prompt, retry_failed=args.retry_failed,
-        ignore_estimate=args.ignore_estimate, progress=not args.no_progress,
-        command="python -m fastdiff_helpers " + shlex.join(words))
-    return outcome.exit_code
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 ok, 2 invalid input)."""
     with checks.command_line():  # messages name --flags, not Python arguments
@@ -290,7 +275,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "warm":
             return _warm(args)
         if args.command == "reference":
-            return _reference(args, argv)
+            return reference_from_args(args, argv)
         if args.command == "demo":
             if args.out is not None:
                 checks.output_folder("out", args.out)

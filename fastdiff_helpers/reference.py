@@ -262,3 +262,22 @@ def draw(folder: Folder, model: str, weights: str) -> None:
         reference = Reference("Published", "A100-80GB", BLOG_SOURCE, BLOG_A100_SECONDS[model])
     save_figure(ladder_chart(records, reference=reference), folder.out / "ladder.png")
     save_figure(memory_chart(records), folder.out / "memory.png")
+
+
+def reference_from_args(args, argv) -> int:
+    """The `reference` subcommand (cli.py parses, this runs); its exit code."""
+    import shlex
+    import sys
+
+    if args.budget_s is not None and args.budget_s <= 0:
+        raise FastdiffError(f"--budget-s must be a positive number of seconds, got "
+                            f"{args.budget_s:g}")
+    words = list(argv) if argv is not None else sys.argv[1:]
+    outcome = run_reference(
+        model=args.model, out=args.out, ladder=args.ladder, weights=args.weights,
+        budget_s=args.budget_s, runs=args.runs, warmup=args.warmup, steps=args.steps,
+        height=args.height, width=args.width, device=args.device, seed=args.seed,
+        prompt=args.prompt, retry_failed=args.retry_failed,
+        ignore_estimate=args.ignore_estimate, progress=not args.no_progress,
+        command="python -m fastdiff_helpers " + shlex.join(words))
+    return outcome.exit_code
