@@ -17,9 +17,10 @@ from .errors import FastdiffError
 from .noise import quiet_known_noise
 from .presets import DEFAULT_PROMPT, SCHEDULERS, VAES, get_spec, size_multiple
 from .pretrained import check_weights, load_pretrained, require_pretrained, resolve_weights
-from .recipe import WEIGHT_DTYPES
 
-DTYPES = {name: dtype for name, dtype in WEIGHT_DTYPES.items() if name != "tf32"}  # loadable
+# the weight dtypes a pipeline loads in (a Recipe's "tf32" is fp32 weights with TF32 math:
+# recipe.WEIGHT_DTYPES maps it here)
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
