@@ -43,13 +43,13 @@ test: venv browser-deps
 # every page otherwise) with no, as does news_url=None on the server; Settings can change it.
 LAB_IP ?= 127.0.0.1
 LAB_PORT ?= 8888
-# fastdiff_helpers.nbclean.pre_save saves the course's notebooks as they are committed (no
+# fastdiff_helpers.course.nbclean.pre_save saves the course's notebooks as they are committed (no
 # outputs), so running them leaves `git status` clean.
 lab: venv
 	$(VENV)/bin/jupyter lab --no-browser --ip $(LAB_IP) --port $(LAB_PORT) \
 		--LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
 		--LabApp.app_settings_dir=$(CURDIR)/tools/jupyterlab \
-		--ContentsManager.pre_save_hook=fastdiff_helpers.nbclean.pre_save \
+		--ContentsManager.pre_save_hook=fastdiff_helpers.course.nbclean.pre_save \
 		$$([ "$$(id -u)" = 0 ] && echo --allow-root) notebooks/
 
 # Wheels for an offline GPU machine that has its own torch (README: "On an offline GPU machine").

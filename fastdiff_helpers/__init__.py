@@ -5,37 +5,37 @@
 Importing is cheap and side-effect free: no downloads, no seeds, no global settings.
 """
 
-from .presets import (BLOG_A100_SECONDS, BLOG_A100_WHERE, BLOG_LOADING, BLOG_SOURCE, MODELS,
-                      PUBLISHED_PARAMETERS, ModelSpec)
 from .errors import FastdiffError
-from .loading import (call_kwargs, count_parameters, generate, get_denoiser, load_pipeline,
-                      pipeline_info)
-from .pretrained import choose_weights, resolve_weights
-from .recipe import BASELINE, BLOG_LADDER, COURSE_LADDER, LADDER, LADDERS, Recipe, RecipeError
+from .models.loading import (call_kwargs, count_parameters, generate, get_denoiser, load_pipeline,
+                             pipeline_info)
+from .models.noise import KNOWN_LOG_NOISE, KNOWN_WARNINGS, quiet_known_noise
+from .models.presets import (BLOG_A100_SECONDS, BLOG_A100_WHERE, BLOG_LOADING, BLOG_SOURCE, MODELS,
+                             PUBLISHED_PARAMETERS, ModelSpec)
+from .models.pretrained import choose_weights, resolve_weights
 from .techniques import (apply, capture_denoiser_inputs, compile_pipeline, conv1x1_to_linear,
-                         current_recipe,
-                         count_syncs, fuse_qkv, graph_breaks, quantize, remove_syncs,
-                         set_attention, set_channels_last, blog_inductor_flags, set_precision,
-                         set_tf32, tf32_state)
-from .codegen import to_code
-from .quality import compare_images
-from .results import (Result, ResultsFormatError, load_results, reference_results, save_result,
-                      save_results)
-from .charts import (ChartFigure, Reference, ladder_chart, memory_chart, models_chart,
-                     quality_chart, save_figure, show_images)
-from .env import env_report
-from .noise import KNOWN_LOG_NOISE, KNOWN_WARNINGS, quiet_known_noise
-from .course import CourseSettings, course_settings, needs_gpu, smoke_mode
-from .course import reference_numbers
-from .flops import count_flops, flop_floor_seconds, measure_matmul_tflops
-from .bench import benchmark, naive_time
-from .ladder import format_table, free_memory, run_ladder, warm_ladder
-from .batch import read_prompts, run_batch
-from .launch import format_summary, launch_batch
-from .compile_cache import (default_cache_dir, first_image_in_new_process, load_artifacts,
-                            save_artifacts, use_course_cache)
-from .compile_events import recompile_reasons
-from .recompiles import recompile_report
-from .widgets import playground
+                         current_recipe, count_syncs, fuse_qkv, graph_breaks, quantize,
+                         remove_syncs, set_attention, set_channels_last, blog_inductor_flags,
+                         set_precision, set_tf32, tf32_state)
+from .techniques.codegen import to_code
+from .techniques.recipe import (BASELINE, BLOG_LADDER, COURSE_LADDER, LADDER, LADDERS, Recipe,
+                                RecipeError)
+from .measure.bench import benchmark, naive_time
+from .measure.cold_start import (default_cache_dir, first_image_in_new_process, load_artifacts,
+                                 save_artifacts, use_course_cache)
+from .measure.compile_events import recompile_reasons
+from .measure.env import env_report
+from .measure.flops import count_flops, flop_floor_seconds, measure_matmul_tflops
+from .measure.quality import compare_images
+from .measure.recompiles import recompile_report
+from .results.charts import (ChartFigure, Reference, ladder_chart, memory_chart, models_chart,
+                             quality_chart, save_figure, show_images)
+from .results.store import (Result, ResultsFormatError, load_results, reference_results,
+                            save_result, save_results)
+from .course.playground import playground
+from .course.settings import CourseSettings, course_settings, needs_gpu, smoke_mode
+from .course.settings import reference_numbers
+from .runs.batch import read_prompts, run_batch
+from .runs.ladder import format_table, free_memory, run_ladder, warm_ladder
+from .runs.launch import format_summary, launch_batch
 
 __version__ = "0.1.0"

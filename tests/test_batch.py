@@ -17,9 +17,9 @@ import torch
 from PIL import Image
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers import batch as fdb
-from fastdiff_helpers.launch import recipe_flags
-from fastdiff_helpers.cli import _recipe, build_parser, main
+from fastdiff_helpers.runs import batch as fdb
+from fastdiff_helpers.runs.launch import recipe_flags
+from fastdiff_helpers.runs.cli import _recipe, build_parser, main
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = dict(model="sd15", weights="tiny", device="cpu", steps=4, height=64, width=64)
@@ -81,7 +81,7 @@ def test_bad_input_is_one_line_and_exit_2_before_loading(case, tmp_path, monkeyp
     def no_loading(*args, **kwargs):
         raise AssertionError("a model was loaded for invalid input")
 
-    monkeypatch.setattr("fastdiff_helpers.loading.load_pipeline", no_loading)
+    monkeypatch.setattr("fastdiff_helpers.models.loading.load_pipeline", no_loading)
     prompts, out, extra = _file(tmp_path), tmp_path / "out", []
     if case == "missing":
         prompts = tmp_path / "nope.txt"
@@ -107,7 +107,7 @@ def test_bad_input_is_one_line_and_exit_2_before_loading(case, tmp_path, monkeyp
 
 
 def test_more_processes_than_gpus_is_refused_before_loading(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("fastdiff_helpers.loading.load_pipeline", None)  # never reached
+    monkeypatch.setattr("fastdiff_helpers.models.loading.load_pipeline", None)  # never reached
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setenv("WORLD_SIZE", "2")  # what torchrun --nproc_per_node 2 sets

@@ -15,12 +15,12 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.flops import count_flops
-from fastdiff_helpers.bench import benchmark, naive_time, time_call
-from fastdiff_helpers.ladder import format_table, run_ladder
-from fastdiff_helpers.loading import FastdiffError
-from fastdiff_helpers.recipe import BASELINE, LADDER
-from fastdiff_helpers.results import load_results
+from fastdiff_helpers.measure.flops import count_flops
+from fastdiff_helpers.measure.bench import benchmark, naive_time, time_call
+from fastdiff_helpers.runs.ladder import format_table, run_ladder
+from fastdiff_helpers.models.loading import FastdiffError
+from fastdiff_helpers.techniques.recipe import BASELINE, LADDER
+from fastdiff_helpers.results.store import load_results
 
 ROOT = Path(__file__).resolve().parents[1]
 DELAY = 0.05
@@ -293,7 +293,7 @@ def test_tiny_ladder_int8_step_quantizes_with_all_and_says_so():
     """The course ladder's own filter selects only linears of the real models' size, none of
     the tiny model's: its int8 step quantizes with 'all' and says so. (The blog's filter is a
     list of excluded shapes: it selects most tiny linears, so the blog ladder keeps it.)"""
-    from fastdiff_helpers.ladder import run_ladder
+    from fastdiff_helpers.runs.ladder import run_ladder
     (r,) = run_ladder("sd15", weights="tiny", device="cpu", steps=2, runs=1, warmup=0,
                       steps_filter=["+ int8 dynamic"], progress=False, ladder="course")
     assert r.ok, r.error

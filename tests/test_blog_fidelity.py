@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.ladder import run_ladder
-from fastdiff_helpers.recipe import COURSE_LADDER, LADDER, Recipe, RecipeError
+from fastdiff_helpers.runs.ladder import run_ladder
+from fastdiff_helpers.techniques.recipe import COURSE_LADDER, LADDER, Recipe, RecipeError
 from fastdiff_helpers.techniques import quantization
 from fastdiff_helpers.techniques.compile import blog_inductor_flags
 from fastdiff_helpers.techniques.precision import set_tf32, tf32_state
@@ -75,7 +75,7 @@ def test_blog_filter_on_fused_sdxl_keeps_what_the_blog_kept(fused_meta):
 
 
 def test_our_heuristic_is_a_filter_of_its_own_name():
-    assert "fastdiff" in fdh.recipe.QUANT_FILTERS
+    assert "fastdiff" in fdh.techniques.recipe.QUANT_FILTERS
     lin = torch.nn.Linear(320, 1280)  # time_embedding.linear_1's shape
     assert quantization.blog_filter(lin, "time_embedding.linear_1")
     assert not quantization.fastdiff_filter(lin, "time_embedding.linear_1")

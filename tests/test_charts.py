@@ -5,10 +5,10 @@ import pytest
 import fastdiff_helpers as fdh
 from matplotlib.figure import Figure
 
-from fastdiff_helpers.charts import (
+from fastdiff_helpers.results.charts import (
     Reference, ladder_chart, memory_chart, models_chart, quality_chart, save_figure,
 )
-from fastdiff_helpers.results import Result
+from fastdiff_helpers.results.store import Result
 
 BLOG_SDXL = {"fp32": 7.36, "bf16": 4.63, "sdpa": 3.31, "compile": 2.54, "fuse_qkv": 2.52,
              "int8": 2.43}
@@ -142,7 +142,7 @@ def test_save_figure(tmp_path):
 
 def test_show_images_titles_carry_psnr_against_the_reference():
     import numpy as np
-    from fastdiff_helpers.charts import show_images
+    from fastdiff_helpers.results.charts import show_images
     a = np.zeros((8, 8, 3), dtype=np.uint8)
     b = a.copy()
     b[0, 0, 0] = 255  # one channel of one pixel fully off: MSE = 1/192 -> PSNR 22.83 dB
@@ -179,7 +179,7 @@ def test_saved_chart_keeps_every_label_inside_the_figure(chart):
 def test_a_long_recipe_label_does_not_squash_the_chart():
     """Issue 24: the playground labels a run with its whole recipe; rotated on one line it took
     most of the figure's height and squashed the bars. Wrapped to its bar, 4 lines at most."""
-    from fastdiff_helpers.playground_parts import describe_recipe
+    from fastdiff_helpers.course.playground_parts import describe_recipe
 
     long = describe_recipe(fdh.Recipe(dtype="bf16", attention="sdpa", compile="max-autotune",
                                       fullgraph=True, inductor_flags=True, channels_last=True,

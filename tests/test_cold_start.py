@@ -16,8 +16,9 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers import bench, compile_cache
-from fastdiff_helpers.ladder import format_table
+from fastdiff_helpers.measure import bench
+from fastdiff_helpers.measure import cold_start as compile_cache
+from fastdiff_helpers.runs.ladder import format_table
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -179,8 +180,8 @@ def test_warm_load_refuses_a_changed_file_before_anything_is_unpickled(tmp_path,
     import hashlib
     import pickle
 
-    import fastdiff_helpers.compile_cache as cc
-    from fastdiff_helpers.cli import main
+    import fastdiff_helpers.measure.cold_start as cc
+    from fastdiff_helpers.runs.cli import main
 
     header = dict(cc._stamp(), model="sdxl", steps=["+ compile"])
     data = cc.MAGIC + json.dumps(header).encode() + b"\n" + pickle.dumps({"artifacts": 1})

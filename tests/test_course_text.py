@@ -191,7 +191,7 @@ def test_exercise_code_runs_on_the_tiny_model(path, block, monkeypatch):
                                        device=settings.device, verbose=False), fdh.Recipe())
     namespace.update(pipe=pipe, baseline=fdh.benchmark(pipe, namespace.get("prompt", "a photo"),
                                                        progress=False, **settings.bench_kwargs()))
-    namespace.setdefault("prompt", fdh.presets.DEFAULT_PROMPT)
+    namespace.setdefault("prompt", fdh.models.presets.DEFAULT_PROMPT)
     exec(compile(block, f"<{path.name} exercise>", "exec"), namespace)
     assert namespace["image"].size == (settings.width, settings.height)
 

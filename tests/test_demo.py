@@ -8,8 +8,8 @@ from __future__ import annotations
 import io
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers import demo
-from fastdiff_helpers.timing import progress_bar
+from fastdiff_helpers.runs import demo
+from fastdiff_helpers.measure.timing import progress_bar
 
 
 def result(step, samples, dtype="bf16", stages=None, ops=None):
@@ -111,7 +111,7 @@ def test_the_demo_and_the_playground_measure_the_same_recipe_alike():
     # run misses what changes between runs (measured here: 1-2 % within a run, 3-6 % between
     # two runs of the same recipe on the shared 2-core machine), so each side gets at least
     # the bound the timing settles to
-    from fastdiff_helpers.record import STEADY
+    from fastdiff_helpers.measure.record import STEADY
 
     a, b = ladder.latency_s, played.latency_s
     slack = (max(ladder.latency_uncertainty, STEADY) * a

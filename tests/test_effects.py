@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.loading import get_denoiser
+from fastdiff_helpers.models.loading import get_denoiser
 from conftest import MODEL_KEYS
 
 

@@ -7,7 +7,7 @@ from importlib import metadata
 
 import torch
 
-from fastdiff_helpers.env import env_report
+from fastdiff_helpers.measure.env import env_report
 
 KEYS = {
     "python", "platform", "torch", "diffusers", "transformers", "torchao", "accelerate",
@@ -52,7 +52,7 @@ def test_missing_package_and_no_heavy_imports():
     # the new fp32_precision API shows up (kept out of this process to leave its flags alone)
     code = (
         "import sys, json, torch\n"
-        "from fastdiff_helpers import env\n"
+        "from fastdiff_helpers.measure import env\n"
         "before = env.env_report()\n"
         "torch.backends.cuda.matmul.fp32_precision = 'tf32'\n"
         "after = env.env_report()\n"
@@ -69,7 +69,7 @@ def test_missing_package_and_no_heavy_imports():
 
 
 def test_device_name_is_the_cpu_model_on_a_cpu():
-    from fastdiff_helpers.env import device_name, env_report
+    from fastdiff_helpers.measure.env import device_name, env_report
     assert device_name("cpu") == env_report()["cpu"] != ""
 
 
@@ -80,7 +80,7 @@ def test_floors_are_pyprojects_lower_bounds():
     from packaging.requirements import Requirement
     from packaging.specifiers import SpecifierSet
 
-    from fastdiff_helpers.env import FLOORS, PYTHON_BELOW
+    from fastdiff_helpers.measure.env import FLOORS, PYTHON_BELOW
 
     project = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"]
     lower = {}
@@ -95,7 +95,7 @@ def test_floors_are_pyprojects_lower_bounds():
 
 
 def test_below_floor_names_each_old_version():
-    from fastdiff_helpers.env import below_floor
+    from fastdiff_helpers.measure.env import below_floor
 
     assert below_floor({"torch": "2.11.0+cu130", "transformers": "5.17.0", "python": "3.12.3",
                         "huggingface_hub": "1.33.0", "diffusers": "0.42.1"}) == []
@@ -108,7 +108,7 @@ def test_below_floor_names_each_old_version():
 
 
 def test_env_text_says_whether_anything_is_below_the_floor(monkeypatch):
-    import fastdiff_helpers.env as env
+    import fastdiff_helpers.measure.env as env
 
     assert "every version at or above fastdiff's floor" in env_report(as_text=True)
     monkeypatch.setattr(env, "_version", lambda p: "4.40.0" if p == "transformers" else

@@ -5,7 +5,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.flops import count_flops, flop_floor_seconds, measure_matmul_tflops
+from fastdiff_helpers.measure.flops import count_flops, flop_floor_seconds, measure_matmul_tflops
 
 TERA = 1e12
 
@@ -70,7 +70,7 @@ def _real_count(module, *args, **kwargs):
 def test_classic_and_sdpa_attention_count_the_same():
     from diffusers.models.attention_processor import AttnProcessor, AttnProcessor2_0
 
-    from fastdiff_helpers.flops import _meta_copy, _module_key
+    from fastdiff_helpers.measure.flops import _meta_copy, _module_key
 
     pipe = fdh.load_pipeline("sd15", weights="tiny", device="cpu")
     counted = count_flops(pipe, guidance=1.0)["denoiser_per_forward"]

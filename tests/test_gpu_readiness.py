@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.recipe import RecipeError
+from fastdiff_helpers.techniques.recipe import RecipeError
 
 
 def fresh(model):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.build import build_component
+from fastdiff_helpers.models.build import build_component
 from conftest import MODEL_KEYS
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from PIL import Image
 
-from fastdiff_helpers.quality import NonFiniteImageWarning, compare_images, image_to_array
+from fastdiff_helpers.measure.quality import NonFiniteImageWarning, compare_images, image_to_array
 
 
 def _image(seed=0, h=64, w=48):

@@ -55,7 +55,7 @@ def test_fused_tiny_pipelines_match_the_unfused_image(model, flavour):
 # -- peak memory: allocated vs reserved (CUDA-graph pools show only in reserved) -----------
 
 def _memory_result(**kw):
-    from fastdiff_helpers.results import Result
+    from fastdiff_helpers.results.store import Result
 
     fields = dict(model="sdxl", weights="random", step="+ compile", recipe={}, device_name="H100",
                   height=1024, width=1024, steps=30, latency_s=2.5, latency_samples=[2.5] * 3,
@@ -68,7 +68,7 @@ def _memory_result(**kw):
 def test_reserved_memory_round_trips_and_old_records_load(tmp_path):
     import json
 
-    from fastdiff_helpers.results import load_results, save_results
+    from fastdiff_helpers.results.store import load_results, save_results
 
     path = tmp_path / "run.jsonl"
     save_results([_memory_result()], path)
@@ -126,7 +126,7 @@ def hf_cache(tmp_path, monkeypatch):
 
 
 def test_auto_falls_back_when_only_model_index_is_cached(hf_cache):
-    from fastdiff_helpers.pretrained import choose_weights
+    from fastdiff_helpers.models.pretrained import choose_weights
 
     _fake_cache(hf_cache, ["unet/config.json", "text_encoder/model.fp16.safetensors",
                            "vae/diffusion_pytorch_model.safetensors"])
@@ -137,7 +137,7 @@ def test_auto_falls_back_when_only_model_index_is_cached(hf_cache):
 
 
 def test_auto_picks_pretrained_when_every_component_is_cached(hf_cache):
-    from fastdiff_helpers.pretrained import choose_weights
+    from fastdiff_helpers.models.pretrained import choose_weights
 
     _fake_cache(hf_cache, ["unet/diffusion_pytorch_model.safetensors",
                            "vae/diffusion_pytorch_model.safetensors",

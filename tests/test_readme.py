@@ -194,7 +194,7 @@ def test_make_lab_asks_no_news_question_and_saves_notebooks_clean(tmp_path):
     "none"), and running the notebooks left them modified in `git status` (JupyterLab saves
     outputs; it autosaves every two minutes). `make lab` gives JupyterLab
     tools/jupyterlab/overrides.json, which answers "false", and the server a pre-save hook
-    (fastdiff_helpers.nbclean.pre_save) that saves the course's notebooks as committed. The
+    (fastdiff_helpers.course.nbclean.pre_save) that saves the course's notebooks as committed. The
     server is started with the recipe's own flags (not through make, which would first check
     .venv) on a copy of the notebooks, and asked through its REST API as JupyterLab does."""
     import json
@@ -207,7 +207,7 @@ def test_make_lab_asks_no_news_question_and_saves_notebooks_clean(tmp_path):
     flags = ["--LabApp.news_url=None",
              "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
              "--LabApp.app_settings_dir=$(CURDIR)/tools/jupyterlab",
-             "--ContentsManager.pre_save_hook=fastdiff_helpers.nbclean.pre_save"]
+             "--ContentsManager.pre_save_hook=fastdiff_helpers.course.nbclean.pre_save"]
     assert all(flag in recipe for flag in flags), recipe
     served = tmp_path / "notebooks"
     shutil.copytree(ROOT / "notebooks", served)

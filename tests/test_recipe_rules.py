@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.loading import get_denoiser
-from fastdiff_helpers import recipe as recipe_module
-from fastdiff_helpers.recipe import RecipeError
+from fastdiff_helpers.models.loading import get_denoiser
+from fastdiff_helpers.techniques import recipe as recipe_module
+from fastdiff_helpers.techniques.recipe import RecipeError
 
 
 def fresh(model="sd15"):
@@ -21,7 +21,7 @@ def test_recipe_dtypes_load_as_the_models_load_them():
     """A Recipe's dtype names the weights load_pipeline loads (fdh.load_pipeline(dtype=...)),
     "tf32" being fp32 weights with TF32 math: the two tables agree (the models layer keeps
     its own, so loading imports nothing of the recipe)."""
-    from fastdiff_helpers.loading import DTYPES
+    from fastdiff_helpers.models.loading import DTYPES
 
     weights = recipe_module.WEIGHT_DTYPES
     assert set(weights) == set(recipe_module.DTYPES)

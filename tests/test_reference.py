@@ -18,9 +18,9 @@ import pytest
 from PIL import Image
 
 import fastdiff_helpers as fdh
-import fastdiff_helpers.reference as ref
-from fastdiff_helpers import results_readme
-from fastdiff_helpers.results import Result, load_results
+import fastdiff_helpers.runs.reference as ref
+from fastdiff_helpers.results import readme as results_readme
+from fastdiff_helpers.results.store import Result, load_results
 
 BLOG = [n for n, _ in fdh.LADDER]
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,11 +44,11 @@ class FakeSteps:
         idx = BLOG.index(name)
         if name in self.fail:
             return Result(model=spec.key, weights=weights, step=name, recipe=recipe.to_dict(),
-                          device_name=fdh.env.device_name(device), height=64, width=64,
+                          device_name=fdh.measure.env.device_name(device), height=64, width=64,
                           steps=2, error="RuntimeError: boom")
         image = _image(100 + idx)
         result = Result(model=spec.key, weights=weights, step=name, recipe=recipe.to_dict(),
-                        device_name=fdh.env.device_name(device), height=64, width=64, steps=2,
+                        device_name=fdh.measure.env.device_name(device), height=64, width=64, steps=2,
                         latency_s=1.0 / (idx + 1), latency_samples=[1.0 / (idx + 1)] * 3,
                         cold_start_s=2.0, peak_memory_bytes=2**20, tflops_per_s=0.01 * (idx + 1),
                         env={"torch": "2.13.0+cpu", "device": "cpu"})
@@ -95,7 +95,7 @@ def test_runs_every_step_once_and_quality_is_against_the_folders_fp32_image(fake
 
     # a new process resuming after records were dropped: its baseline is the fp32 file
     kept = records[:4]
-    fdh.results.rewrite_results(kept, out / "results.jsonl")
+    fdh.results.store.rewrite_results(kept, out / "results.jsonl")
     resumed = _run(out)
     assert resumed.ran == BLOG[4:]
     baseline = fake.baselines[-1]
@@ -214,7 +214,7 @@ def test_committed_h100_folder_tables_with_the_blogs_ratio():
 
 
 def test_cli_reference_exit_codes(fake, tmp_path, capsys):
-    from fastdiff_helpers.cli import main
+    from fastdiff_helpers.runs.cli import main
 
     out = tmp_path / "r" / "cpu" / "sdxl"
     assert main(["reference", "--model", "sdxl", "--weights", "tiny", "--device", "cpu",
@@ -291,7 +291,7 @@ def test_cli_completes_the_blog_ladder_over_budgeted_runs_and_a_kill(tmp_path):
 
 
 def test_gpu_folder_names(monkeypatch):
-    from fastdiff_helpers import reference_folder
+    from fastdiff_helpers.runs import reference_folder
 
     monkeypatch.setattr(reference_folder, "device_name", lambda device: "NVIDIA H100 80GB HBM3")
     assert ref.gpu_folder("cuda") == "h100-80gb-hbm3"
@@ -304,4 +304,4 @@ def test_committed_results_readme_is_what_the_records_make(tmp_path):
     shutil.copytree(ROOT / "results", tmp_path / "results")
     ref.write_results_readme(tmp_path / "results")
     assert (tmp_path / "results" / "README.md").read_text() == \
-        (ROOT / "results" / "README.md").read_text(), "run fdh.reference.write_results_readme('results')"
+        (ROOT / "results" / "README.md").read_text(), "run fdh.runs.reference.write_results_readme('results')"

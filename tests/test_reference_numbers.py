@@ -9,7 +9,7 @@ import re
 import pytest
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.results import Result, save_results
+from fastdiff_helpers.results.store import Result, save_results
 
 
 def _result(step: str, latency: float) -> Result:

@@ -13,9 +13,10 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers import cli, loading
+from fastdiff_helpers.runs import cli
+from fastdiff_helpers.models import loading
 from fastdiff_helpers.errors import FastdiffError
-from fastdiff_helpers.recipe import RecipeError
+from fastdiff_helpers.techniques.recipe import RecipeError
 
 
 @pytest.fixture(scope="module")

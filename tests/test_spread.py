@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.ladder import format_table
-from fastdiff_helpers import record
-from fastdiff_helpers.record import median_interval
+from fastdiff_helpers.runs.ladder import format_table
+from fastdiff_helpers.measure import record
+from fastdiff_helpers.measure.record import median_interval
 
 
 def result(step, samples):

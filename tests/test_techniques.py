@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.loading import get_denoiser
-from fastdiff_helpers.recipe import RecipeError
+from fastdiff_helpers.models.loading import get_denoiser
+from fastdiff_helpers.techniques.recipe import RecipeError
 from conftest import MODEL_KEYS
 
 # Bounds on the float image in [0, 1] against the fp32 baseline, measured on the four tiny
@@ -298,7 +298,7 @@ def test_check_device_reads_nothing_from_cuda_for_cpu_devices():
 def test_to_code_only_keeps_the_named_sections_of_the_full_code():
     """A notebook shows one technique's lines: to_code(..., only=...) is the header plus those
     sections, each exactly as the full plain code has it."""
-    from fastdiff_helpers.codegen import SECTIONS
+    from fastdiff_helpers.techniques.codegen import SECTIONS
 
     recipe = dataclasses.replace(fdh.LADDER[5][1], no_sync=True)
     full = fdh.to_code(recipe, "plain")

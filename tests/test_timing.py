@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
-import fastdiff_helpers.bench as bench
+import fastdiff_helpers.measure.bench as bench
 
 TIMED = ["sync", "clock", "call", "sync", "clock"]
 
@@ -77,7 +77,7 @@ def test_benchmark_synchronises_around_every_timed_call_and_times_only_those(spi
 
 def test_naive_time_is_the_unsynchronised_mistake(spied, monkeypatch):
     pipe = fdh.load_pipeline("sd15", weights="tiny", device="cpu")
-    fdh.bench.naive_time(pipe, steps=2, runs=2)
+    fdh.measure.bench.naive_time(pipe, steps=2, runs=2)
     assert "sync" not in spied.events and spied.events.count("clock") == 4
 
 

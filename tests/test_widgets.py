@@ -7,8 +7,8 @@ import torch
 
 pytest.importorskip("ipywidgets")
 
-from fastdiff_helpers import widgets  # noqa: E402
-from fastdiff_helpers.recipe import Recipe  # noqa: E402
+from fastdiff_helpers.course import playground as widgets  # noqa: E402
+from fastdiff_helpers.techniques.recipe import Recipe  # noqa: E402
 
 
 def _panel():
@@ -154,7 +154,7 @@ def test_describe_recipe_names_what_changed():
 def test_a_long_phase_shows_its_elapsed_time_and_a_failure_is_not_frozen(monkeypatch):
     import time as _time
 
-    from fastdiff_helpers import widgets
+    from fastdiff_helpers.course import playground as widgets
 
     panel = _panel()
     seen = []

@@ -269,7 +269,7 @@ if [ -d "$repo/fastdiff_helpers" ]; then echo "$repo" > "$site/fastdiff-repo.pth
 cd /
 HF_HUB_OFFLINE=1 "$PY" - <<'EOF'
 import torch, diffusers, torchao, fastdiff_helpers
-from fastdiff_helpers.env import below_floor
+from fastdiff_helpers.measure.env import below_floor
 print(f"torch {torch.__version__}, diffusers {diffusers.__version__}, torchao {torchao.__version__}, "
       f"fastdiff_helpers from {fastdiff_helpers.__path__[0]}")
 print("GPU:", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (no CUDA device)")

@@ -8,9 +8,8 @@ import warnings
 
 import torch
 
-from ..loading import get_denoiser, pipeline_device, pipeline_info
-from ..noise import quiet_known_noise
-from ..recipe import WEIGHT_DTYPES, Recipe, RecipeError
+from ..models.loading import get_denoiser, pipeline_device, pipeline_info
+from ..models.noise import quiet_known_noise
 from .attention import SDPA_BACKENDS, SDPABackendProcessor, check_attention, is_fused, set_attention
 from .compile import (capture_denoiser_inputs, check_scope, compile_pipeline, graph_breaks,
                       set_channels_last, blog_inductor_flags)
@@ -18,6 +17,7 @@ from .fusion import fuse_qkv
 from .precision import set_precision, set_tf32, tf32_state
 from .quantization import (blog_conv_filter, blog_filter, conv1x1_to_linear, fastdiff_filter,
                            quantize)
+from .recipe import WEIGHT_DTYPES, Recipe, RecipeError
 from .syncs import count_syncs, remove_syncs
 
 UNCOMPILED_QUANT_WARNING = (

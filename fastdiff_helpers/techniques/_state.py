@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..loading import get_denoiser, pipeline_info
-from ..recipe import RecipeError
+from ..models.loading import get_denoiser, pipeline_info
+from .recipe import RecipeError
 
 
 def applied(pipe) -> dict[str, Any]:

@@ -6,8 +6,8 @@ seconds, and `import fastdiff_helpers` must stay cheap (tests/test_env.py)."""
 
 from __future__ import annotations
 
-from ..recipe import ATTENTION, RecipeError
 from ._state import get_denoiser, modules, pipeline_info, record, refuse_after
+from .recipe import ATTENTION, RecipeError
 
 SDPA_BACKENDS = {"sdpa-flash": "FLASH_ATTENTION", "sdpa-efficient": "EFFICIENT_ATTENTION",
                  "sdpa-math": "MATH", "sdpa-cudnn": "CUDNN_ATTENTION"}

@@ -11,11 +11,11 @@ from typing import Any
 
 import torch
 
-from ..compile_cache import use_course_cache
-from ..loading import call_kwargs, get_denoiser, pipeline_device
-from ..noise import quiet_known_noise
-from ..recipe import COMPILE_MODES, SCOPES, RecipeError, compile_mode_for
+from ..models.loading import call_kwargs, get_denoiser, pipeline_device
+from ..models.noise import quiet_known_noise
+from ..measure.cold_start import use_course_cache
 from ._state import applied, modules, record
+from .recipe import COMPILE_MODES, SCOPES, RecipeError, compile_mode_for
 
 # The blog's four inductor settings, and the one it added for int8 dynamic quantization that
 # torch still reads. diffusion-fast also set use_mixed_mm, which torch 2.13 ignores

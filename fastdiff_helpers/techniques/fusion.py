@@ -4,9 +4,9 @@ seconds, and `import fastdiff_helpers` must stay cheap (tests/test_env.py)."""
 
 from __future__ import annotations
 
-from ..recipe import RecipeError
 from ._state import applied, modules, record, refuse_after
 from .attention import is_fused, set_attention
+from .recipe import RecipeError
 
 
 def drop_unfused_projections(module) -> int:

@@ -6,9 +6,9 @@ from typing import Any
 
 import torch
 
-from ..recipe import DTYPES, TF32_MODES, WEIGHT_DTYPES, RecipeError
-from ..build import quiet_diffusers
+from ..models.build import quiet_diffusers
 from ._state import record, refuse_after
+from .recipe import DTYPES, TF32_MODES, WEIGHT_DTYPES, RecipeError
 
 
 

@@ -11,9 +11,9 @@ from typing import Callable
 
 import torch
 
-from ..recipe import CONV_SWAPS, QUANT_FILTERS, QUANTIZE, RecipeError
-from ..noise import quiet_known_noise
+from ..models.noise import quiet_known_noise
 from ._state import applied, modules, record, refuse_after
+from .recipe import CONV_SWAPS, QUANT_FILTERS, QUANTIZE, RecipeError
 
 # The (in_features, out_features) shapes diffusion-fast leaves in bf16: the list in
 # dynamic_quant_filter_fn, identical in utils/pipeline_utils.py and

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ..loading import call_kwargs, get_denoiser, pipeline_device
+from ..models.loading import call_kwargs, get_denoiser, pipeline_device
 from ._state import applied, record
 
 

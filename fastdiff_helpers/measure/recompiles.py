@@ -9,10 +9,10 @@ from typing import Any, Sequence
 
 import torch
 
-from .checks import arg
+from ..errors import FastdiffError
+from ..checks import arg
+from ..models.loading import call_kwargs, get_denoiser
 from .compile_events import events_between, recompile_reasons, snapshot
-from .errors import FastdiffError
-from .loading import call_kwargs, get_denoiser
 
 __all__ = ["recompile_report"]
 

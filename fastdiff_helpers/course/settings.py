@@ -11,14 +11,14 @@ from typing import Any, Sequence
 
 import torch
 
-from . import checks
-from .errors import FastdiffError
-from .ladder import format_table
-from .noise import quiet_known_noise
-from .presets import (BLOG_A100_SECONDS, BLOG_A100_WHERE, BLOG_SOURCE, default_resolution, get_spec,
-                      size_multiple)
-from .pretrained import check_weights, resolve_weights
-from .results import Result, reference_results
+from ..errors import FastdiffError
+from .. import checks
+from ..models.noise import quiet_known_noise
+from ..models.presets import (BLOG_A100_SECONDS, BLOG_A100_WHERE, BLOG_SOURCE, default_resolution,
+                              get_spec, size_multiple)
+from ..models.pretrained import check_weights, resolve_weights
+from ..results.store import Result, reference_results
+from ..runs.ladder import format_table
 
 
 # The tiny model's denoising steps outside smoke mode (the CPU story: the notebooks, the

@@ -21,14 +21,14 @@ from typing import Any, Sequence
 
 import torch
 
-from . import checks
-from .env import env_report
-from .errors import FastdiffError
-from .loading import call_kwargs, load_pipeline, pipeline_info
-from .presets import size_multiple
-from .pretrained import check_weights
-from .recipe import Recipe
-from .techniques import apply
+from ..errors import FastdiffError
+from .. import checks
+from ..models.loading import call_kwargs, load_pipeline, pipeline_info
+from ..models.presets import size_multiple
+from ..models.pretrained import check_weights
+from ..techniques import apply
+from ..techniques.recipe import Recipe
+from ..measure.env import env_report
 
 IMAGES = "images"
 RECORDS = "images.jsonl"

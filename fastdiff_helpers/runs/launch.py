@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import checks
+from .. import checks
+from ..models.loading import FastdiffError
+from ..techniques.recipe import Recipe
 from .batch import IMAGES, SUMMARY, Prompts, check_batch, run_batch
-from .loading import FastdiffError
-from .recipe import Recipe
 
 
 # what launch_batch passes on to `batch` (run_batch's arguments the command line has)

@@ -16,9 +16,9 @@ import warnings
 from pathlib import Path
 from typing import Iterable
 
-from . import checks
-from .errors import FastdiffError
-from .record import SCHEMA_VERSION, Result, ResultsFormatError  # noqa: F401 (public here too)
+from ..errors import FastdiffError
+from .. import checks
+from ..measure.record import SCHEMA_VERSION, Result, ResultsFormatError  # noqa: F401 (public here)
 
 __all__ = ["SCHEMA_VERSION", "Result", "ResultsFormatError", "save_results", "load_results",
            "reference_results", "save_result", "rewrite_results"]

@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from . import checks
-from .errors import FastdiffError
+from ..errors import FastdiffError
+from .. import checks
 from .presets import ModelSpec, get_spec
 
 WEIGHTS = ("auto", "pretrained", "random", "tiny")

@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
-from . import checks
+from ..errors import FastdiffError
+from .. import checks
 from .build import build_component, build_pipeline
-from .errors import FastdiffError
 from .noise import quiet_known_noise
 from .presets import DEFAULT_PROMPT, SCHEDULERS, VAES, get_spec, size_multiple
 from .pretrained import check_weights, load_pretrained, require_pretrained, resolve_weights

@@ -7,8 +7,8 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from .recipe import (ATTENTION, BASELINE, COMPILE_MODES, CONV_SWAPS, DTYPES, QUANT_FILTERS,
-                     QUANTIZE, SCOPES, TF32_MODES, Recipe)
+from ..techniques.recipe import (ATTENTION, BASELINE, COMPILE_MODES, CONV_SWAPS, DTYPES,
+                                 QUANT_FILTERS, QUANTIZE, SCOPES, TF32_MODES, Recipe)
 
 # Recipe field -> readable label (the widget's description; the browser test finds it by it).
 LABELS = {"dtype": "dtype", "tf32": "TF32", "attention": "attention", "channels_last": "channels_last",

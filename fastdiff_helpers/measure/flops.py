@@ -20,11 +20,11 @@ from typing import Any
 
 import torch
 
-from . import checks
-from .errors import FastdiffError
-from .loading import native_resolution, pipeline_info
-from .noise import quiet_known_noise
-from .presets import Component, get_spec, size_multiple
+from ..errors import FastdiffError
+from .. import checks
+from ..models.loading import native_resolution, pipeline_info
+from ..models.noise import quiet_known_noise
+from ..models.presets import Component, get_spec, size_multiple
 
 __all__ = ["count_flops", "flop_floor_seconds", "measure_matmul_tflops"]
 

@@ -15,22 +15,22 @@ from typing import Any, Callable
 
 import torch
 
-from . import checks
-from .bench import benchmark
-from .charts import ladder_chart
-from .codegen import to_code
-from .course import course_settings
-from .ladder import free_memory
-from .loading import load_pipeline
-from .presets import MODELS
-from .pretrained import check_weights
-from .quality import compare_images
+from .. import checks
+from ..models.loading import load_pipeline
+from ..models.presets import MODELS
+from ..models.pretrained import check_weights
+from ..techniques import apply
+from ..techniques.codegen import to_code
+from ..techniques.recipe import BASELINE, Recipe, RecipeError
+from ..measure.bench import benchmark
+from ..measure.quality import compare_images
+from ..results.charts import ladder_chart
+from ..results.store import Result
+from ..results.text import GIB, psnr_text
+from ..runs.ladder import free_memory
 from .playground_parts import (_CHOICES, _PHASES, _WORDS, LABELS, RESOLUTIONS, _fmt, _png,
                                describe_recipe)
-from .recipe import BASELINE, Recipe, RecipeError
-from .results import Result
-from .techniques import apply
-from .text import GIB, psnr_text
+from .settings import course_settings
 
 __all__ = ["Playground", "playground", "describe_recipe"]
 

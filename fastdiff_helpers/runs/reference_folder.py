@@ -14,11 +14,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .env import device_name
-from .errors import FastdiffError
-from .recipe import LADDERS
-from .results import Result, load_results
-from .results_readme import STATE
+from ..errors import FastdiffError
+from ..techniques.recipe import LADDERS
+from ..measure.env import device_name
+from ..results.readme import STATE
+from ..results.store import Result, load_results
 
 # A first guess of one step's wall time (load, apply, compile, warm-ups, timed runs) when the
 # folder records nothing of that kind yet: (tiny weights?, compiled?) -> seconds. Tiny: the

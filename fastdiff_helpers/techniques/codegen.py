@@ -14,8 +14,8 @@ import inspect
 import textwrap
 from typing import Sequence
 
+from . import attention, compile as comp, fusion, precision, quantization, syncs
 from .recipe import WEIGHT_DTYPES, Recipe, RecipeError
-from .techniques import attention, compile as comp, fusion, precision, quantization, syncs
 
 _DENOISER = 'denoiser = pipe.unet if hasattr(pipe, "unet") else pipe.transformer'
 

@@ -23,19 +23,19 @@ from pathlib import Path
 
 import torch
 
-from .charts import Reference, ladder_chart, memory_chart, save_figure
-from .env import device_name
-from .errors import FastdiffError
-from .flops import measure_matmul_tflops
+from ..errors import FastdiffError
+from ..models.presets import BLOG_A100_SECONDS, BLOG_SOURCE
+from ..models.pretrained import resolve_weights
+from ..techniques.recipe import LADDERS
+from ..measure.env import device_name
+from ..measure.flops import measure_matmul_tflops
+from ..measure.quality import compare_images
+from ..results.charts import Reference, ladder_chart, memory_chart, save_figure
+from ..results.readme import write_results_readme
+from ..results.store import rewrite_results
 from .ladder import _setup, free_memory, measure_step
-from .presets import BLOG_A100_SECONDS, BLOG_SOURCE
-from .pretrained import resolve_weights
-from .quality import compare_images
-from .recipe import LADDERS
-from .results import rewrite_results
-from .reference_folder import (baseline_image, check_same_run, is_compiled,
-                               cuts_in_a_row, estimate, Folder, utc_now, slug, gpu_folder)
-from .results_readme import write_results_readme
+from .reference_folder import (baseline_image, check_same_run, is_compiled, cuts_in_a_row, estimate,
+                               Folder, utc_now, slug, gpu_folder)
 
 __all__ = ["run_reference", "ReferenceOutcome", "write_results_readme", "EXIT_BUDGET",
            "gpu_folder"]

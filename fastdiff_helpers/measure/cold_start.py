@@ -26,11 +26,11 @@ from typing import Any
 
 import torch
 
-from . import checks
+from ..errors import FastdiffError
+from .. import checks
+from ..models.presets import get_spec
+from ..models.pretrained import check_weights
 from .env import env_report
-from .errors import FastdiffError
-from .presets import get_spec
-from .pretrained import check_weights
 
 MAGIC = b"FASTDIFF-COMPILE-CACHE 1\n"
 # what must match between the machine that compiled and the one that loads

@@ -15,22 +15,22 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from . import checks
-from .bench import benchmark
-from .charts import Reference, ladder_chart, memory_chart, save_figure
-from .compile_cache import save_artifacts
-from .compile_events import events_between, snapshot
-from .env import device_name, env_report
-from .loading import (FastdiffError, call_kwargs, default_device, get_denoiser, load_pipeline,
-                      resolve_weights)
-from .presets import (BLOG_A100_SECONDS, BLOG_LOADING, BLOG_SOURCE, DEFAULT_PROMPT, SCHEDULERS,
-                      default_resolution, get_spec, size_multiple)
-from .quality import compare_images
-from .recipe import LADDERS
-from .results import Result, save_result
-from .techniques import apply
-from .techniques.quantization import select_filter
-from .text import memory_text, psnr_text, seconds_text
+from .. import checks
+from ..models.loading import (FastdiffError, call_kwargs, default_device, get_denoiser,
+                              load_pipeline, resolve_weights)
+from ..models.presets import (BLOG_A100_SECONDS, BLOG_LOADING, BLOG_SOURCE, DEFAULT_PROMPT,
+                              SCHEDULERS, default_resolution, get_spec, size_multiple)
+from ..techniques import apply
+from ..techniques.quantization import select_filter
+from ..techniques.recipe import LADDERS
+from ..measure.bench import benchmark
+from ..measure.cold_start import save_artifacts
+from ..measure.compile_events import events_between, snapshot
+from ..measure.env import device_name, env_report
+from ..measure.quality import compare_images
+from ..results.charts import Reference, ladder_chart, memory_chart, save_figure
+from ..results.store import Result, save_result
+from ..results.text import memory_text, psnr_text, seconds_text
 
 __all__ = ["run_ladder", "format_table", "warm_ladder", "free_memory", "measure_step"]
 

@@ -12,18 +12,16 @@ from typing import Any, Callable
 
 import torch
 
-from . import checks
+from .. import checks
+from ..models.loading import FastdiffError, call_kwargs, pipeline_device, pipeline_info
+from ..models.presets import DEFAULT_PROMPT
+from ..techniques import current_recipe, tf32_state
 from .compile_events import compiled, events_between, snapshot
 from .env import device_name, env_report
 from .flops import count_flops
-from .loading import FastdiffError, call_kwargs, pipeline_device, pipeline_info
-from .presets import DEFAULT_PROMPT
 from .quality import compare_images
-from .record import STEADY
-from .results import Result
-from .techniques import current_recipe, tf32_state
-from .timing import (_peak_rss_bytes, _stage_marks, _ticking, profile_ops, progress_bar,
-                     uncertainty)
+from .record import STEADY, Result
+from .timing import _peak_rss_bytes, _stage_marks, _ticking, profile_ops, progress_bar, uncertainty
 
 __all__ = ["benchmark", "time_call", "synchronize", "naive_time"]
 

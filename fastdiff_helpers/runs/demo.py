@@ -20,14 +20,14 @@ from typing import Sequence
 
 import torch
 
-from .compile_cache import use_course_cache
-from .course import course_settings
-from .flops import measure_matmul_tflops
+from ..models.presets import BLOG_A100_SECONDS, BLOG_A100_WHERE, get_spec
+from ..techniques.recipe import LADDERS
+from ..measure.cold_start import use_course_cache
+from ..measure.flops import measure_matmul_tflops
+from ..measure.record import Result
+from ..results.text import seconds_text
+from ..course.settings import course_settings
 from .ladder import run_ladder
-from .presets import BLOG_A100_SECONDS, BLOG_A100_WHERE, get_spec
-from .recipe import LADDERS
-from .record import Result
-from .text import seconds_text
 
 # Measured on this project's 2-core CPU machine (AMD EPYC, no GPU; issue 24): compiling one
 # compiled step of the tiny SDXL (its UNet and VAE decode, as C++ kernels) costs about 100

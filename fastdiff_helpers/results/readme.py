@@ -10,9 +10,9 @@ import json
 import os
 from pathlib import Path
 
-from .presets import BLOG_A100_SECONDS, BLOG_SOURCE
-from .recipe import LADDERS
-from .results import Result, load_results
+from ..models.presets import BLOG_A100_SECONDS, BLOG_SOURCE
+from ..techniques.recipe import LADDERS
+from .store import Result, load_results
 from .text import memory_text, psnr_text, seconds_text
 
 __all__ = ["write_results_readme", "STATE"]

@@ -17,9 +17,9 @@ from typing import Any, Sequence
 
 from matplotlib.figure import Figure
 
-from . import checks
-from .quality import compare_images
-from .results import Result
+from .. import checks
+from ..measure.quality import compare_images
+from .store import Result
 
 __all__ = [
     "Reference", "ChartFigure", "ladder_chart", "memory_chart", "quality_chart",

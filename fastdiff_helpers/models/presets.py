@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import FastdiffError
+from ..errors import FastdiffError
 
 
 @dataclass(frozen=True)

@@ -12,23 +12,23 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from . import checks
-from .launch import batch_from_args
-from .bench import benchmark
-from .compile_cache import load_artifacts, use_course_cache
-from .course import smoke_mode
+from ..errors import FastdiffError
+from .. import checks
+from ..models.loading import default_device, load_pipeline
+from ..models.presets import DEFAULT_PROMPT, MODELS, SCHEDULERS, VAES, size_multiple
+from ..models.pretrained import WEIGHTS, resolve_weights
+from ..techniques import apply
+from ..techniques.recipe import (ATTENTION, COMPILE_MODES, DTYPES, LADDERS, QUANT_FILTERS, QUANTIZE,
+                                 SCOPES, TF32_MODES, Recipe, RecipeError)
+from ..measure.bench import benchmark
+from ..measure.cold_start import load_artifacts, use_course_cache
+from ..measure.env import env_report
+from ..results.store import save_result
+from ..course.settings import smoke_mode
 from . import demo
-from .env import env_report
 from .ladder import format_table, run_ladder, warm_ladder
+from .launch import batch_from_args
 from .reference import reference_from_args
-from .errors import FastdiffError
-from .loading import default_device, load_pipeline
-from .pretrained import WEIGHTS, resolve_weights
-from .presets import DEFAULT_PROMPT, MODELS, SCHEDULERS, VAES, size_multiple
-from .recipe import (ATTENTION, COMPILE_MODES, DTYPES, LADDERS, QUANT_FILTERS, QUANTIZE, SCOPES,
-                     TF32_MODES, Recipe, RecipeError)
-from .results import save_result
-from .techniques import apply
 
 __all__ = ["main", "build_parser"]
 

@@ -1,0 +1,10 @@
+"""course: what serves the notebooks.
+
+    settings          the parameters cell (smoke mode, fdh.course_settings), GPU-only cells,
+                      the reference numbers a notebook quotes
+    playground        fdh.playground(): the ipywidgets panel to try recipes and compare runs
+    playground_parts  the playground's controls, phases and small formatters
+    nbclean           the pre-save hook of `make lab`: notebooks saved as they are committed
+
+Imports the layers below it (models to results), nothing of runs.
+"""

@@ -1,0 +1,17 @@
+"""measure: what a measurement reads and the Result it returns, above the models and the
+techniques.
+
+    bench           benchmark(): cold start, warm-up, synchronised timing -> a Result
+    record          the Result record (one benchmarked configuration, one versioned schema)
+    timing          what benchmark() times with: stage marks, progress bar, steadiness
+    env             env_report(): versions, device, GPU and numeric flags behind a timing
+    compile_events  what torch.compile did during a call (frames, cache hits, seconds)
+    recompiles      what a compiled pipeline recompiles for (resolution, a weight)
+    cold_start      compile artifacts carried to another process or machine, and the time a
+                    new process takes to its first compiled image
+    flops           FLOPs per image, counted from the architecture; the matmul rate
+    quality         image quality against the baseline: PSNR, SSIM, max abs error, NaN
+
+Imports the models and the techniques (a Result records the recipe a pipeline runs), nothing
+of results, course or runs.
+"""

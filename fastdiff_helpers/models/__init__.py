@@ -1,0 +1,12 @@
+"""models: the four models of the course and how they load, the lowest layer.
+
+    presets     the four models: hub ids, pipeline classes, full-size and tiny configs, the
+                blog's published figures and loading choices
+    build       pipelines built in code: the full-size architecture with random weights, or tiny
+    pretrained  pretrained weights: are they here, what weights="auto" picks, safetensors only
+    loading     load_pipeline (one path for the three weight sources), the pipeline's record
+                (pipeline_info), the arguments of a call (call_kwargs), free_memory
+    noise       the libraries' messages known to be harmless, silenced on the way in
+
+Imports nothing of the package above it: only the ground (errors.py, checks.py).
+"""

@@ -1,0 +1,13 @@
+"""runs: the long runs and the command line, the top layer.
+
+    ladder            run_ladder / warm_ladder: every step of a ladder on a fresh pipeline
+    reference         the reference run: a ladder into one results folder, a step at a time,
+                      resumable across short GPU slots
+    reference_folder  a reference run's folder: its records, state file and fp32 image
+    batch             run_batch: one image per prompt, over the processes of a launcher
+    launch            launch_batch: `torchrun` for a notebook cell, the `batch` command
+    demo              `make demo`: the blog's ladder with the course's settings, explained
+    cli               `python -m fastdiff_helpers ...`: the command line over all of these
+
+Imports every layer below it; the course's settings too (the demo runs with them).
+"""
