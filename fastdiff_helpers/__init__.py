@@ -6,8 +6,8 @@ Importing is cheap and side-effect free: no downloads, no seeds, no global setti
 """
 
 from .errors import FastdiffError
-from .models.loading import (call_kwargs, count_parameters, generate, get_denoiser, load_pipeline,
-                             pipeline_info)
+from .models.loading import (call_kwargs, count_parameters, free_memory, generate, get_denoiser,
+                             load_pipeline, pipeline_info)
 from .models.noise import KNOWN_LOG_NOISE, KNOWN_WARNINGS, quiet_known_noise
 from .models.presets import (BLOG_A100_SECONDS, BLOG_A100_WHERE, BLOG_LOADING, BLOG_SOURCE, MODELS,
                              PUBLISHED_PARAMETERS, ModelSpec)
@@ -17,11 +17,11 @@ from .techniques import (apply, capture_denoiser_inputs, compile_pipeline, conv1
                          remove_syncs, set_attention, set_channels_last, blog_inductor_flags,
                          set_precision, set_tf32, tf32_state)
 from .techniques.codegen import to_code
+from .techniques.compile_cache import default_cache_dir, use_course_cache
 from .techniques.recipe import (BASELINE, BLOG_LADDER, COURSE_LADDER, LADDER, LADDERS, Recipe,
                                 RecipeError)
 from .measure.bench import benchmark, naive_time
-from .measure.cold_start import (default_cache_dir, first_image_in_new_process, load_artifacts,
-                                 save_artifacts, use_course_cache)
+from .measure.cold_start import first_image_in_new_process, load_artifacts, save_artifacts
 from .measure.compile_events import recompile_reasons
 from .measure.env import env_report
 from .measure.flops import count_flops, flop_floor_seconds, measure_matmul_tflops
@@ -29,13 +29,14 @@ from .measure.quality import compare_images
 from .measure.recompiles import recompile_report
 from .results.charts import (ChartFigure, Reference, ladder_chart, memory_chart, models_chart,
                              quality_chart, save_figure, show_images)
+from .results.tables import format_table
 from .results.store import (Result, ResultsFormatError, load_results, reference_results,
                             save_result, save_results)
 from .course.playground import playground
 from .course.settings import CourseSettings, course_settings, needs_gpu, smoke_mode
 from .course.settings import reference_numbers
 from .runs.batch import read_prompts, run_batch
-from .runs.ladder import format_table, free_memory, run_ladder, warm_ladder
+from .runs.ladder import run_ladder, warm_ladder
 from .runs.launch import format_summary, launch_batch
 
 __version__ = "0.1.0"

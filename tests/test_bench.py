@@ -17,7 +17,8 @@ import torch
 import fastdiff_helpers as fdh
 from fastdiff_helpers.measure.flops import count_flops
 from fastdiff_helpers.measure.bench import benchmark, naive_time, time_call
-from fastdiff_helpers.runs.ladder import format_table, run_ladder
+from fastdiff_helpers.results.tables import format_table
+from fastdiff_helpers.runs.ladder import run_ladder
 from fastdiff_helpers.models.loading import FastdiffError
 from fastdiff_helpers.techniques.recipe import BASELINE, LADDER
 from fastdiff_helpers.results.store import load_results

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.measure import bench
-from fastdiff_helpers.measure import cold_start as compile_cache
-from fastdiff_helpers.runs.ladder import format_table
+from fastdiff_helpers.measure import bench, cold_start
+from fastdiff_helpers.results.tables import format_table
+from fastdiff_helpers.techniques import compile_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -114,10 +114,10 @@ def test_the_course_folder_is_not_taken_for_yours_and_a_path_you_give_stays(tmp_
 
 
 def test_artifacts_from_other_versions_are_refused_before_loading(tmp_path, monkeypatch):
-    stamp = compile_cache._stamp()
+    stamp = cold_start._stamp()
     other = dict(stamp, torch="2.0.0", gpu_name="NVIDIA A100-SXM4-80GB")
     path = tmp_path / "other.fdcache"
-    path.write_bytes(compile_cache.MAGIC + json.dumps(other).encode() + b"\n" + b"payload")
+    path.write_bytes(cold_start.MAGIC + json.dumps(other).encode() + b"\n" + b"payload")
     loaded = []
     monkeypatch.setattr(torch.compiler, "load_cache_artifacts", lambda b: loaded.append(b))
     with pytest.raises(fdh.FastdiffError, match="torch: file '2.0.0'") as err:
@@ -166,7 +166,7 @@ def test_warm_cache_reaches_the_first_image_5x_sooner_and_artifacts_load(tmp_pat
     assert first_cold >= 5 * first_warm, (said, said_warm)
     assert cold >= 2 * warm, (cold, warm)
     assert "0 graph-cache hit(s)" in said and "0 graph-cache hit(s)" not in said_warm
-    header, _ = compile_cache.read_header(artifact)
+    header, _ = cold_start.read_header(artifact)
     assert header["model"] == "sdxl" and header["steps"] == ["+ compile"]
     _, loaded = fdh.first_image_in_new_process(tmp_path / "fresh", load=artifact)
     assert "'inductor'" in loaded and "'aot_autograd'" in loaded

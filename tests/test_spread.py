@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.runs.ladder import format_table
+from fastdiff_helpers.results.tables import format_table
 from fastdiff_helpers.measure import record
 from fastdiff_helpers.measure.record import median_interval
 

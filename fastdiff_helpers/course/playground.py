@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 
 from .. import checks
-from ..models.loading import load_pipeline
+from ..models.loading import free_memory, load_pipeline
 from ..models.presets import MODELS
 from ..models.pretrained import check_weights
 from ..techniques import apply
@@ -27,7 +27,6 @@ from ..measure.quality import compare_images
 from ..results.charts import ladder_chart
 from ..results.store import Result
 from ..results.text import GIB, psnr_text
-from ..runs.ladder import free_memory
 from .playground_parts import (_CHOICES, _PHASES, _WORDS, LABELS, RESOLUTIONS, _fmt, _png,
                                describe_recipe)
 from .settings import course_settings

@@ -18,7 +18,7 @@ from ..models.presets import (BLOG_A100_SECONDS, BLOG_A100_WHERE, BLOG_SOURCE, d
                               get_spec, size_multiple)
 from ..models.pretrained import check_weights, resolve_weights
 from ..results.store import Result, reference_results
-from ..runs.ladder import format_table
+from ..results.tables import format_table
 
 
 # The tiny model's denoising steps outside smoke mode (the CPU story: the notebooks, the

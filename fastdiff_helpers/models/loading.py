@@ -7,6 +7,7 @@ diffusers is imported inside the functions that use it: importing it takes secon
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import torch
@@ -135,6 +136,17 @@ def count_parameters(pipe) -> dict[str, int]:
             counts[name] = sum(p.numel() for p in comp.parameters())
     counts["total"] = sum(counts.values())
     return counts
+
+
+def free_memory() -> None:
+    """Release what a finished pipeline held: dynamo's caches, Python garbage and the CUDA
+    cache. Call it after `del pipe`. Introduced in 04_torch_compile.ipynb."""
+    # Compiled code keeps the old modules alive, and dynamo's per-function cache would fill
+    # up across fresh pipelines (then it silently falls back to eager), so reset it too.
+    torch._dynamo.reset()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 # the course's models by pipeline class; SSD-1B is an SDXL pipeline whose UNet has a mid block

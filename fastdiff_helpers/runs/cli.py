@@ -18,15 +18,17 @@ from ..models.loading import default_device, load_pipeline
 from ..models.presets import DEFAULT_PROMPT, MODELS, SCHEDULERS, VAES, size_multiple
 from ..models.pretrained import WEIGHTS, resolve_weights
 from ..techniques import apply
+from ..techniques.compile_cache import use_course_cache
 from ..techniques.recipe import (ATTENTION, COMPILE_MODES, DTYPES, LADDERS, QUANT_FILTERS, QUANTIZE,
                                  SCOPES, TF32_MODES, Recipe, RecipeError)
 from ..measure.bench import benchmark
-from ..measure.cold_start import load_artifacts, use_course_cache
+from ..measure.cold_start import load_artifacts
 from ..measure.env import env_report
 from ..results.store import save_result
+from ..results.tables import format_table
 from ..course.settings import smoke_mode
 from . import demo
-from .ladder import format_table, run_ladder, warm_ladder
+from .ladder import run_ladder, warm_ladder
 from .launch import batch_from_args
 from .reference import reference_from_args
 

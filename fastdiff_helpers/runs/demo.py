@@ -21,8 +21,8 @@ from typing import Sequence
 import torch
 
 from ..models.presets import BLOG_A100_SECONDS, BLOG_A100_WHERE, get_spec
+from ..techniques.compile_cache import use_course_cache
 from ..techniques.recipe import LADDERS
-from ..measure.cold_start import use_course_cache
 from ..measure.flops import measure_matmul_tflops
 from ..measure.record import Result
 from ..results.text import seconds_text

@@ -8,16 +8,13 @@ model), and behind `python -m fastdiff_helpers ladder`.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import time
 from pathlib import Path
-from typing import Any, Iterable, Sequence
-
-import torch
+from typing import Any, Iterable
 
 from .. import checks
-from ..models.loading import (FastdiffError, call_kwargs, default_device, get_denoiser,
-                              load_pipeline, resolve_weights)
+from ..models.loading import (FastdiffError, call_kwargs, default_device, free_memory,
+                              get_denoiser, load_pipeline, resolve_weights)
 from ..models.presets import (BLOG_A100_SECONDS, BLOG_LOADING, BLOG_SOURCE, DEFAULT_PROMPT,
                               SCHEDULERS, default_resolution, get_spec, size_multiple)
 from ..techniques import apply
@@ -30,64 +27,13 @@ from ..measure.env import device_name, env_report
 from ..measure.quality import compare_images
 from ..results.charts import Reference, ladder_chart, memory_chart, save_figure
 from ..results.store import Result, save_result
-from ..results.text import memory_text, psnr_text, seconds_text
+from ..results.tables import format_table
 
-__all__ = ["run_ladder", "format_table", "warm_ladder", "free_memory", "measure_step"]
+__all__ = ["run_ladder", "warm_ladder", "measure_step"]
 
 
 class InjectedFailure(RuntimeError):
     """Raised by run_ladder(fail_step=...): a testing aid that proves failure isolation."""
-
-
-def free_memory() -> None:
-    """Release what a finished pipeline held: dynamo's caches, Python garbage and the CUDA
-    cache. Call it after `del pipe`. Introduced in 04_torch_compile.ipynb."""
-    # Compiled code keeps the old modules alive, and dynamo's per-function cache would fill
-    # up across fresh pipelines (then it silently falls back to eager), so reset it too.
-    torch._dynamo.reset()
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-def format_table(results: Sequence[Result]) -> str:
-    """A text table of a ladder: step, median seconds, speed-up vs the first timed step (fp32
-    in a full ladder) and vs the previous one, peak memory (headed with its kind: CUDA
-    allocated or process RSS; CUDA peak reserved, which counts CUDA-graph pools, beside it),
-    PSNR vs the baseline, cold start, and a flags column where a result carries a warning
-    (Result.flags: e.g. a compilation inside its timed calls).
-
-    Introduced in 02_precision.ipynb."""
-    timed = [r for r in results if r.error is None and r.latency_s]
-    kinds = {r.peak_memory_kind for r in timed if r.peak_memory_kind}
-    memory = {frozenset({"cuda_max_allocated"}): "peak allocated",
-              frozenset({"process_peak_rss"}): "peak RSS"}.get(frozenset(kinds), "peak memory")
-    reserved = any(r.peak_reserved_bytes is not None for r in timed)
-    flagged = any(r.flags for r in timed)
-    head = ("step", "seconds", f"vs {timed[0].step if timed else 'first'}", "vs prev",
-            memory, *(("peak reserved",) if reserved else ()), "PSNR vs base", "cold start",
-            *(("flags",) if flagged else ()))
-    rows, first, prev = [], None, None
-    for r in results:
-        if r.error is not None or not r.latency_s:
-            message = (r.error or "no timing").splitlines()[0][:90]
-            rows.append((r.step, f"FAILED: {message}"))
-            continue
-        first = first or r.latency_s
-        rows.append((r.step, seconds_text(r.latency_s), f"{first / r.latency_s:.2f}x",
-                     f"{prev / r.latency_s:.2f}x" if prev else "-",
-                     memory_text(r.peak_memory_bytes),
-                     *((memory_text(r.peak_reserved_bytes),) if reserved else ()), psnr_text(r.quality),
-                     seconds_text(r.cold_start_s) + " s" if r.cold_start_s is not None else "-",
-                     *(("; ".join(r.flags).upper() or "-",) if flagged else ())))
-        prev = r.latency_s
-    widths = [max([len(head[i])] + [len(row[i]) for row in rows if len(row) > i])
-              for i in range(len(head))]  # every step failed: the heads alone
-    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    for row in rows:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
-    return "\n".join(lines)
 
 
 def _check_names(names: Iterable[str] | None, what: str, ladder: str) -> set[str] | None:

@@ -25,6 +25,7 @@ import torch
 
 from ..errors import FastdiffError
 from ..models.presets import BLOG_A100_SECONDS, BLOG_SOURCE
+from ..models.loading import free_memory
 from ..models.pretrained import resolve_weights
 from ..techniques.recipe import LADDERS
 from ..measure.env import device_name
@@ -33,7 +34,7 @@ from ..measure.quality import compare_images
 from ..results.charts import Reference, ladder_chart, memory_chart, save_figure
 from ..results.readme import write_results_readme
 from ..results.store import rewrite_results
-from .ladder import _setup, free_memory, measure_step
+from .ladder import _setup, measure_step
 from .reference_folder import (baseline_image, check_same_run, is_compiled, cuts_in_a_row, estimate,
                                Folder, utc_now, slug, gpu_folder)
 

@@ -13,7 +13,7 @@ import torch
 
 from ..models.loading import call_kwargs, get_denoiser, pipeline_device
 from ..models.noise import quiet_known_noise
-from ..measure.cold_start import use_course_cache
+from .compile_cache import use_course_cache
 from ._state import applied, modules, record
 from .recipe import COMPILE_MODES, SCOPES, RecipeError, compile_mode_for
 
