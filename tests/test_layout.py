@@ -4,6 +4,7 @@ readable. Read from the source with ast, so the test needs no import of the pack
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "fastdiff_helpers"
@@ -33,7 +34,10 @@ def _imports(name: str) -> list[tuple[str, int, bool]]:
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            candidates = [target] + [f"{target}.{a.name}" for a in node.names]
+            # `from .. import checks` imports the module checks, not the package's __init__
+            submodules = [f"{target}.{a.name}" for a in node.names
+                          if f"{target}.{a.name}" in MODULES]
+            candidates = submodules or [target]
         elif isinstance(node, ast.Import):
             candidates = [a.name for a in node.names]
         else:
@@ -84,6 +88,77 @@ def test_lower_floors_import_nothing_of_the_package():
         imported.discard("fastdiff_helpers.errors")
         assert not imported, f"{name} imports {sorted(imported)}"
     assert not _imports("fastdiff_helpers.errors")
+
+
+# The subpackages by role (issue 25), lowest first; errors.py and checks.py are the ground beneath
+# them all. A module imports from its own subpackage, the ground, and the layers below its own.
+LAYERS = ("models", "techniques", "measure", "results", "course", "runs")
+GROUND = {"errors", "checks"}
+TOP_LEVEL = {"__init__", "__main__"} | GROUND
+
+
+def _place(module: str) -> str:
+    """'models' for fastdiff_helpers.models.loading, 'errors' for fastdiff_helpers.errors,
+    '' for the package itself."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_every_module_sits_in_a_subpackage():
+    loose = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert set(loose) <= TOP_LEVEL, f"modules outside a subpackage: {sorted(set(loose) - TOP_LEVEL)}"
+    assert len(TOP_LEVEL - {"__init__", "__main__"}) <= 2
+    subpackages = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
+    assert subpackages == sorted(LAYERS), subpackages
+
+
+def test_layers_import_only_downwards():
+    """A lower layer imports nothing of a higher one, function bodies included; the ground imports
+    only errors.py. (The package's __init__ and __main__ sit above everything.)"""
+    wrong = []
+    for name in MODULES:
+        here = _place(name)
+        if here in ("", "__main__"):
+            continue
+        for target, line, _ in _imports(name):
+            there = _place(target)
+            if there == here:
+                continue
+            if here in GROUND:
+                ok = there == "errors"
+            else:
+                ok = there in GROUND or (there in LAYERS and LAYERS.index(there) < LAYERS.index(here))
+            if not ok:
+                wrong.append(f"{MODULES[name].relative_to(PACKAGE.parent)}:{line} ({here}) "
+                             f"imports {target} ({there or 'the package'})")
+    assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
+
+
+def test_no_circle_between_subpackages():
+    graph = {}
+    for name, targets in _edges().items():
+        for target in targets:
+            a, b = _place(name), _place(target)
+            if a and b and a != b:
+                graph.setdefault(a, set()).add(b)
+
+    def reaches(start, goal, seen=()):
+        return any(n == goal or (n not in seen and reaches(n, goal, seen + (n,)))
+                   for n in graph.get(start, ()))
+
+    circles = sorted(a for a in graph if reaches(a, a))
+    assert not circles, f"subpackages on an import circle: {circles}"
+
+
+def test_each_subpackage_docstring_names_its_modules():
+    """The one docstring per subpackage says what each of its modules holds: a new module is
+    listed where it lands."""
+    for layer in LAYERS:
+        doc = ast.get_docstring(ast.parse((PACKAGE / layer / "__init__.py").read_text())) or ""
+        modules = sorted(p.stem for p in (PACKAGE / layer).glob("*.py")
+                         if not p.stem.startswith("_"))
+        missing = [m for m in modules if m != "__init__" and not re.search(rf"^\s+{m}\b", doc, re.M)]
+        assert not missing, f"{layer}/__init__.py's docstring does not list {missing}"
 
 
 def test_package_imports_are_at_module_level():

@@ -1,6 +1,7 @@
 """results: what is kept of a measurement and how it is shown.
 
     store   the JSONL store of Results (save, load, rewrite; the reference results)
+    tables  format_table: a table of Results, one row each, as the notebooks print it
     charts  the ladder, memory, quality-vs-speed and models charts; images side by side
     text    how the course writes its numbers (seconds, memory, PSNR)
     readme  results/README.md: one table per GPU and model, made from the committed records

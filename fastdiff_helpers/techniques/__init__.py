@@ -1,6 +1,20 @@
-"""The techniques of the course, one function each, and apply(pipe, recipe) to compose them.
+"""techniques: the recipe and the surgery, one function per technique, and apply(pipe, recipe)
+to compose them. Introduced in 01_baseline.ipynb (apply) and one notebook per technique.
 
-Introduced in 01_baseline.ipynb (apply) and one notebook per technique."""
+    recipe         Recipe (the course's toggles, validated on construction), the blog's LADDER
+                   and the COURSE_LADDER
+    precision      fp32, TF32, bf16, fp16
+    attention      the classic processor, SDPA and its pinned backends
+    compile        torch.compile: modes, inductor flags, channels_last, regional, graph breaks
+    compile_cache  the course's one folder for compiled kernels and graphs
+    fusion         fused QKV projections
+    syncs          finding and removing device-to-host syncs in the loop
+    quantization   dynamic int8, weight-only int8, fp8 with torchao; the 1x1-conv swap
+    codegen        fdh.to_code(recipe): the surgery as source to paste
+
+Imports the models (a technique acts on a loaded pipeline), nothing of measure, results,
+course or runs.
+"""
 
 from __future__ import annotations
 
