@@ -84,9 +84,10 @@ def _growth(pipe, monkeypatch, steps, delay, calls):
     # The reference run already waits DELAY per call, so both runs load a shared machine's
     # cores the same way; only the known extra delay differs.
     monkeypatch.setattr(pipe.unet, "forward", delayed(DELAY))
-    before = benchmark(pipe, steps=steps, runs=5, warmup=2, progress=False)
+    before = benchmark(pipe, steps=steps, runs=5, warmup=2, progress=False,
+                       max_runs=5)  # the call count below is exact: no settling runs
     monkeypatch.setattr(pipe.unet, "forward", delayed(DELAY + delay))
-    after = benchmark(pipe, steps=steps, runs=5, warmup=2, progress=False)
+    after = benchmark(pipe, steps=steps, runs=5, warmup=2, progress=False, max_runs=5)
     monkeypatch.setattr(pipe.unet, "forward", original)
     stages = {k: after.stages[k] - before.stages[k] for k in after.stages}
     return after.latency_s - before.latency_s, stages
