@@ -132,3 +132,36 @@ def test_auto_on_cpu_without_weights_chooses_tiny_and_says_why(capsys, tmp_path,
 def test_meta_device_needs_random_weights():
     with pytest.raises(fdh.FastdiffError, match="weights='random'"):
         fdh.load_pipeline("sdxl", weights="tiny", device="meta")
+
+
+def test_a_run_carries_the_spec_it_resolved():
+    """Issue 25, item 3: the spec a run resolved travels with the pipeline; the helpers that get
+    the pipeline (call_kwargs, count_flops, benchmark through measure_step) read that one instead
+    of looking the key up again. A spec that differs from the registry's (3 steps, guidance 1)
+    shows which one they read: before, each looked "sd15" up and used 50 steps and guidance 7.5."""
+    import dataclasses
+
+    from fastdiff_helpers.models.loading import call_kwargs, pipeline_spec
+    from fastdiff_helpers.runs.ladder import measure_step
+
+    spec = dataclasses.replace(fdh.MODELS["sd15"], steps=3, guidance=1.0)
+    pipe = fdh.load_pipeline(spec, weights="tiny", device="cpu", verbose=False)
+    assert pipeline_spec(pipe) is spec
+    kwargs = call_kwargs(pipe)
+    assert (kwargs["num_inference_steps"], kwargs["guidance_scale"]) == (3, 1.0)
+    flops = fdh.count_flops(pipe)
+    assert (flops["steps"], flops["batch"]) == (3, 1)
+    assert flops["per_image"] == (3 * flops["denoiser_per_forward"] + flops["vae_decode"]
+                                  + flops["text_encoders"])
+    result = measure_step(spec, "fp32", fdh.Recipe(), "tiny", "cpu", {}, runs=1, warmup=0,
+                          progress=False)
+    assert result.error is None, result.error
+    assert (result.steps, result.guidance, result.model) == (3, 1.0, "sd15")
+
+
+def test_pipelines_loaded_another_way_get_their_spec_from_the_class():
+    from fastdiff_helpers.models.loading import pipeline_spec
+
+    pipe = fdh.load_pipeline("sd15", weights="tiny", device="cpu", verbose=False)
+    del pipe._fastdiff, pipe._fastdiff_spec  # as if diffusers' from_pretrained had made it
+    assert pipeline_spec(pipe) is fdh.MODELS["sd15"]

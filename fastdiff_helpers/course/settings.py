@@ -14,8 +14,7 @@ import torch
 from ..errors import FastdiffError
 from .. import checks
 from ..models.noise import quiet_known_noise
-from ..models.presets import (BLOG_A100_SECONDS, BLOG_A100_WHERE, BLOG_SOURCE, default_resolution,
-                              get_spec, size_multiple)
+from ..models.presets import (BLOG_A100_SECONDS, BLOG_A100_WHERE, BLOG_SOURCE, get_spec)
 from ..models.pretrained import check_weights, resolve_weights
 from ..results.store import Result, reference_results
 from ..results.tables import format_table
@@ -76,7 +75,7 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
     Introduced in 00_setup.ipynb."""
     spec = get_spec(model)
     checks.whole("steps", steps, 1, none=True)
-    checks.image_size("resolution", resolution, size_multiple(spec))
+    checks.image_size("resolution", resolution, spec.size_multiple)
     checks.whole("runs", runs, 1, none=True)
     if weights is not None:
         check_weights(weights)
@@ -88,7 +87,7 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
     device = "cpu" if smoke or not torch.cuda.is_available() else "cuda"
     weights = weights or ("tiny" if smoke else "auto")
     weights = resolve_weights(spec, weights, device)  # "auto" decided once, for every cell
-    size = resolution or default_resolution(spec, weights)
+    size = resolution or spec.resolution_for(weights)
     return CourseSettings(
         model=spec.key, weights=weights, device=device,
         steps=steps or (2 if smoke else TINY_STEPS if weights == "tiny" else spec.steps),

@@ -22,9 +22,9 @@ import torch
 
 from ..errors import FastdiffError
 from .. import checks
-from ..models.loading import native_resolution, pipeline_info
+from ..models.loading import native_resolution, pipeline_spec
 from ..models.noise import quiet_known_noise
-from ..models.presets import Component, get_spec, size_multiple
+from ..models.presets import Component, ModelSpec, get_spec
 
 __all__ = ["count_flops", "flop_floor_seconds", "measure_matmul_tflops"]
 
@@ -126,7 +126,7 @@ def _text_encoder_flops(key: _Key, tokens: int) -> int:
 
 def _pipeline_parts(pipe_or_model_key: Any) -> tuple[Any, dict[str, _Key], bool, int, int]:
     """(spec, {component: key}, negative prompt encoded?, native size, text tokens)."""
-    if isinstance(pipe_or_model_key, str):
+    if isinstance(pipe_or_model_key, (str, ModelSpec)):
         spec = get_spec(pipe_or_model_key)
         keys = {name: _spec_key(c) for name, c in spec.full.items()}
         quiet_known_noise()  # before diffusers (and torchao through it) is first imported
@@ -136,8 +136,7 @@ def _pipeline_parts(pipe_or_model_key: Any) -> tuple[Any, dict[str, _Key], bool,
         return spec, keys, not zeros, spec.resolution, spec.max_tokens
 
     pipe = pipe_or_model_key
-    info = pipeline_info(pipe)
-    spec = get_spec(info["model"])
+    spec = pipeline_spec(pipe)
     names = (spec.denoiser, "vae", *_TEXT_ENCODERS)
     keys = {n: _module_key(getattr(pipe, n)) for n in names if getattr(pipe, n, None) is not None}
     # SDXL's pipeline uses zeros for an empty negative prompt instead of encoding it.
@@ -161,7 +160,7 @@ def count_flops(pipe_or_model_key: Any, height: int | None = None, width: int | 
     spec, keys, encodes_negative, size, tokens = _pipeline_parts(pipe_or_model_key)
     checks.whole("steps", steps, 1, none=True)
     for name, value in (("height", height), ("width", width)):
-        checks.image_size(name, value, size_multiple(spec))
+        checks.image_size(name, value, spec.size_multiple)
     checks.real("guidance", guidance, none=True)
     height, width = height or size, width or size
     steps = steps or spec.steps

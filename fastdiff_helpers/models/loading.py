@@ -16,7 +16,7 @@ from ..errors import FastdiffError
 from .. import checks
 from .build import build_component, build_pipeline
 from .noise import quiet_known_noise
-from .presets import DEFAULT_PROMPT, SCHEDULERS, VAES, get_spec, size_multiple
+from .presets import DEFAULT_PROMPT, MODELS, SCHEDULERS, VAES, ModelSpec, get_spec
 from .pretrained import check_weights, load_pretrained, require_pretrained, resolve_weights
 
 # the weight dtypes a pipeline loads in (a Recipe's "tf32" is fp32 weights with TF32 math:
@@ -68,7 +68,7 @@ def _swap_vae(pipe, vae: str, weights: str, device: str, dtype: torch.dtype, see
     return f"{hub_id} (config; {weights} weights)"
 
 
-def load_pipeline(model: str = "sdxl", weights: str = "auto", device: str | None = None,
+def load_pipeline(model: str | ModelSpec = "sdxl", weights: str = "auto", device: str | None = None,
                   dtype: str | torch.dtype = "fp32", path: str | None = None, seed: int = 0,
                   verbose: bool = True, vae: str | None = None, scheduler: str | None = None):
     """Load one of the course's pipelines (see fdh.MODELS). Introduced in 00_setup.ipynb.
@@ -125,6 +125,7 @@ def load_pipeline(model: str = "sdxl", weights: str = "auto", device: str | None
     pipe.set_progress_bar_config(disable=True)
     pipe._fastdiff = {"model": spec.key, "weights": weights, "dtype": str(torch_dtype),
                       "device": device, "vae": vae_source, "applied": {}}
+    pipe._fastdiff_spec = spec  # carried, so the helpers that get the pipeline look nothing up
     return pipe
 
 
@@ -178,7 +179,17 @@ def pipeline_info(pipe) -> dict[str, Any]:
                 "dtype": str(denoiser.dtype), "device": str(pipeline_device(pipe)),
                 "vae": pipe.vae.config.get("_name_or_path") or "pipeline", "applied": {}}
         pipe._fastdiff = info  # the helpers' record of what they did to this pipeline
+        pipe._fastdiff_spec = MODELS[key]
     return info
+
+
+def pipeline_spec(pipe) -> ModelSpec:
+    """The ModelSpec `pipe` was loaded as (or described as, by pipeline_info), carried on the
+    pipeline: a helper handed the pipeline reads it here instead of looking the key up again."""
+    spec = getattr(pipe, "_fastdiff_spec", None)
+    if spec is None:
+        spec = pipe._fastdiff_spec = get_spec(pipeline_info(pipe)["model"])
+    return spec
 
 
 def native_resolution(pipe) -> int:
@@ -195,13 +206,13 @@ def call_kwargs(pipe, prompt: str = DEFAULT_PROMPT,
     switches (PixArt: no resolution binning, no caption cleaning). Every argument is checked
     here, before any call: the helpers that call a pipeline all build their call with it.
     Introduced in 02_precision.ipynb."""
-    spec = get_spec(pipeline_info(pipe)["model"])
+    spec = pipeline_spec(pipe)
     if not isinstance(prompt, str) and not (isinstance(prompt, list) and prompt
                                             and all(isinstance(p, str) for p in prompt)):
         raise FastdiffError(f"{checks.arg('prompt', prompt)} cannot work: give a string.")
     checks.whole("steps", steps, 1, none=True)
     for name, value in (("height", height), ("width", width)):
-        checks.image_size(name, value, size_multiple(spec))
+        checks.image_size(name, value, spec.size_multiple)
     checks.real("guidance", guidance, none=True)
     if checks.whole("seed", seed, 0) >= 2**64:
         raise FastdiffError(f"{checks.arg('seed', seed)} cannot work: a torch generator takes "

@@ -51,6 +51,18 @@ class ModelSpec:
     call_kwargs: dict[str, Any] = field(default_factory=dict)
     notes: str = ""
 
+    @property
+    def size_multiple(self) -> int:
+        """Image sizes this model can make are multiples of this: the VAE's downscale (8),
+        times the transformer's patch size for PixArt (2; its latent is cut into 2x2 patches)."""
+        patch = self.full[self.denoiser].config.get("patch_size") or 1
+        return 8 * int(patch)
+
+    def resolution_for(self, weights: str) -> int:
+        """The image size the course uses with these weights: the tiny models' own size, else
+        the model's native resolution."""
+        return self.tiny_resolution if weights == "tiny" else self.resolution
+
 
 # The prompt every helper uses when none is given.
 DEFAULT_PROMPT = "a photo of an astronaut riding a horse on mars"
@@ -288,18 +300,9 @@ BLOG_SOURCE = ("PyTorch blog 'Accelerating Generative AI Part III: Diffusion, Fa
 
 
 def size_multiple(model: str | ModelSpec) -> int:
-    """Image sizes `model` can make are multiples of this: the VAE's downscale (8), times the
-    transformer's patch size for PixArt (2; its latent is cut into 2x2 patches)."""
-    spec = get_spec(model)
-    patch = spec.full[spec.denoiser].config.get("patch_size") or 1
-    return 8 * int(patch)
-
-
-def default_resolution(model: str | ModelSpec, weights: str) -> int:
-    """The image size the course uses for `model` with these weights: the tiny models' own
-    size, else the model's native resolution."""
-    spec = get_spec(model)
-    return spec.tiny_resolution if weights == "tiny" else spec.resolution
+    """ModelSpec.size_multiple of a model given by its key (where a run holds the spec, it
+    reads the property)."""
+    return get_spec(model).size_multiple
 
 
 def get_spec(model: str) -> ModelSpec:

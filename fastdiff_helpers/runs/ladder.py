@@ -16,7 +16,7 @@ from .. import checks
 from ..models.loading import (FastdiffError, call_kwargs, default_device, free_memory,
                               get_denoiser, load_pipeline, resolve_weights)
 from ..models.presets import (BLOG_A100_SECONDS, BLOG_LOADING, BLOG_SOURCE, DEFAULT_PROMPT,
-                              SCHEDULERS, default_resolution, get_spec, size_multiple)
+                              SCHEDULERS, get_spec)
 from ..techniques import apply
 from ..techniques.quantization import select_filter
 from ..techniques.recipe import LADDERS
@@ -63,7 +63,7 @@ def _setup(model: str, ladder: str, device: str | None, steps_filter: Iterable[s
     wanted = _check_names(steps_filter, "steps_filter", ladder)
     checks.whole("steps", steps, 1, none=True)
     for name, value in (("height", height), ("width", width)):
-        checks.image_size(name, value, size_multiple(spec))
+        checks.image_size(name, value, spec.size_multiple)
     if out is not None:
         (checks.output_file if out_is_file else checks.output_folder)("out", out)
     device = checks.device(device) if device is not None else default_device()
@@ -89,11 +89,11 @@ def measure_step(spec, name: str, recipe, weights: str, device: str, loading: di
     The pipeline is freed before returning. `fail=True` forces a failure (a testing aid).
     Shared by run_ladder and the reference run (reference.py)."""
     adapted, notes = recipe.for_device(device)
-    size = default_resolution(spec, weights)
+    size = spec.resolution_for(weights)
     pipe = None
     started = time.perf_counter()
     try:
-        pipe = load_pipeline(spec.key, weights=weights, device=device, verbose=False, **loading)
+        pipe = load_pipeline(spec, weights=weights, device=device, verbose=False, **loading)
         if fail:
             raise InjectedFailure(f"fail_step={name!r} asked this step to fail")
         if weights == "tiny" and adapted.quantize and not _selects_any(pipe, adapted):
