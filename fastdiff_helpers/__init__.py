@@ -19,7 +19,7 @@ from .techniques import (apply, capture_denoiser_inputs, compile_pipeline, conv1
 from .techniques.codegen import to_code
 from .techniques.compile_cache import default_cache_dir, use_course_cache
 from .techniques.lora import (enable_lora_hotswap, fuse_lora, load_lora, lora_file_info,
-                              make_lora_file, unfuse_lora, unload_lora)
+                              make_lora_file, resolve_lora, unfuse_lora, unload_lora)
 from .techniques.memory_savers import (MEMORY_SAVERS, OFFLOADS, apply_memory_saver,
                                        encode_prompt_once)
 from .techniques.recipe import (BASELINE, BLOG_LADDER, COURSE_LADDER, LADDER, LADDERS, Recipe,

@@ -144,6 +144,13 @@ def test_order_is_enforced(loras, tmp_path):
         fdh.enable_lora_hotswap(pipe, target_rank=8)
     with pytest.raises(FastdiffError, match="no LoRA file"):
         fdh.lora_file_info(tmp_path)
+    (tmp_path / "lora.bin").write_bytes(b"not safetensors")
+    with pytest.raises(FastdiffError, match="safetensors only"):
+        fdh.lora_file_info(tmp_path / "lora.bin")
+    with pytest.raises(FastdiffError, match="hf download nobody/no-such-lora x.safetensors"):
+        fdh.lora_file_info(("nobody/no-such-lora", "x.safetensors"))  # offline in the tests
+    file = fdh.resolve_lora(loras["B"])
+    assert fdh.lora_file_info(file) == fdh.lora_file_info((str(loras["B"]), file.name))
     with pytest.raises(FastdiffError, match="no LoRA loader"):
         fdh.make_lora_file(fdh.load_pipeline("pixart", weights="tiny", verbose=False),
                            tmp_path / "x")

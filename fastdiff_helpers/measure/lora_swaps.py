@@ -17,7 +17,7 @@ from ..errors import FastdiffError
 from ..checks import arg
 from ..models.loading import call_kwargs
 from ..techniques._state import applied
-from ..techniques.lora import load_lora, lora_file_info, unload_lora
+from ..techniques.lora import LORA_FILE, load_lora, lora_file_info, unload_lora
 from .compile_events import events_between, recompile_reasons, snapshot
 
 __all__ = ["lora_swap_report", "count_cuda_graph_recordings"]
@@ -51,11 +51,12 @@ def _call(pipe, steps: int, seed: int) -> np.ndarray:
     return pipe(**kwargs).images[0]
 
 
-def lora_swap_report(pipe, folders: Sequence[str | Path], hotswap: bool = True, steps: int = 2,
+def lora_swap_report(pipe, loras: Sequence[Any], hotswap: bool = True, steps: int = 2,
                      seed: int = 0, verbose: bool = True) -> dict[str, Any]:
     """Call the pipeline with the LoRA it has loaded (the first call of a compiled pipeline is
-    its compile), then switch to each LoRA in `folders` in turn and call again: with
-    `hotswap=True` by diffusers' hot-swap (the weights copied in place), else by unloading the
+    its compile), then switch to each of `loras` in turn (each a folder, a file, a hub id or a
+    (hub id, weight_name) pair: fdh.resolve_lora) and call again: with `hotswap=True` by
+    diffusers' hot-swap (the weights copied in place), else by unloading the
     LoRA and loading the next one (what a user without hot-swap does). Every file is checked
     before the first call.
 
@@ -68,13 +69,12 @@ def lora_swap_report(pipe, folders: Sequence[str | Path], hotswap: bool = True, 
         raise FastdiffError("No LoRA loaded: load the first one with fdh.load_lora(pipe, folder)"
                             " (after fdh.enable_lora_hotswap for hot-swaps), compile, then "
                             "report.")
-    if isinstance(folders, (str, Path)) or not folders:
-        raise FastdiffError(f"{arg('folders', folders)} cannot work: give a list of LoRA "
-                            "folders to switch to, e.g. [lora_b, lora_a].")
-    for folder in folders:
-        lora_file_info(folder)  # each file exists and is readable, before any call
+    if isinstance(loras, (str, Path)) or not loras:
+        raise FastdiffError(f"{arg('loras', loras)} cannot work: give a list of LoRAs to "
+                            "switch to, e.g. [lora_b, lora_a].")
+    files = [lora_file_info(lora)["path"] for lora in loras]  # each one readable, before a call
     plan = [(applied(pipe)["lora"]["path"], "loaded first", None)]
-    plan += [(str(f), "hot-swap" if hotswap else "unload + load", f) for f in folders]
+    plan += [(f, "hot-swap" if hotswap else "unload + load", f) for f in files]
     rows = []
     for name, how, folder in plan:
         if folder is not None:
@@ -90,7 +90,8 @@ def lora_swap_report(pipe, folders: Sequence[str | Path], hotswap: bool = True, 
         seconds = time.perf_counter() - start
         events = events_between(before, snapshot())
         reasons = [r for k, v in recompile_reasons().items() for r in v[seen.get(k, 0):]]
-        rows.append({"lora": Path(name).parent.name if name.endswith(".safetensors") else name,
+        rows.append({"lora": Path(name).parent.name if Path(name).name == LORA_FILE
+                     else Path(name).name,
                      "how": how, "frames_compiled": events["frames"],
                      "compile_s": events["compile_s"], "cuda_graphs_recorded": graphs[0],
                      "seconds": seconds, "reasons": reasons, "image": image})

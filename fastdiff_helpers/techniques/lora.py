@@ -13,18 +13,19 @@ Introduced in 17_lora_hotswap.ipynb."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
-from ..checks import arg, existing_folder, output_folder, whole
+from ..checks import arg, output_folder, whole
 from ..errors import FastdiffError
 from ..models.loading import get_denoiser
 from ._state import applied, record
 
 __all__ = ["make_lora_file", "lora_file_info", "enable_lora_hotswap", "load_lora", "fuse_lora",
-           "unfuse_lora", "unload_lora", "DEFAULT_LORA_TARGETS", "LORA_FILE"]
+           "unfuse_lora", "unload_lora", "resolve_lora", "DEFAULT_LORA_TARGETS", "LORA_FILE"]
 
 # the attention projections every LoRA trainer of diffusers targets (train_text_to_image_lora)
 DEFAULT_LORA_TARGETS = ("to_q", "to_k", "to_v", "to_out.0")
@@ -98,28 +99,56 @@ def make_lora_file(pipe, folder: str | Path, rank: int = 4,
     return folder
 
 
-def lora_file_info(folder: str | Path) -> dict[str, Any]:
-    """What a LoRA file holds, read from its safetensors header without loading a tensor:
-    its rank, the layers it targets (diffusers' names, without the 'unet.' prefix), and
-    whether it has text-encoder layers. Introduced in 17_lora_hotswap.ipynb."""
-    from safetensors import safe_open
-
-    path = Path(folder)
+def resolve_lora(source, weight_name: str | None = None) -> Path:
+    """The LoRA file a source names: a folder (its pytorch_lora_weights.safetensors, or
+    `weight_name`), a .safetensors file, or a hub id (the file `weight_name`, downloaded to the
+    Hugging Face cache, or found there offline). A (hub id or folder, weight_name) pair works
+    too. Introduced in 17_lora_hotswap.ipynb."""
+    if isinstance(source, tuple) and len(source) == 2:
+        source, weight_name = source
+    if not isinstance(source, (str, Path)) or not str(source):
+        raise FastdiffError(f"{arg('lora', source)} cannot work: give a folder, a .safetensors "
+                            "file or a hub id (with weight_name=).")
+    path = Path(source)
     if path.is_dir():
-        path = path / LORA_FILE
-    if not path.is_file():
-        raise FastdiffError(f"{arg('folder', str(folder))}: no LoRA file there ({path} does not "
+        path = path / (weight_name or LORA_FILE)
+    if path.is_file():
+        if path.suffix != ".safetensors":
+            raise FastdiffError(f"{path} is not a .safetensors file: the course loads "
+                                "safetensors only (a pickle file can run code when loaded).")
+        return path
+    if path.exists() or path.parent.is_dir() and str(source).startswith((".", "/")):
+        raise FastdiffError(f"{arg('lora', str(source))}: no LoRA file there ({path} does not "
                             "exist); give a folder written by save_lora_weights or "
                             "fdh.make_lora_file.")
+    from huggingface_hub import hf_hub_download
+
+    try:
+        return Path(hf_hub_download(str(source), weight_name or LORA_FILE))
+    except Exception as exc:  # offline, unknown repo, no such file: all say the same next step
+        raise FastdiffError(f"{arg('lora', str(source))}: no local LoRA file and the hub gave "
+                            f"none ({type(exc).__name__}). On a machine with network run `hf "
+                            f"download {source} {weight_name or LORA_FILE}`, or give a local "
+                            "folder.") from None
+
+
+def lora_file_info(source, weight_name: str | None = None) -> dict[str, Any]:
+    """What a LoRA file holds, read from its safetensors header without loading a tensor:
+    its rank, the layers it targets (diffusers' names, without the 'unet.' prefix), and
+    whether it has text-encoder layers. `source` as for resolve_lora.
+    Introduced in 17_lora_hotswap.ipynb."""
+    from safetensors import safe_open
+
+    path = resolve_lora(source, weight_name)
     ranks, layers, text = set(), set(), False
     with safe_open(str(path), framework="pt") as f:
         for key in f.keys():
-            if key.startswith("text_encoder"):
+            if key.startswith(("text_encoder", "lora_te")):
                 text = True
                 continue
-            if ".lora_A." in key or ".lora.down." in key:
+            if ".lora_A." in key or ".lora.down." in key or ".lora_down." in key:
                 ranks.add(f.get_slice(key).get_shape()[0])
-                layers.add(key.split(".lora")[0].removeprefix("unet.").removeprefix(
+                layers.add(re.split(r"\.lora[._]", key)[0].removeprefix("unet.").removeprefix(
                     "transformer."))
     return {"path": str(path), "rank": max(ranks) if ranks else 0, "layers": sorted(layers),
             "text_encoder": text}
@@ -167,16 +196,17 @@ def _check_swap(pipe, info: dict[str, Any]) -> None:
                             f"fdh.enable_lora_hotswap(pipe, target_rank={info['rank']}) or more.")
 
 
-def load_lora(pipe, folder: str | Path, hotswap: bool = False, adapter_name: str = "default"):
-    """diffusers' `pipe.load_lora_weights(folder, adapter_name=..., hotswap=...)`, checked
-    first: with hotswap=True the new LoRA replaces the loaded one in place (same layers or a
-    subset, rank <= the target rank, no text encoder), else it is refused with what to do.
+def load_lora(pipe, lora, hotswap: bool = False, adapter_name: str = "default",
+              weight_name: str | None = None):
+    """diffusers' `pipe.load_lora_weights(lora, adapter_name=..., hotswap=...)` (`lora` as for
+    fdh.resolve_lora: a folder, a file or a hub id with `weight_name`), checked first: with
+    hotswap=True the new LoRA replaces the loaded one in place (same layers or a subset, rank
+    <= the target rank, no text encoder), else it is refused with what to do.
     Introduced in 17_lora_hotswap.ipynb."""
     _check_loadable(pipe)
     if not isinstance(hotswap, bool):
         raise FastdiffError(f"{arg('hotswap', hotswap)} cannot work: give True or False.")
-    existing_folder("folder", folder, "a folder with a LoRA file")
-    info = lora_file_info(folder)
+    info = lora_file_info(lora, weight_name)
     if hotswap:
         _check_swap(pipe, info)
     elif "lora" in applied(pipe) and adapter_name in pipe.get_list_adapters().get(
@@ -187,7 +217,9 @@ def load_lora(pipe, folder: str | Path, hotswap: bool = False, adapter_name: str
     if applied(pipe).get("lora_fused"):
         raise FastdiffError("The loaded LoRA is fused into the weights: fdh.unfuse_lora(pipe) "
                             "first (peft refuses to swap a merged adapter).")
-    pipe.load_lora_weights(str(folder), adapter_name=adapter_name, hotswap=hotswap)
+    path = Path(info["path"])
+    pipe.load_lora_weights(str(path.parent), weight_name=path.name, adapter_name=adapter_name,
+                           hotswap=hotswap)
     # a hot-swap fills the layers already there: they stay the first LoRA's
     layers = applied(pipe)["lora"]["layers"] if hotswap else info["layers"]
     record(pipe, "lora", {"path": info["path"], "rank": info["rank"], "layers": layers,
