@@ -62,6 +62,17 @@ def test_lora_file_is_what_was_asked(loras):
     assert fdh.lora_file_info(loras["text"])["text_encoder"]
 
 
+def test_a_lora_for_the_full_size_unet_costs_no_model_memory(tmp_path):
+    """make_lora_file builds peft's layers on a meta-device copy: it works on a pipeline built
+    on the meta device (full-size SDXL, nothing allocated), one LoRA layer per projection."""
+    pipe = fdh.load_pipeline("sdxl", weights="random", device="meta", verbose=False)
+    info = fdh.lora_file_info(fdh.make_lora_file(pipe, tmp_path / "full", rank=4))
+    projections = [n for n, m in pipe.unet.named_modules() if isinstance(m, torch.nn.Linear)
+                   and n.endswith(ATTENTION)]
+    assert info["rank"] == 4 and info["layers"] == sorted(projections)
+    assert len(projections) == 4 * 2 * 70   # SDXL: 70 transformer blocks, 2 attentions each
+
+
 def test_each_lora_changes_the_image_and_unloading_restores_it(loras, references):
     assert np.abs(references["A"] - references["none"]).max() > 0.05
     assert np.abs(references["A"] - references["B"]).max() > 0.05

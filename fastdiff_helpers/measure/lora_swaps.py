@@ -63,7 +63,7 @@ def lora_swap_report(pipe, loras: Sequence[Any], hotswap: bool = True, steps: in
     Returns {"rows": [...], "recompiled": bool, "cuda_graphs_rerecorded": bool}: one row per
     call with the LoRA, how it got there, dynamo's frames compiled and compile seconds, CUDA
     graphs recorded (0 on a CPU), the call's seconds, the recompile reasons new since the call
-    before, and the image (float, [0, 1]).
+    before, and the image (float in [0, 1] as "image", 8-bit as "pil", as a pipeline returns it).
     Introduced in 17_lora_hotswap.ipynb."""
     if "lora" not in applied(pipe):
         raise FastdiffError("No LoRA loaded: load the first one with fdh.load_lora(pipe, folder)"
@@ -94,7 +94,8 @@ def lora_swap_report(pipe, loras: Sequence[Any], hotswap: bool = True, steps: in
                      else Path(name).name,
                      "how": how, "frames_compiled": events["frames"],
                      "compile_s": events["compile_s"], "cuda_graphs_recorded": graphs[0],
-                     "seconds": seconds, "reasons": reasons, "image": image})
+                     "seconds": seconds, "reasons": reasons, "image": image,
+                     "pil": pipe.numpy_to_pil(image[None])[0]})
         if verbose:
             row = rows[-1]
             print(f"{row['lora']:>16} ({how:13}) compiled {row['frames_compiled']} frame(s) in "

@@ -21,6 +21,7 @@ import torch
 
 from ..checks import arg, output_folder, whole
 from ..errors import FastdiffError
+from ..models.build import quiet_diffusers
 from ..models.loading import get_denoiser
 from ._state import applied, record
 
@@ -121,15 +122,24 @@ def resolve_lora(source, weight_name: str | None = None) -> Path:
         raise FastdiffError(f"{arg('lora', str(source))}: no LoRA file there ({path} does not "
                             "exist); give a folder written by save_lora_weights or "
                             "fdh.make_lora_file.")
-    from huggingface_hub import hf_hub_download
+    from huggingface_hub import hf_hub_download, snapshot_download
 
     try:
-        return Path(hf_hub_download(str(source), weight_name or LORA_FILE))
+        if weight_name is not None:
+            return Path(hf_hub_download(str(source), weight_name))
+        # no name given: the repo's one .safetensors file (diffusers guesses the same way)
+        files = sorted(Path(snapshot_download(str(source), allow_patterns=["*.safetensors"])
+                            ).rglob("*.safetensors"))
     except Exception as exc:  # offline, unknown repo, no such file: all say the same next step
         raise FastdiffError(f"{arg('lora', str(source))}: no local LoRA file and the hub gave "
                             f"none ({type(exc).__name__}). On a machine with network run `hf "
-                            f"download {source} {weight_name or LORA_FILE}`, or give a local "
+                            f"download {source} {weight_name or ''}`, or give a local "
                             "folder.") from None
+    if len(files) != 1:
+        raise FastdiffError(f"{source} holds {len(files)} .safetensors files "
+                            f"({', '.join(f.name for f in files[:4])}): say which one with "
+                            "weight_name=.")
+    return files[0]
 
 
 def lora_file_info(source, weight_name: str | None = None) -> dict[str, Any]:
@@ -218,8 +228,9 @@ def load_lora(pipe, lora, hotswap: bool = False, adapter_name: str = "default",
         raise FastdiffError("The loaded LoRA is fused into the weights: fdh.unfuse_lora(pipe) "
                             "first (peft refuses to swap a merged adapter).")
     path = Path(info["path"])
-    pipe.load_lora_weights(str(path.parent), weight_name=path.name, adapter_name=adapter_name,
-                           hotswap=hotswap)
+    with quiet_diffusers():  # "No LoRA keys associated to CLIPTextModel": none were meant
+        pipe.load_lora_weights(str(path.parent), weight_name=path.name,
+                               adapter_name=adapter_name, hotswap=hotswap)
     # a hot-swap fills the layers already there: they stay the first LoRA's
     layers = applied(pipe)["lora"]["layers"] if hotswap else info["layers"]
     record(pipe, "lora", {"path": info["path"], "rank": info["rank"], "layers": layers,
