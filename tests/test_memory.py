@@ -20,6 +20,8 @@ def test_bf16_weight_bytes_are_the_published_parameter_counts_times_two(model):
     got = fdh.weight_bytes(model, "bf16")
     assert got == {name: 2 * n for name, n in published.items()}
     assert fdh.weight_bytes(model, "fp32")["vae"] == 4 * 83_653_863
+    assert fdh.weight_bytes(model, fdh.Recipe(dtype="bf16", attention="sdpa")) == got
+    assert fdh.weight_bytes(model, fdh.Recipe(dtype="tf32"))["vae"] == 4 * 83_653_863
 
 
 def test_weight_bytes_of_a_pipeline_is_what_it_holds():
@@ -49,6 +51,9 @@ def test_what_fits_a_card():
     assert not tight[0]["fits"] and tight[1]["fits"]
     with pytest.raises(FastdiffError, match="GiB"):
         fdh.what_fits("sdxl", 0)
+    with pytest.raises(FastdiffError, match="8 bits"):
+        fdh.what_fits("sdxl", 24, fdh.Recipe(dtype="bf16", quantize="int8-dynamic",
+                                              compile="max-autotune"))
 
 
 def test_cpu_peak_tracker_counts_live_tensors_exactly():

@@ -17,6 +17,7 @@ from ..errors import FastdiffError
 from ..checks import arg, real
 from ..models.loading import load_pipeline
 from ..models.presets import get_spec
+from ..techniques.recipe import Recipe
 
 __all__ = ["weight_bytes", "peak_memory", "what_fits", "CARDS", "GIB"]
 
@@ -32,13 +33,25 @@ def _component_bytes(pipe) -> dict[str, int]:
             for name, module in pipe.components.items() if isinstance(module, torch.nn.Module)}
 
 
-def weight_bytes(model, dtype: str = "bf16") -> dict[str, int]:
+def _weight_dtype(dtype) -> str:
+    """A dtype name, or the weight dtype of a Recipe (TF32 is fp32 weights)."""
+    if isinstance(dtype, Recipe):
+        if dtype.quantize is not None:
+            raise FastdiffError(f"quantize={dtype.quantize!r} stores some weights in 8 bits: "
+                                "the architecture alone does not say which. Load the pipeline, "
+                                "fdh.apply the recipe and measure it with fdh.peak_memory.")
+        return "fp32" if dtype.dtype == "tf32" else dtype.dtype
+    return dtype
+
+
+def weight_bytes(model, dtype="bf16") -> dict[str, int]:
     """Bytes of parameters per component: for a model name, of its full-size architecture in
-    `dtype`, built on the meta device (no memory, no download); for a pipeline, of what it
-    holds now. Buffers (position ids, a few KB) are not counted.
-    Introduced in 18_fitting_your_gpu.ipynb."""
+    `dtype` (a name, or a Recipe: its weight dtype), built on the meta device (no memory, no
+    download); for a pipeline, of what it holds now. Buffers (position ids, a few KB) are not
+    counted. Introduced in 18_fitting_your_gpu.ipynb."""
     if isinstance(model, str):
         get_spec(model)  # an unknown name says which ones exist
+        dtype = _weight_dtype(dtype)
         pipe = load_pipeline(model, weights="random", device="meta", dtype=dtype, verbose=False)
         return _component_bytes(pipe)
     if not hasattr(model, "components"):
@@ -128,9 +141,9 @@ def _execution_device(pipe) -> torch.device:
                 for p in m.parameters())
 
 
-def what_fits(model: str, card_gib: float, dtype: str = "bf16",
+def what_fits(model: str, card_gib: float, dtype="bf16",
               activations_bytes: int | None = None) -> list[dict[str, Any]]:
-    """For a model in `dtype` on a card of `card_gib` GiB: the weights each way of running it
+    """For a model in `dtype` (a name or a Recipe) on a card of `card_gib` GiB: the weights each way of running it
     keeps on the GPU, with the activations you measured (`activations_bytes`, e.g. a measured
     peak minus the weights held; None: not counted), and whether that fits:
 

@@ -217,6 +217,9 @@ def load_lora(pipe, lora, hotswap: bool = False, adapter_name: str = "default",
     if not isinstance(hotswap, bool):
         raise FastdiffError(f"{arg('hotswap', hotswap)} cannot work: give True or False.")
     info = lora_file_info(lora, weight_name)
+    if applied(pipe).get("lora_fused"):
+        raise FastdiffError("The loaded LoRA is fused into the weights: fdh.unfuse_lora(pipe) "
+                            "first (peft refuses to swap a merged adapter).")
     if hotswap:
         _check_swap(pipe, info)
     elif "lora" in applied(pipe) and adapter_name in pipe.get_list_adapters().get(
@@ -224,9 +227,6 @@ def load_lora(pipe, lora, hotswap: bool = False, adapter_name: str = "default",
         raise FastdiffError(f"An adapter named {adapter_name!r} is loaded already: pass "
                             "hotswap=True to replace it in place, another adapter_name, or "
                             "call pipe.unload_lora_weights() first.")
-    if applied(pipe).get("lora_fused"):
-        raise FastdiffError("The loaded LoRA is fused into the weights: fdh.unfuse_lora(pipe) "
-                            "first (peft refuses to swap a merged adapter).")
     path = Path(info["path"])
     with quiet_diffusers():  # "No LoRA keys associated to CLIPTextModel": none were meant
         pipe.load_lora_weights(str(path.parent), weight_name=path.name,
