@@ -18,12 +18,19 @@ from .techniques import (apply, capture_denoiser_inputs, compile_pipeline, conv1
                          set_precision, set_tf32, tf32_state)
 from .techniques.codegen import to_code
 from .techniques.compile_cache import default_cache_dir, use_course_cache
+from .techniques.lora import (enable_lora_hotswap, fuse_lora, load_lora, lora_file_info,
+                              make_lora_file, resolve_lora, unfuse_lora, unload_lora)
+from .techniques.memory_savers import (MEMORY_SAVERS, OFFLOADS, apply_memory_saver,
+                                       encode_prompt_once)
 from .techniques.recipe import (BASELINE, BLOG_LADDER, COURSE_LADDER, LADDER, LADDERS, Recipe,
                                 RecipeError)
 from .measure.bench import benchmark, naive_time
 from .measure.cold_start import first_image_in_new_process, load_artifacts, save_artifacts
 from .measure.compile_events import recompile_reasons
 from .measure.env import env_report
+from .measure.lora_swaps import lora_swap_report
+from .measure.memory import CARDS, peak_memory, weight_bytes, what_fits
+from .measure.savers_report import memory_savers_report
 from .measure.flops import count_flops, flop_floor_seconds, measure_matmul_tflops
 from .measure.quality import compare_images
 from .measure.recompiles import recompile_report

@@ -11,6 +11,9 @@ techniques.
                     new process takes to its first compiled image
     flops           FLOPs per image, counted from the architecture; the matmul rate
     quality         image quality against the baseline: PSNR, SSIM, max abs error, NaN
+    lora_swaps      what switching LoRAs on a compiled pipeline recompiles and re-records
+    memory          weight bytes from the architecture, a call's peak memory, what fits a card
+    savers_report   each memory saver's peak memory and time, beside the pipeline without it
 
 Imports the models and the techniques (a Result records the recipe a pipeline runs), nothing
 of results, course or runs.

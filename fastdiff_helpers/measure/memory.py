@@ -1,0 +1,169 @@
+"""Memory: what the weights need (from the architecture on the meta device), what a call peaks
+at (measured), and what fits a given card.
+
+Introduced in 18_fitting_your_gpu.ipynb."""
+
+from __future__ import annotations
+
+import time
+import weakref
+from typing import Any, Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from ..errors import FastdiffError
+from ..checks import arg, real
+from ..models.loading import load_pipeline
+from ..models.presets import get_spec
+from ..techniques.recipe import Recipe
+
+__all__ = ["weight_bytes", "peak_memory", "what_fits", "CARDS", "GIB"]
+
+GIB = 1024 ** 3
+# card memory as sold (GiB; the CUDA context and the allocator take a few hundred MiB of it)
+CARDS = {"8 GB (RTX 3070, RTX 4060)": 8, "12 GB (RTX 3060, RTX 4070)": 12,
+         "16 GB (T4, RTX 4060 Ti 16GB, RTX 4080)": 16, "24 GB (A10G, L4, RTX 3090, RTX 4090)": 24,
+         "48 GB (L40S, RTX 6000 Ada)": 48, "80 GB (A100 80GB, H100)": 80}
+
+
+def _component_bytes(pipe) -> dict[str, int]:
+    return {name: sum(p.numel() * p.element_size() for p in module.parameters())
+            for name, module in pipe.components.items() if isinstance(module, torch.nn.Module)}
+
+
+def _weight_dtype(dtype) -> str:
+    """A dtype name, or the weight dtype of a Recipe (TF32 is fp32 weights)."""
+    if isinstance(dtype, Recipe):
+        if dtype.quantize is not None:
+            raise FastdiffError(f"quantize={dtype.quantize!r} stores some weights in 8 bits: "
+                                "the architecture alone does not say which. Load the pipeline, "
+                                "fdh.apply the recipe and measure it with fdh.peak_memory.")
+        return "fp32" if dtype.dtype == "tf32" else dtype.dtype
+    return dtype
+
+
+def weight_bytes(model, dtype="bf16") -> dict[str, int]:
+    """Bytes of parameters per component: for a model name, of its full-size architecture in
+    `dtype` (a name, or a Recipe: its weight dtype), built on the meta device (no memory, no
+    download); for a pipeline, of what it holds now. Buffers (position ids, a few KB) are not
+    counted. Introduced in 18_fitting_your_gpu.ipynb."""
+    if isinstance(model, str):
+        get_spec(model)  # an unknown name says which ones exist
+        dtype = _weight_dtype(dtype)
+        pipe = load_pipeline(model, weights="random", device="meta", dtype=dtype, verbose=False)
+        return _component_bytes(pipe)
+    if not hasattr(model, "components"):
+        raise FastdiffError(f"{arg('model', type(model).__name__)} cannot work: give a model "
+                            "name (e.g. 'sdxl') or a pipeline.")
+    return _component_bytes(model)
+
+
+class _LiveBytes(TorchDispatchMode):
+    """Bytes of the tensors that aten ops create on one device, alive at once: each new storage
+    is counted when an op returns it and uncounted when Python frees it (a weakref finalizer
+    on the storage, whose Python object torch keeps for the storage's life). Scratch memory
+    inside a kernel is not seen: a lower bound of the allocator's view."""
+
+    def __init__(self, device: torch.device, known: set[int]):
+        super().__init__()
+        self.device, self.known = device, known
+        self.live = self.peak = 0
+
+    def _free(self, key: int, size: int) -> None:
+        self.live -= size
+        self.known.discard(key)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.device == self.device:
+                storage = t.untyped_storage()
+                key = storage.data_ptr()
+                if key and key not in self.known:
+                    self.known.add(key)
+                    size = storage.nbytes()
+                    self.live += size
+                    weakref.finalize(storage, self._free, key, size)
+        self.peak = max(self.peak, self.live)
+        return out
+
+
+def _resident(pipe, device: torch.device) -> tuple[int, set[int]]:
+    """Bytes of the pipeline's parameters and buffers on `device` now, and their storages."""
+    seen: dict[int, int] = {}
+    for module in pipe.components.values():
+        if isinstance(module, torch.nn.Module):
+            for t in list(module.parameters()) + list(module.buffers()):
+                if t.device == device and t.untyped_storage().data_ptr():
+                    seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return sum(seen.values()), set(seen)
+
+
+def peak_memory(pipe, call: Callable[[], Any], device: str | torch.device | None = None
+                ) -> dict[str, Any]:
+    """Run `call()` once and return the peak memory it reached on the pipeline's device:
+    on CUDA, torch.cuda.max_memory_allocated over the call (after reset_peak_memory_stats);
+    on a CPU, the pipeline's parameters and buffers held there plus the most bytes of tensors
+    the call's ops kept alive at once (a dispatch mode counting storages; eager calls only).
+    Returns {"peak_bytes", "resident_bytes", "kind", "seconds", "output"}.
+    Introduced in 18_fitting_your_gpu.ipynb."""
+    device = torch.device(device) if device is not None else _execution_device(pipe)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        resident = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        start = time.perf_counter()
+        output = call()
+        torch.cuda.synchronize(device)
+        seconds = time.perf_counter() - start
+        return {"peak_bytes": torch.cuda.max_memory_allocated(device), "resident_bytes": resident,
+                "kind": "cuda_max_allocated", "seconds": seconds, "output": output}
+    if device.type != "cpu":
+        raise FastdiffError(f"Peak memory on {device.type} is not measured here: run on a CUDA "
+                            "GPU or the CPU.")
+    resident, known = _resident(pipe, device)
+    tracker = _LiveBytes(device, known)
+    start = time.perf_counter()
+    with tracker:
+        output = call()
+    seconds = time.perf_counter() - start
+    return {"peak_bytes": resident + tracker.peak, "resident_bytes": resident,
+            "kind": "cpu_live_tensors", "seconds": seconds, "output": output}
+
+
+def _execution_device(pipe) -> torch.device:
+    device = getattr(pipe, "_execution_device", None)
+    if isinstance(device, torch.device):
+        return device
+    return next(p.device for m in pipe.components.values() if isinstance(m, torch.nn.Module)
+                for p in m.parameters())
+
+
+def what_fits(model: str, card_gib: float, dtype="bf16",
+              activations_bytes: int | None = None) -> list[dict[str, Any]]:
+    """For a model in `dtype` (a name or a Recipe) on a card of `card_gib` GiB: the weights each way of running it
+    keeps on the GPU, with the activations you measured (`activations_bytes`, e.g. a measured
+    peak minus the weights held; None: not counted), and whether that fits:
+
+      all on the GPU                 every component
+      text encoders freed            the prompts encoded once (embeddings cached), the text
+                                     encoders deleted: the denoiser and the VAE
+      model CPU offload              one component at a time: the largest one
+      group / sequential offload     a block or a layer at a time: far below the largest
+                                     component (not computed here; measure it on a GPU)
+
+    Introduced in 18_fitting_your_gpu.ipynb."""
+    real("card_gib", card_gib)
+    if card_gib <= 0:
+        raise FastdiffError(f"{arg('card_gib', card_gib)} cannot work: give the card's memory "
+                            "in GiB, e.g. 24.")
+    parts = weight_bytes(model, dtype)
+    text = sum(v for k, v in parts.items() if k.startswith("text_encoder"))
+    ways = [("all on the GPU", sum(parts.values())),
+            ("text encoders freed after encoding", sum(parts.values()) - text),
+            ("model CPU offload", max(parts.values()))]
+    extra = activations_bytes or 0
+    return [{"way": way, "weights_bytes": held, "activations_bytes": activations_bytes,
+             "fits": held + extra <= card_gib * GIB} for way, held in ways]

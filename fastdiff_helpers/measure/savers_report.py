@@ -1,0 +1,145 @@
+"""Each memory saver measured on a fresh pipeline: its peak memory and its time, beside the
+pipeline without it.
+
+Introduced in 18_fitting_your_gpu.ipynb."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import torch
+
+from ..errors import FastdiffError
+from ..models.loading import call_kwargs, free_memory, load_pipeline, pipeline_device
+from ..models.presets import DEFAULT_PROMPT
+from ..techniques.compile import compile_pipeline
+from ..techniques.memory_savers import MEMORY_SAVERS, OFFLOADS, apply_memory_saver
+from .compile_events import events_between, snapshot
+from .memory import peak_memory
+
+__all__ = ["memory_savers_report"]
+
+
+def _timed(call) -> float:
+    start = time.perf_counter()
+    call()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def _inactive(pipe, saver: str | None, call: dict[str, Any], batch: int) -> str:
+    """Why a VAE saver does nothing at this size or batch (diffusers/models/autoencoders/
+    autoencoder_kl.py, _decode: tiling only for latents larger than the tile, slicing only for
+    a batch of more than one)."""
+    if saver == "vae-tiling" and max(call["height"], call["width"]) <= pipe.vae.tile_sample_min_size:
+        return (f"does nothing here: the image is not larger than the VAE's tile "
+                f"({pipe.vae.tile_sample_min_size} px, its config's sample_size)")
+    if saver == "vae-slicing" and batch < 2:
+        return "does nothing here: slicing splits a batch, and the batch is one image"
+    return ""
+
+
+def _measure(model: str, saver: str | None, weights: str, device: str | None, dtype: str,
+             kwargs: dict[str, Any], batch: int, compile: bool) -> dict[str, Any]:
+    # offloads take the pipeline from the CPU themselves; the rest run where it is loaded
+    pipe = load_pipeline(model, weights=weights, dtype=dtype, verbose=False,
+                         device="cpu" if saver in OFFLOADS else device)
+    call = call_kwargs(pipe, **kwargs)
+    call.update(output_type="np", num_images_per_prompt=batch)
+    if saver is not None:
+        embeds = apply_memory_saver(pipe, saver, prompt=call["prompt"])
+        if embeds is not None:
+            call.pop("prompt")
+            call.update(embeds, negative_prompt=None)  # PixArt's default "" would clash
+
+    def run():
+        call["generator"] = torch.Generator("cpu").manual_seed(kwargs.get("seed", 0))
+        return pipe(**call).images
+
+    frames = None
+    if compile:
+        # after the saver, as a user would; the first call compiles, the measured ones must not
+        compile_pipeline(pipe, mode="default")
+        run()
+        before = snapshot()
+    on = "cuda" if saver in OFFLOADS else None
+    on_cpu = on is None and pipeline_device(pipe).type == "cpu"
+    measured = None if compile and on_cpu else peak_memory(pipe, run, device=on)
+    seconds = _timed(run)  # timed again outside the memory tracker, which slows a CPU call
+    if compile:
+        frames = events_between(before, snapshot())["frames"]
+        if measured is None:  # the CPU tracker cannot watch compiled code: eager peak instead
+            measured = {"peak_bytes": None, "resident_bytes": None, "kind": None,
+                        "output": run()}
+    row = {"saver": saver or "none", "peak_bytes": measured["peak_bytes"],
+           "resident_bytes": measured["resident_bytes"], "kind": measured["kind"],
+           "seconds": seconds, "images": measured["output"], "recompiled_frames": frames,
+           "note": _inactive(pipe, saver, call, batch)}
+    del pipe
+    free_memory()
+    return row
+
+
+def memory_savers_report(model: str = "sdxl", savers: Sequence[str] = MEMORY_SAVERS,
+                         weights: str = "tiny", device: str | None = None, dtype: str = "fp32",
+                         steps: int = 2, size: int | None = None, batch: int = 1,
+                         prompt: str = DEFAULT_PROMPT, compile: bool = False,
+                         verbose: bool = True) -> list[dict[str, Any]]:
+    """One row per saver (and "none" first): the peak memory of one call on the pipeline's
+    device (fdh.peak_memory), the weights held there before it, the call's seconds, and the
+    change against "none". A saver that cannot run here (an offload without a GPU) gets a row
+    whose note says why, and so does one that does nothing at this size or batch. `batch`
+    images per prompt (VAE slicing shows from 2), `size` the image size (VAE tiling shows above
+    the VAE's tile, its config's sample_size). `compile=True` compiles the pipeline after the
+    saver (fdh.compile_pipeline, default mode), calls it once, and records in
+    "recompiled_frames" what the measured calls compiled again (0: the saver composes with
+    compile; an error is the row's note); on a CPU the peak is then not measured (the
+    tracker sees eager ops only).
+    Introduced in 18_fitting_your_gpu.ipynb."""
+    unknown = [s for s in savers if s not in MEMORY_SAVERS]
+    if isinstance(savers, str) or unknown:
+        raise FastdiffError(f"savers={savers!r}: give a list of names from "
+                            f"{', '.join(MEMORY_SAVERS)}.")
+    kwargs = dict(prompt=prompt, steps=steps, height=size, width=size)
+    rows = [_measure(model, None, weights, device, dtype, kwargs, batch, compile)]
+    base = rows[0]
+    for saver in savers:
+        try:
+            row = _measure(model, saver, weights, device, dtype, kwargs, batch, compile)
+        except FastdiffError as exc:
+            row = {"saver": saver, "peak_bytes": None, "resident_bytes": None, "kind": None,
+                   "seconds": None, "images": None, "recompiled_frames": None,
+                   "note": str(exc).split(". Run")[0] + "."}
+        except Exception as exc:  # a saver that fails with compile is a finding, not a crash
+            if not compile:
+                raise
+            row = {"saver": saver, "peak_bytes": None, "resident_bytes": None, "kind": None,
+                   "seconds": None, "images": None, "recompiled_frames": None,
+                   "note": f"fails with compile: {type(exc).__name__}: {str(exc)[:200]}"}
+        if row["seconds"] is not None:
+            row["time_change"] = row["seconds"] / base["seconds"] - 1
+        if row["peak_bytes"] is not None and base["peak_bytes"]:
+            row["peak_change"] = row["peak_bytes"] / base["peak_bytes"] - 1
+        rows.append(row)
+    if verbose:
+        for row in rows:
+            print(_line(row, base))
+    return rows
+
+
+def _line(row: dict[str, Any], base: dict[str, Any]) -> str:
+    if row["seconds"] is None:
+        return f"{row['saver']:20} {row['note']}"
+    text = f"{row['saver']:20} {row['seconds']:.2f} s"
+    if row is not base:
+        text += f" ({row['time_change']:+.0%})"
+    if row["peak_bytes"] is not None:
+        text += (f", peak {row['peak_bytes'] / 2**20:.2f} MiB, weights held "
+                 f"{row['resident_bytes'] / 2**20:.2f} MiB")
+        if row is not base:
+            text += f" ({row['peak_change']:+.0%} peak)"
+    if row["recompiled_frames"] is not None:
+        text += f", recompiled {row['recompiled_frames']} frame(s)"
+    return text + (f"; {row['note']}" if row["note"] else "")

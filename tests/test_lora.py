@@ -1,0 +1,198 @@
+"""LoRA hot-swap on a compiled pipeline (issue 28), on the tiny SDXL UNet on the CPU.
+
+LoRA files are made with peft and saved by diffusers' own save_lora_weights, then loaded back
+through load_lora_weights, as a user's file would be."""
+
+import numpy as np
+import pytest
+import torch
+
+import fastdiff_helpers as fdh
+from fastdiff_helpers.errors import FastdiffError
+
+COMPILED_TOL = 1e-4   # inductor may reorder reductions: tests/test_techniques.py's bound
+ATTENTION = ("to_q", "to_k", "to_v", "to_out.0")
+
+
+def fresh():
+    return fdh.load_pipeline("sdxl", weights="tiny", device="cpu", verbose=False)
+
+
+def image(pipe):
+    kwargs = fdh.call_kwargs(pipe, steps=2)
+    kwargs["output_type"] = "np"
+    return pipe(**kwargs).images[0]
+
+
+@pytest.fixture(scope="module")
+def loras(tmp_path_factory):
+    root, pipe = tmp_path_factory.mktemp("loras"), fresh()
+    return {
+        "A": fdh.make_lora_file(pipe, root / "A", rank=4, seed=1),
+        "B": fdh.make_lora_file(pipe, root / "B", rank=2, seed=2),
+        "subset": fdh.make_lora_file(pipe, root / "subset", rank=2, targets=("to_q",), seed=3),
+        "other": fdh.make_lora_file(pipe, root / "other", rank=2, targets=("proj_in",), seed=4),
+        "big": fdh.make_lora_file(pipe, root / "big", rank=16, seed=5),
+        "text": fdh.make_lora_file(pipe, root / "text", rank=2, seed=6, text_encoder=True),
+    }
+
+
+@pytest.fixture(scope="module")
+def references(loras):
+    """The uncompiled pipeline's image with no LoRA and with each LoRA, loaded plainly."""
+    out = {"none": image(fresh())}
+    for name in ("A", "B"):
+        pipe = fresh()
+        fdh.load_lora(pipe, loras[name])
+        out[name] = image(pipe)
+    return out
+
+
+def test_lora_file_is_what_was_asked(loras):
+    info = fdh.lora_file_info(loras["A"])
+    assert info["rank"] == 4 and not info["text_encoder"]
+    # the tiny SDXL UNet has 16 attention blocks with 4 projections each (1 + 2 + 1 blocks of
+    # 2 transformer layers x 2 attentions, down, mid and up: counted from the model)
+    unet = fresh().unet
+    expected = sorted(n for n, m in unet.named_modules() if isinstance(m, torch.nn.Linear)
+                      and n.endswith(ATTENTION))
+    assert info["layers"] == expected and len(expected) > 8
+    assert fdh.lora_file_info(loras["subset"])["layers"] == [n for n in expected
+                                                            if n.endswith("to_q")]
+    assert fdh.lora_file_info(loras["text"])["text_encoder"]
+
+
+def test_a_lora_for_the_full_size_unet_costs_no_model_memory(tmp_path):
+    """make_lora_file builds peft's layers on a meta-device copy: it works on a pipeline built
+    on the meta device (full-size SDXL, nothing allocated), one LoRA layer per projection."""
+    pipe = fdh.load_pipeline("sdxl", weights="random", device="meta", verbose=False)
+    info = fdh.lora_file_info(fdh.make_lora_file(pipe, tmp_path / "full", rank=4))
+    projections = [n for n, m in pipe.unet.named_modules() if isinstance(m, torch.nn.Linear)
+                   and n.endswith(ATTENTION)]
+    assert info["rank"] == 4 and info["layers"] == sorted(projections)
+    assert len(projections) == 4 * 2 * 70   # SDXL: 70 transformer blocks, 2 attentions each
+
+
+def test_each_lora_changes_the_image_and_unloading_restores_it(loras, references):
+    assert np.abs(references["A"] - references["none"]).max() > 0.05
+    assert np.abs(references["A"] - references["B"]).max() > 0.05
+    pipe = fresh()
+    fdh.load_lora(pipe, loras["A"])
+    fdh.unload_lora(pipe)
+    assert np.abs(image(pipe) - references["none"]).max() == 0
+
+
+def test_fuse_gives_the_unfused_image_and_unfuse_restores(loras, references):
+    pipe = fresh()
+    fdh.load_lora(pipe, loras["A"])
+    fdh.fuse_lora(pipe)
+    assert np.abs(image(pipe) - references["A"]).max() < 2e-5  # W + BA vs W x + B(A x)
+    with pytest.raises(FastdiffError, match="unfuse_lora"):
+        fdh.load_lora(pipe, loras["B"], hotswap=True)
+    fdh.unfuse_lora(pipe)
+    assert np.abs(image(pipe) - references["A"]).max() < 2e-5
+
+
+def test_uncompiled_hotswap_gives_each_loras_image(loras, references):
+    pipe = fresh()
+    fdh.enable_lora_hotswap(pipe, target_rank=8)
+    fdh.load_lora(pipe, loras["A"])
+    lora_a = pipe.unet.down_blocks[1].attentions[0].transformer_blocks[0].attn1.to_q.lora_A
+    assert lora_a["default"].weight.shape[0] == 8  # padded to the target rank
+    for name in ("B", "A"):
+        fdh.load_lora(pipe, loras[name], hotswap=True)
+        assert np.abs(image(pipe) - references[name]).max() < 2e-5
+
+
+@pytest.mark.parametrize("name, match", [
+    ("other", "layer"), ("big", "rank 16, above the target rank 8"),
+    ("text", "text-encoder")])
+def test_what_breaks_a_hotswap_is_refused_before_loading(loras, name, match):
+    pipe = fresh()
+    fdh.enable_lora_hotswap(pipe, target_rank=8)
+    fdh.load_lora(pipe, loras["A"])
+    before = {k: v.clone() for k, v in pipe.unet.state_dict().items() if "lora_" in k}
+    with pytest.raises(FastdiffError, match=match):
+        fdh.load_lora(pipe, loras[name], hotswap=True)
+    after = {k: v for k, v in pipe.unet.state_dict().items() if "lora_" in k}
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    fdh.load_lora(pipe, loras["subset"], hotswap=True)  # a subset of the layers is fine
+
+
+def _plain_with_a(loras):
+    pipe = fresh()
+    pipe.enable_lora_hotswap(target_rank=8)
+    pipe.load_lora_weights(str(loras["A"]), adapter_name="default")
+    return pipe
+
+
+def test_the_refusals_match_what_the_libraries_do(loras):
+    """Without the helper's check, peft and diffusers fail (other layers, a text encoder) or
+    change the tensors' shapes (a rank above the target), which a compiled graph cannot keep.
+    A failed hot-swap of other layers also deletes the loaded adapter
+    (diffusers/loaders/peft.py, load_lora_adapter's except branch): why the helper checks
+    before loading."""
+    pipe = _plain_with_a(loras)
+    with pytest.raises(RuntimeError, match="unexpected keys"):
+        pipe.load_lora_weights(str(loras["other"]), adapter_name="default", hotswap=True)
+    assert "default" not in pipe.unet.peft_config
+    with pytest.raises(ValueError, match="text encoders"):
+        _plain_with_a(loras).load_lora_weights(str(loras["text"]), adapter_name="default",
+                                               hotswap=True)
+    pipe = _plain_with_a(loras)
+    to_q = pipe.unet.down_blocks[1].attentions[0].transformer_blocks[0].attn1.to_q
+    pipe.load_lora_weights(str(loras["big"]), adapter_name="default", hotswap=True)
+    assert to_q.lora_A["default"].weight.shape[0] == 16  # no longer the compiled shape
+
+
+def test_order_is_enforced(loras, tmp_path):
+    pipe = fresh()
+    with pytest.raises(FastdiffError, match="needs a LoRA to swap out"):
+        fdh.load_lora(pipe, loras["A"], hotswap=True)
+    fdh.load_lora(pipe, loras["A"])
+    with pytest.raises(FastdiffError, match="before the first LoRA"):
+        fdh.enable_lora_hotswap(pipe, target_rank=8)
+    with pytest.raises(FastdiffError, match="no LoRA file"):
+        fdh.lora_file_info(tmp_path)
+    (tmp_path / "lora.bin").write_bytes(b"not safetensors")
+    with pytest.raises(FastdiffError, match="safetensors only"):
+        fdh.lora_file_info(tmp_path / "lora.bin")
+    with pytest.raises(FastdiffError, match="hf download nobody/no-such-lora x.safetensors"):
+        fdh.lora_file_info(("nobody/no-such-lora", "x.safetensors"))  # offline in the tests
+    file = fdh.resolve_lora(loras["B"])
+    assert fdh.lora_file_info(file) == fdh.lora_file_info((str(loras["B"]), file.name))
+    with pytest.raises(FastdiffError, match="no LoRA loader"):
+        fdh.make_lora_file(fdh.load_pipeline("pixart", weights="tiny", verbose=False),
+                           tmp_path / "x")
+
+
+def _compiled_with(loras, hotswap):
+    pipe = fresh()
+    if hotswap:
+        fdh.enable_lora_hotswap(pipe, target_rank=8)
+    fdh.load_lora(pipe, loras["A"])
+    return fdh.compile_pipeline(pipe, mode="default", fullgraph=True, compile_vae=False)
+
+
+@pytest.mark.slow
+def test_hotswap_on_a_compiled_unet_never_recompiles(loras, references):
+    pipe = _compiled_with(loras, hotswap=True)
+    image(pipe)  # the compile
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        report = fdh.lora_swap_report(pipe, [loras["B"], loras["A"]], hotswap=True)
+    assert not report["recompiled"]
+    assert [r["frames_compiled"] for r in report["rows"]] == [0, 0, 0]
+    for row, name in zip(report["rows"], ("A", "B", "A")):
+        assert np.abs(row["image"] - references[name]).max() <= COMPILED_TOL, name
+
+
+@pytest.mark.slow
+def test_without_hotswap_the_same_switch_recompiles(loras, references):
+    pipe = _compiled_with(loras, hotswap=False)
+    report = fdh.lora_swap_report(pipe, [loras["B"], loras["A"]], hotswap=False)
+    assert report["rows"][0]["frames_compiled"] >= 1          # the cold start
+    assert report["recompiled"] and report["rows"][1]["frames_compiled"] >= 1
+    assert report["rows"][1]["reasons"]                      # dynamo says why
+    for row, name in zip(report["rows"], ("A", "B", "A")):
+        assert np.abs(row["image"] - references[name]).max() <= COMPILED_TOL, name

@@ -1,0 +1,163 @@
+"""Fitting the GPU you have (issue 28): weight bytes from the architecture on the meta device,
+the peak a call measured, what fits a card, and each memory saver on the tiny models."""
+
+import numpy as np
+import pytest
+import torch
+
+import fastdiff_helpers as fdh
+from fastdiff_helpers.errors import FastdiffError
+from fastdiff_helpers.measure.memory import GIB, _LiveBytes
+
+SSD1B_UNET = 1_331_334_404   # counted from the architecture (README, tests/test_loading.py)
+
+
+@pytest.mark.parametrize("model", ["sdxl", "sd15", "ssd1b", "pixart"])
+def test_bf16_weight_bytes_are_the_published_parameter_counts_times_two(model):
+    published = dict(fdh.PUBLISHED_PARAMETERS[model])
+    if model == "ssd1b":
+        published["unet"] = SSD1B_UNET
+    got = fdh.weight_bytes(model, "bf16")
+    assert got == {name: 2 * n for name, n in published.items()}
+    assert fdh.weight_bytes(model, "fp32")["vae"] == 4 * 83_653_863
+    assert fdh.weight_bytes(model, fdh.Recipe(dtype="bf16", attention="sdpa")) == got
+    assert fdh.weight_bytes(model, fdh.Recipe(dtype="tf32"))["vae"] == 4 * 83_653_863
+
+
+def test_weight_bytes_of_a_pipeline_is_what_it_holds():
+    pipe = fdh.load_pipeline("sd15", weights="tiny", device="cpu", verbose=False)
+    counts = fdh.count_parameters(pipe)
+    assert fdh.weight_bytes(pipe) == {k: 4 * v for k, v in counts.items() if k in
+                                      fdh.weight_bytes(pipe)}
+    with pytest.raises(FastdiffError, match="model name"):
+        fdh.weight_bytes(42)
+
+
+def test_what_fits_a_card():
+    # SDXL bf16: 2 x 3,468,837,867 parameters = 6.46 GiB, all of it fits 16 GB
+    sdxl = {r["way"]: r for r in fdh.what_fits("sdxl", 16)}
+    assert sdxl["all on the GPU"]["weights_bytes"] == 2 * 3_468_837_867
+    assert sdxl["all on the GPU"]["fits"]
+    # PixArt bf16 on an 8 GiB card: T5-XXL alone is 8.87 GiB, so only without it
+    pixart = {r["way"]: r for r in fdh.what_fits("pixart", 8)}
+    assert not pixart["all on the GPU"]["fits"]
+    assert pixart["text encoders freed after encoding"]["fits"]
+    assert pixart["text encoders freed after encoding"]["weights_bytes"] == 2 * (
+        611_349_152 + 83_653_863)
+    assert not pixart["model CPU offload"]["fits"]  # the largest part, T5, must come on
+    assert pixart["model CPU offload"]["weights_bytes"] == 2 * 4_762_310_656
+    # activations you measured count too
+    tight = fdh.what_fits("sdxl", 7, activations_bytes=int(0.6 * GIB))
+    assert not tight[0]["fits"] and tight[1]["fits"]
+    with pytest.raises(FastdiffError, match="GiB"):
+        fdh.what_fits("sdxl", 0)
+    with pytest.raises(FastdiffError, match="8 bits"):
+        fdh.what_fits("sdxl", 24, fdh.Recipe(dtype="bf16", quantize="int8-dynamic",
+                                              compile="max-autotune"))
+
+
+def test_cpu_peak_tracker_counts_live_tensors_exactly():
+    tracker = _LiveBytes(torch.device("cpu"), set())
+    with tracker:
+        a = torch.ones(1000, 1000)           # 4 MB
+        b = a * 2                            # 4 MB more
+        view = a.view(-1)                    # no new storage
+        del b
+        c = torch.zeros(500, 1000)           # 2 MB, after b was freed
+        assert tracker.live == 6_000_000
+    assert tracker.peak == 8_000_000
+    del a, view, c
+    assert tracker.live == 0
+
+
+def test_peak_memory_of_a_call_adds_the_weights_held():
+    pipe = fdh.load_pipeline("sd15", weights="tiny", device="cpu", verbose=False)
+    weights = sum(fdh.weight_bytes(pipe).values())
+    out = fdh.peak_memory(pipe, lambda: torch.ones(250_000) + 1)
+    assert out["kind"] == "cpu_live_tensors"
+    assert out["resident_bytes"] >= weights                         # buffers too
+    assert out["peak_bytes"] - out["resident_bytes"] == 2 * 1_000_000  # ones, then the sum
+
+
+@pytest.fixture(scope="module")
+def report():
+    # 128x128 is twice the tiny VAE's tile (sample_size 64); 2 images for slicing
+    return {r["saver"]: r for r in fdh.memory_savers_report("sd15", size=128, batch=2,
+                                                            verbose=False)}
+
+
+def test_each_saver_lowers_the_peak_or_says_why_it_cannot(report):
+    none = report["none"]
+    for saver in ("vae-slicing", "vae-tiling", "text-encoders-freed"):
+        assert report[saver]["peak_bytes"] < none["peak_bytes"], saver
+    # text encoders freed: the weights held drop by exactly the text encoder's bytes
+    pipe = fdh.load_pipeline("sd15", weights="tiny", device="cpu", verbose=False)
+    freed = none["resident_bytes"] - report["text-encoders-freed"]["resident_bytes"]
+    encoder = pipe.text_encoder
+    assert freed == sum(t.numel() * t.element_size()
+                        for t in list(encoder.parameters()) + list(encoder.buffers()))
+    for saver in fdh.OFFLOADS:
+        assert report[saver]["peak_bytes"] is None
+        assert "this machine has no GPU" in report[saver]["note"]
+
+
+def test_savers_that_keep_the_math_keep_the_image(report):
+    none = report["none"]["images"]
+    assert np.abs(report["text-encoders-freed"]["images"] - none).max() == 0
+    assert np.abs(report["vae-slicing"]["images"] - none).max() < 1e-5
+    # tiling blends overlapping tiles: a different image, the cost it is known for
+    assert np.abs(report["vae-tiling"]["images"] - none).max() > 1e-3
+
+
+def test_offloads_are_refused_on_a_cpu_as_diffusers_itself_does():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU machine can offload")
+    pipe = fdh.load_pipeline("sd15", weights="tiny", device="cpu", verbose=False)
+    with pytest.raises(FastdiffError, match="no GPU"):
+        fdh.apply_memory_saver(pipe, "model-offload")
+    with pytest.raises(RuntimeError, match="requires accelerator"):
+        pipe.enable_model_cpu_offload()
+    with pytest.raises(RuntimeError, match="requires accelerator"):
+        pipe.enable_sequential_cpu_offload()
+    with pytest.raises(FastdiffError, match="Unknown memory saver"):
+        fdh.apply_memory_saver(pipe, "vae-offload")
+    with pytest.raises(FastdiffError, match="needs the prompt"):
+        fdh.apply_memory_saver(pipe, "text-encoders-freed")
+
+
+@pytest.mark.parametrize("model", ["sdxl", "pixart"])
+def test_cached_embeddings_give_the_same_image_without_encoders(model):
+    pipe = fdh.load_pipeline(model, weights="tiny", device="cpu", verbose=False)
+    kwargs = fdh.call_kwargs(pipe, steps=2)
+    kwargs["output_type"] = "np"
+    before = pipe(**kwargs).images
+    embeds = fdh.apply_memory_saver(pipe, "text-encoders-freed", prompt=kwargs.pop("prompt"))
+    assert pipe.text_encoder is None
+    kwargs.update(embeds, negative_prompt=None,
+                  generator=torch.Generator("cpu").manual_seed(0))
+    assert np.abs(pipe(**kwargs).images - before).max() == 0
+    with pytest.raises(FastdiffError, match="gone"):
+        fdh.encode_prompt_once(pipe, "a fox")
+
+
+def test_a_saver_that_does_nothing_at_this_size_says_so():
+    rows = {r["saver"]: r for r in fdh.memory_savers_report(
+        "sd15", savers=["vae-tiling", "vae-slicing"], verbose=False)}  # 64x64, one image
+    assert "not larger than the VAE's tile (64 px" in rows["vae-tiling"]["note"]
+    assert "batch is one image" in rows["vae-slicing"]["note"]
+    # and indeed the peak does not move
+    assert rows["vae-tiling"]["peak_bytes"] == rows["none"]["peak_bytes"]
+    assert rows["vae-slicing"]["peak_bytes"] == rows["none"]["peak_bytes"]
+
+
+@pytest.mark.slow
+def test_vae_and_text_encoder_savers_compose_with_compile():
+    """Compiled after the saver, the second call compiles nothing and gives the eager image."""
+    savers = ["vae-tiling", "text-encoders-freed"]
+    eager = {r["saver"]: r for r in fdh.memory_savers_report(
+        "sd15", savers=savers, size=128, verbose=False)}
+    compiled = {r["saver"]: r for r in fdh.memory_savers_report(
+        "sd15", savers=savers, size=128, compile=True, verbose=False)}
+    for saver in ["none"] + savers:
+        assert compiled[saver]["recompiled_frames"] == 0, (saver, compiled[saver]["note"])
+        assert np.abs(compiled[saver]["images"] - eager[saver]["images"]).max() < 1e-4, saver
