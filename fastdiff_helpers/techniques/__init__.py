@@ -11,6 +11,9 @@ to compose them. Introduced in 01_baseline.ipynb (apply) and one notebook per te
     syncs          finding and removing device-to-host syncs in the loop
     quantization   dynamic int8, weight-only int8, fp8 with torchao; the 1x1-conv swap
     codegen        fdh.to_code(recipe): the surgery as source to paste
+    lora           LoRA files made in code, loaded, hot-swapped on a compiled pipeline, fused
+    memory_savers  the offloads, VAE slicing and tiling, the text encoders dropped after
+                   encoding
 
 Imports the models (a technique acts on a loaded pipeline), nothing of measure, results,
 course or runs.
