@@ -19,6 +19,8 @@ from .quantization import (blog_conv_filter, blog_filter, conv1x1_to_linear, fas
                            quantize)
 from .recipe import WEIGHT_DTYPES, Recipe, RecipeError
 from .syncs import count_syncs, remove_syncs
+from .guidance import stop_guidance
+from .step_cache import step_cache
 
 UNCOMPILED_QUANT_WARNING = (
     "quantize={kind!r} without torch.compile: on a GPU the quantized matmuls need compile to "
@@ -126,4 +128,4 @@ __all__ = ["apply", "current_recipe", "set_precision", "set_tf32", "set_attentio
            "compile_pipeline", "blog_inductor_flags", "fuse_qkv", "remove_syncs", "quantize",
            "conv1x1_to_linear", "graph_breaks", "count_syncs", "capture_denoiser_inputs",
            "blog_filter", "fastdiff_filter", "blog_conv_filter", "tf32_state",
-           "SDPABackendProcessor", "RecipeError"]
+           "SDPABackendProcessor", "RecipeError", "step_cache", "stop_guidance"]
