@@ -159,6 +159,15 @@ def step_plan(pipe, create: bool = False) -> StepPlan | None:
     return plan
 
 
+def check_branch(pipe, branch: int) -> None:
+    """Refuse, before any work, a branch this denoiser does not have."""
+    kind = "unet" if hasattr(pipe, "unet") else "transformer"
+    most = PATHS[kind][2](get_denoiser(pipe))
+    if isinstance(branch, bool) or not isinstance(branch, int) or not 1 <= branch <= most:
+        raise RecipeError(f"branch={branch!r}: this {kind} takes 1 to {most} (the levels or "
+                          "blocks recomputed on every step; fewer: faster cached steps).")
+
+
 def step_cache(pipe, every: int = 3, branch: int = 1):
     """Run the denoiser's deep part only on every `every`-th step; the other steps recompute
     the shallow branch (`branch` levels of a UNet at each end, or the first `branch` PixArt
@@ -168,11 +177,10 @@ def step_cache(pipe, every: int = 3, branch: int = 1):
         raise RecipeError(f"every={every!r}: give a whole number of steps, 1 or more (3: the "
                           "deep part runs on every third step).")
     refuse_after(pipe, "step_cache", "compile")
-    kind = "unet" if hasattr(pipe, "unet") else "transformer"
-    most = PATHS[kind][2](get_denoiser(pipe))
-    if isinstance(branch, bool) or not isinstance(branch, int) or not 1 <= branch <= most:
-        raise RecipeError(f"branch={branch!r}: this {kind} takes 1 to {most} (the levels or "
-                          "blocks recomputed on every step; fewer: faster cached steps).")
+    check_branch(pipe, branch)
+    if "step_cache" in applied(pipe):
+        raise RecipeError("This pipeline already has a step cache; load a fresh one to change "
+                          "it.")
     plan = step_plan(pipe, create=True)
     plan.every, plan.branch = every, branch
     plan.build()
