@@ -1,0 +1,223 @@
+"""Fewer denoiser calls (issue 26): the step cache, the guidance stop and the scheduler swap, on
+the four tiny models on the CPU. Hooks on the denoiser's own blocks count what really ran."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+import fastdiff_helpers as fdh
+from fastdiff_helpers.measure.compile_events import events_between, snapshot
+from fastdiff_helpers.techniques.cache_paths import PATHS
+from fastdiff_helpers.techniques.step_cache import cached_schedule, guided_steps, step_plan
+
+from conftest import MODEL_KEYS
+
+STEPS = 8
+EXACT_MATH = 2e-5  # test_techniques.py: the same-math bound on the float image
+
+
+def fresh(model):
+    return fdh.load_pipeline(model, weights="tiny", device="cpu", verbose=False)
+
+
+def run(pipe, steps=STEPS, output_type="np"):
+    kwargs = fdh.call_kwargs(pipe, steps=steps)
+    kwargs["output_type"] = output_type
+    out = pipe(**kwargs).images
+    return out[0].astype(np.float64) if output_type == "np" else out
+
+
+def calls(pipe) -> int:
+    """Denoiser calls of one STEPS call: the scheduler's timesteps (PNDM, SD1.5's, adds one)."""
+    scheduler = type(pipe.scheduler).from_config(pipe.scheduler.config)
+    scheduler.set_timesteps(STEPS)
+    return len(scheduler.timesteps)
+
+
+def blocks(pipe):
+    """(a block every step runs, a block only full steps run, where the batch is seen)."""
+    d = fdh.get_denoiser(pipe)
+    if hasattr(pipe, "unet"):
+        return d.down_blocks[0], d.mid_block, d.conv_in
+    return d.transformer_blocks[0], d.transformer_blocks[-1], d.pos_embed
+
+
+def watch(module, seen: list):
+    """Append the batch of each call of `module` (its first tensor input) to `seen`."""
+    def hook(m, args, kwargs, out):
+        first = args[0] if args else next(v for v in kwargs.values() if torch.is_tensor(v))
+        seen.append(first.shape[0])
+    return module.register_forward_hook(hook, with_kwargs=True)
+
+
+@pytest.fixture(scope="module")
+def baselines():
+    return {m: run(fresh(m)) for m in MODEL_KEYS}
+
+
+@pytest.mark.parametrize("model", MODEL_KEYS)
+def test_step_cache_runs_the_deep_part_on_every_nth_step_only(model, baselines):
+    pipe = fdh.step_cache(fresh(model), every=3, branch=1)
+    shallow, deep, _ = blocks(pipe)
+    seen_shallow, seen_deep = [], []
+    watch(shallow, seen_shallow), watch(deep, seen_deep)
+    image = run(pipe)
+    n = calls(pipe)
+    assert len(seen_shallow) == n                       # the shallow branch: every step
+    assert len(seen_deep) == len(range(0, n, 3))         # the deep part: steps 0, 3, 6, ...
+    assert [p for _, p, _ in step_plan(pipe).log] == [p for p, _ in cached_schedule(n, 3)]
+    assert np.isfinite(image).all() and np.abs(image - baselines[model]).max() > 1e-3
+
+
+@pytest.mark.parametrize("model", MODEL_KEYS)
+def test_step_cache_every_1_is_the_uncached_image(model, baselines):
+    pipe = fdh.step_cache(fresh(model), every=1)
+    assert np.abs(run(pipe) - baselines[model]).max() <= EXACT_MATH
+    # and a cache's full path (cache_paths.*_full, every branch) is the library's forward
+    pipe = fresh(model)
+    denoiser = fdh.get_denoiser(pipe)
+    args, kwargs = fdh.capture_denoiser_inputs(pipe)
+    bound = dict(inspect.signature(denoiser.forward).bind(*args, **kwargs).arguments)
+    bound.pop("return_dict", None)
+    full, _, branches = PATHS["unet" if hasattr(pipe, "unet") else "transformer"]
+    with torch.no_grad():
+        expected = denoiser(*args, **kwargs)[0]
+        for branch in range(1, branches(denoiser) + 1):
+            out, feature = full(denoiser, branch, **bound)
+            assert torch.equal(out, expected) and feature.shape[0] == expected.shape[0]
+
+
+def _denoiser_flops_measured(pipe) -> int:
+    """FLOPs of every denoiser call of one call, counted by torch while it runs (classic
+    attention: FlopCounterMode has no formula for SDPA's CPU flash kernel)."""
+    fdh.set_attention(pipe, "classic")
+    denoiser = fdh.get_denoiser(pipe)
+    forward, total = denoiser.forward, []
+
+    def counted(*args, **kwargs):
+        with FlopCounterMode(display=False) as counter:
+            out = forward(*args, **kwargs)
+        total.append(counter.get_total_flops())
+        return out
+    denoiser.forward = counted
+    run(pipe, output_type="latent")
+    return sum(total)
+
+
+@pytest.mark.parametrize("model", ["sdxl", "pixart"])
+def test_flops_fall_by_the_schedule_and_count_flops_counts_them(model):
+    plain = fresh(model)
+    cached = fdh.step_cache(fresh(model), every=3, branch=1)
+    measured = _denoiser_flops_measured(plain), _denoiser_flops_measured(cached)
+    counted = (fdh.count_flops(plain, steps=STEPS), fdh.count_flops(cached, steps=STEPS))
+    for m, c in zip(measured, counted):
+        assert c["denoiser_total"] == pytest.approx(m, rel=0.10)
+    full, cached_step = counted[0]["denoiser_per_forward"], None
+    # the ratio the schedule implies: 3 full steps of 8, 5 cached ones
+    cached_step = (counted[1]["denoiser_total"] - 3 * full) / 5
+    assert 0 < cached_step < full
+    implied = (3 * full + 5 * cached_step) / (8 * full)
+    assert measured[1] / measured[0] == pytest.approx(implied, rel=0.10)
+    assert measured[1] / measured[0] < 0.9
+    assert counted[1]["schedule"] == ["full/2", "cached/2", "cached/2"] * 2 + ["full/2",
+                                                                                "cached/2"]
+
+
+@pytest.mark.parametrize("model", MODEL_KEYS)
+def test_compiled_cache_compiles_each_path_once_and_never_recompiles(model):
+    """fullgraph=True (dynamo's eager backend: the graph count is dynamo's, whatever backend
+    turns the graphs into kernels; tests/gpu compiles with max-autotune)."""
+    fdh.free_memory()  # dynamo's cache of earlier pipelines: a same-shaped path would reuse it
+    pipe = fdh.step_cache(fresh(model), every=3, branch=1)
+    step_plan(pipe).compile(backend="eager", fullgraph=True)
+    before = snapshot()
+    run(pipe, output_type="latent")
+    first = events_between(before, snapshot())["frames"]
+    assert first == 2                                    # the full path and the cached one
+    before = snapshot()
+    for _ in range(2):
+        run(pipe, output_type="latent")
+    assert events_between(before, snapshot())["frames"] == 0
+
+
+@pytest.mark.parametrize("model", MODEL_KEYS)
+def test_guidance_stop_runs_the_second_half_at_batch_1(model, baselines):
+    pipe = fdh.stop_guidance(fresh(model), 0.5)
+    _, _, entry = blocks(pipe)
+    seen = []
+    watch(entry, seen)
+    image = run(pipe)
+    n = calls(pipe)
+    guided = guided_steps(STEPS, 0.5)
+    assert guided == 4 and seen == [2] * guided + [1] * (n - guided)
+    assert np.isfinite(image).all() and np.abs(image - baselines[model]).max() > 1e-4
+    flops = fdh.count_flops(pipe, steps=STEPS)
+    one = fdh.count_flops(fresh(model), steps=STEPS, guidance=1.0)["denoiser_per_forward"]
+    assert flops["denoiser_total"] == pytest.approx(
+        4 * flops["denoiser_per_forward"] + 4 * one, rel=1e-6)
+    assert fdh.current_recipe(pipe)["guidance_stop"] == 0.5
+
+
+def test_guidance_stop_and_step_cache_compose_compiled():
+    """Four graphs at most (two paths, two batches), then nothing compiles again."""
+    fdh.free_memory()
+    pipe = fdh.apply(fresh("sdxl"), fdh.Recipe(cache_every=3, guidance_stop=0.5))
+    step_plan(pipe).compile(backend="eager", fullgraph=True)
+    before = snapshot()
+    run(pipe, output_type="latent")
+    assert events_between(before, snapshot())["frames"] == 4
+    assert [(p, b) for _, p, b in step_plan(pipe).log] == cached_schedule(STEPS, 3, 4)
+    before = snapshot()
+    run(pipe, output_type="latent")
+    assert events_between(before, snapshot())["frames"] == 0
+    assert fdh.count_flops(pipe, steps=STEPS)["schedule"] == [
+        "full/2", "cached/2", "cached/2", "full/2", "full/1", "cached/1", "full/1", "cached/1"]
+
+
+def test_recipe_fields_apply_record_and_write_code():
+    recipe = fdh.Recipe(cache_every=2, cache_branch=1, guidance_stop=0.6)
+    pipe = fdh.apply(fresh("sd15"), recipe)
+    assert fdh.current_recipe(pipe)["cache_every"] == 2
+    assert fdh.pipeline_info(pipe)["applied"]["step_cache"] == {"every": 2, "branch": 1}
+    code = fdh.to_code(recipe)
+    assert "fdh.step_cache(pipe, every=2, branch=1)" in code
+    assert "fdh.stop_guidance(pipe, 0.6)" in code
+    assert "SDXLCFGCutoffCallback" in fdh.to_code(recipe, "plain", only="guidance_stop")
+    for bad in (dict(cache_every=0), dict(guidance_stop=0.0), dict(guidance_stop=1.5),
+                dict(cache_branch=True)):
+        with pytest.raises(fdh.RecipeError):
+            fdh.Recipe(**bad)
+    with pytest.raises(fdh.RecipeError, match="takes 1 to 1"):  # tiny SDXL: two levels
+        fdh.apply(fresh("sdxl"), fdh.Recipe(cache_every=2, cache_branch=2))
+    compiled = fdh.compile_pipeline(fresh("sdxl"), mode="default")
+    with pytest.raises(fdh.RecipeError, match="must come before compile"):
+        fdh.step_cache(compiled, every=2)
+
+
+def test_scheduler_swap_is_in_every_record_table_and_chart():
+    results = []
+    for name, steps in ((None, 4), ("unipc", 2), ("euler", 2)):
+        pipe = fresh("sdxl")
+        if name:
+            fdh.set_scheduler(pipe, name)
+        results.append(fdh.benchmark(pipe, steps=steps, runs=1, warmup=0, progress=False,
+                                     step=name or "own"))
+    assert [r.scheduler for r in results] == ["EulerDiscreteScheduler",
+                                              "UniPCMultistepScheduler",
+                                              "EulerDiscreteScheduler"]
+    assert [r.steps for r in results] == [4, 2, 2]
+    assert fdh.Result.from_dict(results[1].to_dict()).scheduler == "UniPCMultistepScheduler"
+    table = fdh.format_table(results)
+    assert "unipc (2 steps, UniPCMultistep)" in table and "own (4 steps, EulerDiscrete)" in table
+    ticks = [t.get_text().replace("\n", " ") for t in
+             fdh.ladder_chart(results).axes[0].get_xticklabels()]
+    assert "unipc (2 steps, UniPCMultistep)" in ticks
+    title = fdh.ladder_chart(results[2:]).axes[0].get_title().replace("\n", " ")
+    assert title.endswith("2 steps, EulerDiscrete")
+    with pytest.raises(fdh.FastdiffError, match="Use one of"):
+        fdh.set_scheduler(fresh("sdxl"), "ddim")
