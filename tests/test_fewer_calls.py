@@ -221,3 +221,25 @@ def test_scheduler_swap_is_in_every_record_table_and_chart():
     assert title.endswith("2 steps, EulerDiscrete")
     with pytest.raises(fdh.FastdiffError, match="Use one of"):
         fdh.set_scheduler(fresh("sdxl"), "ddim")
+
+
+@pytest.mark.parametrize("model", MODEL_KEYS)
+def test_the_plan_reads_no_tensor_value_on_the_full_size_model(model):
+    """No host sync in the loop, pinned on the CPU: the full-size denoiser on the meta device,
+    whose tensors have no values (reading one, .item() or bool(), raises), through 8 steps of a
+    cache with a guidance stop. Shapes of every branch the full-size model takes, too."""
+    from fastdiff_helpers.measure.flops import _denoiser_inputs
+
+    pipe = fdh.load_pipeline(model, weights="random", device="meta", verbose=False)
+    denoiser = fdh.get_denoiser(pipe)
+    most = PATHS["unet" if hasattr(pipe, "unet") else "transformer"][2](denoiser)
+    assert most == {"sdxl": 2, "ssd1b": 2, "sd15": 3, "pixart": 27}[model]
+    fdh.step_cache(pipe, every=3, branch=most)
+    if model == "pixart":
+        fdh.stop_guidance(pipe, 0.5)
+    pipe.scheduler.set_timesteps(STEPS)
+    inputs = _denoiser_inputs(denoiser, 2, 256, 256, fdh.MODELS[model].max_tokens, None)
+    with torch.no_grad():
+        outs = [denoiser(**inputs, return_dict=False)[0] for _ in range(calls(pipe))]
+    assert all(o.device.type == "meta" and o.shape[0] == 2 for o in outs)
+    assert [p for _, p, _ in step_plan(pipe).log][:4] == ["full", "cached", "cached", "full"]
