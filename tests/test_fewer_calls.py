@@ -243,3 +243,35 @@ def test_the_plan_reads_no_tensor_value_on_the_full_size_model(model):
         outs = [denoiser(**inputs, return_dict=False)[0] for _ in range(calls(pipe))]
     assert all(o.device.type == "meta" and o.shape[0] == 2 for o in outs)
     assert [p for _, p, _ in step_plan(pipe).log][:4] == ["full", "cached", "cached", "full"]
+
+
+def test_few_step_weights_load_fused_with_their_scheduler(tmp_path):
+    """A LoRA made with peft for the tiny SDXL UNet stands in for the hub file: use_few_step
+    fuses it (plain nn.Linear left, weights changed), swaps the scheduler its authors use and
+    adds TCD's eta to every call; without the file it says how to get it."""
+    from diffusers import StableDiffusionXLPipeline
+    from diffusers.utils import convert_state_dict_to_diffusers
+    from peft import LoraConfig
+    from peft.utils import get_peft_model_state_dict
+
+    source = fresh("sdxl")
+    source.unet.add_adapter(LoraConfig(r=4, lora_alpha=4, init_lora_weights=False,
+                                       target_modules=["to_q", "to_k", "to_v", "to_out.0"]))
+    StableDiffusionXLPipeline.save_lora_weights(tmp_path, unet_lora_layers=(
+        convert_state_dict_to_diffusers(get_peft_model_state_dict(source.unet))))
+    pipe = fresh("sdxl")
+    to_q = lambda p: p.unet.down_blocks[1].attentions[0].transformer_blocks[0].attn1.to_q  # noqa: E731
+    before = to_q(pipe).weight.detach().clone()
+    call = fdh.use_few_step(pipe, "tcd", path=str(tmp_path / "pytorch_lora_weights.safetensors"))
+    assert call == {"steps": 4, "guidance": 0.0}
+    assert type(to_q(pipe)) is torch.nn.Linear
+    assert (to_q(pipe).weight - before).abs().max() > 1e-3
+    assert type(pipe.scheduler).__name__ == "TCDScheduler"
+    assert fdh.call_kwargs(pipe, **call)["eta"] == 0.3
+    assert fdh.benchmark(pipe, runs=1, warmup=0, progress=False, **call).scheduler == "TCDScheduler"
+    for name, spec in fdh.FEW_STEP.items():
+        if fdh.few_step_file(name) is None:  # not in this machine's cache
+            with pytest.raises(fdh.FastdiffError, match=f"hf download {spec.repo}"):
+                fdh.use_few_step(fresh("sdxl"), name)
+    with pytest.raises(fdh.FastdiffError, match="LoRA for SDXL"):
+        fdh.use_few_step(fresh("sd15"), "lcm-lora", path="x.safetensors")

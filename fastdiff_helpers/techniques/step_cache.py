@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..errors import FastdiffError
-from ..models.loading import get_denoiser, pipeline_info
+from ..models.loading import call_kwargs, get_denoiser, pipeline_info
 from ._state import applied, record, refuse_after
 from .cache_paths import PATHS
 from .recipe import RecipeError
@@ -206,3 +206,23 @@ def plan_settings(pipe) -> dict[str, Any]:
     return {"every": cache.get("every", 1), "branch": cache.get("branch", 1),
             "guidance_stop": done.get("guidance_stop")}
 
+
+
+def trace_steps(pipe, **kwargs: Any) -> list[tuple[int, str, int]]:
+    """(step, path, batch) of each denoiser call of one call (latent output): the batch as the
+    denoiser's first layer sees it (conv_in, PixArt's pos_embed), the path "full" or "cached"
+    (always "full" without a step cache). `kwargs` as fdh.call_kwargs takes them.
+    Introduced in 12_fewer_denoiser_calls.ipynb."""
+    denoiser = get_denoiser(pipe)
+    first = denoiser.conv_in if hasattr(pipe, "unet") else denoiser.pos_embed
+    batches: list[int] = []
+    handle = first.register_forward_pre_hook(lambda m, args: batches.append(args[0].shape[0]))
+    try:
+        call = call_kwargs(pipe, **kwargs)
+        call["output_type"] = "latent"
+        pipe(**call)
+    finally:
+        handle.remove()
+    plan = step_plan(pipe)
+    paths = [p for _, p, _ in plan.log] if plan is not None else ["full"] * len(batches)
+    return [(i, path, batch) for i, (path, batch) in enumerate(zip(paths, batches))]
