@@ -275,3 +275,25 @@ def test_few_step_weights_load_fused_with_their_scheduler(tmp_path):
                 fdh.use_few_step(fresh("sdxl"), name)
     with pytest.raises(fdh.FastdiffError, match="LoRA for SDXL"):
         fdh.use_few_step(fresh("sd15"), "lcm-lora", path="x.safetensors")
+
+
+def test_diffusers_pyramid_attention_broadcast_recompiles_every_step_on_pixart():
+    """Why PixArt's block cache is written by hand: diffusers' Pyramid Attention Broadcast does
+    attach to PixArt's attention, but its hook keeps the iteration count on the module
+    (hooks/pyramid_attention_broadcast.py:156-173), which dynamo guards as a constant, so a
+    fullgraph compile compiles a new graph on every step (and fails at the recompile limit on
+    the next call); PixArt's pipeline has no current_timestep for its callback either."""
+    from diffusers import PyramidAttentionBroadcastConfig, apply_pyramid_attention_broadcast
+
+    fdh.free_memory()
+    pipe = fresh("pixart")
+    assert not hasattr(pipe, "current_timestep")
+    config = PyramidAttentionBroadcastConfig(spatial_attention_block_skip_range=2,
+                                             spatial_attention_timestep_skip_range=(-1, 1001),
+                                             current_timestep_callback=lambda: 500)
+    apply_pyramid_attention_broadcast(pipe.transformer, config)
+    pipe.transformer.compile(backend="eager", fullgraph=True)
+    before = snapshot()
+    run(pipe, steps=4, output_type="latent")
+    assert events_between(before, snapshot())["frames"] == 4
+    fdh.free_memory()

@@ -11,7 +11,10 @@ inputs the course's pipelines pass (anything else is refused by the step cache):
 - PixArtTransformer2DModel.forward (models/transformers/pixart_transformer_2d.py:227): a block
   cache written by hand (the course's own): the first `branch` blocks run every step; the other
   blocks run on full steps only, and a cached step adds their last residual (their output minus
-  their input) to the fresh output of the first blocks.
+  their input) to the fresh output of the first blocks. By hand because diffusers' Pyramid
+  Attention Broadcast, which does attach to PixArt's attention, keeps its step count on the
+  module, so a compiled transformer recompiles on every step (pinned in
+  tests/test_fewer_calls.py).
 Each full path computes exactly the ops of the library's forward (tests compare the images).
 """
 
