@@ -51,7 +51,8 @@ FEW_STEP: dict[str, FewStep] = {
 
 def few_step_file(name: str) -> str | None:
     """The local path of `name`'s weights in the Hugging Face cache, or None (no network:
-    huggingface_hub.try_to_load_from_cache only looks)."""
+    huggingface_hub.try_to_load_from_cache only looks). Introduced in
+    12_fewer_denoiser_calls.ipynb."""
     if name not in FEW_STEP:
         raise FastdiffError(f"Unknown few-step weights {name!r}. Use one of: "
                             f"{', '.join(FEW_STEP)}.")
