@@ -297,3 +297,36 @@ def test_diffusers_pyramid_attention_broadcast_recompiles_every_step_on_pixart()
     run(pipe, steps=4, output_type="latent")
     assert events_between(before, snapshot())["frames"] == 4
     fdh.free_memory()
+
+
+@pytest.mark.slow
+def test_compiled_with_inductor_through_apply_two_graphs_then_none():
+    """The path a user takes: fdh.apply compiles the cache's paths with inductor (fullgraph);
+    the first call compiles the two graphs, the next two 8-step calls nothing."""
+    fdh.free_memory()
+    pipe = fdh.apply(fresh("sdxl"), fdh.Recipe(compile="default", fullgraph=True,
+                                               compile_vae=False, cache_every=3))
+    before = snapshot()
+    first = run(pipe)
+    assert events_between(before, snapshot())["frames"] == 2
+    before = snapshot()
+    again = [run(pipe) for _ in range(2)]
+    assert events_between(before, snapshot())["frames"] == 0
+    eager = run(fdh.apply(fresh("sdxl"), fdh.Recipe(cache_every=3)))
+    for out in [first] + again:
+        assert np.abs(out - eager).max() <= 1e-4  # test_techniques.COMPILED_TOL
+    fdh.free_memory()
+
+
+def test_cli_bench_takes_the_new_recipe_fields(tmp_path, capsys):
+    from fastdiff_helpers.runs.cli import main
+
+    argv = ["bench", "--model", "sd15", "--weights", "tiny", "--device", "cpu", "--steps", "4",
+            "--runs", "1", "--warmup", "0", "--scheduler", "unipc", "--cache-every", "2",
+            "--guidance-stop", "0.5", "--out", str(tmp_path), "--no-progress"]
+    assert main(argv) == 0
+    (result,) = fdh.load_results(tmp_path / "results.jsonl")
+    assert result.scheduler == "UniPCMultistepScheduler" and result.steps == 4
+    assert result.recipe["cache_every"] == 2 and result.recipe["guidance_stop"] == 0.5
+    assert "sd15 custom:" in capsys.readouterr().out
+    assert main(argv[:-3] + ["--cache-every", "0"]) != 0  # refused, said before any work
