@@ -40,8 +40,11 @@ def _callback(pipe, share: float):
 def stop_guidance(pipe, share: float = 0.5):
     """Classifier-free guidance on the first `share` of the steps only (rounded up: 0.5 of 30
     steps guides 15), at batch 2; the other steps run the conditional prompt alone, at batch 1.
-    share=1.0 changes nothing. Apply before compile (fdh.apply orders it); every call of the
-    pipeline gets it (fdh.call_kwargs adds diffusers' callback where the pipeline takes one).
+    share=1.0 changes nothing. Apply before compile (fdh.apply orders it). On PixArt it acts
+    at the transformer, so every call has it; on SD1.5, SDXL and SSD-1B it is diffusers'
+    callback, which every call the helpers make gets (fdh.call_kwargs adds it: fdh.generate,
+    fdh.benchmark, run_ladder), and a pipe(...) call of your own must pass:
+    callback_on_step_end=fdh.call_kwargs(pipe, steps=n)["callback_on_step_end"].
     Introduced in 12_fewer_denoiser_calls.ipynb."""
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
         raise RecipeError(f"share={share!r}: give the share of the steps that keep guidance, "
