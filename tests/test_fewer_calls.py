@@ -330,3 +330,16 @@ def test_cli_bench_takes_the_new_recipe_fields(tmp_path, capsys):
     assert result.recipe["cache_every"] == 2 and result.recipe["guidance_stop"] == 0.5
     assert "sd15 custom:" in capsys.readouterr().out
     assert main(argv[:-3] + ["--cache-every", "0"]) != 0  # refused, said before any work
+
+
+def test_playground_offers_the_scheduler_and_the_new_fields():
+    panel = fdh.playground(model="sd15", weights="tiny", device="cpu")
+    c = panel.controls
+    c["steps"].value, c["runs"].value, c["warmup"].value = 4, 1, 0
+    assert panel.run() is not None  # the baseline
+    c["scheduler"].value, c["cache_every"].value, c["guidance_stop"].value = "unipc", 2, 0.5
+    result = panel.run()
+    assert result is not None, panel.error.value
+    assert result.scheduler == "UniPCMultistepScheduler" and result.recipe["cache_every"] == 2
+    assert "scheduler=unipc" in result.step and result.quality is not None
+    assert "fdh.step_cache(pipe, every=2, branch=1)" in panel.code.value

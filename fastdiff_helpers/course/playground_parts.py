@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
+from ..models.presets import SCHEDULERS
 from ..techniques.recipe import (ATTENTION, BASELINE, COMPILE_MODES, CONV_SWAPS, DTYPES,
                                  QUANT_FILTERS, QUANTIZE, SCOPES, TF32_MODES, Recipe)
 
@@ -34,9 +35,13 @@ _PHASES = ["idle", "loading the pipeline", "applying the recipe",
            "cold start (compiling), warm-up and timing", "comparing with the baseline", "done"]
 
 
-def describe_recipe(recipe: Recipe) -> str:
-    """A short label: the dtype, then every field that differs from the fp32 baseline."""
-    parts = [recipe.dtype]
+SCHEDULER_CHOICES = ["own", *SCHEDULERS]  # the pipeline's own, or a swap (fdh.set_scheduler)
+
+
+def describe_recipe(recipe: Recipe, scheduler: str = "own") -> str:
+    """A short label: the dtype, then every field that differs from the fp32 baseline, and a
+    scheduler swap."""
+    parts = [recipe.dtype] + ([] if scheduler == "own" else [f"scheduler={scheduler}"])
     for name in recipe.changes(BASELINE):
         value = getattr(recipe, name)
         if name == "dtype":
