@@ -268,7 +268,8 @@ def test_few_step_weights_load_fused_with_their_scheduler(tmp_path):
     assert (to_q(pipe).weight - before).abs().max() > 1e-3
     assert type(pipe.scheduler).__name__ == "TCDScheduler"
     assert fdh.call_kwargs(pipe, **call)["eta"] == 0.3
-    assert fdh.benchmark(pipe, runs=1, warmup=0, progress=False, **call).scheduler == "TCDScheduler"
+    result = fdh.benchmark(pipe, runs=1, warmup=0, progress=False, **call)
+    assert result.scheduler == "TCDScheduler" and "few-step weights fused: tcd" in result.notes
     for name, spec in fdh.FEW_STEP.items():
         if fdh.few_step_file(name) is None:  # not in this machine's cache
             with pytest.raises(fdh.FastdiffError, match=f"hf download {spec.repo}"):

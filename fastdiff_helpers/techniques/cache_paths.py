@@ -126,8 +126,9 @@ def unet_cached(unet, branch: int, feature, sample, timestep, encoder_hidden_sta
                 timestep_cond=None, attention_mask=None, cross_attention_kwargs=None,
                 added_cond_kwargs=None, encoder_attention_mask=None) -> torch.Tensor:
     """The shallow branch only: the first `branch` down blocks, then the last `branch` up
-    blocks from the cached deep feature. (The last shallow down block's downsampler output is
-    computed but unused: block-level granularity; compiled code drops it as dead code.)"""
+    blocks from the cached deep feature. (The last shallow down block runs whole, its
+    downsampler too, whose output no shallow up block reads: block-level granularity.
+    count_flops counts it, as computed.)"""
     sample, c, fus = _unet_prepare(unet, sample, timestep, encoder_hidden_states, timestep_cond,
                                    attention_mask, added_cond_kwargs, encoder_attention_mask)
     res: tuple = (sample,)
