@@ -344,3 +344,20 @@ def test_playground_offers_the_scheduler_and_the_new_fields():
     assert result.scheduler == "UniPCMultistepScheduler" and result.recipe["cache_every"] == 2
     assert "scheduler=unipc" in result.step and result.quality is not None
     assert "fdh.step_cache(pipe, every=2, branch=1)" in panel.code.value
+
+
+@pytest.mark.parametrize("model", ["sd15", "sdxl"])
+def test_the_plain_guidance_code_runs_the_same_steps_as_the_helper(model):
+    """to_code's plain guidance stop, executed on a pipeline of diffusers' own: the same batches
+    as fdh.stop_guidance, also where steps x share lands a hair above a whole number in floats
+    (25 x 0.28 = 7.000000000000001: 7 guided steps, not 8)."""
+    code = fdh.to_code(fdh.Recipe(guidance_stop=0.28), "plain", only="guidance_stop")
+    pipe = fresh(model)
+    namespace = {"pipe": pipe, "num_inference_steps": 25}
+    exec(compile(code, "<plain>", "exec"), namespace)
+    seen = []
+    watch(fdh.get_denoiser(pipe).conv_in, seen)
+    kwargs = fdh.call_kwargs(pipe, steps=25)
+    pipe(**dict(kwargs, output_type="latent", callback_on_step_end=namespace["callback"]))
+    helper = fdh.trace_steps(fdh.stop_guidance(fresh(model), 0.28), steps=25)
+    assert seen == [b for _, _, b in helper] and seen.count(2) == 7

@@ -163,7 +163,7 @@ def _plain(r: Recipe) -> dict[str, list[str]]:
             "from diffusers.callbacks import SDCFGCutoffCallback, SDXLCFGCutoffCallback",
             "Cutoff = SDXLCFGCutoffCallback if hasattr(pipe, 'text_encoder_2') else "
             "SDCFGCutoffCallback",
-            f"guided = math.ceil(num_inference_steps * {r.guidance_stop!r})",
+            f"guided = max(1, math.ceil(num_inference_steps * {r.guidance_stop!r} - 1e-9))",
             "callback = Cutoff(cutoff_step_ratio=None, cutoff_step_index=guided - 1)",
             "# pipe(prompt, num_inference_steps=num_inference_steps, "
             "callback_on_step_end=callback)"]
