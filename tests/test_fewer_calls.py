@@ -361,3 +361,16 @@ def test_the_plain_guidance_code_runs_the_same_steps_as_the_helper(model):
     pipe(**dict(kwargs, output_type="latent", callback_on_step_end=namespace["callback"]))
     helper = fdh.trace_steps(fdh.stop_guidance(fresh(model), 0.28), steps=25)
     assert seen == [b for _, _, b in helper] and seen.count(2) == 7
+
+
+def test_accelerate_regions_with_a_step_plan_are_refused():
+    """accelerate's compile_regions compiles the children of a copy of the transformer; the
+    plan keeps running the original's, so nothing would be compiled (seen: 0 frames)."""
+    with pytest.raises(fdh.RecipeError, match="copy of the transformer"):
+        fdh.Recipe(compile="default", compile_scope="regional-accelerate", cache_every=2)
+    with pytest.raises(fdh.RecipeError, match="copy of the transformer"):
+        fdh.Recipe(compile="default", compile_scope="regional-accelerate", guidance_stop=0.5)
+    pipe = fdh.stop_guidance(fresh("pixart"), 0.5)
+    with pytest.raises(fdh.RecipeError, match="copy of the transformer"):
+        fdh.compile_pipeline(pipe, mode="default", scope="regional-accelerate")
+    assert "compile" not in fdh.pipeline_info(pipe)["applied"]

@@ -70,6 +70,14 @@ CONV_SWAPS = (False, "blog", "all")
 TF32_MODES = ("off", "on", "blog", "guide")
 
 
+# accelerate's compile_regions compiles the children of a new copy of the module
+# (accelerate/utils/other.py, _compile_regions), which the step plan, holding the original's,
+# would never run: the pipeline would run uncompiled, silently
+ACCELERATE_COPIES = ("compile_scope='regional-accelerate' compiles a copy of the transformer that "
+                     "the step cache and PixArt's guidance stop never run: use compile_scope="
+                     "'full', 'regional' or 'regional-extended' with them.")
+
+
 class RecipeError(ValueError):
     """An invalid recipe or combination: the message says why and what to do."""
 
@@ -170,6 +178,9 @@ class Recipe:
                 or not 0 < self.guidance_stop <= 1):
             raise RecipeError(f"guidance_stop={self.guidance_stop!r}: give the share of the "
                               "steps that keep guidance, above 0 and at most 1, or None.")
+        if self.compile_scope == "regional-accelerate" and (self.cache_every > 1 or
+                                                            self.guidance_stop is not None):
+            raise RecipeError(ACCELERATE_COPIES)
         if self.dynamic not in (None, True, False):
             raise RecipeError(f"dynamic must be None, True or False, not {self.dynamic!r}.")
         if self.compile is None:
