@@ -31,6 +31,10 @@ def psnr_text(quality: dict | None) -> str:
     return "identical" if math.isinf(psnr) else f"{psnr:.1f} dB"
 
 
+def _steps(n: int) -> str:
+    return f"{n} step" + ("" if n == 1 else "s")
+
+
 def _scheduler(name: str | None) -> str:
     return f", {name.removesuffix('Scheduler')}" if name else ""  # older records: none
 
@@ -43,7 +47,7 @@ def denoising_text(results) -> str:
     if len(runs) != 1:
         return ""
     steps, scheduler = next(iter(runs))
-    return f"{steps} steps{_scheduler(scheduler)}"
+    return f"{_steps(steps)}{_scheduler(scheduler)}"
 
 
 def denoising_label(result, results) -> str:
@@ -51,4 +55,4 @@ def denoising_label(result, results) -> str:
     scheduler, else '': how a table or chart tells the runs of a scheduler swap apart."""
     if denoising_text(results):
         return ""
-    return f" ({result.steps} steps{_scheduler(result.scheduler)})"
+    return f" ({_steps(result.steps)}{_scheduler(result.scheduler)})"
