@@ -4,7 +4,7 @@ Introduced in 12_fewer_denoiser_calls.ipynb. SD1.5, SDXL and SSD-1B: diffusers' 
 (diffusers/callbacks.py: SDCFGCutoffCallback, SDXLCFGCutoffCallback), passed on every call as
 callback_on_step_end; at the end of the cut-off step they keep the conditional half of the
 prompt embeddings (and SDXL's pooled embeddings and time ids) and set the pipeline's
-_guidance_scale to 0.0 (callbacks.py:92, 130: the callback's own code, the pipelines offer no
+_guidance_scale to 0.0 (callbacks.py:92, 131: the callback's own code, the pipelines offer no
 public setter), so the pipeline stops doubling the batch. PixArt-alpha's pipeline takes no
 callback_on_step_end (only the legacy `callback`, pipeline_pixart_alpha.py:708) and keeps
 guidance in a local variable (:839), so there it is done by hand at the denoiser: its
