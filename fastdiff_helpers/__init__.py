@@ -16,6 +16,10 @@ from .techniques import (apply, capture_denoiser_inputs, compile_pipeline, conv1
                          current_recipe, count_syncs, fuse_qkv, graph_breaks, quantize,
                          remove_syncs, set_attention, set_channels_last, blog_inductor_flags,
                          set_precision, set_tf32, tf32_state)
+from .techniques import step_cache, stop_guidance
+from .techniques.schedulers import set_scheduler, use_few_step
+from .models.few_step import FEW_STEP, few_step_file
+from .techniques.step_cache import trace_steps
 from .techniques.codegen import to_code
 from .techniques.compile_cache import default_cache_dir, use_course_cache
 from .techniques.lora import (enable_lora_hotswap, fuse_lora, load_lora, lora_file_info,

@@ -21,14 +21,15 @@ from ..models.presets import MODELS
 from ..models.pretrained import check_weights
 from ..techniques import apply
 from ..techniques.codegen import to_code
+from ..techniques.schedulers import set_scheduler
 from ..techniques.recipe import BASELINE, Recipe, RecipeError
 from ..measure.bench import benchmark
 from ..measure.quality import compare_images
 from ..results.charts import ladder_chart
 from ..results.store import Result
 from ..results.text import GIB, psnr_text
-from .playground_parts import (_CHOICES, _PHASES, _WORDS, LABELS, RESOLUTIONS, _fmt, _png,
-                               describe_recipe)
+from .playground_parts import (_CHOICES, _PHASES, _WORDS, LABELS, RESOLUTIONS, SCHEDULER_CHOICES,
+                               _fmt, _png, describe_recipe)
 from .settings import course_settings
 
 __all__ = ["Playground", "playground", "describe_recipe"]
@@ -73,7 +74,8 @@ class Playground:
             "steps": number("steps", settings.steps, 1, 200),
             "resolution": dropdown("resolution", RESOLUTIONS, 0),
             "runs": number("timed runs", settings.runs, 1, 50),
-            "warmup": number("warm-up", settings.warmup, 0, 10)}
+            "warmup": number("warm-up", settings.warmup, 0, 10),
+            "scheduler": dropdown("scheduler", SCHEDULER_CHOICES, "own")}
         for name, label in LABELS.items():
             default = getattr(BASELINE, name)
             self.controls[name] = (
@@ -112,7 +114,7 @@ class Playground:
                    "<b>baseline</b>: later runs show their speed-up and PSNR against it. "
                    f"Device: <code>{html.escape(self.device)}</code>, weights: "
                    f"<code>{html.escape(weights)}</code>."),
-            row(c["model"], c["steps"], c["resolution"], c["runs"], c["warmup"]),
+            row(c["model"], c["steps"], c["resolution"], c["runs"], c["warmup"], c["scheduler"]),
             row(*[c[n] for n in LABELS if c[n] not in boxes]), row(*boxes),
             row(self.run_button, self.reset_button, self.progress, self.status),
             self.error, self.notes, self.log, self.code, self.table,
@@ -188,6 +190,8 @@ class Playground:
             self._phase(1)
             pipe = self._in_log(load_pipeline, c["model"].value, weights=self.weights,
                                 device=self.device)
+            if c["scheduler"].value != "own":  # 12_fewer_denoiser_calls: steps vs solver
+                set_scheduler(pipe, c["scheduler"].value)
             self._phase(2)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -198,7 +202,7 @@ class Playground:
             result = self._in_log(benchmark, pipe, steps=c["steps"].value, height=size,
                                   width=size, runs=c["runs"].value, warmup=c["warmup"].value,
                                   max_runs=self.max_runs(c["runs"].value),
-                                  step=describe_recipe(recipe))
+                                  step=describe_recipe(recipe, c["scheduler"].value))
             self._phase(4)
             self._add(result, notes)
             self._phase(5)

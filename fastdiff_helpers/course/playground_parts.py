@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
+from ..models.presets import SCHEDULERS
 from ..techniques.recipe import (ATTENTION, BASELINE, COMPILE_MODES, CONV_SWAPS, DTYPES,
                                  QUANT_FILTERS, QUANTIZE, SCOPES, TF32_MODES, Recipe)
 
@@ -15,7 +16,9 @@ LABELS = {"dtype": "dtype", "tf32": "TF32", "attention": "attention", "channels_
           "compile": "compile", "compile_scope": "compile scope", "compile_vae": "compile VAE",
           "fullgraph": "fullgraph", "dynamic": "dynamic", "inductor_flags": "inductor flags",
           "fuse_qkv": "fused QKV", "no_sync": "no GPU syncs", "quantize": "quantize",
-          "quant_filter": "quant filter", "conv1x1_to_linear": "1x1 conv to linear"}
+          "quant_filter": "quant filter", "conv1x1_to_linear": "1x1 conv to linear",
+          "cache_every": "step cache every", "cache_branch": "cache branch",
+          "guidance_stop": "guidance on first"}
 # A Dropdown's value None means "nothing selected", so None/True/False travel as words.
 _WORDS = {"off": None, "auto": None, "True": True, "False": False}
 _CHOICES: dict[str, list] = {
@@ -23,15 +26,22 @@ _CHOICES: dict[str, list] = {
     "compile": ["off", *COMPILE_MODES[1:]], "compile_scope": list(SCOPES),
     "dynamic": ["auto", "True", "False"], "quantize": ["off", *QUANTIZE[1:]],
     "quant_filter": list(QUANT_FILTERS), "tf32": ["auto", *TF32_MODES],
-    "conv1x1_to_linear": ["off", *CONV_SWAPS[1:]]}
+    "conv1x1_to_linear": ["off", *CONV_SWAPS[1:]],
+    # 12_fewer_denoiser_calls: every 1 is no cache; guidance "off" (None) is guidance throughout
+    "cache_every": [1, 2, 3, 4, 5], "cache_branch": [1, 2, 3],
+    "guidance_stop": ["off", 0.25, 0.5, 0.75]}
 RESOLUTIONS = [("model default", 0)] + [(f"{n}x{n}", n) for n in (64, 128, 256, 512, 768, 1024)]
 _PHASES = ["idle", "loading the pipeline", "applying the recipe",
            "cold start (compiling), warm-up and timing", "comparing with the baseline", "done"]
 
 
-def describe_recipe(recipe: Recipe) -> str:
-    """A short label: the dtype, then every field that differs from the fp32 baseline."""
-    parts = [recipe.dtype]
+SCHEDULER_CHOICES = ["own", *SCHEDULERS]  # the pipeline's own, or a swap (fdh.set_scheduler)
+
+
+def describe_recipe(recipe: Recipe, scheduler: str = "own") -> str:
+    """A short label: the dtype, then every field that differs from the fp32 baseline, and a
+    scheduler swap."""
+    parts = [recipe.dtype] + ([] if scheduler == "own" else [f"scheduler={scheduler}"])
     for name in recipe.changes(BASELINE):
         value = getattr(recipe, name)
         if name == "dtype":

@@ -201,6 +201,8 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     if "quantize" in info["applied"]:
         quant = info["applied"]["quantize"]
         notes.append(f"{quant['kind']}: {quant['linears']} linear layers quantized")
+    if "few_step" in info["applied"]:  # weights changed by fdh.use_few_step: not in the recipe
+        notes.append(f"few-step weights fused: {info['applied']['few_step']}")
     if isinstance(info["applied"].get("no_sync"), dict):
         notes.append(f"no_sync: {info['applied']['no_sync']['why']}")
     if info.get("recipe") is None:

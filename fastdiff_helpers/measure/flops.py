@@ -25,6 +25,8 @@ from .. import checks
 from ..models.loading import native_resolution, pipeline_spec
 from ..models.noise import quiet_known_noise
 from ..models.presets import Component, ModelSpec, get_spec
+from ..techniques.cache_paths import PATHS
+from ..techniques.step_cache import cached_schedule, guided_steps, plan_settings
 
 __all__ = ["count_flops", "flop_floor_seconds", "measure_matmul_tflops"]
 
@@ -85,10 +87,9 @@ def _meta(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return torch.empty(*shape, dtype=dtype, device="meta")
 
 
-@functools.lru_cache(maxsize=32)
-def _denoiser_flops(key: _Key, batch: int, height: int, width: int, tokens: int,
-                    pooled_dim: int | None) -> int:
-    model = _meta_copy(key)
+def _denoiser_inputs(model, batch: int, height: int, width: int, tokens: int,
+                     pooled_dim: int | None) -> dict[str, Any]:
+    """Meta inputs of one denoiser call, by keyword, as the pipelines pass them."""
     cfg = model.config
     h, w = height // 8, width // 8
     sample = _meta(batch, cfg.in_channels, h, w)
@@ -98,15 +99,37 @@ def _denoiser_flops(key: _Key, batch: int, height: int, width: int, tokens: int,
         if getattr(model, "use_additional_conditions", False):
             added = {"resolution": _meta(batch, 2), "aspect_ratio": _meta(batch, 1)}
         text = _meta(batch, tokens, cfg.caption_channels)
-        return _count(model, sample, encoder_hidden_states=text, timestep=timestep,
-                      added_cond_kwargs=added, encoder_attention_mask=_meta(batch, tokens))
-    kwargs: dict[str, Any] = {}
+        return dict(hidden_states=sample, encoder_hidden_states=text, timestep=timestep,
+                    added_cond_kwargs=added, encoder_attention_mask=_meta(batch, tokens))
+    kwargs: dict[str, Any] = dict(sample=sample, timestep=timestep,
+                                  encoder_hidden_states=_meta(batch, tokens,
+                                                              cfg.cross_attention_dim))
     if cfg.addition_embed_type == "text_time":  # SDXL / SSD-1B: pooled text + 6 time ids
         if pooled_dim is None:
             pooled_dim = cfg.projection_class_embeddings_input_dim - 6 * cfg.addition_time_embed_dim
         kwargs["added_cond_kwargs"] = {"text_embeds": _meta(batch, pooled_dim),
                                        "time_ids": _meta(batch, 6)}
-    return _count(model, sample, timestep, _meta(batch, tokens, cfg.cross_attention_dim), **kwargs)
+    return kwargs
+
+
+@functools.lru_cache(maxsize=32)
+def _denoiser_flops(key: _Key, batch: int, height: int, width: int, tokens: int,
+                    pooled_dim: int | None) -> int:
+    model = _meta_copy(key)
+    return _count(model, **_denoiser_inputs(model, batch, height, width, tokens, pooled_dim))
+
+
+@functools.lru_cache(maxsize=32)
+def _cached_step_flops(key: _Key, batch: int, height: int, width: int, tokens: int,
+                       pooled_dim: int | None, branch: int) -> int:
+    """FLOPs of one cached step of the step cache (techniques/cache_paths.py): what it computes,
+    the shallow branch, counted the same way as a full call."""
+    model = _meta_copy(key)
+    full, cached, _ = PATHS["transformer" if "caption_channels" in model.config else "unet"]
+    inputs = _denoiser_inputs(model, batch, height, width, tokens, pooled_dim)
+    with torch.no_grad():
+        _, feature = full(model, branch, **inputs)
+    return _count(cached, model, branch, feature, **inputs)
 
 
 @functools.lru_cache(maxsize=32)
@@ -155,8 +178,11 @@ def count_flops(pipe_or_model_key: Any, height: int | None = None, width: int | 
 
     Returns FLOPs (not FLOP/s): denoiser_per_forward (one call at that batch), vae_decode,
     text_encoders (every encoder pass of one prompt, plus the negative prompt's where the
-    pipeline encodes it), per_image = steps * denoiser_per_forward + vae_decode +
-    text_encoders, and batch, height, width, steps. Cached per configuration."""
+    pipeline encodes it), denoiser_total (every step; steps * denoiser_per_forward unless a
+    pipeline runs fewer denoiser FLOPs: fdh.step_cache counts a cached step as the shallow
+    branch it computes, fdh.stop_guidance the unguided steps at batch 1), per_image =
+    denoiser_total + vae_decode + text_encoders, schedule (each step's path and batch, e.g.
+    "full/2", "cached/1"), and batch, height, width, steps. Cached per configuration."""
     spec, keys, encodes_negative, size, tokens = _pipeline_parts(pipe_or_model_key)
     checks.whole("steps", steps, 1, none=True)
     for name, value in (("height", height), ("width", width)):
@@ -175,9 +201,23 @@ def count_flops(pipe_or_model_key: Any, height: int | None = None, width: int | 
     passes = 2 if cfg and encodes_negative else 1
     text = sum(passes * _text_encoder_flops(keys[name], tokens)
                for name in _TEXT_ENCODERS if name in keys)
+    # fewer denoiser calls (fdh.step_cache, fdh.stop_guidance): each step as what it computes
+    plan = (plan_settings(pipe_or_model_key) if not isinstance(pipe_or_model_key, str) else
+            {"every": 1, "branch": 1, "guidance_stop": None})
+    schedule = cached_schedule(steps, plan["every"],
+                               guided_steps(steps, plan["guidance_stop"]) if cfg else 0)
+    per_step = {("full", batch): denoiser}
+    for path, b in set(schedule) - set(per_step):
+        per_step[path, b] = (
+            _denoiser_flops(keys[spec.denoiser], b, height, width, tokens, pooled)
+            if path == "full" else
+            _cached_step_flops(keys[spec.denoiser], b, height, width, tokens, pooled,
+                               plan["branch"]))
+    total = sum(per_step[s] for s in schedule)
     return {"denoiser_per_forward": denoiser, "vae_decode": vae, "text_encoders": text,
-            "per_image": steps * denoiser + vae + text, "batch": batch, "height": height,
-            "width": width, "steps": steps}
+            "denoiser_total": total, "per_image": total + vae + text, "batch": batch,
+            "height": height, "width": width, "steps": steps,
+            "schedule": ["/".join((p, str(b))) for p, b in schedule]}
 
 
 def flop_floor_seconds(flops_per_image: float | dict, tflops_per_s: float) -> float:

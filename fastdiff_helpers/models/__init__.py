@@ -6,6 +6,7 @@
     pretrained  pretrained weights: are they here, what weights="auto" picks, safetensors only
     loading     load_pipeline (one path for the three weight sources), the pipeline's record
                 (pipeline_info), the arguments of a call (call_kwargs), free_memory
+    few_step    few-step distilled SDXL weights: hub files, the scheduler and steps each needs
     noise       the libraries' messages known to be harmless, silenced on the way in
 
 Imports nothing of the package above it: only the ground (errors.py, checks.py).

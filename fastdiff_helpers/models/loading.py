@@ -223,6 +223,10 @@ def call_kwargs(pipe, prompt: str = DEFAULT_PROMPT,
         width=width or size, guidance_scale=spec.guidance if guidance is None else guidance,
         generator=torch.Generator("cpu").manual_seed(seed), output_type="pil")
     kwargs.update(spec.call_kwargs)
+    # arguments a technique adds to every call, made from this call's own (fdh.stop_guidance:
+    # diffusers' CFG cut-off callback, whose step index depends on the steps)
+    for extra in pipeline_info(pipe).get("per_call", ()):
+        kwargs.update(extra(kwargs))
     return kwargs
 
 

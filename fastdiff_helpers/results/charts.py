@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 from .. import checks
 from ..measure.quality import compare_images
 from .store import Result
+from .text import denoising_label, denoising_text
 
 __all__ = [
     "Reference", "ChartFigure", "ladder_chart", "memory_chart", "quality_chart",
@@ -162,13 +163,13 @@ def ladder_chart(
             text.set_gid("reference")
         ax.legend(loc="upper right", fontsize=8)
 
-    ax.set_xticks(xs, _ticks(fig, [r.step for r in results]), fontsize=9)
+    ax.set_xticks(xs, _ticks(fig, [r.step + denoising_label(r, results) for r in results]), fontsize=9)
     ax.set_ylabel(_fit(fig, "seconds per image (median)" + (
         ", whiskers: IQR of the timed runs" if whiskered else ""), vertical=True))
     tallest = max([r.latency_quartiles_s[1] for r in results if _timed(r)] + [top])
     ax.set_ylim(0, tallest * 1.35)  # room for the labels above the whiskers
     ax.set_title(_fit(fig, title or f"{first.model} ({first.weights} weights) on "
-                      f"{first.device_name}: {first.height}x{first.width}, {first.steps} steps",
+                      f"{first.device_name}: {first.height}x{first.width}, {denoising_text(results) or 'steps per bar'}",
                       12))
     return fig
 
@@ -203,7 +204,7 @@ def memory_chart(results: Sequence[Result]) -> Figure:
     names = [_MEMORY_KINDS.get(k, k) for k in kinds]
     kind = names[0] if len(names) == 1 else ("mixed: " + ", ".join(names) if names else "unknown kind")
     ax.set_ylabel(f"peak memory, GiB ({kind})")
-    ax.set_xticks(xs, _ticks(fig, [r.step for r in results]), fontsize=9)
+    ax.set_xticks(xs, _ticks(fig, [r.step + denoising_label(r, results) for r in results]), fontsize=9)
     top = max(gib + [v for v in reserved if v is not None])
     ax.set_ylim(0, (top or 1.0) * 1.2)
     if any(v is not None for v in reserved):

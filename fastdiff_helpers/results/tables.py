@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..measure.record import Result
-from .text import memory_text, psnr_text, seconds_text
+from .text import denoising_label, memory_text, psnr_text, seconds_text
 
 __all__ = ["format_table"]
 
@@ -17,7 +17,8 @@ def format_table(results: Sequence[Result]) -> str:
     in a full ladder) and vs the previous one, peak memory (headed with its kind: CUDA
     allocated or process RSS; CUDA peak reserved, which counts CUDA-graph pools, beside it),
     PSNR vs the baseline, cold start, and a flags column where a result carries a warning
-    (Result.flags: e.g. a compilation inside its timed calls).
+    (Result.flags: e.g. a compilation inside its timed calls). Where the results ran other
+    step counts or schedulers, each step's label says its own (results.text.denoising_label).
 
     Introduced in 02_precision.ipynb."""
     timed = [r for r in results if r.error is None and r.latency_s]
@@ -31,12 +32,13 @@ def format_table(results: Sequence[Result]) -> str:
             *(("flags",) if flagged else ()))
     rows, first, prev = [], None, None
     for r in results:
+        step = r.step + denoising_label(r, timed)  # steps and scheduler, where they differ
         if r.error is not None or not r.latency_s:
             message = (r.error or "no timing").splitlines()[0][:90]
-            rows.append((r.step, f"FAILED: {message}"))
+            rows.append((step, f"FAILED: {message}"))
             continue
         first = first or r.latency_s
-        rows.append((r.step, seconds_text(r.latency_s), f"{first / r.latency_s:.2f}x",
+        rows.append((step, seconds_text(r.latency_s), f"{first / r.latency_s:.2f}x",
                      f"{prev / r.latency_s:.2f}x" if prev else "-",
                      memory_text(r.peak_memory_bytes),
                      *((memory_text(r.peak_reserved_bytes),) if reserved else ()), psnr_text(r.quality),

@@ -101,6 +101,9 @@ def _recipe_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quant-filter", default="blog", choices=QUANT_FILTERS)
     p.add_argument("--conv1x1-to-linear", default="none", choices=["none", "blog", "all"],
                    help="swap 1x1 convs for linears: blog (diffusion-fast's filter) or all")
+    p.add_argument("--cache-every", type=int, default=1, help="step cache: deep part every N steps")
+    p.add_argument("--cache-branch", type=int, default=1, help="step cache: levels kept fresh")
+    p.add_argument("--guidance-stop", type=float, default=None, help="guidance on this share")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -218,7 +221,8 @@ def _recipe(args: argparse.Namespace) -> Recipe:
         dynamic=None if args.dynamic is None else args.dynamic == "true",
         inductor_flags=args.inductor_flags, fuse_qkv=args.fuse_qkv, no_sync=args.no_sync,
         quantize=_none(args.quantize), quant_filter=args.quant_filter,
-        conv1x1_to_linear=_none(args.conv1x1_to_linear) or False)
+        conv1x1_to_linear=_none(args.conv1x1_to_linear) or False, cache_every=args.cache_every,
+        cache_branch=args.cache_branch, guidance_stop=args.guidance_stop)
 
 
 def _bench(args: argparse.Namespace) -> None:

@@ -11,6 +11,11 @@ to compose them. Introduced in 01_baseline.ipynb (apply) and one notebook per te
     syncs          finding and removing device-to-host syncs in the loop
     quantization   dynamic int8, weight-only int8, fp8 with torchao; the 1x1-conv swap
     codegen        fdh.to_code(recipe): the surgery as source to paste
+    schedulers     fewer steps: another diffusers scheduler in place of the pipeline's own,
+                   few-step distilled weights loaded with theirs
+    step_cache     a step cache (DeepCache-style for UNets, a block cache for PixArt)
+    cache_paths    the denoiser cut in two for it: the full and the cached path
+    guidance       classifier-free guidance stopped after a share of the steps
     lora           LoRA files made in code, loaded, hot-swapped on a compiled pipeline, fused
     memory_savers  the offloads, VAE slicing and tiling, the text encoders dropped after
                    encoding
@@ -36,6 +41,8 @@ from .quantization import (blog_conv_filter, blog_filter, conv1x1_to_linear, fas
                            quantize)
 from .recipe import WEIGHT_DTYPES, Recipe, RecipeError
 from .syncs import count_syncs, remove_syncs
+from .guidance import stop_guidance
+from .step_cache import check_branch, step_cache
 
 UNCOMPILED_QUANT_WARNING = (
     "quantize={kind!r} without torch.compile: on a GPU the quantized matmuls need compile to "
@@ -74,7 +81,10 @@ def current_recipe(pipe) -> dict:
              conv1x1_to_linear=done.get("conv1x1_to_linear", {}).get("filter", False),
              tf32=tf32,
              quantize=quant.get("kind"), quant_filter=quant.get("filter", "blog"),
-             inductor_flags=bool(done.get("inductor_flags")))
+             inductor_flags=bool(done.get("inductor_flags")),
+             cache_every=done.get("step_cache", {}).get("every", 1),
+             cache_branch=done.get("step_cache", {}).get("branch", 1),
+             guidance_stop=done.get("guidance_stop"))
     if compiled:
         d.update(compile=compiled["mode"], compile_scope=compiled["scope"],
                  compile_vae=compiled["compile_vae"], fullgraph=compiled["fullgraph"],
@@ -85,7 +95,7 @@ def current_recipe(pipe) -> dict:
 def apply(pipe, recipe: Recipe):
     """Validate `recipe` for this pipeline's device, then apply it in the fixed order:
     precision, 1x1 conv swap, fused QKV, attention, channels_last, quantization, sync
-    removal, compile. (diffusion-fast swaps the convs after channels_last, just before
+    removal, step cache, guidance stop, compile. (diffusion-fast swaps the convs after channels_last, just before
     quantizing; the two orders give the same module, since a swapped conv has no 4-D weight.)
     Recorded on the pipeline (fdh.pipeline_info(pipe)["recipe"]).
 
@@ -113,6 +123,8 @@ def apply(pipe, recipe: Recipe):
     recipe.check_device(str(device))                # then refusals, before any work
     if recipe.compile:
         check_scope(pipe, recipe.compile_scope)
+    if recipe.cache_every > 1:
+        check_branch(pipe, recipe.cache_branch)
     check_attention(pipe, recipe.attention, str(WEIGHT_DTYPES[recipe.dtype]).removeprefix("torch."))
     if recipe.quantize and recipe.compile is None:
         warnings.warn(UNCOMPILED_QUANT_WARNING.format(kind=recipe.quantize), stacklevel=2)
@@ -132,6 +144,10 @@ def apply(pipe, recipe: Recipe):
         quantize(pipe, recipe.quantize, recipe.quant_filter)
     if recipe.no_sync:
         remove_syncs(pipe)
+    if recipe.cache_every > 1:
+        step_cache(pipe, recipe.cache_every, recipe.cache_branch)
+    if recipe.guidance_stop is not None:
+        stop_guidance(pipe, recipe.guidance_stop)
     if recipe.compile:
         compile_pipeline(pipe, recipe.compile, recipe.compile_scope, recipe.compile_vae,
                          recipe.fullgraph, recipe.dynamic, recipe.inductor_flags)
@@ -143,4 +159,4 @@ __all__ = ["apply", "current_recipe", "set_precision", "set_tf32", "set_attentio
            "compile_pipeline", "blog_inductor_flags", "fuse_qkv", "remove_syncs", "quantize",
            "conv1x1_to_linear", "graph_breaks", "count_syncs", "capture_denoiser_inputs",
            "blog_filter", "fastdiff_filter", "blog_conv_filter", "tf32_state",
-           "SDPABackendProcessor", "RecipeError"]
+           "SDPABackendProcessor", "RecipeError", "step_cache", "stop_guidance"]

@@ -55,6 +55,10 @@ def _fdh(r: Recipe) -> list[str]:
         lines.append(f"fdh.quantize(pipe, {r.quantize!r}, quant_filter={r.quant_filter!r})")
     if r.no_sync:
         lines.append("fdh.remove_syncs(pipe)")
+    if r.cache_every > 1:
+        lines.append(f"fdh.step_cache(pipe, every={r.cache_every}, branch={r.cache_branch})")
+    if r.guidance_stop is not None:
+        lines.append(f"fdh.stop_guidance(pipe, {r.guidance_stop!r})")
     if r.compile:
         lines.append(f"fdh.compile_pipeline(pipe, mode={r.compile!r}, scope={r.compile_scope!r}, "
                      f"compile_vae={r.compile_vae}, fullgraph={r.fullgraph}, "
@@ -63,7 +67,8 @@ def _fdh(r: Recipe) -> list[str]:
 
 
 SECTIONS = ("precision", "conv1x1_to_linear", "fuse_qkv", "drop_unfused", "attention",
-            "channels_last", "quantize", "no_sync_plan", "no_sync", "compile")
+            "channels_last", "quantize", "no_sync_plan", "no_sync", "step_cache",
+            "guidance_stop", "compile")
 
 
 def _plain(r: Recipe) -> dict[str, list[str]]:
@@ -143,6 +148,25 @@ def _plain(r: Recipe) -> dict[str, list[str]]:
                           + ["move, why = no_sync_plan(pipe)", "print('no_sync:', why)",
                              "if move:", "    keep_scheduler_on_cpu(pipe)",
                              "    upload_timestep_without_sync(denoiser)"])
+    if r.cache_every > 1:
+        # no library has a step cache that compiles for these denoisers (12_fewer_denoiser_calls)
+        out["step_cache"] = ["# the course's own step cache: ~250 lines in "
+                             "fastdiff_helpers/techniques/cache_paths.py and step_cache.py",
+                             "import fastdiff_helpers as fdh",
+                             f"fdh.step_cache(pipe, every={r.cache_every}, "
+                             f"branch={r.cache_branch})"]
+    if r.guidance_stop is not None:
+        out["guidance_stop"] = [
+            "# guidance on the first share of the steps: diffusers' own callback, on each call",
+            "# (PixArt's pipeline takes none: fdh.stop_guidance does it at its transformer)",
+            "import math",
+            "from diffusers.callbacks import SDCFGCutoffCallback, SDXLCFGCutoffCallback",
+            "Cutoff = SDXLCFGCutoffCallback if hasattr(pipe, 'text_encoder_2') else "
+            "SDCFGCutoffCallback",
+            f"guided = max(1, math.ceil(num_inference_steps * {r.guidance_stop!r} - 1e-9))",
+            "callback = Cutoff(cutoff_step_ratio=None, cutoff_step_index=guided - 1)",
+            "# pipe(prompt, num_inference_steps=num_inference_steps, "
+            "callback_on_step_end=callback)"]
     if r.compile:
         args = f"mode={r.compile!r}, fullgraph={r.fullgraph}, dynamic={r.dynamic}"
         lines = []

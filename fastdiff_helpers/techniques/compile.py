@@ -15,7 +15,8 @@ from ..models.loading import call_kwargs, get_denoiser, pipeline_device
 from ..models.noise import quiet_known_noise
 from .compile_cache import use_course_cache
 from ._state import applied, modules, record
-from .recipe import COMPILE_MODES, SCOPES, RecipeError, compile_mode_for
+from .recipe import ACCELERATE_COPIES, COMPILE_MODES, SCOPES, RecipeError, compile_mode_for
+from .step_cache import compile_plan, step_plan
 
 # The blog's four inductor settings, and the one it added for int8 dynamic quantization that
 # torch still reads. diffusion-fast also set use_mixed_mm, which torch 2.13 ignores
@@ -113,6 +114,8 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
         raise RecipeError("This pipeline is already compiled; load a fresh pipeline to compile "
                           "it another way.")
     check_scope(pipe, scope)
+    if scope == "regional-accelerate" and step_plan(pipe) is not None:
+        raise RecipeError(ACCELERATE_COPIES)
     if note is not None:
         print(f"fastdiff: {note}")
     use_course_cache()  # one cache folder for the course, said once
@@ -134,7 +137,8 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
         record(pipe, "use_duck_shape", False)
     denoiser = get_denoiser(pipe)
     if scope == "full":
-        denoiser.compile(**kwargs)
+        if not compile_plan(pipe, **kwargs):  # a step plan: its paths, each compiled once
+            denoiser.compile(**kwargs)
     elif scope == "regional":
         denoiser.compile_repeated_blocks(**kwargs)
     elif scope == "regional-extended":

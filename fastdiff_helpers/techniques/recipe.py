@@ -70,6 +70,14 @@ CONV_SWAPS = (False, "blog", "all")
 TF32_MODES = ("off", "on", "blog", "guide")
 
 
+# accelerate's compile_regions compiles the children of a new copy of the module
+# (accelerate/utils/other.py, _compile_regions), which the step plan, holding the original's,
+# would never run: the pipeline would run uncompiled, silently
+ACCELERATE_COPIES = ("compile_scope='regional-accelerate' compiles a copy of the transformer that "
+                     "the step cache and PixArt's guidance stop never run: use compile_scope="
+                     "'full', 'regional' or 'regional-extended' with them.")
+
+
 class RecipeError(ValueError):
     """An invalid recipe or combination: the message says why and what to do."""
 
@@ -96,6 +104,11 @@ class Recipe:
         "blog" (diffusion-fast's) | "fastdiff" (ours) | "all" | a callable(module, fqn) -> bool
     conv1x1_to_linear: False | "blog" (diffusion-fast's filter, torchao's swap) | "all" (ours:
         every pointwise conv); True means "all"
+    cache_every, cache_branch: the course's step cache (fdh.step_cache): the denoiser's deep
+        part on every cache_every-th step only (1: no cache), cache_branch levels or blocks
+        recomputed on every step
+    guidance_stop: None | the share of the steps that keep classifier-free guidance
+        (fdh.stop_guidance; the rest run at batch 1)
 
     GPU-only choices on a machine without them: one policy, applied by fdh.apply and so the
     same in the CLI, run_ladder, `make demo` and the playground (Recipe.for_device makes the
@@ -126,6 +139,9 @@ class Recipe:
     quantize: str | None = None
     quant_filter: str | Callable[..., bool] = field(default="blog", compare=True)
     conv1x1_to_linear: bool | str = False
+    cache_every: int = 1
+    cache_branch: int = 1
+    guidance_stop: float | None = None
 
     def __post_init__(self) -> None:
         if self.conv1x1_to_linear is True or self.conv1x1_to_linear is None:
@@ -152,6 +168,19 @@ class Recipe:
                               "for true fp32, or leave tf32 unset.")
         if not callable(self.quant_filter):
             one_of("quant_filter", self.quant_filter, QUANT_FILTERS)
+        for name in ("cache_every", "cache_branch"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise RecipeError(f"{name}={value!r}: give a whole number, 1 or more.")
+        if self.guidance_stop is not None and (
+                isinstance(self.guidance_stop, bool) or not isinstance(self.guidance_stop,
+                                                                       (int, float))
+                or not 0 < self.guidance_stop <= 1):
+            raise RecipeError(f"guidance_stop={self.guidance_stop!r}: give the share of the "
+                              "steps that keep guidance, above 0 and at most 1, or None.")
+        if self.compile_scope == "regional-accelerate" and (self.cache_every > 1 or
+                                                            self.guidance_stop is not None):
+            raise RecipeError(ACCELERATE_COPIES)
         if self.dynamic not in (None, True, False):
             raise RecipeError(f"dynamic must be None, True or False, not {self.dynamic!r}.")
         if self.compile is None:

@@ -143,10 +143,14 @@ def _loop_marks(pipe, call: dict, caught: list) -> tuple[list[int], list[int]]:
             start.append(len(caught))
         return progress_bar(*args, **kwargs)
 
+    original = call.get("callback_on_step_end")  # a technique's own (fdh.stop_guidance)
+
     def on_step_end(p, i, t, cb_kwargs):
         marks.append(len(caught))
-        return cb_kwargs
+        return original(p, i, t, cb_kwargs) if original is not None else cb_kwargs
 
     pipe.progress_bar = opening
     call["callback_on_step_end"] = on_step_end
+    if original is not None:  # the pipeline reads a PipelineCallback's inputs off the object
+        call["callback_on_step_end_tensor_inputs"] = list(original.tensor_inputs)
     return start, marks

@@ -1,0 +1,63 @@
+"""Classifier-free guidance stopped after a share of the steps: the rest run at batch 1.
+
+Introduced in 12_fewer_denoiser_calls.ipynb. SD1.5, SDXL and SSD-1B: diffusers' own callbacks
+(diffusers/callbacks.py: SDCFGCutoffCallback, SDXLCFGCutoffCallback), passed on every call as
+callback_on_step_end; at the end of the cut-off step they keep the conditional half of the
+prompt embeddings (and SDXL's pooled embeddings and time ids) and set the pipeline's
+_guidance_scale to 0.0 (callbacks.py:92, 131: the callback's own code, the pipelines offer no
+public setter), so the pipeline stops doubling the batch. PixArt-alpha's pipeline takes no
+callback_on_step_end (only the legacy `callback`, pipeline_pixart_alpha.py:708) and keeps
+guidance in a local variable (:839), so there it is done by hand at the denoiser: its
+StepPlan runs the conditional half alone and hands it back twice, which the pipeline's guidance
+turns into the conditional prediction itself (uncond + g * (cond - uncond) with uncond = cond).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..models.loading import pipeline_info
+from ._state import record, refuse_after
+from .recipe import RecipeError
+from .step_cache import guided_steps, step_plan
+
+
+def _callback(pipe, share: float):
+    from diffusers.callbacks import SDCFGCutoffCallback, SDXLCFGCutoffCallback
+
+    cls = SDXLCFGCutoffCallback if hasattr(pipe, "text_encoder_2") else SDCFGCutoffCallback
+
+    def per_call(kwargs: dict[str, Any]) -> dict[str, Any]:
+        steps = kwargs["num_inference_steps"]
+        guided = guided_steps(steps, share)
+        if guided >= steps or kwargs["guidance_scale"] <= 1:
+            return {}
+        # the callback runs after step `cutoff`: steps 0..cutoff keep guidance
+        return {"callback_on_step_end": cls(cutoff_step_ratio=None, cutoff_step_index=guided - 1)}
+    return per_call
+
+
+def stop_guidance(pipe, share: float = 0.5):
+    """Classifier-free guidance on the first `share` of the steps only (rounded up: 0.5 of 30
+    steps guides 15), at batch 2; the other steps run the conditional prompt alone, at batch 1.
+    share=1.0 changes nothing. Apply before compile (fdh.apply orders it). On PixArt it acts
+    at the transformer, so every call has it; on SD1.5, SDXL and SSD-1B it is diffusers'
+    callback, which every call the helpers make gets (fdh.call_kwargs adds it: fdh.generate,
+    fdh.benchmark, run_ladder), and a pipe(...) call of your own must pass:
+    callback_on_step_end=fdh.call_kwargs(pipe, steps=n)["callback_on_step_end"].
+    Introduced in 12_fewer_denoiser_calls.ipynb."""
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+        raise RecipeError(f"share={share!r}: give the share of the steps that keep guidance, "
+                          "above 0 and at most 1 (0.5: the first half).")
+    refuse_after(pipe, "stop_guidance", "compile")
+    info = pipeline_info(pipe)
+    if "guidance_stop" in info["applied"]:
+        raise RecipeError("Guidance already stops on this pipeline; load a fresh one to change "
+                          "where.")
+    share = float(share)
+    if type(pipe).__name__.startswith("PixArt"):
+        step_plan(pipe, create=True).guidance_stop = share
+    else:
+        info.setdefault("per_call", []).append(_callback(pipe, share))
+    record(pipe, "guidance_stop", share)
+    return pipe

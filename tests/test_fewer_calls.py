@@ -1,0 +1,376 @@
+"""Fewer denoiser calls (issue 26): the step cache, the guidance stop and the scheduler swap, on
+the four tiny models on the CPU. Hooks on the denoiser's own blocks count what really ran."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+import fastdiff_helpers as fdh
+from fastdiff_helpers.measure.compile_events import events_between, snapshot
+from fastdiff_helpers.techniques.cache_paths import PATHS
+from fastdiff_helpers.techniques.step_cache import cached_schedule, guided_steps, step_plan
+
+from conftest import MODEL_KEYS
+
+STEPS = 8
+EXACT_MATH = 2e-5  # test_techniques.py: the same-math bound on the float image
+
+
+def fresh(model):
+    return fdh.load_pipeline(model, weights="tiny", device="cpu", verbose=False)
+
+
+def run(pipe, steps=STEPS, output_type="np"):
+    kwargs = fdh.call_kwargs(pipe, steps=steps)
+    kwargs["output_type"] = output_type
+    out = pipe(**kwargs).images
+    return out[0].astype(np.float64) if output_type == "np" else out
+
+
+def calls(pipe) -> int:
+    """Denoiser calls of one STEPS call: the scheduler's timesteps (PNDM, SD1.5's, adds one)."""
+    scheduler = type(pipe.scheduler).from_config(pipe.scheduler.config)
+    scheduler.set_timesteps(STEPS)
+    return len(scheduler.timesteps)
+
+
+def blocks(pipe):
+    """(a block every step runs, a block only full steps run, where the batch is seen)."""
+    d = fdh.get_denoiser(pipe)
+    if hasattr(pipe, "unet"):
+        return d.down_blocks[0], d.mid_block, d.conv_in
+    return d.transformer_blocks[0], d.transformer_blocks[-1], d.pos_embed
+
+
+def watch(module, seen: list):
+    """Append the batch of each call of `module` (its first tensor input) to `seen`."""
+    def hook(m, args, kwargs, out):
+        first = args[0] if args else next(v for v in kwargs.values() if torch.is_tensor(v))
+        seen.append(first.shape[0])
+    return module.register_forward_hook(hook, with_kwargs=True)
+
+
+@pytest.fixture(scope="module")
+def baselines():
+    return {m: run(fresh(m)) for m in MODEL_KEYS}
+
+
+@pytest.mark.parametrize("model", MODEL_KEYS)
+def test_step_cache_runs_the_deep_part_on_every_nth_step_only(model, baselines):
+    pipe = fdh.step_cache(fresh(model), every=3, branch=1)
+    shallow, deep, _ = blocks(pipe)
+    seen_shallow, seen_deep = [], []
+    watch(shallow, seen_shallow), watch(deep, seen_deep)
+    image = run(pipe)
+    n = calls(pipe)
+    assert len(seen_shallow) == n                       # the shallow branch: every step
+    assert len(seen_deep) == len(range(0, n, 3))         # the deep part: steps 0, 3, 6, ...
+    assert [p for _, p, _ in step_plan(pipe).log] == [p for p, _ in cached_schedule(n, 3)]
+    assert np.isfinite(image).all() and np.abs(image - baselines[model]).max() > 1e-3
+
+
+@pytest.mark.parametrize("model", MODEL_KEYS)
+def test_step_cache_every_1_is_the_uncached_image(model, baselines):
+    pipe = fdh.step_cache(fresh(model), every=1)
+    assert np.abs(run(pipe) - baselines[model]).max() <= EXACT_MATH
+    # and a cache's full path (cache_paths.*_full, every branch) is the library's forward
+    pipe = fresh(model)
+    denoiser = fdh.get_denoiser(pipe)
+    args, kwargs = fdh.capture_denoiser_inputs(pipe)
+    bound = dict(inspect.signature(denoiser.forward).bind(*args, **kwargs).arguments)
+    bound.pop("return_dict", None)
+    full, _, branches = PATHS["unet" if hasattr(pipe, "unet") else "transformer"]
+    with torch.no_grad():
+        expected = denoiser(*args, **kwargs)[0]
+        for branch in range(1, branches(denoiser) + 1):
+            out, feature = full(denoiser, branch, **bound)
+            assert torch.equal(out, expected) and feature.shape[0] == expected.shape[0]
+
+
+def _denoiser_flops_measured(pipe) -> int:
+    """FLOPs of every denoiser call of one call, counted by torch while it runs (classic
+    attention: FlopCounterMode has no formula for SDPA's CPU flash kernel)."""
+    fdh.set_attention(pipe, "classic")
+    denoiser = fdh.get_denoiser(pipe)
+    forward, total = denoiser.forward, []
+
+    def counted(*args, **kwargs):
+        with FlopCounterMode(display=False) as counter:
+            out = forward(*args, **kwargs)
+        total.append(counter.get_total_flops())
+        return out
+    denoiser.forward = counted
+    run(pipe, output_type="latent")
+    return sum(total)
+
+
+@pytest.mark.parametrize("model", ["sdxl", "pixart"])
+def test_flops_fall_by_the_schedule_and_count_flops_counts_them(model):
+    plain = fresh(model)
+    cached = fdh.step_cache(fresh(model), every=3, branch=1)
+    measured = _denoiser_flops_measured(plain), _denoiser_flops_measured(cached)
+    counted = (fdh.count_flops(plain, steps=STEPS), fdh.count_flops(cached, steps=STEPS))
+    for m, c in zip(measured, counted):
+        assert c["denoiser_total"] == pytest.approx(m, rel=0.10)
+    full, cached_step = counted[0]["denoiser_per_forward"], None
+    # the ratio the schedule implies: 3 full steps of 8, 5 cached ones
+    cached_step = (counted[1]["denoiser_total"] - 3 * full) / 5
+    assert 0 < cached_step < full
+    implied = (3 * full + 5 * cached_step) / (8 * full)
+    assert measured[1] / measured[0] == pytest.approx(implied, rel=0.10)
+    assert measured[1] / measured[0] < 0.9
+    assert counted[1]["schedule"] == ["full/2", "cached/2", "cached/2"] * 2 + ["full/2",
+                                                                                "cached/2"]
+
+
+@pytest.mark.parametrize("model", MODEL_KEYS)
+def test_compiled_cache_compiles_each_path_once_and_never_recompiles(model):
+    """fullgraph=True (dynamo's eager backend: the graph count is dynamo's, whatever backend
+    turns the graphs into kernels; tests/gpu compiles with max-autotune)."""
+    fdh.free_memory()  # dynamo's cache of earlier pipelines: a same-shaped path would reuse it
+    pipe = fdh.step_cache(fresh(model), every=3, branch=1)
+    step_plan(pipe).compile(backend="eager", fullgraph=True)
+    before = snapshot()
+    run(pipe, output_type="latent")
+    first = events_between(before, snapshot())["frames"]
+    assert first == 2                                    # the full path and the cached one
+    before = snapshot()
+    for _ in range(2):
+        run(pipe, output_type="latent")
+    assert events_between(before, snapshot())["frames"] == 0
+
+
+@pytest.mark.parametrize("model", MODEL_KEYS)
+def test_guidance_stop_runs_the_second_half_at_batch_1(model, baselines):
+    pipe = fdh.stop_guidance(fresh(model), 0.5)
+    _, _, entry = blocks(pipe)
+    seen = []
+    watch(entry, seen)
+    image = run(pipe)
+    n = calls(pipe)
+    guided = guided_steps(STEPS, 0.5)
+    assert guided == 4 and seen == [2] * guided + [1] * (n - guided)
+    assert np.isfinite(image).all() and np.abs(image - baselines[model]).max() > 1e-4
+    flops = fdh.count_flops(pipe, steps=STEPS)
+    one = fdh.count_flops(fresh(model), steps=STEPS, guidance=1.0)["denoiser_per_forward"]
+    assert flops["denoiser_total"] == pytest.approx(
+        4 * flops["denoiser_per_forward"] + 4 * one, rel=1e-6)
+    assert fdh.current_recipe(pipe)["guidance_stop"] == 0.5
+
+
+def test_guidance_stop_and_step_cache_compose_compiled():
+    """Four graphs at most (two paths, two batches), then nothing compiles again."""
+    fdh.free_memory()
+    pipe = fdh.apply(fresh("sdxl"), fdh.Recipe(cache_every=3, guidance_stop=0.5))
+    step_plan(pipe).compile(backend="eager", fullgraph=True)
+    before = snapshot()
+    run(pipe, output_type="latent")
+    assert events_between(before, snapshot())["frames"] == 4
+    assert [(p, b) for _, p, b in step_plan(pipe).log] == cached_schedule(STEPS, 3, 4)
+    before = snapshot()
+    run(pipe, output_type="latent")
+    assert events_between(before, snapshot())["frames"] == 0
+    assert fdh.count_flops(pipe, steps=STEPS)["schedule"] == [
+        "full/2", "cached/2", "cached/2", "full/2", "full/1", "cached/1", "full/1", "cached/1"]
+
+
+def test_recipe_fields_apply_record_and_write_code():
+    recipe = fdh.Recipe(cache_every=2, cache_branch=1, guidance_stop=0.6)
+    pipe = fdh.apply(fresh("sd15"), recipe)
+    assert fdh.current_recipe(pipe)["cache_every"] == 2
+    assert fdh.pipeline_info(pipe)["applied"]["step_cache"] == {"every": 2, "branch": 1}
+    code = fdh.to_code(recipe)
+    assert "fdh.step_cache(pipe, every=2, branch=1)" in code
+    assert "fdh.stop_guidance(pipe, 0.6)" in code
+    assert "SDXLCFGCutoffCallback" in fdh.to_code(recipe, "plain", only="guidance_stop")
+    for bad in (dict(cache_every=0), dict(guidance_stop=0.0), dict(guidance_stop=1.5),
+                dict(cache_branch=True)):
+        with pytest.raises(fdh.RecipeError):
+            fdh.Recipe(**bad)
+    with pytest.raises(fdh.RecipeError, match="takes 1 to 1"):  # tiny SDXL: two levels
+        fdh.apply(fresh("sdxl"), fdh.Recipe(cache_every=2, cache_branch=2))
+    compiled = fdh.compile_pipeline(fresh("sdxl"), mode="default")
+    with pytest.raises(fdh.RecipeError, match="must come before compile"):
+        fdh.step_cache(compiled, every=2)
+
+
+def test_scheduler_swap_is_in_every_record_table_and_chart():
+    results = []
+    for name, steps in ((None, 4), ("unipc", 2), ("euler", 2)):
+        pipe = fresh("sdxl")
+        if name:
+            fdh.set_scheduler(pipe, name)
+        results.append(fdh.benchmark(pipe, steps=steps, runs=1, warmup=0, progress=False,
+                                     step=name or "own"))
+    assert [r.scheduler for r in results] == ["EulerDiscreteScheduler",
+                                              "UniPCMultistepScheduler",
+                                              "EulerDiscreteScheduler"]
+    assert [r.steps for r in results] == [4, 2, 2]
+    assert fdh.Result.from_dict(results[1].to_dict()).scheduler == "UniPCMultistepScheduler"
+    table = fdh.format_table(results)
+    assert "unipc (2 steps, UniPCMultistep)" in table and "own (4 steps, EulerDiscrete)" in table
+    ticks = [t.get_text().replace("\n", " ") for t in
+             fdh.ladder_chart(results).axes[0].get_xticklabels()]
+    assert "unipc (2 steps, UniPCMultistep)" in ticks
+    title = fdh.ladder_chart(results[2:]).axes[0].get_title().replace("\n", " ")
+    assert title.endswith("2 steps, EulerDiscrete")
+    with pytest.raises(fdh.FastdiffError, match="Use one of"):
+        fdh.set_scheduler(fresh("sdxl"), "ddim")
+
+
+@pytest.mark.parametrize("model", MODEL_KEYS)
+def test_the_plan_reads_no_tensor_value_on_the_full_size_model(model):
+    """No host sync in the loop, pinned on the CPU: the full-size denoiser on the meta device,
+    whose tensors have no values (reading one, .item() or bool(), raises), through 8 steps of a
+    cache with a guidance stop. Shapes of every branch the full-size model takes, too."""
+    from fastdiff_helpers.measure.flops import _denoiser_inputs
+
+    pipe = fdh.load_pipeline(model, weights="random", device="meta", verbose=False)
+    denoiser = fdh.get_denoiser(pipe)
+    most = PATHS["unet" if hasattr(pipe, "unet") else "transformer"][2](denoiser)
+    assert most == {"sdxl": 2, "ssd1b": 2, "sd15": 3, "pixart": 27}[model]
+    fdh.step_cache(pipe, every=3, branch=most)
+    if model == "pixart":
+        fdh.stop_guidance(pipe, 0.5)
+    pipe.scheduler.set_timesteps(STEPS)
+    inputs = _denoiser_inputs(denoiser, 2, 256, 256, fdh.MODELS[model].max_tokens, None)
+    with torch.no_grad():
+        outs = [denoiser(**inputs, return_dict=False)[0] for _ in range(calls(pipe))]
+    assert all(o.device.type == "meta" and o.shape[0] == 2 for o in outs)
+    assert [p for _, p, _ in step_plan(pipe).log][:4] == ["full", "cached", "cached", "full"]
+
+
+def test_few_step_weights_load_fused_with_their_scheduler(tmp_path):
+    """A LoRA made with peft for the tiny SDXL UNet stands in for the hub file: use_few_step
+    fuses it (plain nn.Linear left, weights changed), swaps the scheduler its authors use and
+    adds TCD's eta to every call; without the file it says how to get it."""
+    from diffusers import StableDiffusionXLPipeline
+    from diffusers.utils import convert_state_dict_to_diffusers
+    from peft import LoraConfig
+    from peft.utils import get_peft_model_state_dict
+
+    source = fresh("sdxl")
+    source.unet.add_adapter(LoraConfig(r=4, lora_alpha=4, init_lora_weights=False,
+                                       target_modules=["to_q", "to_k", "to_v", "to_out.0"]))
+    StableDiffusionXLPipeline.save_lora_weights(tmp_path, unet_lora_layers=(
+        convert_state_dict_to_diffusers(get_peft_model_state_dict(source.unet))))
+    pipe = fresh("sdxl")
+    to_q = lambda p: p.unet.down_blocks[1].attentions[0].transformer_blocks[0].attn1.to_q  # noqa: E731
+    before = to_q(pipe).weight.detach().clone()
+    call = fdh.use_few_step(pipe, "tcd", path=str(tmp_path / "pytorch_lora_weights.safetensors"))
+    assert call == {"steps": 4, "guidance": 0.0}
+    assert type(to_q(pipe)) is torch.nn.Linear
+    assert (to_q(pipe).weight - before).abs().max() > 1e-3
+    assert type(pipe.scheduler).__name__ == "TCDScheduler"
+    assert fdh.call_kwargs(pipe, **call)["eta"] == 0.3
+    result = fdh.benchmark(pipe, runs=1, warmup=0, progress=False, **call)
+    assert result.scheduler == "TCDScheduler" and "few-step weights fused: tcd" in result.notes
+    for name, spec in fdh.FEW_STEP.items():
+        if fdh.few_step_file(name) is None:  # not in this machine's cache
+            with pytest.raises(fdh.FastdiffError, match=f"hf download {spec.repo}"):
+                fdh.use_few_step(fresh("sdxl"), name)
+    with pytest.raises(fdh.FastdiffError, match="LoRA for SDXL"):
+        fdh.use_few_step(fresh("sd15"), "lcm-lora", path="x.safetensors")
+
+
+def test_diffusers_pyramid_attention_broadcast_recompiles_every_step_on_pixart():
+    """Why PixArt's block cache is written by hand: diffusers' Pyramid Attention Broadcast does
+    attach to PixArt's attention, but its hook keeps the iteration count on the module
+    (hooks/pyramid_attention_broadcast.py:156-173), which dynamo guards as a constant, so a
+    fullgraph compile compiles a new graph on every step (and fails at the recompile limit on
+    the next call); PixArt's pipeline has no current_timestep for its callback either."""
+    from diffusers import PyramidAttentionBroadcastConfig, apply_pyramid_attention_broadcast
+
+    fdh.free_memory()
+    pipe = fresh("pixart")
+    assert not hasattr(pipe, "current_timestep")
+    config = PyramidAttentionBroadcastConfig(spatial_attention_block_skip_range=2,
+                                             spatial_attention_timestep_skip_range=(-1, 1001),
+                                             current_timestep_callback=lambda: 500)
+    apply_pyramid_attention_broadcast(pipe.transformer, config)
+    pipe.transformer.compile(backend="eager", fullgraph=True)
+    before = snapshot()
+    run(pipe, steps=4, output_type="latent")
+    assert events_between(before, snapshot())["frames"] == 4
+    fdh.free_memory()
+
+
+@pytest.mark.slow
+def test_compiled_with_inductor_through_apply_two_graphs_then_none():
+    """The path a user takes: fdh.apply compiles the cache's paths with inductor (fullgraph);
+    the first call compiles the two graphs, the next two 8-step calls nothing."""
+    fdh.free_memory()
+    pipe = fdh.apply(fresh("sdxl"), fdh.Recipe(compile="default", fullgraph=True,
+                                               compile_vae=False, cache_every=3))
+    before = snapshot()
+    first = run(pipe)
+    assert events_between(before, snapshot())["frames"] == 2
+    before = snapshot()
+    again = [run(pipe) for _ in range(2)]
+    assert events_between(before, snapshot())["frames"] == 0
+    eager = run(fdh.apply(fresh("sdxl"), fdh.Recipe(cache_every=3)))
+    for out in [first] + again:
+        assert np.abs(out - eager).max() <= 1e-4  # test_techniques.COMPILED_TOL
+    fdh.free_memory()
+
+
+def test_cli_bench_takes_the_new_recipe_fields(tmp_path, capsys):
+    from fastdiff_helpers.runs.cli import main
+
+    argv = ["bench", "--model", "sd15", "--weights", "tiny", "--device", "cpu", "--steps", "4",
+            "--runs", "1", "--warmup", "0", "--scheduler", "unipc", "--cache-every", "2",
+            "--guidance-stop", "0.5", "--out", str(tmp_path), "--no-progress"]
+    assert main(argv) == 0
+    (result,) = fdh.load_results(tmp_path / "results.jsonl")
+    assert result.scheduler == "UniPCMultistepScheduler" and result.steps == 4
+    assert result.recipe["cache_every"] == 2 and result.recipe["guidance_stop"] == 0.5
+    assert "sd15 custom:" in capsys.readouterr().out
+    assert main(argv[:-3] + ["--cache-every", "0"]) != 0  # refused, said before any work
+
+
+def test_playground_offers_the_scheduler_and_the_new_fields():
+    panel = fdh.playground(model="sd15", weights="tiny", device="cpu")
+    c = panel.controls
+    c["steps"].value, c["runs"].value, c["warmup"].value = 4, 1, 0
+    assert panel.run() is not None  # the baseline
+    c["scheduler"].value, c["cache_every"].value, c["guidance_stop"].value = "unipc", 2, 0.5
+    result = panel.run()
+    assert result is not None, panel.error.value
+    assert result.scheduler == "UniPCMultistepScheduler" and result.recipe["cache_every"] == 2
+    assert "scheduler=unipc" in result.step and result.quality is not None
+    assert "fdh.step_cache(pipe, every=2, branch=1)" in panel.code.value
+
+
+@pytest.mark.parametrize("model", ["sd15", "sdxl"])
+def test_the_plain_guidance_code_runs_the_same_steps_as_the_helper(model):
+    """to_code's plain guidance stop, executed on a pipeline of diffusers' own: the same batches
+    as fdh.stop_guidance, also where steps x share lands a hair above a whole number in floats
+    (25 x 0.28 = 7.000000000000001: 7 guided steps, not 8)."""
+    code = fdh.to_code(fdh.Recipe(guidance_stop=0.28), "plain", only="guidance_stop")
+    pipe = fresh(model)
+    namespace = {"pipe": pipe, "num_inference_steps": 25}
+    exec(compile(code, "<plain>", "exec"), namespace)
+    seen = []
+    watch(fdh.get_denoiser(pipe).conv_in, seen)
+    kwargs = fdh.call_kwargs(pipe, steps=25)
+    pipe(**dict(kwargs, output_type="latent", callback_on_step_end=namespace["callback"]))
+    helper = fdh.trace_steps(fdh.stop_guidance(fresh(model), 0.28), steps=25)
+    assert seen == [b for _, _, b in helper] and seen.count(2) == 7
+
+
+def test_accelerate_regions_with_a_step_plan_are_refused():
+    """accelerate's compile_regions compiles the children of a copy of the transformer; the
+    plan keeps running the original's, so nothing would be compiled (seen: 0 frames)."""
+    with pytest.raises(fdh.RecipeError, match="copy of the transformer"):
+        fdh.Recipe(compile="default", compile_scope="regional-accelerate", cache_every=2)
+    with pytest.raises(fdh.RecipeError, match="copy of the transformer"):
+        fdh.Recipe(compile="default", compile_scope="regional-accelerate", guidance_stop=0.5)
+    pipe = fdh.stop_guidance(fresh("pixart"), 0.5)
+    with pytest.raises(fdh.RecipeError, match="copy of the transformer"):
+        fdh.compile_pipeline(pipe, mode="default", scope="regional-accelerate")
+    assert "compile" not in fdh.pipeline_info(pipe)["applied"]
