@@ -27,9 +27,11 @@ from .measure.env import env_report
 from .measure.flops import count_flops, flop_floor_seconds, measure_matmul_tflops
 from .measure.quality import compare_images
 from .measure.recompiles import recompile_report
+from .measure.profile import Profile, profile
 from .results.charts import (ChartFigure, Reference, ladder_chart, memory_chart, models_chart,
                              quality_chart, save_figure, show_images)
 from .results.tables import format_table
+from .results.profile_chart import profile_chart
 from .results.store import (Result, ResultsFormatError, load_results, reference_results,
                             save_result, save_results)
 from .course.playground import playground

@@ -11,6 +11,7 @@ techniques.
                     new process takes to its first compiled image
     flops           FLOPs per image, counted from the architecture; the matmul rate
     quality         image quality against the baseline: PSNR, SSIM, max abs error, NaN
+    profile         profile(): where one image's time goes, per stage and kind of work
 
 Imports the models and the techniques (a Result records the recipe a pipeline runs), nothing
 of results, course or runs.
