@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.measure.profile import HOST, KINDS, kind_of
+from fastdiff_helpers.measure.work_kinds import HOST, KINDS, kind_of
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,7 @@ def test_stages_are_benchmarks_stages_on_the_same_call(sdxl):
     from fastdiff_helpers.measure.profile import _marked_call
     from fastdiff_helpers.measure.timing import _stage_marks
 
-    call = lambda: sdxl(**fdh.call_kwargs(sdxl, steps=4, seed=0))  # noqa: E731
+    call = lambda: sdxl(**fdh.call_kwargs(sdxl, steps=4, seed=0))
     with _stage_marks(sdxl, torch.device("cpu")) as marks:
         wall, stages, denoising = _marked_call(sdxl, call, torch.device("cpu"))
         theirs = marks.read()
@@ -70,7 +71,7 @@ def test_stages_match_a_benchmark_of_the_same_arguments(sdxl, profiled):
 
 
 def test_trace_opens_as_json_with_the_stages_named(profiled):
-    trace = json.loads(open(profiled.trace_path).read())
+    trace = json.loads(Path(profiled.trace_path).read_text())
     names = {e.get("name") for e in trace["traceEvents"]}
     assert {"fastdiff: text encoders", "fastdiff: step 1", "fastdiff: step 4",
             "fastdiff: VAE decode"} <= names

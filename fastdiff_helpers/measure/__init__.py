@@ -12,6 +12,7 @@ techniques.
     flops           FLOPs per image, counted from the architecture; the matmul rate
     quality         image quality against the baseline: PSNR, SSIM, max abs error, NaN
     profile         profile(): where one image's time goes, per stage and kind of work
+    work_kinds      the kinds of work (matmul, convolution, attention...) by op and kernel name
 
 Imports the models and the techniques (a Result records the recipe a pipeline runs), nothing
 of results, course or runs.
