@@ -23,6 +23,7 @@ from .techniques.recipe import (BASELINE, BLOG_LADDER, COURSE_LADDER, LADDER, LA
 from .measure.bench import benchmark, naive_time
 from .measure.cold_start import first_image_in_new_process, load_artifacts, save_artifacts
 from .measure.compile_events import recompile_reasons
+from .measure.cudagraphs import cudagraph_report, cudagraph_snapshot
 from .measure.env import env_report
 from .measure.flops import count_flops, flop_floor_seconds, measure_matmul_tflops
 from .measure.quality import compare_images

@@ -7,6 +7,7 @@ techniques.
     env             env_report(): versions, device, GPU and numeric flags behind a timing
     compile_events  what torch.compile did during a call (frames, cache hits, seconds)
     recompiles      what a compiled pipeline recompiles for (resolution, a weight)
+    cudagraphs      CUDA graphs captured, replayed, re-recorded, skipped (and why)
     cold_start      compile artifacts carried to another process or machine, and the time a
                     new process takes to its first compiled image
     flops           FLOPs per image, counted from the architecture; the matmul rate
