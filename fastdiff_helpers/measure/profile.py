@@ -259,7 +259,7 @@ def profile(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     kinds, top, syncs = kinds_from_events(prof.events(), cuda, profiled_wall * 1e6)
     notes = [f"stage times: median of {runs} call(s) without the profiler; kinds of work: one "
              f"call under torch.profiler, {profiled_wall * 1e3:.1f} ms against "
-             f"{wall * 1e3:.1f} ms without it (the profiler's own cost per op)"]
+             f"{wall * 1e3:.1f} ms without it (the profiler adds a cost per op; calls also vary)"]
     notes.append("CPU: kinds are each op's own (self) time on the calling thread; "
                  f"'{HOST}' is the time no op ran (Python, dispatch, guards)" if not cuda else
                  f"CUDA: kinds are kernel time on the device; '{HOST}' is the time the "
