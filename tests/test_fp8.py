@@ -171,3 +171,13 @@ def test_warm_ladder_skips_fp8_on_a_cpu(monkeypatch, capsys):
                                      steps_filter=["+ fp8 dynamic"])
     assert rows == []
     assert "not warming sd15 + fp8 dynamic: fp8-dynamic-row needs a GPU" in capsys.readouterr().out
+
+
+def test_the_bench_command_refuses_fp8_on_a_cpu_before_loading(monkeypatch, capsys):
+    from fastdiff_helpers.runs import cli
+
+    monkeypatch.setattr(cli, "load_pipeline", lambda *a, **k: pytest.fail("loaded"))
+    code = cli.main(["bench", "--model", "sd15", "--weights", "tiny", "--device", "cpu",
+                     "--dtype", "bf16", "--quantize", "fp8-dynamic-row"])
+    assert code == 2
+    assert "fp8-dynamic-row needs a GPU with fp8 tensor cores" in capsys.readouterr().err
