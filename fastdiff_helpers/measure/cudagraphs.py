@@ -98,7 +98,8 @@ class CudaGraphSnapshot:
 
 
 def cudagraph_snapshot(device_index: int = 0) -> CudaGraphSnapshot:
-    """The process-wide CUDA-graph records of one device now (the skips: of every device)."""
+    """The process-wide CUDA-graph records of one device now (the skips: of every device),
+    for cudagraph_report(pipe, since=...). Introduced in 16_cuda_graphs.ipynb."""
     from torch._dynamo.utils import counters
 
     _listen()

@@ -64,7 +64,8 @@ def fp8_kernel_ok(module) -> bool:
     divisible by 16", "Expected both dimensions of mat2 to be divisible by 16"). torchao's fp8
     config leaves any other linear in high precision without a word (quant_api.py,
     _float8_dynamic_activation_float8_weight_quantize_tensor, through utils._fp8_mm_compat);
-    the course's filter says so up front. No rule on the token count."""
+    the course's filter says so up front. No rule on the token count.
+    Introduced in 15_fp8_hopper.ipynb."""
     return module.in_features % 16 == 0 and module.out_features % 16 == 0
 
 
