@@ -98,7 +98,10 @@ def kinds_from_events(events, cuda: bool, wall_us: float) -> tuple[dict[str, flo
     busy: list[tuple[float, float]] = []
     if cuda:
         for e in events:
-            if e.device_type == DeviceType.CPU or getattr(e, "is_user_annotation", False):
+            # ranges (ours, inductor's) mirrored on the device are annotations, not work: torch
+            # leaves them out of device time too (autograd/profiler_util.py, _build_table)
+            if (e.device_type == DeviceType.CPU or getattr(e, "is_user_annotation", False)
+                    or e.name.startswith((STAGE_PREFIX, "## Call CompiledFxGraph"))):
                 continue
             us = e.time_range.end - e.time_range.start
             if us <= 0:
