@@ -40,7 +40,7 @@ def bf16_reference():
 @pytest.mark.parametrize("kind", ["fp8-dynamic", "fp8-dynamic-row"])
 def test_fp8_compiled_runs_and_stays_close_to_bf16(kind, bf16_reference):
     torch._dynamo.reset()
-    recipe = fdh.Recipe(dtype="bf16", attention="sdpa", fuse_qkv=True, compile="max-autotune",
+    recipe = fdh.Recipe(dtype="bf16", attention="sdpa", fuse_qkv=True, compile="default",
                         quantize=kind, quant_filter="all", compile_vae=False)
     pipe = sd15(recipe)
     linears = fdh.pipeline_info(pipe)["applied"]["quantize"]["linears"]
@@ -60,7 +60,7 @@ def _unet_ms(recipe, calls=20):
     args, kwargs = fdh.capture_denoiser_inputs(pipe, height=1024, width=1024)
     samples = []
     with torch.inference_mode():
-        for i in range(calls + 3):  # 3 warm-up calls: compile, record, first replay
+        for i in range(calls + 3):  # 3 warm-up calls: the compile, then settling
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             pipe.unet(*args, **kwargs)
@@ -74,9 +74,11 @@ def _unet_ms(recipe, calls=20):
 
 
 def test_fp8_beats_bf16_compiled_on_the_sdxl_unet_at_1024():
-    bf16 = fdh.Recipe(dtype="bf16", attention="sdpa", fuse_qkv=True, compile="max-autotune",
+    """Both compiled with mode "default" (max-autotune's kernel search takes longer than a GPU
+    slot on SDXL); fp8 per row with the course's filter, as the ladder's rung."""
+    bf16 = fdh.Recipe(dtype="bf16", attention="sdpa", fuse_qkv=True, compile="default",
                       compile_vae=False)
-    fp8 = fdh.Recipe(dtype="bf16", attention="sdpa", fuse_qkv=True, compile="max-autotune",
+    fp8 = fdh.Recipe(dtype="bf16", attention="sdpa", fuse_qkv=True, compile="default",
                      compile_vae=False, quantize="fp8-dynamic-row", quant_filter="fastdiff")
     bf16_ms, fp8_ms = _unet_ms(bf16), _unet_ms(fp8)
     print(f"\nSDXL UNet 1024, batch 2: bf16 + compile {bf16_ms:.2f} ms, "
