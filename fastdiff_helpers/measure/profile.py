@@ -187,9 +187,9 @@ def _marked(pipe, marks: _StageMarks) -> Iterator[None]:
                 delattr(owner, attr)
 
 
-def _marked_call(pipe, call, device: torch.device) -> tuple[float, dict[str, float],
-                                                               float | None]:
-    """One call with its stage marks: (wall seconds, seconds per stage, denoising seconds)."""
+def _marked_call(pipe, call, device: torch.device) -> tuple[_StageMarks, Any, Any]:
+    """One call with its stage marks; read them with _read_marks (after a profiler stops, so
+    its waits on the CUDA events are not in the trace)."""
     marks = _StageMarks(device)
     with _marked(pipe, marks):  # no inference_mode: the pipeline's own no_grad, as benchmark
         if marks.cuda:
@@ -197,6 +197,12 @@ def _marked_call(pipe, call, device: torch.device) -> tuple[float, dict[str, flo
         start = marks.now()
         call()
         end = marks.now()
+    return marks, start, end
+
+
+def _read_marks(marks: _StageMarks, start: Any, end: Any) -> tuple[float, dict[str, float],
+                                                                   float | None]:
+    """(wall seconds, seconds per stage, denoising seconds) of one marked call."""
     wall = marks.seconds(start, end)
     stages = {name: marks.seconds(a, b) for name, a, b, _ in marks.spans if b is not None}
     stages["other"] = max(wall - sum(stages.values()), 0.0)
@@ -241,7 +247,7 @@ def profile(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
 
     for _ in range(warmup):
         call()
-    timed = [_marked_call(pipe, call, device) for _ in range(runs)]
+    timed = [_read_marks(*_marked_call(pipe, call, device)) for _ in range(runs)]
     wall = statistics.median(t[0] for t in timed)
     stages = {name: statistics.median(t[1].get(name, 0.0) for t in timed) for name in timed[0][1]}
     denoising = (statistics.median(t[2] for t in timed)
@@ -252,10 +258,11 @@ def profile(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     with _no_stderr():  # kineto's C++ "profiler_start" line
         prof.__enter__()
     try:
-        profiled_wall, _, _ = _marked_call(pipe, call, device)
+        marked = _marked_call(pipe, call, device)
     finally:
         with _no_stderr():
             prof.__exit__(None, None, None)
+    profiled_wall = _read_marks(*marked)[0]
     kinds, top, syncs = kinds_from_events(prof.events(), cuda, profiled_wall * 1e6)
     notes = [f"stage times: median of {runs} call(s) without the profiler; kinds of work: one "
              f"call under torch.profiler, {profiled_wall * 1e3:.1f} ms against "

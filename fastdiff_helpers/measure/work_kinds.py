@@ -87,9 +87,13 @@ def kinds_from_events(events, cuda: bool, wall_us: float) -> tuple[dict[str, flo
 
     kinds = {k: 0.0 for k in KINDS}
     per_op: dict[str, dict[str, float]] = {k: {} for k in KINDS}
+    # the host waiting for the device (cudaStreamSynchronize, cudaEventSynchronize...) inside the
+    # stages, not the measurement's own waits before and after them
+    stages = [e for e in events if e.name.startswith(STAGE_PREFIX)]
+    first = min((e.time_range.start for e in stages), default=float("-inf"))
+    last = max((e.time_range.end for e in stages), default=float("inf"))
     syncs = sum(1 for e in events if e.device_type == DeviceType.CPU
-                and ("Synchronize" in e.name or e.name in ("cudaMemcpy", "cudaMemcpyAsync")
-                     and "DtoH" in str(getattr(e, "metadata_json", ""))))
+                and "Synchronize" in e.name and first <= e.time_range.start <= last)
 
     def add(kind: str, name: str, us: float) -> None:
         kinds[kind] += us
