@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,40 @@ def test_profile_of_a_compiled_pipeline_sees_inductor_kernels():
     p = fdh.profile(pipe, steps=2, runs=1)
     assert p.kinds["fused by inductor"] > 0
     assert abs(sum(p.kinds.values()) - p.profiled_wall_s) <= 0.10 * p.profiled_wall_s
+
+
+def _event(name, start, end, device="CUDA", annotation=False):
+    from torch.autograd import DeviceType
+
+    return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start, end=end),
+                           device_type=getattr(DeviceType, device), is_user_annotation=annotation,
+                           thread=1, is_async=False, self_cpu_time_total=end - start,
+                           cpu_parent=None)
+
+
+def test_the_gpu_path_counts_kernels_idle_time_and_syncs_in_the_stages():
+    """The CUDA branch of the sorting, on events shaped as torch.profiler gives them (device
+    events with their own time ranges, in microseconds): kernel time per kind, the device's idle
+    time as host-side, annotations mirrored on the device left out, and only the syncs inside
+    the stage ranges counted."""
+    from fastdiff_helpers.measure.work_kinds import kinds_from_events
+
+    events = [
+        _event("cudaDeviceSynchronize", 0, 5, "CPU"),              # the measurement's own wait
+        _event("fastdiff: step 1", 10, 100, "CPU"),
+        _event("fastdiff: step 1", 10, 100, annotation=True),      # its mirror on the device
+        _event("## Call CompiledFxGraph fx1 ##", 12, 90),           # inductor's range, mirrored
+        _event("sm90_xmma_gemm_bf16bf16_bf16f32", 20, 50),          # 30 us matmul
+        _event("triton_poi_fused_add_silu_0", 50, 60),              # 10 us fused
+        _event("pytorch_flash::flash_fwd_kernel", 70, 90),          # 20 us attention
+        _event("cudaStreamSynchronize", 91, 95, "CPU"),             # a sync in the loop
+        _event("cudaEventSynchronize", 120, 121, "CPU"),            # reading the marks
+    ]
+    seconds, top, syncs = kinds_from_events(events, cuda=True, wall_us=100.0)
+    assert seconds["matmul"] == pytest.approx(30e-6)
+    assert seconds["fused by inductor"] == pytest.approx(10e-6)
+    assert seconds["attention"] == pytest.approx(20e-6)
+    assert seconds[HOST] == pytest.approx(40e-6)  # 100 us of wall, 60 us of kernels
+    assert sum(seconds.values()) == pytest.approx(100e-6)
+    assert syncs == 1
+    assert top[HOST] == [("device idle", pytest.approx(40e-6))]

@@ -42,7 +42,9 @@ from .work_kinds import HOST, KINDS, STAGE_PREFIX as _PREFIX, kinds_from_events,
 @dataclass
 class Profile:
     """Where one image's time went. Seconds throughout. `stages` in call order (the text
-    encoders, each denoiser step, the VAE decode, then what is outside them, "other"): the
+    encoders, each iteration of the denoising loop, "step N", ended by the scheduler's step,
+    which is one per timestep: PNDM (SD1.5) has steps + 1; the VAE decode; then what is outside
+    them, "other"): the
     median of each over the timed calls, as wall_s is theirs; `kinds` in KINDS order, adding up to
     profiled_wall_s (the call under the profiler); `denoising_s` spans the first step's start
     to the VAE decode's start, as fdh.benchmark's "denoising" stage does."""
