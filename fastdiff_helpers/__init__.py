@@ -31,6 +31,7 @@ from .techniques.recipe import (BASELINE, BLOG_LADDER, COURSE_LADDER, LADDER, LA
 from .measure.bench import benchmark, naive_time
 from .measure.cold_start import first_image_in_new_process, load_artifacts, save_artifacts
 from .measure.compile_events import recompile_reasons
+from .measure.cudagraphs import cudagraph_report, cudagraph_snapshot
 from .measure.env import env_report
 from .measure.lora_swaps import lora_swap_report
 from .measure.memory import CARDS, peak_memory, weight_bytes, what_fits
@@ -38,9 +39,11 @@ from .measure.savers_report import memory_savers_report
 from .measure.flops import count_flops, flop_floor_seconds, measure_matmul_tflops
 from .measure.quality import compare_images
 from .measure.recompiles import recompile_report
+from .measure.profile import Profile, profile
 from .results.charts import (ChartFigure, Reference, ladder_chart, memory_chart, models_chart,
                              quality_chart, save_figure, show_images)
 from .results.tables import format_table
+from .results.profile_chart import profile_chart
 from .results.store import (Result, ResultsFormatError, load_results, reference_results,
                             save_result, save_results)
 from .course.playground import playground

@@ -80,7 +80,7 @@ def test_our_heuristic_is_a_filter_of_its_own_name():
     assert quantization.blog_filter(lin, "time_embedding.linear_1")
     assert not quantization.fastdiff_filter(lin, "time_embedding.linear_1")
     assert LADDER[5][1].quant_filter == "blog"
-    assert COURSE_LADDER[-1][1].quant_filter == "fastdiff"
+    assert COURSE_LADDER[-2][1].quant_filter == "fastdiff"  # int8; then fp8 (test_fp8)
 
 
 # --- int8 kernels: no filter selects what they cannot take (issue 11, item 3) ------------------
@@ -250,7 +250,8 @@ def test_course_ladder_keeps_the_pipelines_own_parts_and_true_fp32(restore_tf32)
 def test_course_ladder_changes_one_thing_per_step():
     expected = [["dtype"], ["dtype"], ["attention"],
                 ["channels_last", "compile", "fullgraph", "inductor_flags"], ["fuse_qkv"],
-                ["no_sync"], ["quantize", "quant_filter"]]
+                ["no_sync"], ["quantize", "quant_filter"], ["quantize"]]
+    assert len(expected) == len(COURSE_LADDER) - 1
     for (_, before), (_, after), changed in zip(COURSE_LADDER, COURSE_LADDER[1:], expected):
         assert after.changes(before) == changed
     assert COURSE_LADDER[0][1] == Recipe() and COURSE_LADDER[0][1].tf32 is None

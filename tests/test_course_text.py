@@ -64,7 +64,7 @@ def technique_blocks(nb) -> list[tuple[str, str]]:
     return found
 
 
-@pytest.mark.parametrize("prefix", ["04_", "06_", "07_", "08_", "12_"])
+@pytest.mark.parametrize("prefix", ["04_", "06_", "07_", "08_", "12_", "15_"])
 def test_each_technique_notebook_shows_its_code_as_to_code_writes_it(prefix):
     nb = _read(_by_name(prefix))
     blocks = technique_blocks(nb)

@@ -7,6 +7,7 @@ techniques.
     env             env_report(): versions, device, GPU and numeric flags behind a timing
     compile_events  what torch.compile did during a call (frames, cache hits, seconds)
     recompiles      what a compiled pipeline recompiles for (resolution, a weight)
+    cudagraphs      CUDA graphs captured, replayed, re-recorded, skipped (and why)
     cold_start      compile artifacts carried to another process or machine, and the time a
                     new process takes to its first compiled image
     flops           FLOPs per image, counted from the architecture; the matmul rate
@@ -14,6 +15,8 @@ techniques.
     lora_swaps      what switching LoRAs on a compiled pipeline recompiles and re-records
     memory          weight bytes from the architecture, a call's peak memory, what fits a card
     savers_report   each memory saver's peak memory and time, beside the pipeline without it
+    profile         profile(): where one image's time goes, per stage and kind of work
+    work_kinds      the kinds of work (matmul, convolution, attention...) by op and kernel name
 
 Imports the models and the techniques (a Result records the recipe a pipeline runs), nothing
 of results, course or runs.

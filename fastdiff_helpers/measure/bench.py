@@ -17,6 +17,7 @@ from ..models.loading import FastdiffError, call_kwargs, pipeline_device, pipeli
 from ..models.presets import DEFAULT_PROMPT
 from ..techniques import current_recipe, tf32_state
 from .compile_events import compiled, events_between, snapshot
+from .cudagraphs import cudagraph_report, cudagraph_snapshot
 from .env import device_name, env_report
 from .flops import count_flops
 from .quality import compare_images
@@ -88,7 +89,8 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
        then more, up to `max_runs` (default 4 x runs), until the median is known within
        +-record.STEADY (Result.latency_uncertainty, from the order-statistic interval of the
        median). A result that never got there is flagged with its uncertainty (Result.flags).
-    Every call is watched for compilation (fdh.compile_events): while the last untimed call
+    Every call is watched for compilation (fdh.compile_events) and for CUDA graphs (captures,
+    replays, re-records, skips and why: fdh.cudagraph_report, in compile_events["cudagraphs"]): while the last untimed call
     still compiled, up to MAX_EXTRA_WARMUP more untimed calls run (said in notes); a timed
     call that compiled is flagged (Result.compiled_during_timing). The cold start is split into
     compile (dynamo, inductor, autotuning where torch records it) and the call itself
@@ -129,7 +131,13 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     stage_samples: dict[str, list[float]] = {}
     compiles: dict[str, Any] = {"warmup": [], "timed": [], "extra_warmup": 0}
 
+    graphs_index = (device.index if device.index is not None else torch.cuda.current_device()
+                    ) if device.type == "cuda" else 0
+    graphs_before = cudagraph_snapshot(graphs_index) if device.type == "cuda" else None
+
     def counted(fn: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
+        if graphs_before is not None:
+            cudagraph_snapshot(graphs_index)  # counts the replays once a graph manager exists
         before = snapshot()
         out = fn()
         return out, events_between(before, snapshot())
@@ -169,6 +177,7 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
                 for stage, value in marks.read().items():
                     stage_samples.setdefault(stage, []).append(value)
                 bar.update(1)
+        compiles["cudagraphs"] = cudagraph_report(pipe, since=graphs_before)
         ops = profile_ops(call, device) if profile else {}
     finally:
         bar.close()

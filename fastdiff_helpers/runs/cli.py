@@ -227,6 +227,8 @@ def _recipe(args: argparse.Namespace) -> Recipe:
 
 def _bench(args: argparse.Namespace) -> None:
     recipe = _recipe(args)  # RecipeError (invalid combination) before anything is loaded
+    device = args.device or default_device()
+    recipe.for_device(device)[0].check_device(device)  # and hardware this machine lacks (fp8)
     pipe = load_pipeline(args.model, weights=args.weights, device=args.device, dtype="fp32",
                          vae=args.vae, scheduler=args.scheduler)
     apply(pipe, recipe)

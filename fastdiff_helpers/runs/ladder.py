@@ -19,7 +19,7 @@ from ..models.presets import (BLOG_A100_SECONDS, BLOG_LOADING, BLOG_SOURCE, DEFA
                               SCHEDULERS, get_spec)
 from ..techniques import apply
 from ..techniques.quantization import select_filter
-from ..techniques.recipe import LADDERS
+from ..techniques.recipe import LADDERS, RecipeError
 from ..measure.bench import benchmark
 from ..measure.cold_start import save_artifacts
 from ..measure.compile_events import events_between, snapshot
@@ -93,6 +93,7 @@ def measure_step(spec, name: str, recipe, weights: str, device: str, loading: di
     pipe = None
     started = time.perf_counter()
     try:
+        adapted.check_device(device)  # hardware this machine lacks (fp8): refused before loading
         pipe = load_pipeline(spec, weights=weights, device=device, verbose=False, **loading)
         if fail:
             raise InjectedFailure(f"fail_step={name!r} asked this step to fail")
@@ -230,6 +231,11 @@ def warm_ladder(model: str = "sdxl", weights: str = "auto", ladder: str = "blog"
     rows = []
     for name, recipe in plan:
         adapted, _ = recipe.for_device(device)
+        try:
+            adapted.check_device(device)
+        except RecipeError as exc:  # nothing to warm where the step cannot run
+            print(f"fastdiff: not warming {spec.key} {name}: {exc}")
+            continue
         started = time.perf_counter()
         pipe = load_pipeline(spec.key, weights=weights, device=device, verbose=False,
                              **loading)

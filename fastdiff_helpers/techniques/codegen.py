@@ -123,6 +123,11 @@ def _plain(r: Recipe) -> dict[str, list[str]]:
     if r.quantize:
         config = type(quantization.quant_config(r.quantize)).__name__
         lines = [f"from torchao.quantization import quantize_, {config}"]
+        made = f"{config}(set_inductor_config=False)"
+        if r.quantize in ("fp8-dynamic", "fp8-dynamic-row"):
+            granularity = "PerRow" if r.quantize == "fp8-dynamic-row" else "PerTensor"
+            lines = [f"from torchao.quantization import quantize_, {config}, {granularity}"]
+            made = f"{config}(granularity={granularity}(), set_inductor_config=False)"
         named = {"blog": quantization.blog_filter, "fastdiff": quantization.fastdiff_filter}
         if r.quant_filter in named:
             if r.quant_filter == "blog":
@@ -137,10 +142,15 @@ def _plain(r: Recipe) -> dict[str, list[str]]:
             lines += ["# only linears the int8 kernels take"] + _source(quantization.int8_kernel_ok)
             lines.append(f"int8_filter = lambda m, fqn: {filt}(m, fqn) and int8_kernel_ok(m)")
             filt = "int8_filter"
+        elif r.quantize in ("fp8-dynamic", "fp8-dynamic-row"):
+            lines += ["# only linears torch's fp8 matmul takes"] + _source(
+                quantization.fp8_kernel_ok)
+            lines.append(f"fp8_filter = lambda m, fqn: {filt}(m, fqn) and fp8_kernel_ok(m)")
+            filt = "fp8_filter"
         out["quantize"] = lines + [
             "# set_inductor_config=False: torchao would set inductor flags process-wide",
-            f"quantize_(denoiser, {config}(set_inductor_config=False), filter_fn={filt})",
-            f"quantize_(pipe.vae, {config}(set_inductor_config=False), filter_fn={filt})"]
+            f"quantize_(denoiser, {made}, filter_fn={filt})",
+            f"quantize_(pipe.vae, {made}, filter_fn={filt})"]
     if r.no_sync:
         out["no_sync_plan"] = (["# sync removal: only where diffusers 0.42 leaves a sync in the "
                                 "loop"] + _source(syncs.no_sync_plan))
@@ -171,7 +181,7 @@ def _plain(r: Recipe) -> dict[str, list[str]]:
         args = f"mode={r.compile!r}, fullgraph={r.fullgraph}, dynamic={r.dynamic}"
         lines = []
         if r.inductor_flags:
-            flags = comp.blog_inductor_flags(bool(r.quantize))
+            flags = comp.blog_inductor_flags(bool(r.quantize) and r.quantize.startswith("int8"))
             lines += ["# the blog's inductor flags, for these compiles only (diffusion-fast set "
                       "them process-wide",
                       "# in torch._inductor.config); options= carries the mode's own settings "

@@ -124,7 +124,9 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
     if inductor_flags:
         # passed per compile, never set process-wide: a later compile without them (another
         # recipe, the playground) runs without them, as its record says
-        flags = blog_inductor_flags("quantize" in applied(pipe))
+        # the int8 flag (force_fuse_int_mm_with_mul) fuses torch._int_mm only: not for fp8
+        flags = blog_inductor_flags(applied(pipe).get("quantize", {}).get("kind", "")
+                                    .startswith("int8"))
         record(pipe, "inductor_flags", flags)
         kwargs = dict(options=compile_options(mode, flags), fullgraph=fullgraph,
                       dynamic=dynamic)

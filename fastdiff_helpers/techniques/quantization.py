@@ -13,7 +13,7 @@ import torch
 
 from ..models.noise import quiet_known_noise
 from ._state import applied, modules, record, refuse_after
-from .recipe import CONV_SWAPS, QUANT_FILTERS, QUANTIZE, RecipeError
+from .recipe import CONV_SWAPS, FP8, QUANT_FILTERS, QUANTIZE, RecipeError
 
 # The (in_features, out_features) shapes diffusion-fast leaves in bf16: the list in
 # dynamic_quant_filter_fn, identical in utils/pipeline_utils.py and
@@ -55,6 +55,18 @@ def int8_kernel_ok(module) -> bool:
     the output size (out_features) are non-zero multiples of 8; otherwise it copies both
     operands to the CPU and multiplies there, a device-to-host sync on every call."""
     return module.in_features % 8 == 0 and module.out_features % 8 == 0
+
+
+def fp8_kernel_ok(module) -> bool:
+    """Whether torch's fp8 matmul takes this linear: torch._scaled_mm needs the inner size
+    (in_features) and both sizes of the weight (in_features, out_features) to be multiples of
+    16 (torch/_meta_registrations.py, _check_scaled_mm_sizes: "Expected self.size(1) to be
+    divisible by 16", "Expected both dimensions of mat2 to be divisible by 16"). torchao's fp8
+    config leaves any other linear in high precision without a word (quant_api.py,
+    _float8_dynamic_activation_float8_weight_quantize_tensor, through utils._fp8_mm_compat);
+    the course's filter says so up front. No rule on the token count.
+    Introduced in 15_fp8_hopper.ipynb."""
+    return module.in_features % 16 == 0 and module.out_features % 16 == 0
 
 
 def blog_conv_filter(module, fqn: str = "") -> bool:
@@ -105,23 +117,26 @@ def quant_config(kind: str):
     flags are the recipe's inductor_flags, which compile_pipeline passes to its own compiles."""
     from torchao.quantization import (Float8DynamicActivationFloat8WeightConfig,
                                       Int8DynamicActivationInt8WeightConfig,
-                                      Int8WeightOnlyConfig)
+                                      Int8WeightOnlyConfig, PerRow, PerTensor)
 
+    if kind in FP8:  # the granularity said, not left to torchao's default (per tensor)
+        return Float8DynamicActivationFloat8WeightConfig(
+            granularity=PerRow() if kind == "fp8-dynamic-row" else PerTensor(),
+            set_inductor_config=False)
     return {"int8-dynamic": Int8DynamicActivationInt8WeightConfig,
-            "int8-weight-only": Int8WeightOnlyConfig,
-            "fp8-dynamic": Float8DynamicActivationFloat8WeightConfig}[kind](
-        set_inductor_config=False)
+            "int8-weight-only": Int8WeightOnlyConfig}[kind](set_inductor_config=False)
 
 
 def select_filter(kind: str, quant_filter: str | Callable) -> Callable:
-    """The filter quantize() uses: the named or given one, and, for int8 dynamic, only linears
-    the int8 kernels take (int8_kernel_ok), whatever the filter.
+    """The filter quantize() uses: the named or given one, and only linears the kernels take,
+    whatever the filter: int8_kernel_ok for int8 dynamic, fp8_kernel_ok for fp8.
     Introduced in 08_int8_quantization.ipynb."""
     base = {"blog": blog_filter, "fastdiff": fastdiff_filter,
             "all": lambda m, fqn="": isinstance(m, torch.nn.Linear)}.get(quant_filter, quant_filter)
-    if kind != "int8-dynamic":
+    kernel_ok = {"int8-dynamic": int8_kernel_ok, **dict.fromkeys(FP8, fp8_kernel_ok)}.get(kind)
+    if kernel_ok is None:
         return base
-    return lambda m, fqn="": base(m, fqn) and int8_kernel_ok(m)
+    return lambda m, fqn="": base(m, fqn) and kernel_ok(m)
 
 
 def _quantized(module) -> int:
@@ -134,7 +149,9 @@ def quantize(pipe, kind: str = "int8-dynamic", quant_filter: str | Callable = "b
 
     quant_filter: "blog" (diffusion-fast's exact filter, blog_filter), "fastdiff" (ours,
     fastdiff_filter), "all" (every nn.Linear) or a callable (module, fqn) -> bool. For int8
-    dynamic, linears the int8 kernels cannot take are always left out (int8_kernel_ok).
+    dynamic and fp8, linears the kernels cannot take are always left out (int8_kernel_ok,
+    fp8_kernel_ok). fp8 ("fp8-dynamic": a scale per tensor, "fp8-dynamic-row": per row of the
+    weight and per token) needs compute capability 8.9+ (15_fp8_hopper.ipynb).
     Compile afterwards: without torch.compile the quantized matmuls run unfused and are slower
     than bf16 (measured by the diffusers-torchao project on CogVideoX-5b: int8 dynamic
     550 s eager against 243 s in bf16, A100).

@@ -58,7 +58,10 @@ def compile_mode_for(mode: str | None, scope: str, device: str) -> tuple[str | N
     return mode, None
 
 
-QUANTIZE = (None, "int8-dynamic", "int8-weight-only", "fp8-dynamic")
+QUANTIZE = (None, "int8-dynamic", "int8-weight-only", "fp8-dynamic", "fp8-dynamic-row")
+# fp8 dynamic (torchao's Float8DynamicActivationFloat8WeightConfig): one scale per tensor, or
+# one per row of the weight and per token of the activation ("-row")
+FP8 = ("fp8-dynamic", "fp8-dynamic-row")
 # "blog": diffusion-fast's dynamic_quant_filter_fn, exactly; "fastdiff": the course's own
 # heuristic (big linears that see many tokens); "all": every nn.Linear.
 QUANT_FILTERS = ("blog", "fastdiff", "all")
@@ -100,7 +103,8 @@ class Recipe:
         pipeline's own compiles, never set process-wide)
     fuse_qkv: one matmul for Q, K and V (needs an SDPA attention)
     no_sync: no device-to-host sync inside the denoising loop
-    quantize: None | "int8-dynamic" | "int8-weight-only" | "fp8-dynamic"; quant_filter
+    quantize: None | "int8-dynamic" | "int8-weight-only" | "fp8-dynamic" (one scale per
+        tensor) | "fp8-dynamic-row" (per row and token); quant_filter
         "blog" (diffusion-fast's) | "fastdiff" (ours) | "all" | a callable(module, fqn) -> bool
     conv1x1_to_linear: False | "blog" (diffusion-fast's filter, torchao's swap) | "all" (ours:
         every pointwise conv); True means "all"
@@ -119,7 +123,7 @@ class Recipe:
       "default"), on a CPU, and on a GPU with a regional compile_scope (pytorch#152887);
     - what names hardware the machine lacks is refused, naming what to use instead: a CUDA
       attention kernel ("sdpa-flash", "sdpa-efficient", "sdpa-cudnn") off CUDA, and
-      "fp8-dynamic" below compute capability 8.9.
+      fp8 ("fp8-dynamic", "fp8-dynamic-row") below compute capability 8.9.
 
     Introduced in 01_baseline.ipynb.
     """
@@ -200,6 +204,11 @@ class Recipe:
         if self.quantize and self.dtype in ("fp32", "tf32") and self.quantize != "int8-weight-only":
             raise RecipeError(f"quantize={self.quantize!r} is meant for bf16 models (the blog "
                               "quantizes a bf16 UNet): set dtype='bf16'.")
+        if self.quantize == "fp8-dynamic-row" and self.dtype != "bf16":
+            # torchao/quantization/quant_api.py: "PerRow quantization only works for bfloat16
+            # precision input weight" (an assert, after loading)
+            raise RecipeError("quantize='fp8-dynamic-row' needs bf16 weights (torchao's per-row "
+                              "fp8 takes only bf16): set dtype='bf16', or use 'fp8-dynamic'.")
 
     # -- checks that depend on the machine ------------------------------------------------
 
@@ -208,17 +217,17 @@ class Recipe:
         class docstring); `capability` (the CUDA compute capability) is read from the device
         when not given. What only needs adapting (CUDA graphs) passes: see for_device."""
         cuda = device.startswith("cuda")
-        if cuda and capability is None and self.quantize == "fp8-dynamic":
+        if cuda and capability is None and self.quantize in FP8:
             import torch
 
             capability = torch.cuda.get_device_capability(device)
         if not cuda and self.attention in CUDA_ONLY_ATTENTION:
             raise RecipeError(f"attention={self.attention!r} is a CUDA kernel; on {device} use "
                               "'sdpa' or 'sdpa-math'.")
-        if self.quantize == "fp8-dynamic":
+        if self.quantize in FP8:
             if not cuda or capability is None or capability < (8, 9):
                 have = f"compute capability {capability}" if cuda else device
-                raise RecipeError(f"fp8-dynamic needs a GPU with fp8 tensor cores (compute "
+                raise RecipeError(f"{self.quantize} needs a GPU with fp8 tensor cores (compute "
                                   f"capability 8.9+: L4, H100, H200...); this has {have}. Use "
                                   "quantize='int8-dynamic'.")
 
@@ -287,6 +296,10 @@ _C_COMPILED = replace(_C_SDPA, compile="max-autotune", fullgraph=True, inductor_
 _C_FUSED = replace(_C_COMPILED, fuse_qkv=True)
 _C_NO_SYNC = replace(_C_FUSED, no_sync=True)
 _C_INT8 = replace(_C_NO_SYNC, quantize="int8-dynamic", quant_filter="fastdiff")
+# past the blog (15_fp8_hopper.ipynb): fp8 in place of int8, on GPUs with fp8 tensor cores
+# (compute capability 8.9+: L4, H100, H200); per row, the faster of torchao's two on FLUX
+# (diffusers-torchao, H100: 2.966 s against 3.243 s per tensor). Refused elsewhere.
+_C_FP8 = replace(_C_INT8, quantize="fp8-dynamic-row")
 
 COURSE_LADDER: list[tuple[str, Recipe]] = [
     ("fp32, TF32 off", BASELINE),
@@ -297,5 +310,6 @@ COURSE_LADDER: list[tuple[str, Recipe]] = [
     ("+ fused QKV", _C_FUSED),
     ("+ no sync", _C_NO_SYNC),
     ("+ int8 dynamic", _C_INT8),
+    ("+ fp8 dynamic", _C_FP8),
 ]
 LADDERS: dict[str, list[tuple[str, Recipe]]] = {"blog": LADDER, "course": COURSE_LADDER}

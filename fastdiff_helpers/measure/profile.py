@@ -1,0 +1,288 @@
+"""profile(): where one image's time goes, per stage and per kind of work, from torch.profiler.
+
+Introduced in 14_where_the_time_goes.ipynb. (fdh.profile_chart, in results/, draws it.)
+
+One call of the pipeline (after `warmup` untimed ones, so compilation is not in it) runs under
+torch.profiler, with a mark at each stage boundary: the text encoders (pipe.encode_prompt),
+each denoiser step (ended by pipe.scheduler.step), the VAE decode (pipe.vae.decode). The marks
+are benchmark()'s own kind (perf_counter on a CPU, CUDA events on a GPU) and each stage is also
+a range in the trace (torch.profiler.record_function), so Perfetto shows them by name.
+
+The kinds of work are the profiler's ops (on a CPU: each op's self time on the calling thread)
+or kernels (on a GPU: device time), sorted by name into matmul, convolution, attention,
+normalisation, elementwise, casts and copies, kernels inductor fused, and other ops; what is
+left of the wall time is host-side time: Python, dispatch and the guards of compiled code
+between ops on a CPU, and on a GPU the time the device sat idle (launch gaps, syncs).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import statistics
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from .. import checks
+from ..errors import FastdiffError
+from ..models.loading import call_kwargs, pipeline_device
+from ..models.presets import DEFAULT_PROMPT
+from .timing import _no_stderr
+
+__all__ = ["profile", "Profile", "KINDS", "kind_of"]
+
+from .work_kinds import HOST, KINDS, STAGE_PREFIX as _PREFIX, kinds_from_events, kind_of
+
+
+@dataclass
+class Profile:
+    """Where one image's time went. Seconds throughout. `stages` in call order (the text
+    encoders, each iteration of the denoising loop, "step N", ended by the scheduler's step,
+    which is one per timestep: PNDM (SD1.5) has steps + 1; the VAE decode; then what is outside
+    them, "other"): the
+    median of each over the timed calls, as wall_s is theirs; `kinds` in KINDS order, adding up to
+    profiled_wall_s (the call under the profiler); `denoising_s` spans the first step's start
+    to the VAE decode's start, as fdh.benchmark's "denoising" stage does."""
+
+    device: str
+    wall_s: float
+    stages: dict[str, float]
+    kinds: dict[str, float]
+    profiled_wall_s: float = 0.0
+    denoising_s: float | None = None
+    top_ops: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
+    syncs: int = 0
+    trace_path: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def stage_groups(self) -> dict[str, float]:
+        """The stages grouped as fdh.benchmark names them: text_encoding, denoising (every
+        step), vae_decode, other."""
+        groups = {"text_encoding": 0.0, "denoising": 0.0, "vae_decode": 0.0, "other": 0.0}
+        for name, seconds in self.stages.items():
+            key = ("text_encoding" if name == "text encoders" else
+                   "vae_decode" if name == "VAE decode" else
+                   "denoising" if name.startswith("step ") else "other")
+            groups[key] += seconds
+        return groups
+
+    def table(self) -> str:
+        """Two small tables as text: time per stage (steps folded after the first three) and
+        per kind of work, each with its share of the wall time."""
+        def share(s: float, whole: float) -> str:
+            return f"{s * 1e3:9.2f} ms {s / whole:6.1%}" if whole else f"{s * 1e3:9.2f} ms"
+
+        lines = [f"one image on {self.device}: {self.wall_s * 1e3:.2f} ms "
+                 f"({self.profiled_wall_s * 1e3:.2f} ms under the profiler)", "",
+                 "stage (share of the image)"]
+        steps = [k for k in self.stages if k.startswith("step ")]
+        for name, seconds in self.stages.items():
+            if name in steps[3:-1]:
+                continue
+            lines.append(f"  {name:<26}{share(seconds, self.wall_s)}")
+            if len(steps) > 4 and name == steps[2]:
+                folded = sum(self.stages[k] for k in steps[3:-1])
+                lines.append(f"  {f'... {len(steps) - 4} more steps':<26}"
+                             f"{share(folded, self.wall_s)}")
+        lines += ["", "kind of work (share of the profiled call)"]
+        for kind, seconds in sorted(self.kinds.items(), key=lambda kv: -kv[1]):
+            lines.append(f"  {kind:<26}{share(seconds, self.profiled_wall_s)}")
+        if self.syncs:
+            lines.append(f"  ({self.syncs} device-to-host syncs in the call)")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.table()
+
+
+class _StageMarks:
+    """Stage boundaries of one call: a timestamp (CUDA event or perf_counter) and a
+    record_function range for each stage."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.spans: list[list[Any]] = []  # [name, start, end, range]
+
+    def now(self) -> Any:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def open(self, name: str) -> None:
+        rf = torch.profiler.record_function(_PREFIX + name)
+        rf.__enter__()
+        self.spans.append([name, self.now(), None, rf])
+
+    def close(self) -> None:
+        if self.spans and self.spans[-1][2] is None:
+            self.spans[-1][2] = self.now()
+            self.spans[-1][3].__exit__(None, None, None)
+
+    def seconds(self, a: Any, b: Any) -> float:
+        if self.cuda:
+            b.synchronize()
+            return a.elapsed_time(b) / 1000
+        return b - a
+
+
+@contextmanager
+def _marked(pipe, marks: _StageMarks) -> Iterator[None]:
+    """Wrap pipe.encode_prompt, pipe.scheduler.step and pipe.vae.decode as instance
+    attributes (restored on exit), like benchmark()'s stage marks: wrappers around the calls,
+    so a compiled denoiser or VAE is left as it is. functools.wraps keeps the signature a
+    pipeline inspects (scheduler.step's eta and generator)."""
+    saved = []
+    steps_done = [0]
+
+    def wrap(owner, attr, before, after):
+        original = getattr(owner, attr)
+
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            before()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                after()
+
+        saved.append((owner, attr, attr in owner.__dict__, owner.__dict__.get(attr)))
+        setattr(owner, attr, wrapper)
+
+    def encode_start():
+        if not marks.spans:
+            marks.open("text encoders")
+
+    def encode_end():
+        # the denoising loop starts where the encoders end, as benchmark()'s "denoising"
+        marks.close()
+        if not any(s[0].startswith("step ") for s in marks.spans):
+            marks.open("step 1")
+
+    def step_end():
+        marks.close()
+        steps_done[0] += 1
+        if steps_done[0] < len(pipe.scheduler.timesteps):
+            marks.open(f"step {steps_done[0] + 1}")
+
+    def decode_start():
+        marks.close()
+        marks.open("VAE decode")
+
+    wrap(pipe, "encode_prompt", encode_start, encode_end)
+    wrap(pipe.scheduler, "step", lambda: None, step_end)
+    wrap(pipe.vae, "decode", decode_start, marks.close)
+    try:
+        yield
+    finally:
+        marks.close()
+        for owner, attr, had_own, value in reversed(saved):
+            if had_own:
+                setattr(owner, attr, value)
+            else:
+                delattr(owner, attr)
+
+
+def _marked_call(pipe, call, device: torch.device) -> tuple[_StageMarks, Any, Any]:
+    """One call with its stage marks; read them with _read_marks (after a profiler stops, so
+    its waits on the CUDA events are not in the trace)."""
+    marks = _StageMarks(device)
+    with _marked(pipe, marks):  # no inference_mode: the pipeline's own no_grad, as benchmark
+        if marks.cuda:
+            torch.cuda.synchronize(device)
+        start = marks.now()
+        call()
+        end = marks.now()
+    return marks, start, end
+
+
+def _read_marks(marks: _StageMarks, start: Any, end: Any) -> tuple[float, dict[str, float],
+                                                                   float | None]:
+    """(wall seconds, seconds per stage, denoising seconds) of one marked call."""
+    wall = marks.seconds(start, end)
+    stages = {name: marks.seconds(a, b) for name, a, b, _ in marks.spans if b is not None}
+    stages["other"] = max(wall - sum(stages.values()), 0.0)
+    first = next((s for s in marks.spans if s[0].startswith("step ")), None)
+    decode = next((s for s in marks.spans if s[0] == "VAE decode"), None)
+    denoising = marks.seconds(first[1], decode[1]) if first and decode else None
+    return wall, stages, denoising
+
+
+def profile(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
+            height: int | None = None, width: int | None = None,
+            guidance: float | None = None, seed: int = 0, warmup: int = 1, runs: int = 3,
+            trace: str | Path | None = None) -> Profile:
+    """Say where one image's time goes: per stage (text encoders, each denoiser step, VAE
+    decode) and per kind of work (KINDS), as a Profile (print it for the tables;
+    fdh.profile_chart(p) for the chart).
+
+    `warmup` untimed calls first (a compiled pipeline is profiled warm); then `runs` calls
+    timed with stage marks and no profiler (the stage times: per stage, the median over the
+    runs, as fdh.benchmark times them); then one call under torch.profiler (the kinds of work,
+    adding up to its own wall time, profiled_wall_s: the profiler's own cost per op makes that
+    call slower, said in notes). `trace`: a .json path to save that call's trace for Perfetto
+    (ui.perfetto.dev) or chrome://tracing; the stages are named ranges in it.
+    Introduced in 14_where_the_time_goes.ipynb."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    checks.whole("warmup", warmup, 0)
+    checks.whole("runs", runs, 1)
+    if trace is not None:
+        trace = Path(trace)
+        if trace.suffix != ".json":
+            raise FastdiffError(f"trace={str(trace)!r}: give a .json path (the Chrome "
+                                "trace format Perfetto and chrome://tracing open).")
+        checks.output_file("trace", trace, "trace.json")
+    device = pipeline_device(pipe)
+    cuda = device.type == "cuda"
+    call_kwargs(pipe, prompt, steps, height, width, guidance, seed)  # every argument checked
+
+    def call():
+        return pipe(**call_kwargs(pipe, prompt, steps, height, width, guidance, seed))
+
+    for _ in range(warmup):
+        call()
+    timed = [_read_marks(*_marked_call(pipe, call, device)) for _ in range(runs)]
+    wall = statistics.median(t[0] for t in timed)
+    stages = {name: statistics.median(t[1].get(name, 0.0) for t in timed) for name in timed[0][1]}
+    denoising = (statistics.median(t[2] for t in timed)
+                 if all(t[2] is not None for t in timed) else None)
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    prof = torch_profile(activities=activities)
+    with _no_stderr():  # kineto's C++ "profiler_start" line
+        prof.__enter__()
+    try:
+        marked = _marked_call(pipe, call, device)
+    finally:
+        with _no_stderr():
+            prof.__exit__(None, None, None)
+    profiled_wall = _read_marks(*marked)[0]
+    kinds, top, syncs = kinds_from_events(prof.events(), cuda, profiled_wall * 1e6)
+    notes = [f"stage times: median of {runs} call(s) without the profiler; kinds of work: one "
+             f"call under torch.profiler, {profiled_wall * 1e3:.1f} ms against "
+             f"{wall * 1e3:.1f} ms without it (the profiler adds a cost per op; calls also vary)"]
+    notes.append("CPU: kinds are each op's own (self) time on the calling thread; "
+                 f"'{HOST}' is the time no op ran (Python, dispatch, guards)" if not cuda else
+                 f"CUDA: kinds are kernel time on the device; '{HOST}' is the time the "
+                 "device sat idle during the call (launch gaps, syncs)")
+    path = None
+    if trace is not None:
+        trace.parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(trace))
+        path = str(trace)
+    return Profile(device=str(device), wall_s=wall, stages=stages, kinds=kinds,
+                   profiled_wall_s=profiled_wall, denoising_s=denoising, top_ops=top,
+                   syncs=syncs, trace_path=path, notes=notes)
+
+
+def load_trace(path: str | Path) -> dict[str, Any]:
+    """A saved trace, read back as JSON (what Perfetto opens)."""
+    return json.loads(Path(path).read_text())
