@@ -64,7 +64,7 @@ def technique_blocks(nb) -> list[tuple[str, str]]:
     return found
 
 
-@pytest.mark.parametrize("prefix", ["04_", "06_", "07_", "08_", "12_", "15_"])
+@pytest.mark.parametrize("prefix", ["05_", "09_", "10_", "11_", "12_", "13_"])
 def test_each_technique_notebook_shows_its_code_as_to_code_writes_it(prefix):
     nb = _read(_by_name(prefix))
     blocks = technique_blocks(nb)
@@ -206,7 +206,7 @@ def test_02_exercise_3_decodes_what_the_vae_cast_alone_cannot():
     with pytest.raises(RuntimeError, match="BFloat16.*float"):
         fdh.generate(pipe, steps=2)
     assert any("# exercise 3" in block for path, block in _exercise_blocks()
-               if path.name.startswith("02_"))
+               if path.name.startswith("03_"))
 
 
 # --- the library behaviour behind corrected claims ---------------------------------------
@@ -296,11 +296,11 @@ def test_the_corrected_phrases_do_not_come_back():
 def test_cold_start_comes_right_after_compile():
     """Caches and recompiles are taught before any notebook that compiles for minutes."""
     names = [p.name for p in NOTEBOOKS]
-    assert names.index("05_cold_start.ipynb") == names.index("04_torch_compile.ipynb") + 1
+    assert names.index("06_cold_start.ipynb") == names.index("05_torch_compile.ipynb") + 1
 
 
 def test_the_syncs_notebook_runs_a_model_where_removing_syncs_changes_something():
-    nb = _read(_by_name("07_"))
+    nb = _read(_by_name("10_"))
     assert "syncs" in nb.cells[0].source
     model = re.search(r'course_settings\("(\w+)"\)', nb.cells[1].source).group(1)
     pipe = fdh.load_pipeline(model, weights="tiny", device="cpu", verbose=False)
@@ -339,7 +339,7 @@ def test_no_helper_claims_a_notebook_that_does_not_introduce_it():
 # --- figures the course cites from this project's committed GPU results --------------------
 
 def test_cited_gpu_figures_are_the_committed_ones():
-    """01 cites the H100's measured bf16 matmul rate and the floors it gives; 01, 02 and 03
+    """01 cites the H100's measured bf16 matmul rate and the floors it gives; 01, 03 and 04
     cite SDXL's eager blog steps on the H100. Each figure is recomputed from results/ and
     fdh.count_flops, and must appear in the notebook as printed."""
     import json
@@ -359,5 +359,5 @@ def test_cited_gpu_figures_are_the_committed_ones():
     sdxl_floor = fdh.flop_floor_seconds(fdh.count_flops("sdxl"), rate)
     assert f"in {seconds['+ SDPA']} " in text["01"]
     assert f"{steps['+ SDPA'].latency_s / sdxl_floor:.1f}x its floor" in text["01"]
-    assert f"from {seconds['fp32']} to {seconds['bf16']}" in text["02"]
-    assert f"from {seconds['bf16']} to {seconds['+ SDPA']}" in text["03"]
+    assert f"from {seconds['fp32']} to {seconds['bf16']}" in text["03"]
+    assert f"from {seconds['bf16']} to {seconds['+ SDPA']}" in text["04"]

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 COMMAND = re.compile(r"^(?:[A-Z_]+=\S+ )*(?:\.venv/bin/|make |mkdir |source )")
-# what the notebooks call the user's own prompts file (11_scale_out.ipynb)
+# what the notebooks call the user's own prompts file (16_scale_out.ipynb)
 PROMPTS = [f"a watercolour of lighthouse number {i}" for i in range(1, 9)]
 
 
@@ -121,7 +121,7 @@ def test_the_notebooks_prose_writes_commands_a_fresh_clone_can_run():
                                   r"torchrun --)", cell.source)
                 assert not bare, (path.name, cell.get("id"), bare)
     commands = notebook_commands()
-    assert any("warm --load" in c for _, c in commands)  # 05_cold_start's workshop steps
+    assert any("warm --load" in c for _, c in commands)  # 06_cold_start's workshop steps
     assert not [c for _, c in commands if "..." in c]
 
 

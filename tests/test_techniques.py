@@ -301,7 +301,7 @@ def test_to_code_only_keeps_the_named_sections_of_the_full_code():
     from fastdiff_helpers.techniques.codegen import SECTIONS
 
     recipe = dataclasses.replace(fdh.LADDER[5][1], no_sync=True, cache_every=3,
-                                 guidance_stop=0.5)  # every section (12_fewer_denoiser_calls)
+                                 guidance_stop=0.5)  # every section (13_fewer_denoiser_calls)
     full = fdh.to_code(recipe, "plain")
     for name in SECTIONS:
         part = fdh.to_code(recipe, "plain", only=name)

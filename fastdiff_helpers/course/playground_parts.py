@@ -1,6 +1,6 @@
 """The playground's vocabulary: its controls (one per Recipe field, with readable labels and
 choices), its phases, and the small formatters its table and images use. Introduced in
-10_playground.ipynb; the panel itself is widgets.py."""
+15_playground.ipynb; the panel itself is widgets.py."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ _CHOICES: dict[str, list] = {
     "dynamic": ["auto", "True", "False"], "quantize": ["off", *QUANTIZE[1:]],
     "quant_filter": list(QUANT_FILTERS), "tf32": ["auto", *TF32_MODES],
     "conv1x1_to_linear": ["off", *CONV_SWAPS[1:]],
-    # 12_fewer_denoiser_calls: every 1 is no cache; guidance "off" (None) is guidance throughout
+    # 13_fewer_denoiser_calls: every 1 is no cache; guidance "off" (None) is guidance throughout
     "cache_every": [1, 2, 3, 4, 5], "cache_branch": [1, 2, 3],
     "guidance_stop": ["off", 0.25, 0.5, 0.75]}
 RESOLUTIONS = [("model default", 0)] + [(f"{n}x{n}", n) for n in (64, 128, 256, 512, 768, 1024)]

@@ -1,7 +1,7 @@
 """What switching LoRAs costs a compiled pipeline: dynamo recompiles, CUDA-graph recordings and
 seconds, call by call, with diffusers' hot-swap or without it.
 
-Introduced in 17_lora_hotswap.ipynb."""
+Introduced in 08_lora_hotswap.ipynb."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def lora_swap_report(pipe, loras: Sequence[Any], hotswap: bool = True, steps: in
     call with the LoRA, how it got there, dynamo's frames compiled and compile seconds, CUDA
     graphs recorded (0 on a CPU), the call's seconds, the recompile reasons new since the call
     before, and the image (float in [0, 1] as "image", 8-bit as "pil", as a pipeline returns it).
-    Introduced in 17_lora_hotswap.ipynb."""
+    Introduced in 08_lora_hotswap.ipynb."""
     if "lora" not in applied(pipe):
         raise FastdiffError("No LoRA loaded: load the first one with fdh.load_lora(pipe, folder)"
                             " (after fdh.enable_lora_hotswap for hot-swaps), compile, then "

@@ -1,7 +1,7 @@
 """Memory: what the weights need (from the architecture on the meta device), what a call peaks
 at (measured), and what fits a given card.
 
-Introduced in 18_fitting_your_gpu.ipynb."""
+Introduced in 17_fitting_your_gpu.ipynb."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def weight_bytes(model, dtype="bf16") -> dict[str, int]:
     """Bytes of parameters per component: for a model name, of its full-size architecture in
     `dtype` (a name, or a Recipe: its weight dtype), built on the meta device (no memory, no
     download); for a pipeline, of what it holds now. Buffers (position ids, a few KB) are not
-    counted. Introduced in 18_fitting_your_gpu.ipynb."""
+    counted. Introduced in 17_fitting_your_gpu.ipynb."""
     if isinstance(model, str):
         get_spec(model)  # an unknown name says which ones exist
         dtype = _weight_dtype(dtype)
@@ -108,7 +108,7 @@ def peak_memory(pipe, call: Callable[[], Any], device: str | torch.device | None
     on a CPU, the pipeline's parameters and buffers held there plus the most bytes of tensors
     the call's ops kept alive at once (a dispatch mode counting storages; eager calls only).
     Returns {"peak_bytes", "resident_bytes", "kind", "seconds", "output"}.
-    Introduced in 18_fitting_your_gpu.ipynb."""
+    Introduced in 17_fitting_your_gpu.ipynb."""
     device = torch.device(device) if device is not None else _execution_device(pipe)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -154,7 +154,7 @@ def what_fits(model: str, card_gib: float, dtype="bf16",
       group / sequential offload     a block or a layer at a time: far below the largest
                                      component (not computed here; measure it on a GPU)
 
-    Introduced in 18_fitting_your_gpu.ipynb."""
+    Introduced in 17_fitting_your_gpu.ipynb."""
     real("card_gib", card_gib)
     if card_gib <= 0:
         raise FastdiffError(f"{arg('card_gib', card_gib)} cannot work: give the card's memory "

@@ -141,7 +141,7 @@ def count_parameters(pipe) -> dict[str, int]:
 
 def free_memory() -> None:
     """Release what a finished pipeline held: dynamo's caches, Python garbage and the CUDA
-    cache. Call it after `del pipe`. Introduced in 04_torch_compile.ipynb."""
+    cache. Call it after `del pipe`. Introduced in 02_where_the_time_goes.ipynb."""
     # Compiled code keeps the old modules alive, and dynamo's per-function cache would fill
     # up across fresh pipelines (then it silently falls back to eager), so reset it too.
     torch._dynamo.reset()
@@ -205,7 +205,7 @@ def call_kwargs(pipe, prompt: str = DEFAULT_PROMPT,
     tiny resolution, steps, guidance) unless given, a seeded CPU generator, and per-model
     switches (PixArt: no resolution binning, no caption cleaning). Every argument is checked
     here, before any call: the helpers that call a pipeline all build their call with it.
-    Introduced in 02_precision.ipynb."""
+    Introduced in 03_precision.ipynb."""
     spec = pipeline_spec(pipe)
     if not isinstance(prompt, str) and not (isinstance(prompt, list) and prompt
                                             and all(isinstance(p, str) for p in prompt)):
@@ -241,7 +241,7 @@ def generate(pipe, prompt: str = DEFAULT_PROMPT,
 
 def get_denoiser(pipe) -> torch.nn.Module:
     """The denoising network: pipe.unet (SD family) or pipe.transformer (PixArt).
-    Introduced in 06_fused_qkv.ipynb."""
+    Introduced in 07_cuda_graphs.ipynb."""
     return pipe.unet if hasattr(pipe, "unet") else pipe.transformer
 
 

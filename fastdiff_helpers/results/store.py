@@ -112,7 +112,7 @@ def rewrite_results(results: Iterable[Result], path: str | os.PathLike) -> Path:
 
 def load_results(path: str | os.PathLike) -> list[Result]:
     """Read every Result from a JSONL file written by save_results(). Introduced in
-    09_all_models.ipynb (its exercises).
+    14_all_models.ipynb (its exercises).
 
     Blank lines are skipped. A last line without its newline that does not parse (a write cut
     by a kill) is skipped with a warning; any other bad line raises ResultsFormatError naming

@@ -42,7 +42,7 @@ def _scheduler(name: str | None) -> str:
 def denoising_text(results) -> str:
     """'30 steps, EulerDiscrete' when every result ran the same steps and scheduler, else ''
     (then each result is labelled with denoising_label). Introduced in
-    12_fewer_denoiser_calls.ipynb."""
+    13_fewer_denoiser_calls.ipynb."""
     runs = {(r.steps, r.scheduler) for r in results}
     if len(runs) != 1:
         return ""

@@ -1,7 +1,7 @@
 """The command line: `python -m fastdiff_helpers demo | ladder | bench | batch | warm | reference
 | env` (also `fastdiff ...`).
 
-Introduced in 00_setup.ipynb (env) and 09_all_models.ipynb (ladder). The CLI only composes
+Introduced in 00_setup.ipynb (env) and 14_all_models.ipynb (ladder). The CLI only composes
 the package's functions; invalid input prints one line on stderr and exits with code 2.
 """
 

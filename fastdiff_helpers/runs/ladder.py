@@ -1,7 +1,7 @@
 """run_ladder(): every step of a ladder (the blog's fdh.LADDER, or the course's
 fdh.COURSE_LADDER) on a fresh pipeline, with failures isolated.
 
-Introduced in 08_int8_quantization.ipynb (its last two steps) and 09_all_models.ipynb (every
+Introduced in 11_int8_quantization.ipynb (its last two steps) and 14_all_models.ipynb (every
 model), and behind `python -m fastdiff_helpers ladder`.
 """
 
@@ -153,7 +153,7 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
     killed half-way leaves a loadable file), its image goes to out/images/<idx>_<slug>.png,
     and out/ladder.png (with the blog's A100 timings beside ours, for non-tiny weights) and
     out/memory.png are drawn at the end. Prints a table (format_table). Introduced in
-    08_int8_quantization.ipynb (its last two steps); 09_all_models.ipynb runs every model."""
+    11_int8_quantization.ipynb (its last two steps); 14_all_models.ipynb runs every model."""
 
     spec, device, wanted, loading = _setup(model, ladder, device, steps_filter, steps, height,
                                            width, out)
@@ -218,8 +218,8 @@ def warm_ladder(model: str = "sdxl", weights: str = "auto", ladder: str = "blog"
     file (fdh.compile_cache.save_artifacts) for other machines of the same GPU kind and
     versions. Returns one row per step: load (with apply), first call, and its compile split.
 
-    What an instructor runs before a workshop (05_cold_start.ipynb).
-    Introduced in 05_cold_start.ipynb."""
+    What an instructor runs before a workshop (06_cold_start.ipynb).
+    Introduced in 06_cold_start.ipynb."""
 
     spec, device, wanted, loading = _setup(model, ladder, device, steps_filter, steps, height,
                                            width, out, out_is_file=True)

@@ -1,6 +1,6 @@
 """Attention: diffusers' classic processor, or scaled-dot-product attention and its backends.
 
-Introduced in 03_attention.ipynb.
+Introduced in 04_attention.ipynb.
 diffusers' processors are imported inside the functions that use it: importing it takes
 seconds, and `import fastdiff_helpers` must stay cheap (tests/test_env.py)."""
 
@@ -129,7 +129,7 @@ def set_attention(pipe, kind: str = "sdpa"):
     "sdpa-flash" / "-efficient" / "-math" / "-cudnn" force one backend on every attention
     whose head dim that kernel takes (SDPA_LIMITS; the others keep default SDPA), and refuse
     a dtype or a mask the kernel cannot take (check_attention).
-    Introduced in 03_attention.ipynb."""
+    Introduced in 04_attention.ipynb."""
     if kind not in ATTENTION:
         raise RecipeError(f"Unknown attention {kind!r}. Use one of: {', '.join(ATTENTION)}.")
     refuse_after(pipe, "set_attention", "compile")

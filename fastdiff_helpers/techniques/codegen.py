@@ -159,7 +159,7 @@ def _plain(r: Recipe) -> dict[str, list[str]]:
                              "if move:", "    keep_scheduler_on_cpu(pipe)",
                              "    upload_timestep_without_sync(denoiser)"])
     if r.cache_every > 1:
-        # no library has a step cache that compiles for these denoisers (12_fewer_denoiser_calls)
+        # no library has a step cache that compiles for these denoisers (13_fewer_denoiser_calls)
         out["step_cache"] = ["# the course's own step cache: ~250 lines in "
                              "fastdiff_helpers/techniques/cache_paths.py and step_cache.py",
                              "import fastdiff_helpers as fdh",

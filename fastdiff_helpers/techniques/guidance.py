@@ -1,6 +1,6 @@
 """Classifier-free guidance stopped after a share of the steps: the rest run at batch 1.
 
-Introduced in 12_fewer_denoiser_calls.ipynb. SD1.5, SDXL and SSD-1B: diffusers' own callbacks
+Introduced in 13_fewer_denoiser_calls.ipynb. SD1.5, SDXL and SSD-1B: diffusers' own callbacks
 (diffusers/callbacks.py: SDCFGCutoffCallback, SDXLCFGCutoffCallback), passed on every call as
 callback_on_step_end; at the end of the cut-off step they keep the conditional half of the
 prompt embeddings (and SDXL's pooled embeddings and time ids) and set the pipeline's
@@ -45,7 +45,7 @@ def stop_guidance(pipe, share: float = 0.5):
     callback, which every call the helpers make gets (fdh.call_kwargs adds it: fdh.generate,
     fdh.benchmark, run_ladder), and a pipe(...) call of your own must pass:
     callback_on_step_end=fdh.call_kwargs(pipe, steps=n)["callback_on_step_end"].
-    Introduced in 12_fewer_denoiser_calls.ipynb."""
+    Introduced in 13_fewer_denoiser_calls.ipynb."""
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
         raise RecipeError(f"share={share!r}: give the share of the steps that keep guidance, "
                           "above 0 and at most 1 (0.5: the first half).")

@@ -9,7 +9,7 @@ graph and its guards see nothing change. What breaks it, checked here before any
 a LoRA that targets layers the first one did not (peft raises "unexpected keys"), a rank above
 R (peft swaps the tensors for larger ones: the shapes change), text-encoder LoRAs (diffusers
 refuses, loaders/lora_base.py:369).
-Introduced in 17_lora_hotswap.ipynb."""
+Introduced in 08_lora_hotswap.ipynb."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def make_lora_file(pipe, folder: str | Path, rank: int = 4,
     say: diffusers/utils/peft_utils.py, get_peft_kwargs). `text_encoder=True` adds a LoRA on
     the (first) text encoder. Built on the meta device, so it costs no model memory; for the
     tiny models in tests and smoke runs (on real weights, load a real LoRA by hub id).
-    Returns the folder. Introduced in 17_lora_hotswap.ipynb."""
+    Returns the folder. Introduced in 08_lora_hotswap.ipynb."""
     from diffusers.utils import convert_state_dict_to_diffusers
 
     _check_loadable(pipe)
@@ -104,7 +104,7 @@ def resolve_lora(source, weight_name: str | None = None) -> Path:
     """The LoRA file a source names: a folder (its pytorch_lora_weights.safetensors, or
     `weight_name`), a .safetensors file, or a hub id (the file `weight_name`, downloaded to the
     Hugging Face cache, or found there offline). A (hub id or folder, weight_name) pair works
-    too. Introduced in 17_lora_hotswap.ipynb."""
+    too. Introduced in 08_lora_hotswap.ipynb."""
     if isinstance(source, tuple) and len(source) == 2:
         source, weight_name = source
     if not isinstance(source, (str, Path)) or not str(source):
@@ -146,7 +146,7 @@ def lora_file_info(source, weight_name: str | None = None) -> dict[str, Any]:
     """What a LoRA file holds, read from its safetensors header without loading a tensor:
     its rank, the layers it targets (diffusers' names, without the 'unet.' prefix), and
     whether it has text-encoder layers. `source` as for resolve_lora.
-    Introduced in 17_lora_hotswap.ipynb."""
+    Introduced in 08_lora_hotswap.ipynb."""
     from safetensors import safe_open
 
     path = resolve_lora(source, weight_name)
@@ -167,7 +167,7 @@ def lora_file_info(source, weight_name: str | None = None) -> dict[str, Any]:
 def enable_lora_hotswap(pipe, target_rank: int) -> None:
     """diffusers' `pipe.enable_lora_hotswap(target_rank=...)`, before the first LoRA and before
     compiling: every LoRA loaded later must have a rank <= target_rank. Introduced in
-    17_lora_hotswap.ipynb."""
+    08_lora_hotswap.ipynb."""
     _check_loadable(pipe)
     whole("target_rank", target_rank, 1)
     if "lora" in applied(pipe):
@@ -212,7 +212,7 @@ def load_lora(pipe, lora, hotswap: bool = False, adapter_name: str = "default",
     fdh.resolve_lora: a folder, a file or a hub id with `weight_name`), checked first: with
     hotswap=True the new LoRA replaces the loaded one in place (same layers or a subset, rank
     <= the target rank, no text encoder), else it is refused with what to do.
-    Introduced in 17_lora_hotswap.ipynb."""
+    Introduced in 08_lora_hotswap.ipynb."""
     _check_loadable(pipe)
     if not isinstance(hotswap, bool):
         raise FastdiffError(f"{arg('hotswap', hotswap)} cannot work: give True or False.")
@@ -241,7 +241,7 @@ def load_lora(pipe, lora, hotswap: bool = False, adapter_name: str = "default",
 def unload_lora(pipe):
     """diffusers' `pipe.unload_lora_weights()`: the LoRA layers removed, the base model back
     (on a compiled pipeline the next call recompiles: the modules changed).
-    Introduced in 17_lora_hotswap.ipynb."""
+    Introduced in 08_lora_hotswap.ipynb."""
     pipe.unload_lora_weights()
     for name in ("lora", "lora_fused"):
         applied(pipe).pop(name, None)
@@ -251,7 +251,7 @@ def unload_lora(pipe):
 def fuse_lora(pipe, scale: float = 1.0):
     """diffusers' `pipe.fuse_lora(lora_scale=scale)`: W += scale * B @ A in every LoRA layer, so
     a call runs no LoRA matmuls (the eager speed of the base model); `unfuse_lora` undoes it.
-    Introduced in 17_lora_hotswap.ipynb."""
+    Introduced in 08_lora_hotswap.ipynb."""
     if "lora" not in applied(pipe):
         raise FastdiffError("No LoRA loaded to fuse: fdh.load_lora(pipe, folder) first.")
     pipe.fuse_lora(lora_scale=scale)
@@ -261,7 +261,7 @@ def fuse_lora(pipe, scale: float = 1.0):
 
 def unfuse_lora(pipe):
     """diffusers' `pipe.unfuse_lora()`: the weights back as they were before fuse_lora.
-    Introduced in 17_lora_hotswap.ipynb."""
+    Introduced in 08_lora_hotswap.ipynb."""
     pipe.unfuse_lora()
     record(pipe, "lora_fused", False)
     return pipe

@@ -1,4 +1,4 @@
-"""Precision: fp32 (true fp32, TF32 off), TF32, bf16, fp16. Introduced in 02_precision.ipynb."""
+"""Precision: fp32 (true fp32, TF32 off), TF32, bf16, fp16. Introduced in 03_precision.ipynb."""
 
 from __future__ import annotations
 

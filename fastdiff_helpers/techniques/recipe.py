@@ -296,7 +296,7 @@ _C_COMPILED = replace(_C_SDPA, compile="max-autotune", fullgraph=True, inductor_
 _C_FUSED = replace(_C_COMPILED, fuse_qkv=True)
 _C_NO_SYNC = replace(_C_FUSED, no_sync=True)
 _C_INT8 = replace(_C_NO_SYNC, quantize="int8-dynamic", quant_filter="fastdiff")
-# past the blog (15_fp8_hopper.ipynb): fp8 in place of int8, on GPUs with fp8 tensor cores
+# past the blog (12_fp8_hopper.ipynb): fp8 in place of int8, on GPUs with fp8 tensor cores
 # (compute capability 8.9+: L4, H100, H200); per row, the faster of torchao's two on FLUX
 # (diffusers-torchao, H100: 2.966 s against 3.243 s per tensor). Refused elsewhere.
 _C_FP8 = replace(_C_INT8, quantize="fp8-dynamic-row")

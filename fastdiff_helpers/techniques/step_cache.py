@@ -1,7 +1,7 @@
 """Fewer denoiser calls, the denoiser's side: a step cache (DeepCache-style for UNets, a block
 cache for PixArt) and, for PixArt, guidance stopped after a share of the steps.
 
-Introduced in 12_fewer_denoiser_calls.ipynb. Both run through one StepPlan, put in place of the
+Introduced in 13_fewer_denoiser_calls.ipynb. Both run through one StepPlan, put in place of the
 denoiser's forward: it counts the steps of each pipeline call and picks, per step, the full path
 (cache_paths: the whole forward, keeping the deep features) or the cached one (the shallow
 branch around the kept features). Its choice is plain Python outside any compiled code, so a
@@ -172,7 +172,7 @@ def step_cache(pipe, every: int = 3, branch: int = 1):
     """Run the denoiser's deep part only on every `every`-th step; the other steps recompute
     the shallow branch (`branch` levels of a UNet at each end, or the first `branch` PixArt
     blocks) around the deep features kept from the last full step. every=1 changes nothing.
-    Apply before compile (fdh.apply orders it). Introduced in 12_fewer_denoiser_calls.ipynb."""
+    Apply before compile (fdh.apply orders it). Introduced in 13_fewer_denoiser_calls.ipynb."""
     if isinstance(every, bool) or not isinstance(every, int) or every < 1:
         raise RecipeError(f"every={every!r}: give a whole number of steps, 1 or more (3: the "
                           "deep part runs on every third step).")
@@ -212,7 +212,7 @@ def trace_steps(pipe, **kwargs: Any) -> list[tuple[int, str, int]]:
     """(step, path, batch) of each denoiser call of one call (latent output): the batch as the
     denoiser's first layer sees it (conv_in, PixArt's pos_embed), the path "full" or "cached"
     (always "full" without a step cache). `kwargs` as fdh.call_kwargs takes them.
-    Introduced in 12_fewer_denoiser_calls.ipynb."""
+    Introduced in 13_fewer_denoiser_calls.ipynb."""
     denoiser = get_denoiser(pipe)
     first = denoiser.conv_in if hasattr(pipe, "unet") else denoiser.pos_embed
     batches: list[int] = []
