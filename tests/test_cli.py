@@ -54,7 +54,8 @@ def one_thread():
 def test_bench_writes_one_record(tmp_path, capsys, one_thread):
     argv = ["bench", "--model", "sd15", "--weights", "tiny", "--device", "cpu", "--steps", "2",
             "--runs", "2", "--warmup", "1", "--dtype", "bf16", "--attention", "sdpa",
-            "--out", str(tmp_path), "--step", "bf16 sdpa", "--no-progress"]
+            "--out", str(tmp_path), "--step", "bf16 sdpa", "--no-progress",
+            "--max-runs", "2"]  # the sample count below is exact: no settling runs
     assert main(argv) == 0
     (result,) = load_results(tmp_path / "results.jsonl")
     assert result.ok and result.step == "bf16 sdpa" and len(result.latency_samples) == 2
