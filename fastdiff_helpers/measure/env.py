@@ -24,8 +24,9 @@ _PACKAGES = ("torch", "diffusers", "transformers", "torchao", "accelerate", "tri
 # (tests/test_env.py keeps them equal): torch 2.11 / transformers 5.17 / huggingface_hub 1.33 /
 # Python 3.12 on the H100 image of results/h100-80gb-hbm3/env.txt, the pins of requirements.txt
 # on the CPU (Python 3.11). Below them, something this course relies on may be missing.
+# peft: diffusers' LoRA loading refuses older ones (MIN_PEFT_VERSION, diffusers/utils/constants.py:24).
 FLOORS = {"python": "3.10", "torch": "2.11", "diffusers": "0.42", "transformers": "5.17",
-          "torchao": "0.18", "accelerate": "1.15", "huggingface_hub": "1.33",
+          "torchao": "0.18", "accelerate": "1.15", "peft": "0.17", "huggingface_hub": "1.33",
           "safetensors": "0.8", "tokenizers": "0.23"}
 # Python versions run so far: 3.11 (CPU, CI) and 3.12 (GPU); 3.13 and later are not admitted.
 PYTHON_BELOW = "3.13"
