@@ -107,13 +107,17 @@ def test_the_demo_and_the_playground_measure_the_same_recipe_alike():
     assert ladder.recipe == played.recipe
     assert (ladder.steps, ladder.height, ladder.runs) == (played.steps, played.height,
                                                          played.runs) == (10, 64, 5)
-    # each median is steady within +-STEADY (or says its wider uncertainty); the interval of one
-    # run misses what changes between runs (measured here: 1-2 % within a run, 3-6 % between
-    # two runs of the same recipe on the shared 2-core machine), so each side gets at least
-    # the bound the timing settles to
+    # Two medians of one recipe taken one after the other in one process drift apart more than
+    # either run's own interval says: on the shared 2-core machine, consecutive ladder/playground
+    # pairs measured 0.194/0.172, 0.195/0.164 and 0.164/0.166 s (tiny SDXL fp32, this test's
+    # settings), and CI's run on stop 31 0.193/0.171 s (13 %), which failed the old bound of
+    # each side's interval. What issue 24 found was a factor of 5.7 (bf16 0.51x against 2.93x),
+    # from different settings, asserted equal above; so the medians must agree within 25 %, the
+    # largest drift measured (16 %) with room, or within their own intervals when those are wider.
     from fastdiff_helpers.measure.record import STEADY
 
     a, b = ladder.latency_s, played.latency_s
-    slack = (max(ladder.latency_uncertainty, STEADY) * a
-             + max(played.latency_uncertainty, STEADY) * b)
+    slack = max(max(ladder.latency_uncertainty, STEADY) * a
+                + max(played.latency_uncertainty, STEADY) * b,
+                0.25 * max(a, b))
     assert abs(a - b) <= slack, (ladder.latency_samples, played.latency_samples)
