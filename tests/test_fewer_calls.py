@@ -158,8 +158,10 @@ def test_guidance_stop_runs_the_second_half_at_batch_1(model, baselines):
     assert np.isfinite(image).all() and np.abs(image - baselines[model]).max() > 1e-4
     flops = fdh.count_flops(pipe, steps=STEPS)
     one = fdh.count_flops(fresh(model), steps=STEPS, guidance=1.0)["denoiser_per_forward"]
+    # every call the pipeline made, counted: SD1.5's PNDM makes STEPS + 1 (scheduling_pndm.py:213)
+    assert flops["calls"] == n == STEPS + (model == "sd15")
     assert flops["denoiser_total"] == pytest.approx(
-        4 * flops["denoiser_per_forward"] + 4 * one, rel=1e-6)
+        4 * flops["denoiser_per_forward"] + (n - 4) * one, rel=1e-6)
     assert fdh.current_recipe(pipe)["guidance_stop"] == 0.5
 
 

@@ -39,7 +39,10 @@ def test_guidance_doubles_the_batch_and_per_image_adds_up(meta_pipes):
     assert cfg["denoiser_per_forward"] == pytest.approx(2 * one["denoiser_per_forward"], rel=1e-3)
     # SD1.5 encodes the empty negative prompt too: two text encoder passes
     assert cfg["text_encoders"] == 2 * one["text_encoders"]
-    assert cfg["per_image"] == (30 * cfg["denoiser_per_forward"] + cfg["vae_decode"]
+    # SD1.5's own scheduler, PNDM with skip_prk_steps, sets 31 timesteps for 30 steps
+    # (scheduling_pndm.py:213) and the pipeline calls the UNet once per timestep
+    assert cfg["calls"] == 31
+    assert cfg["per_image"] == (31 * cfg["denoiser_per_forward"] + cfg["vae_decode"]
                                 + cfg["text_encoders"])
     # SDXL uses zeros for an empty negative prompt (force_zeros_for_empty_prompt): one pass
     sdxl_cfg, sdxl_one = (count_flops(meta_pipes["sdxl"], guidance=g) for g in (None, 1.0))
@@ -54,7 +57,7 @@ def test_model_key_counts_like_the_meta_pipeline(meta_pipes):
 def test_flop_floor_from_the_architecture():
     # facts.md: 30 steps with guidance + VAE decode at ~790 TFLOP/s (dense bf16, H100/H200)
     assert flop_floor_seconds(count_flops("sdxl"), 790) == pytest.approx(0.527, rel=0.01)
-    assert flop_floor_seconds(count_flops("sd15"), 790) == pytest.approx(0.064, rel=0.02)
+    assert flop_floor_seconds(count_flops("sd15"), 790) == pytest.approx(0.066, rel=0.01)
     pixart = count_flops("pixart")["per_image"]  # a plain FLOP count works too
     assert flop_floor_seconds(pixart, 790) == pytest.approx(0.510, rel=0.01)
     with pytest.raises(ValueError):
@@ -103,3 +106,27 @@ def test_matmul_rate():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="device='cpu'"):
             measure_matmul_tflops("cuda")
+
+
+def test_count_flops_counts_every_call_the_scheduler_makes():
+    """One denoiser call per timestep the scheduler sets, observed by a hook on the UNet: PNDM
+    (SD1.5's own) makes steps + 1, DPM-Solver++ steps, Heun (second order) 2 * steps - 1.
+    Before, count_flops counted `steps` calls whatever the scheduler: SD1.5 1/31 short."""
+    from diffusers import HeunDiscreteScheduler
+
+    pipe = fdh.load_pipeline("sd15", weights="tiny", device="cpu", verbose=False)
+    seen = []
+    pipe.unet.register_forward_pre_hook(lambda m, args: seen.append(1))
+
+    def observed():
+        seen.clear()
+        fdh.generate(pipe, "a photo", steps=3, seed=0)
+        return len(seen)
+
+    flops = count_flops(pipe, steps=3)
+    assert observed() == flops["calls"] == 4 and flops["steps"] == 3
+    assert flops["denoiser_total"] == 4 * flops["denoiser_per_forward"]
+    fdh.set_scheduler(pipe, "dpm-solver")
+    assert observed() == count_flops(pipe, steps=3)["calls"] == 3
+    pipe.scheduler = HeunDiscreteScheduler.from_config(pipe.scheduler.config)
+    assert observed() == count_flops(pipe, steps=3)["calls"] == 5

@@ -151,7 +151,8 @@ def test_a_run_carries_the_spec_it_resolved():
     assert (kwargs["num_inference_steps"], kwargs["guidance_scale"]) == (3, 1.0)
     flops = fdh.count_flops(pipe)
     assert (flops["steps"], flops["batch"]) == (3, 1)
-    assert flops["per_image"] == (3 * flops["denoiser_per_forward"] + flops["vae_decode"]
+    assert flops["calls"] == 4  # SD1.5's PNDM: steps + 1 UNet calls (scheduling_pndm.py:213)
+    assert flops["per_image"] == (4 * flops["denoiser_per_forward"] + flops["vae_decode"]
                                   + flops["text_encoders"])
     result = measure_step(spec, "fp32", fdh.Recipe(), "tiny", "cpu", {}, runs=1, warmup=0,
                           progress=False)

@@ -24,11 +24,12 @@ from ..errors import FastdiffError
 from .. import checks
 from ..models.loading import native_resolution, pipeline_spec
 from ..models.noise import quiet_known_noise
+from ..models.build import build_scheduler
 from ..models.presets import Component, ModelSpec, get_spec
 from ..techniques.cache_paths import PATHS
 from ..techniques.step_cache import cached_schedule, guided_steps, plan_settings
 
-__all__ = ["count_flops", "flop_floor_seconds", "measure_matmul_tflops"]
+__all__ = ["count_flops", "denoiser_calls", "flop_floor_seconds", "measure_matmul_tflops"]
 
 # (library, "module:ClassName", "module:ConfigClass" or None, config as sorted JSON)
 _Key = tuple[str, str, "str | None", str]
@@ -151,8 +152,8 @@ def _pipeline_parts(pipe_or_model_key: Any) -> tuple[Any, dict[str, _Key], bool,
     """(spec, {component: key}, negative prompt encoded?, native size, text tokens)."""
     if isinstance(pipe_or_model_key, (str, ModelSpec)):
         spec = get_spec(pipe_or_model_key)
-        keys = {name: _spec_key(c) for name, c in spec.full.items()}
         quiet_known_noise()  # before diffusers (and torchao through it) is first imported
+        keys = {name: _spec_key(c) for name, c in spec.full.items()}
         import diffusers
         init = inspect.signature(getattr(diffusers, spec.pipeline_class).__init__).parameters
         zeros = getattr(init.get("force_zeros_for_empty_prompt"), "default", False)
@@ -167,6 +168,19 @@ def _pipeline_parts(pipe_or_model_key: Any) -> tuple[Any, dict[str, _Key], bool,
     return spec, keys, not zeros, native_resolution(pipe), spec.max_tokens
 
 
+def denoiser_calls(scheduler: Any, steps: int) -> int:
+    """How many times a pipeline calls its denoiser for `steps` inference steps: once per
+    timestep its scheduler sets, since the pipelines loop over scheduler.timesteps
+    (pipeline_stable_diffusion.py:1032, `for i, t in enumerate(timesteps)`). PNDM as SD1.5
+    ships it (skip_prk_steps) sets steps + 1 (scheduling_pndm.py:213 repeats the second-last
+    timestep); a second-order scheduler such as Heun sets 2 * steps - 1. Counted on a copy made
+    from the scheduler's config: the pipeline's own scheduler keeps its state."""
+    checks.whole("steps", steps, 1)
+    fresh = type(scheduler).from_config(scheduler.config)
+    fresh.set_timesteps(steps, device="cpu")
+    return len(fresh.timesteps)
+
+
 def count_flops(pipe_or_model_key: Any, height: int | None = None, width: int | None = None,
                 steps: int | None = None, guidance: float | None = None) -> dict[str, Any]:
     """FLOPs of one image, counted from the architecture. Introduced in 01_baseline.ipynb.
@@ -178,11 +192,13 @@ def count_flops(pipe_or_model_key: Any, height: int | None = None, width: int | 
 
     Returns FLOPs (not FLOP/s): denoiser_per_forward (one call at that batch), vae_decode,
     text_encoders (every encoder pass of one prompt, plus the negative prompt's where the
-    pipeline encodes it), denoiser_total (every step; steps * denoiser_per_forward unless a
-    pipeline runs fewer denoiser FLOPs: fdh.step_cache counts a cached step as the shallow
-    branch it computes, fdh.stop_guidance the unguided steps at batch 1), per_image =
+    pipeline encodes it), denoiser_total (every denoiser call, one per timestep the
+    scheduler sets: denoiser_calls below, e.g. 31 for SD1.5's PNDM at 30 steps; each is
+    denoiser_per_forward unless a pipeline runs fewer denoiser FLOPs: fdh.step_cache counts a
+    cached step as the shallow branch it computes, fdh.stop_guidance the unguided steps at
+    batch 1), per_image =
     denoiser_total + vae_decode + text_encoders, schedule (each step's path and batch, e.g.
-    "full/2", "cached/1"), and batch, height, width, steps. Cached per configuration."""
+    "full/2", "cached/1"), and batch, height, width, steps, calls. Cached per configuration."""
     spec, keys, encodes_negative, size, tokens = _pipeline_parts(pipe_or_model_key)
     checks.whole("steps", steps, 1, none=True)
     for name, value in (("height", height), ("width", width)):
@@ -204,8 +220,17 @@ def count_flops(pipe_or_model_key: Any, height: int | None = None, width: int | 
     # fewer denoiser calls (fdh.step_cache, fdh.stop_guidance): each step as what it computes
     plan = (plan_settings(pipe_or_model_key) if not isinstance(pipe_or_model_key, str) else
             {"every": 1, "branch": 1, "guidance_stop": None})
-    schedule = cached_schedule(steps, plan["every"],
-                               guided_steps(steps, plan["guidance_stop"]) if cfg else 0)
+    scheduler = (build_scheduler(spec.scheduler) if isinstance(pipe_or_model_key, (str, ModelSpec))
+                 else pipe_or_model_key.scheduler)
+    calls = denoiser_calls(scheduler, steps)
+    # guidance stops after a share of the inference steps on the UNet pipelines (diffusers'
+    # cut-off callback at that step index: techniques/guidance.py) and of the denoiser's calls
+    # on PixArt (the StepPlan counts calls); the two differ only where calls != steps
+    guided = (0 if not cfg else
+              guided_steps(calls, plan["guidance_stop"]) if spec.denoiser == "transformer" else
+              calls if guided_steps(steps, plan["guidance_stop"]) >= steps else
+              guided_steps(steps, plan["guidance_stop"]))
+    schedule = cached_schedule(calls, plan["every"], guided)
     per_step = {("full", batch): denoiser}
     for path, b in set(schedule) - set(per_step):
         per_step[path, b] = (
@@ -216,7 +241,7 @@ def count_flops(pipe_or_model_key: Any, height: int | None = None, width: int | 
     total = sum(per_step[s] for s in schedule)
     return {"denoiser_per_forward": denoiser, "vae_decode": vae, "text_encoders": text,
             "denoiser_total": total, "per_image": total + vae + text, "batch": batch,
-            "height": height, "width": width, "steps": steps,
+            "height": height, "width": width, "steps": steps, "calls": calls,
             "schedule": ["/".join((p, str(b))) for p, b in schedule]}
 
 

@@ -131,7 +131,8 @@ def build_component(comp: Component, device: str, dtype: torch.dtype, seed: int 
     return _tie(model).eval()
 
 
-def _build_scheduler(comp: Component):
+def build_scheduler(comp: Component):
+    """The scheduler a preset names, made from its config (no weights, no files)."""
     return _component_class(comp).from_config(dict(comp.config))
 
 
@@ -144,6 +145,6 @@ def build_pipeline(spec: ModelSpec, size: str, device: str, dtype: torch.dtype, 
         parts[name] = build_component(comp, device, dtype, seed + i)
     for name, kind in spec.tokenizers.items():
         parts[name] = clip_tokenizer() if kind == "clip" else t5_tokenizer(spec.max_tokens)
-    parts["scheduler"] = _build_scheduler(spec.scheduler)
+    parts["scheduler"] = build_scheduler(spec.scheduler)
     parts.update(spec.pipeline_kwargs)
     return getattr(diffusers, spec.pipeline_class)(**parts)
