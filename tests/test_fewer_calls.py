@@ -376,3 +376,22 @@ def test_accelerate_regions_with_a_step_plan_are_refused():
     with pytest.raises(fdh.RecipeError, match="copy of the transformer"):
         fdh.compile_pipeline(pipe, mode="default", scope="regional-accelerate")
     assert "compile" not in fdh.pipeline_info(pipe)["applied"]
+
+
+def test_the_plain_code_of_a_compiled_step_cache_compiles_its_two_paths_once():
+    """to_code's plain code for cache_every + compile, executed on the tiny SDXL, compiles what
+    fdh.apply compiles: the plan's two paths, once. Before, it wrote denoiser.compile(...),
+    which traced the plan's step counter: a frame per step (8 here, where 2 are asserted), then
+    FailOnRecompileLimitHit with fullgraph=True once the steps pass the recompile limit."""
+    recipe = fdh.Recipe(cache_every=3, compile="default", compile_vae=False, fullgraph=True)
+    code = fdh.to_code(recipe, "plain")
+    pipe = fresh("sdxl")
+    fdh.free_memory()
+    exec(compile(code, "<plain>", "exec"), {"pipe": pipe})
+    before = snapshot()
+    run(pipe, output_type="latent")
+    assert events_between(before, snapshot())["frames"] == 2
+    assert [p for _, p, _ in step_plan(pipe).log] == [p for p, _ in cached_schedule(STEPS, 3)]
+    before = snapshot()
+    run(pipe, output_type="latent")
+    assert events_between(before, snapshot())["frames"] == 0

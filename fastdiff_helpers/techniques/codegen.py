@@ -195,7 +195,16 @@ def _plain(r: Recipe) -> dict[str, list[str]]:
             lines += ["import torch.fx.experimental._config as fx_config  # the guide's switch "
                       "(process-wide)",
                       "fx_config.use_duck_shape = False"]
-        if r.compile_scope == "full":
+        if r.compile_scope == "full" and r.cache_every > 1:
+            # compile_pipeline compiles the plan's paths (compile_plan): compiling the whole
+            # denoiser traces the plan's step counter and recompiles on every step (measured:
+            # 8 frames then FailOnRecompileLimitHit with fullgraph, against 2 frames)
+            lines += ["# with the step cache, its two paths, each compiled once: compiling the "
+                      "whole denoiser", "# would trace the cache's step counter and recompile "
+                      "on every step",
+                      "from fastdiff_helpers.techniques.step_cache import step_plan",
+                      f"step_plan(pipe).compile({args})"]
+        elif r.compile_scope == "full":
             lines.append(f"denoiser.compile({args})")
         elif r.compile_scope == "regional":
             lines.append(f"denoiser.compile_repeated_blocks({args})")
