@@ -395,3 +395,15 @@ def test_the_plain_code_of_a_compiled_step_cache_compiles_its_two_paths_once():
     before = snapshot()
     run(pipe, output_type="latent")
     assert events_between(before, snapshot())["frames"] == 0
+
+
+def test_the_plain_guidance_code_on_pixart_runs_the_helpers_steps():
+    """PixArt's pipeline takes no callback_on_step_end, so the plain code hands PixArt to
+    fdh.stop_guidance; before, it only said so in a comment and built a callback the pipeline
+    refuses (TypeError: unexpected keyword argument)."""
+    code = fdh.to_code(fdh.Recipe(guidance_stop=0.28), "plain", only="guidance_stop")
+    pipe = fresh("pixart")
+    exec(compile(code, "<plain>", "exec"), {"pipe": pipe, "num_inference_steps": 25})
+    seen = [b for _, _, b in fdh.trace_steps(pipe, steps=25)]
+    helper = fdh.trace_steps(fdh.stop_guidance(fresh("pixart"), 0.28), steps=25)
+    assert seen == [b for _, _, b in helper] and seen.count(2) == 7 and len(seen) == 25

@@ -167,16 +167,20 @@ def _plain(r: Recipe) -> dict[str, list[str]]:
                              f"branch={r.cache_branch})"]
     if r.guidance_stop is not None:
         out["guidance_stop"] = [
-            "# guidance on the first share of the steps: diffusers' own callback, on each call",
-            "# (PixArt's pipeline takes none: fdh.stop_guidance does it at its transformer)",
+            "# guidance on the first share of the steps",
             "import math",
-            "from diffusers.callbacks import SDCFGCutoffCallback, SDXLCFGCutoffCallback",
-            "Cutoff = SDXLCFGCutoffCallback if hasattr(pipe, 'text_encoder_2') else "
-            "SDCFGCutoffCallback",
             f"guided = max(1, math.ceil(num_inference_steps * {r.guidance_stop!r} - 1e-9))",
-            "callback = Cutoff(cutoff_step_ratio=None, cutoff_step_index=guided - 1)",
-            "# pipe(prompt, num_inference_steps=num_inference_steps, "
-            "callback_on_step_end=callback)"]
+            "if hasattr(pipe, 'unet'):  # diffusers' own callback, passed on each call",
+            "    from diffusers.callbacks import SDCFGCutoffCallback, SDXLCFGCutoffCallback",
+            "    Cutoff = SDXLCFGCutoffCallback if hasattr(pipe, 'text_encoder_2') else "
+            "SDCFGCutoffCallback",
+            "    callback = Cutoff(cutoff_step_ratio=None, cutoff_step_index=guided - 1)",
+            "    # pipe(prompt, num_inference_steps=num_inference_steps, "
+            "callback_on_step_end=callback)",
+            "else:  # PixArt's pipeline takes no callback_on_step_end: the course's helper does "
+            "it at the transformer",
+            "    import fastdiff_helpers as fdh",
+            f"    fdh.stop_guidance(pipe, {r.guidance_stop!r})"]
     if r.compile:
         args = f"mode={r.compile!r}, fullgraph={r.fullgraph}, dynamic={r.dynamic}"
         lines = []
