@@ -177,8 +177,7 @@ def _plain(r: Recipe) -> dict[str, list[str]]:
             "    callback = Cutoff(cutoff_step_ratio=None, cutoff_step_index=guided - 1)",
             "    # pipe(prompt, num_inference_steps=num_inference_steps, "
             "callback_on_step_end=callback)",
-            "else:  # PixArt's pipeline takes no callback_on_step_end: the course's helper does "
-            "it at the transformer",
+            "else:  # PixArt's pipeline takes no callback_on_step_end: the course's helper",
             "    import fastdiff_helpers as fdh",
             f"    fdh.stop_guidance(pipe, {r.guidance_stop!r})"]
     if r.compile:
