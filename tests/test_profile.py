@@ -47,8 +47,12 @@ def test_stages_are_benchmarks_stages_on_the_same_call(sdxl):
             "denoising": denoising}
     for stage, seconds in theirs.items():
         assert abs(ours[stage] - seconds) <= 0.10 * seconds, (stage, ours[stage], seconds)
+    # the steps tile the denoising span: each opens at the stamp the one before closed at, and
+    # the last runs to the decode's start. Before, the last ended at its scheduler step and the
+    # loop's tail fell into "other", with the marks' own cost between steps: under make test's
+    # load that was 10 % of a 4-step tiny call (0.064 s of steps in 0.071 s of denoising)
     steps = sum(v for k, v in stages.items() if k.startswith("step "))
-    assert steps == pytest.approx(denoising, rel=0.10)
+    assert steps == pytest.approx(denoising, rel=1e-9)
     assert list(stages) == ["text encoders", "step 1", "step 2", "step 3", "step 4",
                             "VAE decode", "other"]
     assert sum(stages.values()) == pytest.approx(wall)

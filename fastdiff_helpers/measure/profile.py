@@ -43,7 +43,8 @@ from .work_kinds import HOST, KINDS, STAGE_PREFIX as _PREFIX, kinds_from_events,
 class Profile:
     """Where one image's time went. Seconds throughout. `stages` in call order (the text
     encoders, each iteration of the denoising loop, "step N", ended by the scheduler's step,
-    which is one per timestep: PNDM (SD1.5) has steps + 1; the VAE decode; then what is outside
+    which is one per timestep: PNDM (SD1.5) has steps + 1; the last step ends where the VAE
+    decode starts, so the steps add up to denoising_s; the VAE decode; then what is outside
     them, "other"): the
     median of each over the timed calls, as wall_s is theirs; `kinds` in KINDS order, adding up to
     profiled_wall_s (the call under the profiler); `denoising_s` spans the first step's start
@@ -115,15 +116,19 @@ class _StageMarks:
             return event
         return time.perf_counter()
 
-    def open(self, name: str) -> None:
+    def open(self, name: str, at: Any = None) -> None:
+        """Open a stage; `at`: the stamp the stage before closed at, so that they tile."""
         rf = torch.profiler.record_function(_PREFIX + name)
         rf.__enter__()
-        self.spans.append([name, self.now(), None, rf])
+        self.spans.append([name, self.now() if at is None else at, None, rf])
 
-    def close(self) -> None:
+    def close(self) -> Any:
+        """Close the open stage, if any; its end stamp (None when none was open)."""
         if self.spans and self.spans[-1][2] is None:
             self.spans[-1][2] = self.now()
             self.spans[-1][3].__exit__(None, None, None)
+            return self.spans[-1][2]
+        return None
 
     def seconds(self, a: Any, b: Any) -> float:
         if self.cuda:
@@ -161,19 +166,19 @@ def _marked(pipe, marks: _StageMarks) -> Iterator[None]:
 
     def encode_end():
         # the denoising loop starts where the encoders end, as benchmark()'s "denoising"
-        marks.close()
+        ended = marks.close()
         if not any(s[0].startswith("step ") for s in marks.spans):
-            marks.open("step 1")
+            marks.open("step 1", ended)
 
     def step_end():
-        marks.close()
+        # the last step stays open to the VAE decode's start (or the call's end): the loop's
+        # tail (progress bar, callbacks, unscaling the latents) is denoising to fdh.benchmark
         steps_done[0] += 1
         if steps_done[0] < len(pipe.scheduler.timesteps):
-            marks.open(f"step {steps_done[0] + 1}")
+            marks.open(f"step {steps_done[0] + 1}", marks.close())
 
     def decode_start():
-        marks.close()
-        marks.open("VAE decode")
+        marks.open("VAE decode", marks.close())
 
     wrap(pipe, "encode_prompt", encode_start, encode_end)
     wrap(pipe.scheduler, "step", lambda: None, step_end)
@@ -198,6 +203,7 @@ def _marked_call(pipe, call, device: torch.device) -> tuple[_StageMarks, Any, An
             torch.cuda.synchronize(device)
         start = marks.now()
         call()
+        marks.close()  # a last step still open (output_type="latent": no decode closed it)
         end = marks.now()
     return marks, start, end
 
