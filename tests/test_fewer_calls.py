@@ -378,20 +378,26 @@ def test_accelerate_regions_with_a_step_plan_are_refused():
     assert "compile" not in fdh.pipeline_info(pipe)["applied"]
 
 
-def test_the_plain_code_of_a_compiled_step_cache_compiles_its_two_paths_once():
-    """to_code's plain code for cache_every + compile, executed on the tiny SDXL, compiles what
-    fdh.apply compiles: the plan's two paths, once. Before, it wrote denoiser.compile(...),
-    which traced the plan's step counter: a frame per step (8 here, where 2 are asserted), then
-    FailOnRecompileLimitHit with fullgraph=True once the steps pass the recompile limit."""
-    recipe = fdh.Recipe(cache_every=3, compile="default", compile_vae=False, fullgraph=True)
+@pytest.mark.parametrize("model, change, frames", [
+    ("sdxl", dict(cache_every=3), 2), ("pixart", dict(guidance_stop=0.5), 2),
+    ("sdxl", dict(guidance_stop=0.5), 1)])
+def test_the_plain_code_of_a_compiled_step_plan_compiles_its_paths_once(model, change, frames):
+    """to_code's plain code for a step plan + compile, executed on a tiny pipeline, compiles
+    what fdh.apply compiles: the plan's paths, once (a step cache's two; PixArt's guidance stop
+    runs batch 2 then batch 1). Before, it wrote denoiser.compile(...), which traced the plan's
+    step counter: a frame per step (8 here), then FailOnRecompileLimitHit with fullgraph=True
+    once the steps pass the recompile limit. SDXL's guidance stop has no plan (diffusers'
+    callback): its whole UNet, one frame."""
+    recipe = fdh.Recipe(compile="default", compile_vae=False, fullgraph=True, **change)
     code = fdh.to_code(recipe, "plain")
-    pipe = fresh("sdxl")
+    pipe = fresh(model)
     fdh.free_memory()
-    exec(compile(code, "<plain>", "exec"), {"pipe": pipe})
+    exec(compile(code, "<plain>", "exec"), {"pipe": pipe, "num_inference_steps": STEPS})
     before = snapshot()
     run(pipe, output_type="latent")
-    assert events_between(before, snapshot())["frames"] == 2
-    assert [p for _, p, _ in step_plan(pipe).log] == [p for p, _ in cached_schedule(STEPS, 3)]
+    assert events_between(before, snapshot())["frames"] == frames
+    if "cache_every" in change:
+        assert [p for _, p, _ in step_plan(pipe).log] == [p for p, _ in cached_schedule(STEPS, 3)]
     before = snapshot()
     run(pipe, output_type="latent")
     assert events_between(before, snapshot())["frames"] == 0

@@ -198,15 +198,16 @@ def _plain(r: Recipe) -> dict[str, list[str]]:
             lines += ["import torch.fx.experimental._config as fx_config  # the guide's switch "
                       "(process-wide)",
                       "fx_config.use_duck_shape = False"]
-        if r.compile_scope == "full" and r.cache_every > 1:
-            # compile_pipeline compiles the plan's paths (compile_plan): compiling the whole
-            # denoiser traces the plan's step counter and recompiles on every step (measured:
-            # 8 frames then FailOnRecompileLimitHit with fullgraph, against 2 frames)
-            lines += ["# with the step cache, its two paths, each compiled once: compiling the "
-                      "whole denoiser", "# would trace the cache's step counter and recompile "
-                      "on every step",
-                      "from fastdiff_helpers.techniques.step_cache import step_plan",
-                      f"step_plan(pipe).compile({args})"]
+        if r.compile_scope == "full" and (r.cache_every > 1 or r.guidance_stop is not None):
+            # a step plan (the step cache; fdh.stop_guidance on PixArt) is compiled as
+            # compile_pipeline does it: the whole denoiser would trace the plan's step counter
+            # and compile once per step (measured: 8 frames for 8 steps, against 2)
+            lines += ["# a step plan (the step cache, PixArt's guidance stop): its paths, each "
+                      "compiled once; the whole", "# denoiser would trace the plan's step "
+                      "counter and compile once per step",
+                      "from fastdiff_helpers.techniques.step_cache import compile_plan",
+                      f"if not compile_plan(pipe, {args}):",
+                      f"    denoiser.compile({args})"]
         elif r.compile_scope == "full":
             lines.append(f"denoiser.compile({args})")
         elif r.compile_scope == "regional":
