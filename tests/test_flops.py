@@ -130,3 +130,10 @@ def test_count_flops_counts_every_call_the_scheduler_makes():
     assert observed() == count_flops(pipe, steps=3)["calls"] == 3
     pipe.scheduler = HeunDiscreteScheduler.from_config(pipe.scheduler.config)
     assert observed() == count_flops(pipe, steps=3)["calls"] == 5
+
+
+def test_count_flops_takes_a_model_spec_as_it_takes_its_key():
+    """_pipeline_parts reads a ModelSpec as a key; the plan lookup took it for a pipeline and
+    refused ("ModelSpec is not one of the course's pipelines")."""
+    assert count_flops(fdh.MODELS["sd15"]) == count_flops("sd15")
+    assert count_flops(fdh.MODELS["sd15"])["calls"] == 31

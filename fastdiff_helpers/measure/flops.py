@@ -218,18 +218,23 @@ def count_flops(pipe_or_model_key: Any, height: int | None = None, width: int | 
     text = sum(passes * _text_encoder_flops(keys[name], tokens)
                for name in _TEXT_ENCODERS if name in keys)
     # fewer denoiser calls (fdh.step_cache, fdh.stop_guidance): each step as what it computes
-    plan = (plan_settings(pipe_or_model_key) if not isinstance(pipe_or_model_key, str) else
-            {"every": 1, "branch": 1, "guidance_stop": None})
-    scheduler = (build_scheduler(spec.scheduler) if isinstance(pipe_or_model_key, (str, ModelSpec))
-                 else pipe_or_model_key.scheduler)
+    if isinstance(pipe_or_model_key, (str, ModelSpec)):  # the model as it ships
+        plan = {"every": 1, "branch": 1, "guidance_stop": None}
+        scheduler = build_scheduler(spec.scheduler)
+    else:
+        plan, scheduler = plan_settings(pipe_or_model_key), pipe_or_model_key.scheduler
     calls = denoiser_calls(scheduler, steps)
     # guidance stops after a share of the inference steps on the UNet pipelines (diffusers'
     # cut-off callback at that step index: techniques/guidance.py) and of the denoiser's calls
     # on PixArt (the StepPlan counts calls); the two differ only where calls != steps
-    guided = (0 if not cfg else
-              guided_steps(calls, plan["guidance_stop"]) if spec.denoiser == "transformer" else
-              calls if guided_steps(steps, plan["guidance_stop"]) >= steps else
-              guided_steps(steps, plan["guidance_stop"]))
+    share = plan["guidance_stop"]
+    if not cfg:
+        guided = 0
+    elif spec.denoiser == "transformer":
+        guided = guided_steps(calls, share)
+    else:
+        guided = guided_steps(steps, share)
+        guided = calls if guided >= steps else guided
     schedule = cached_schedule(calls, plan["every"], guided)
     per_step = {("full", batch): denoiser}
     for path, b in set(schedule) - set(per_step):
