@@ -12,7 +12,8 @@ from .models.noise import KNOWN_LOG_NOISE, KNOWN_WARNINGS, quiet_known_noise
 from .models.presets import (BLOG_A100_SECONDS, BLOG_A100_WHERE, BLOG_LOADING, BLOG_SOURCE, MODELS,
                              PUBLISHED_PARAMETERS, ModelSpec)
 from .models.pretrained import choose_weights, resolve_weights
-from .techniques import (apply, capture_denoiser_inputs, compile_pipeline, conv1x1_to_linear,
+from .techniques import (apply, capture_denoiser_inputs, compile_part, compile_pipeline,
+                         conv1x1_to_linear,
                          current_recipe, count_syncs, fuse_qkv, graph_breaks, quantize,
                          remove_syncs, set_attention, set_channels_last, blog_inductor_flags,
                          set_precision, set_tf32, tf32_state)
@@ -31,6 +32,8 @@ from .techniques.recipe import (BASELINE, BLOG_LADDER, COURSE_LADDER, LADDER, LA
 from .measure.bench import benchmark, naive_time
 from .measure.cold_start import first_image_in_new_process, load_artifacts, save_artifacts
 from .measure.compile_events import recompile_reasons
+from .measure.tuning import export_tuning, import_tuning, show_tuning, tuning_stamp
+from .measure.tuning_watch import TuningWatch
 from .measure.cudagraphs import cudagraph_report, cudagraph_snapshot
 from .measure.env import env_report
 from .measure.lora_swaps import lora_swap_report

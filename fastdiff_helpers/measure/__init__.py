@@ -10,6 +10,10 @@ techniques.
     cudagraphs      CUDA graphs captured, replayed, re-recorded, skipped (and why)
     cold_start      compile artifacts carried to another process or machine, and the time a
                     new process takes to its first compiled image
+    tuning          max-autotune's tuning as data: a bundle exported, imported, shown
+    tuning_data     the bundle's format: its stamp, reading and checking it, merging timings
+    tuning_watch    a command that tunes keeps its tuning: the bundle and a progress file
+                    written as they grow, when cut and when stopped
     flops           FLOPs per image, counted from the architecture; the matmul rate
     quality         image quality against the baseline: PSNR, SSIM, max abs error, NaN
     lora_swaps      what switching LoRAs on a compiled pipeline recompiles and re-records

@@ -16,7 +16,7 @@ from .. import checks
 from ..models.loading import FastdiffError, call_kwargs, pipeline_device, pipeline_info
 from ..models.presets import DEFAULT_PROMPT
 from ..techniques import current_recipe, tf32_state
-from .compile_events import compiled, events_between, snapshot
+from .compile_events import compiled, events_between, snapshot, tuned
 from .cudagraphs import cudagraph_report, cudagraph_snapshot
 from .env import device_name, env_report
 from .flops import count_flops
@@ -24,7 +24,16 @@ from .quality import compare_images
 from .record import STEADY, Result
 from .timing import _peak_rss_bytes, _stage_marks, _ticking, profile_ops, progress_bar, uncertainty
 
-__all__ = ["benchmark", "time_call", "synchronize", "naive_time"]
+__all__ = ["benchmark", "time_call", "synchronize", "naive_time", "TunedNotMeasured"]
+
+
+class TunedNotMeasured(FastdiffError):
+    """benchmark(measure_if_tuned=False) stopped before timing: the compile tuned (its
+    `events` say how much); measure in a process that compiles from the tuning data."""
+
+    def __init__(self, message: str, events: dict[str, Any]):
+        super().__init__(message)
+        self.events = events
 
 MAX_EXTRA_WARMUP = 3  # untimed calls added while the call before still compiled
 STAGES = ("text_encoding", "denoising", "vae_decode")
@@ -79,7 +88,8 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
               height: int | None = None, width: int | None = None,
               guidance: float | None = None, runs: int = 5, warmup: int = 2, seed: int = 0,
               progress: bool = True, step: str = "custom", baseline: Any = None,
-              max_runs: int | None = None, profile: bool = False):
+              max_runs: int | None = None, profile: bool = False,
+              measure_if_tuned: bool = True):
     """Time one image the honest way and return a fdh.Result. Introduced in 01_baseline.ipynb.
 
     1. Cold start: the first call, timed alone (compilation happens here) -> cold_start_s.
@@ -102,6 +112,10 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     RSS), with `profile` the ops that took most time in one more, untimed call under
     torch.profiler (Result.ops), FLOPs per image (fdh.count_flops) and, on a GPU, the
     achieved TFLOP/s. `baseline` (a Result or an image) fills quality via compare_images().
+    `measure_if_tuned=False`: when the cold start or the warm-up tuned (max-autotune
+    benchmarked a GEMM shape or a Triton config), stop before timing and raise
+    TunedNotMeasured; the reference run measures a compiled step only in a process whose
+    compile found all its tuning in the cache (06_cold_start.ipynb).
     Errors propagate; run_ladder records them."""
     info = pipeline_info(pipe)
     checks.whole("runs", runs, 1)
@@ -149,9 +163,11 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
             bar.update(1)
             bar.set_description("warm-up")
             last = compiles["cold"]
+            warmup_events = [last]
             for _ in range(extra_warmup):
                 _, last = counted(call)
                 compiles["warmup"].append(last["frames"])
+                warmup_events.append(last)
                 bar.update(1)
             # warm up until nothing compiles any more (a second graph, a recompile), bounded
             while compiled(last) and compiles["extra_warmup"] < MAX_EXTRA_WARMUP:
@@ -159,6 +175,15 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
                 _, last = counted(call)
                 compiles["warmup"].append(last["frames"])
                 compiles["extra_warmup"] += 1
+                warmup_events.append(last)
+            if not measure_if_tuned:
+                spent = {key: sum(e.get(key, 0) for e in warmup_events)
+                         for key in ("autotunes", "coordesc_benches", "autotune_s")}
+                if tuned(spent):
+                    raise TunedNotMeasured(
+                        f"the compile tuned ({spent['autotunes']} GEMM/conv shape(s) "
+                        f"benchmarked, {spent['coordesc_benches']} coordinate-descent "
+                        "config(s) timed): not measured in this process", spent)
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             bar.set_description("timing")

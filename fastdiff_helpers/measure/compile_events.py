@@ -21,6 +21,8 @@ class CompileSnapshot:
     graph_cache_hits: int
     graph_cache_misses: int
     seconds: dict[str, float] = field(default_factory=dict)
+    autotunes: int = 0  # GEMM/conv shapes benchmarked (select_algorithm.py, benchmark)
+    coordesc_benches: int = 0  # configs timed by coordinate descent (triton_heuristics.py)
 
 
 def snapshot() -> CompileSnapshot:
@@ -29,14 +31,23 @@ def snapshot() -> CompileSnapshot:
 
     seconds = {}
     for key, values in compilation_time_metrics.items():
-        if key == _COMPILE_KEY or key == _BACKEND_KEY or "autotune" in key.lower():
+        if key == _COMPILE_KEY or key == _BACKEND_KEY or _tuning_key(key):
             seconds[key] = float(sum(values))
     # frames: one _compile.compile_inner timing per frame compiled, fullgraph or not
     # (counters["frames"]["ok"] counts only the non-fullgraph path, convert_frame.py:2322)
     return CompileSnapshot(frames=len(compilation_time_metrics.get(_COMPILE_KEY, [])),
                            graph_cache_hits=counters["inductor"]["fxgraph_cache_hit"],
                            graph_cache_misses=counters["inductor"]["fxgraph_cache_miss"],
-                           seconds=seconds)
+                           seconds=seconds,
+                           autotunes=counters["inductor"]["select_algorithm_autotune"],
+                           coordesc_benches=counters["inductor"]["coordesc_tuning_bench"])
+
+
+def _tuning_key(key: str) -> bool:
+    # dynamo_timed names of autotuning ("..._template_autotuning", "..._precompiling") and of
+    # coordinate descent ("CachingAutotuner.coordinate_descent_tuning")
+    key = key.lower()
+    return "autotun" in key or "coordinate_descent" in key or "precompil" in key
 
 
 def events_between(before: CompileSnapshot, after: CompileSnapshot) -> dict[str, Any]:
@@ -53,7 +64,14 @@ def events_between(before: CompileSnapshot, after: CompileSnapshot) -> dict[str,
             "graph_cache_hits": after.graph_cache_hits - before.graph_cache_hits,
             "graph_cache_misses": after.graph_cache_misses - before.graph_cache_misses,
             "compile_s": total, "dynamo_s": max(total - backend, 0.0), "inductor_s": backend,
-            "autotune_s": spent(lambda k: "autotune" in k.lower())}
+            "autotune_s": spent(_tuning_key),
+            "autotunes": after.autotunes - before.autotunes,
+            "coordesc_benches": after.coordesc_benches - before.coordesc_benches}
+
+
+def tuned(events: dict[str, Any]) -> bool:
+    """Did this compile tune anything (benchmark a shape or a config)?"""
+    return bool(events.get("autotunes") or events.get("coordesc_benches"))
 
 
 def compiled(events: dict[str, Any]) -> bool:

@@ -1,5 +1,5 @@
 """The command line: `python -m fastdiff_helpers demo | ladder | bench | batch | warm | reference
-| env` (also `fastdiff ...`).
+| tuning | env` (also `fastdiff ...`); warm, reference and tuning are in cli_compile.py.
 
 Introduced in 00_setup.ipynb (env) and 14_all_models.ipynb (ladder). The CLI only composes
 the package's functions; invalid input prints one line on stderr and exits with code 2.
@@ -18,25 +18,19 @@ from ..models.loading import default_device, load_pipeline
 from ..models.presets import DEFAULT_PROMPT, MODELS, SCHEDULERS, VAES, size_multiple
 from ..models.pretrained import WEIGHTS, resolve_weights
 from ..techniques import apply
-from ..techniques.compile_cache import use_course_cache
 from ..techniques.recipe import (ATTENTION, COMPILE_MODES, DTYPES, LADDERS, QUANT_FILTERS, QUANTIZE,
                                  SCOPES, TF32_MODES, Recipe, RecipeError)
 from ..measure.bench import benchmark
-from ..measure.cold_start import load_artifacts
 from ..measure.env import env_report
 from ..results.store import save_result
 from ..results.tables import format_table
 from ..course.settings import smoke_mode
 from . import demo
-from .ladder import run_ladder, warm_ladder
+from .ladder import run_ladder
 from .launch import batch_from_args
-from .reference import reference_from_args
+from .cli_compile import COMPILE_COMMANDS, UsageError, add_compile_commands
 
 __all__ = ["main", "build_parser"]
-
-
-class UsageError(Exception):
-    """Invalid command-line input (argparse's own errors included)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -141,20 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--step", default="custom", help="name of this result")
     _recipe_flags(bench)
 
-    warm = sub.add_parser("warm", help="compile a ladder's compiled steps once (fill the "
-                          "compile cache), optionally into a portable file; or --load one")
-    _common(warm)
-    warm.add_argument("--ladder", default="blog", choices=sorted(LADDERS))
-    warm.add_argument("--only", action="append", default=None, metavar="STEP", choices=steps,
-                      help="warm only this step (repeatable)")
-    warm.add_argument("--out", default=None, help="write the compiled artifacts to this file")
-    warm.add_argument("--load", default=None, metavar="FILE",
-                      help="load a file written by --out into this machine's compile cache. "
-                           "It holds code that will run (as any pickle): load only files from "
-                           "someone you trust, with --sha256")
-    warm.add_argument("--sha256", default=None, metavar="HEX",
-                      help="with --load: the SHA-256 that --out printed; a file that does not "
-                           "match is refused before anything in it is read")
+    add_compile_commands(sub, _common, steps)
 
     batch = sub.add_parser("batch", help="one image per line of a prompts file, in this process "
                            "or split over torchrun's / accelerate launch's processes")
@@ -173,23 +154,6 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--fail-line", type=int, action="append", default=[],
                        help="testing aid: make this line's call fail")
     _recipe_flags(batch)
-
-    ref = sub.add_parser("reference", help="measure a ladder into results/<gpu>/<model>, the "
-                         "steps not yet recorded there, within a time budget (resumable)")
-    _common(ref)
-    ref.add_argument("--ladder", default="blog", choices=sorted(LADDERS))
-    ref.add_argument("--out", default=None, metavar="DIR",
-                     help="default results/<gpu>/<model> (e.g. results/h100-80gb-hbm3/sdxl): "
-                          "records, images, charts; results/README.md is rewritten after each "
-                          "step")
-    ref.add_argument("--budget-s", type=float, default=None,
-                     help="stop before a step that would not finish in what is left of this "
-                          "many seconds, or at the budget (the cut step leaves no record; exit "
-                          "code 3 says: run again)")
-    ref.add_argument("--retry-failed", action="store_true", help="run failed steps again")
-    ref.add_argument("--ignore-estimate", action="store_true",
-                     help="start the next step even if its estimate exceeds the budget left "
-                          "(its compile cache was warmed since); it still stops at the budget")
 
     sub.add_parser("env", help="print the environment report")
     return parser
@@ -243,30 +207,6 @@ def _bench(args: argparse.Namespace) -> None:
         print(f"fastdiff: appended to {store}, image {Path(args.out) / result.image_path}")
 
 
-def _warm(args: argparse.Namespace) -> int:
-    if args.load:
-        if args.out:
-            raise UsageError("--load and --out go separately: --out writes a file here, --load "
-                             "reads one into this machine's cache")
-        if args.sha256 is None:
-            print("fastdiff: no --sha256 given: loading a file you trust (it holds code that "
-                  "runs); pass the SHA-256 that `warm --out` printed to check it first")
-        # FastdiffError (another file, other versions, GPU) before anything is unpickled
-        header = load_artifacts(args.load, sha256=args.sha256)
-        print(f"fastdiff: loaded {header['loaded']} from {args.load} ({header.get('model')}, "
-              f"{', '.join(header.get('steps', []))}) into {use_course_cache(verbose=False)}")
-        return 0
-    if args.out:
-        checks.output_file("out", args.out, example=args.model + ".fdcache")
-    if args.sha256:
-        raise UsageError("--sha256 checks a file given to --load; `warm --out` prints the one "
-                         "to pass on")
-    warm_ladder(args.model, weights=args.weights, ladder=args.ladder, steps=args.steps,
-                height=args.height, width=args.width, device=args.device, out=args.out,
-                steps_filter=args.only)
-    return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 ok, 2 invalid input)."""
     with checks.command_line():  # messages name --flags, not Python arguments
@@ -279,11 +219,10 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "env":
             print(env_report(as_text=True))
             return 0
-        _check_counts(args)
-        if args.command == "warm":
-            return _warm(args)
-        if args.command == "reference":
-            return reference_from_args(args, argv)
+        if args.command != "tuning":
+            _check_counts(args)
+        if args.command in COMPILE_COMMANDS:
+            return COMPILE_COMMANDS[args.command](args, argv)
         if args.command == "demo":
             if args.out is not None:
                 checks.output_folder("out", args.out)

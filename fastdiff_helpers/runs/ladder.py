@@ -9,21 +9,24 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Iterable
 
 from .. import checks
-from ..models.loading import (FastdiffError, call_kwargs, default_device, free_memory,
+from ..models.loading import (FastdiffError, default_device, free_memory,
                               get_denoiser, load_pipeline, resolve_weights)
 from ..models.presets import (BLOG_A100_SECONDS, BLOG_LOADING, BLOG_SOURCE, DEFAULT_PROMPT,
                               SCHEDULERS, get_spec)
 from ..techniques import apply
+from ..techniques.compile import PARTS, compile_part
 from ..techniques.quantization import select_filter
 from ..techniques.recipe import LADDERS, RecipeError
-from ..measure.bench import benchmark
+from ..measure.bench import TunedNotMeasured, benchmark
 from ..measure.cold_start import save_artifacts
 from ..measure.compile_events import events_between, snapshot
 from ..measure.env import device_name, env_report
+from ..measure.tuning_watch import TuningWatch
 from ..measure.quality import compare_images
 from ..results.charts import Reference, ladder_chart, memory_chart, save_figure
 from ..results.store import Result, save_result
@@ -81,12 +84,14 @@ def measure_step(spec, name: str, recipe, weights: str, device: str, loading: di
                  baseline=None, *, steps: int | None = None, height: int | None = None,
                  width: int | None = None, runs: int = 5, warmup: int = 2, seed: int = 0,
                  prompt: str | None = None, progress: bool = True, fail: bool = False,
-                 profile: bool = False, max_runs: int | None = None) -> Result:
+                 profile: bool = False, max_runs: int | None = None,
+                 measure_if_tuned: bool = True) -> Result:
     """One ladder step on a fresh pipeline: load (with the ladder's `loading` options), the
     recipe adapted to the device (its notes go to Result.notes), apply, benchmark with quality
     against `baseline` (a PIL image, or None). A failure (OOM, compile error, RecipeError...)
     comes back as a Result with error="Type: message", so one step never loses the others.
     The pipeline is freed before returning. `fail=True` forces a failure (a testing aid).
+    `measure_if_tuned=False`: a compile that tuned raises TunedNotMeasured (benchmark).
     Shared by run_ladder and the reference run (reference.py)."""
     adapted, notes = recipe.for_device(device)
     size = spec.resolution_for(weights)
@@ -107,9 +112,12 @@ def measure_step(spec, name: str, recipe, weights: str, device: str, loading: di
         load_s = time.perf_counter() - started
         result = benchmark(pipe, prompt=prompt or DEFAULT_PROMPT, steps=steps, height=height,
                            width=width, runs=runs, warmup=warmup, seed=seed, progress=progress,
-                           step=name, baseline=baseline, profile=profile, max_runs=max_runs)
+                           step=name, baseline=baseline, profile=profile, max_runs=max_runs,
+                           measure_if_tuned=measure_if_tuned)
         result.notes = notes + result.notes
         result.load_s = load_s
+    except TunedNotMeasured:
+        raise  # not a failure: the step is measured again from the tuning data
     except Exception as exc:  # one step's failure must not lose the steps already measured
         result = Result(
             model=spec.key, weights=weights, step=name, recipe=adapted.to_dict(),
@@ -212,46 +220,44 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
 def warm_ladder(model: str = "sdxl", weights: str = "auto", ladder: str = "blog",
                 steps: int | None = None, height: int | None = None, width: int | None = None,
                 device: str | None = None, out: str | Path | None = None,
-                steps_filter: Iterable[str] | None = None) -> list[dict]:
+                steps_filter: Iterable[str] | None = None, part: str = "all",
+                bundle: str | Path | None = None) -> list[dict]:
     """Compile every compiled step of a ladder once (a fresh pipeline each, one call each),
     so the compile cache holds them all; with `out`, also write them as one portable artifact
     file (fdh.compile_cache.save_artifacts) for other machines of the same GPU kind and
     versions. Returns one row per step: load (with apply), first call, and its compile split.
+
+    `part`: "denoiser" or "vae" compiles only that part, with the exact inputs the pipeline
+    gives it (fdh.compile_part), so each part's max-autotune tuning fits its own command;
+    "all" (default) makes one pipeline call. `bundle`: keep the tuning in this bundle as it
+    grows (TuningWatch: every 30 s, at the end, when stopped), e.g. fdh.measure.tuning
+    .bundle_path(model); import first what you have (fdh.import_tuning).
 
     What an instructor runs before a workshop (06_cold_start.ipynb).
     Introduced in 06_cold_start.ipynb."""
 
     spec, device, wanted, loading = _setup(model, ladder, device, steps_filter, steps, height,
                                            width, out, out_is_file=True)
+    if part not in PARTS:
+        raise FastdiffError(f"Unknown part {part!r}. Use one of: {', '.join(PARTS)}.")
+    if bundle is not None:
+        checks.output_file("bundle", bundle, example=f"{spec.key}.json.gz")
     weights = resolve_weights(spec, weights, device)
     plan = [(n, r) for n, r in LADDERS[ladder] if r.compile and (wanted is None or n in wanted)]
     if not plan:
         raise FastdiffError(f"No compiled step to warm in the {ladder} ladder"
                             f"{' among ' + ', '.join(sorted(wanted)) if wanted else ''}.")
-    rows = []
-    for name, recipe in plan:
-        adapted, _ = recipe.for_device(device)
-        try:
-            adapted.check_device(device)
-        except RecipeError as exc:  # nothing to warm where the step cannot run
-            print(f"fastdiff: not warming {spec.key} {name}: {exc}")
-            continue
-        started = time.perf_counter()
-        pipe = load_pipeline(spec.key, weights=weights, device=device, verbose=False,
-                             **loading)
-        apply(pipe, adapted)
-        load_s = time.perf_counter() - started
-        kwargs = call_kwargs(pipe, steps=steps, height=height, width=width)
-        before, started = snapshot(), time.perf_counter()
-        pipe(**kwargs)
-        first = time.perf_counter() - started
-        events = events_between(before, snapshot())
-        rows.append({"step": name, "load_s": load_s, "first_call_s": first, **events})
-        print(f"fastdiff: warmed {spec.key} {name}: load {load_s:.1f} s, first call {first:.1f} s "
-              f"(compile {events['compile_s']:.1f} s, {events['frames']} frame(s), "
-              f"{events['graph_cache_hits']} graph-cache hit(s))")
-        del pipe
-        free_memory()  # dynamo's caches (the artifacts to save are kept apart by torch)
+    rows: list[dict] = []
+    watch = (TuningWatch(bundle, spec.key, command=f"warm {spec.key} {ladder} part={part}")
+             if bundle is not None else nullcontext())
+    with watch:
+        for name, recipe in plan:
+            row = _warm_step(spec, name, recipe, weights, device, loading, part,
+                             dict(steps=steps, height=height, width=width))
+            if row is not None:
+                rows.append(row)
+                if bundle is not None:
+                    watch.note_step(name, row["first_call_s"], row, "warmed", part=part)
     if out is not None:
         header = save_artifacts(out, model=spec.key, weights=weights, ladder=ladder,
                                 steps=[r["step"] for r in rows])
@@ -261,3 +267,29 @@ def warm_ladder(model: str = "sdxl", weights: str = "auto", ladder: str = "blog"
               f"{header['sha256']} (the file holds code that runs: pass it only to people who "
               "trust you, and load only files from people you trust)")
     return rows
+
+
+def _warm_step(spec, name, recipe, weights, device, loading, part, call) -> dict | None:
+    """One compiled step warmed: load, apply, the part compiled; its row (None: not here)."""
+    adapted, _ = recipe.for_device(device)
+    try:
+        adapted.check_device(device)
+    except RecipeError as exc:  # nothing to warm where the step cannot run
+        print(f"fastdiff: not warming {spec.key} {name}: {exc}")
+        return None
+    started = time.perf_counter()
+    pipe = load_pipeline(spec.key, weights=weights, device=device, verbose=False, **loading)
+    apply(pipe, adapted)
+    load_s = time.perf_counter() - started
+    before, started = snapshot(), time.perf_counter()
+    compile_part(pipe, part, **call)
+    first = time.perf_counter() - started
+    events = events_between(before, snapshot())
+    print(f"fastdiff: warmed {spec.key} {name}{'' if part == 'all' else ' (' + part + ')'}: "
+          f"load {load_s:.1f} s, first call {first:.1f} s (compile {events['compile_s']:.1f} s, "
+          f"{events['frames']} frame(s), {events['graph_cache_hits']} graph-cache hit(s), "
+          f"{events['autotunes']} shape(s) autotuned, {events['coordesc_benches']} "
+          "coordinate-descent config(s) timed)")
+    del pipe
+    free_memory()  # dynamo's caches (the artifacts to save are kept apart by torch)
+    return {"step": name, "part": part, "load_s": load_s, "first_call_s": first, **events}

@@ -11,7 +11,13 @@ with it). What run_ladder does in one go, this does in pieces that add up to one
   carries it, so each step's achieved TFLOP/s has its share of what the card can do;
 - with a budget it never starts a step it expects not to finish (the estimate comes from the
   steps recorded here, or a first guess by step kind), stops at the budget otherwise (the cut
-  step leaves no record) and says in one line how to continue (exit code 3).
+  step leaves no record) and says in one line how to continue (exit code 3);
+- tuning is data (measure/tuning.py): it imports every committed tuning bundle of this GPU
+  kind and torch build (results/*/tuning/<torch>/*.json.gz) before the first compile, keeps
+  the model's bundle (results/<gpu>/tuning/<torch>/<model>.json.gz) growing while it compiles,
+  and measures a compiled step only in a command whose compile tuned nothing: a step that
+  tuned is recorded as tuning (its seconds, in the bundle and in reference.json) and measured
+  by the next command, which compiles from the data as a bare machine with the bundle would.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import signal
 import time
 from dataclasses import dataclass, field
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -28,14 +35,19 @@ from ..models.presets import BLOG_A100_SECONDS, BLOG_SOURCE
 from ..models.loading import free_memory
 from ..models.pretrained import resolve_weights
 from ..techniques.recipe import LADDERS
+from ..measure.bench import TunedNotMeasured
+from ..measure.compile_events import events_between, snapshot, tuned
 from ..measure.env import device_name
 from ..measure.flops import measure_matmul_tflops
+from ..measure.tuning import import_matching
+from ..measure.tuning_watch import TuningWatch
 from ..measure.quality import compare_images
 from ..results.charts import Reference, ladder_chart, memory_chart, save_figure
 from ..results.readme import write_results_readme
 from ..results.store import rewrite_results
 from .ladder import _setup, measure_step
 from .reference_folder import (baseline_image, check_same_run, is_compiled, cuts_in_a_row, estimate,
+                               record_tuning,
                                Folder, utc_now, slug, gpu_folder)
 
 __all__ = ["run_reference", "ReferenceOutcome", "write_results_readme", "EXIT_BUDGET",
@@ -101,7 +113,7 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
                   width: int | None = None, device: str | None = None, seed: int = 0,
                   prompt: str | None = None, retry_failed: bool = False,
                   ignore_estimate: bool = False, progress: bool = True,
-                  command: str | None = None) -> ReferenceOutcome:
+                  command: str | None = None, tuning: bool = True) -> ReferenceOutcome:
     """Measure the steps of `ladder` that `out` does not hold yet, in order, within `budget_s`
     seconds (None: no budget). `out` is results/<gpu>/<model> (default: that, under the current
     folder, <gpu> from gpu_folder()): the README.md written after each step goes to its
@@ -109,6 +121,8 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
     run again unless `retry_failed`. `ignore_estimate` starts the next step even when its
     estimate exceeds what is left (it is still stopped at the budget): for a compile cache
     warmed since the last attempt. `command` is how to run this again (for the last line).
+    `tuning=False`: no bundle imported or written, and a compiled step that tuned is measured
+    anyway (its cold start then includes the tuning).
 
     Returns a ReferenceOutcome; the CLI exits with its exit_code (EXIT_BUDGET: steps left)."""
     spec, device, _, loading = _setup(model, ladder, device, None, steps, height, width, out)
@@ -151,107 +165,136 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
         print(f"fastdiff: an earlier run was interrupted during {a['step']!r} (started "
               f"{a['started_at']}); it is measured again.")
         a["finished"] = "interrupted"
-    rate = None  # measured (once per folder) just before the first step that runs
     started = time.monotonic()
-    tiny = weights == "tiny"
-    ran: list[str] = []
     print(f"fastdiff: reference run of {spec.key} ({ladder} ladder, {weights} weights) on {here}"
           f" into {out}: {len(plan)} step(s) to go"
           + (f", budget {budget_s:.0f} s" if budget_s else ", no budget"))
-
-    for n, (idx, name, recipe) in enumerate(plan, start=1):
-        left = None if budget_s is None else budget_s - (time.monotonic() - started)
-        compiled = is_compiled(recipe.for_device(device)[0])
-        guess, source = estimate(folder, name, compiled, tiny)
-        cuts = cuts_in_a_row(folder, name)
-        # The first step of a run has the whole budget (less the setup's second or two). A
-        # step cut at the budget before starts again with the whole budget, up to
-        # CUT_RETRIES times in a row: the compile cache keeps what the cut attempts compiled
-        # (on the H100 each cut max-autotune attempt went on from where the last one stopped).
-        retry = (not ran and cuts and cuts < CUT_RETRIES and "stopped unfinished" in source)
-        if retry:
-            source += (f"; cut {cuts} time(s) at the budget so far, it starts again with the "
-                       "whole budget: the compile cache keeps the work of the cut attempts")
-        given_up = cuts >= CUT_RETRIES
-        if left is not None and not ignore_estimate and (given_up or (
-                guess > left and not retry and (ran or guess > budget_s))):
-            rest = [p[1] for p in plan[n - 1:]]
-            if given_up:
-                why = (f"{name!r}: it was cut at the budget {cuts} times in a row (last after "
-                       f"{guess:.0f} s) and needs more than {budget_s:g} s: give a larger "
-                       "--budget-s, or warm its compile cache (warm --only, or warm --load a "
-                       "file from a machine where it finished) and pass --ignore-estimate")
-            elif guess > budget_s:
-                why = (f"{name!r} needs about {guess:.0f} s ({source}), more than the whole "
-                       f"budget of {budget_s:.0f} s: give a larger --budget-s, or warm its "
-                       "compile cache first (warm --only) and pass --ignore-estimate")
-            else:
-                why = (f"{name!r} needs about {guess:.0f} s ({source}) and {left:.0f} s of the "
-                       "budget are left")
-            message = (f"fastdiff: stopped before {why}. {len(ran)} step(s) measured now, "
-                       f"{len(rest)} left. Continue with: {again}")
-            print(message)
-            return ReferenceOutcome("budget", ran, rest, message, EXIT_BUDGET)
-        if rate is None:
-            out.mkdir(parents=True, exist_ok=True)
-            rate = _matmul(folder, device)
-        print(f"[{n}/{len(plan)}] {spec.key} {name} (about {guess:.0f} s: {source})")
-        attempt = {"step": name, "compiled": compiled, "started_at": utc_now(), "finished": None,
-                   "seconds": None}
-        folder.state.setdefault("attempts", []).append(attempt)
-        folder.save_state()
-        step_started = time.monotonic()
-        try:
-            _alarm(left)
-            result = measure_step(spec, name, recipe, weights, device, loading, baseline,
-                                  steps=steps, height=height, width=width, runs=runs,
-                                  warmup=warmup, seed=seed, prompt=prompt, progress=progress)
-            _alarm(None)
-        except BudgetExceeded:
-            _alarm(None)
-            attempt.update(finished=False, seconds=round(time.monotonic() - step_started, 1))
-            free_memory()
+    if tuning:
+        import_matching(out.parent.parent)  # the cache folder is chosen; nothing compiled yet
+    bundle = out.parent / "tuning" / torch.__version__ / f"{spec.key}.json.gz"
+    with TuningWatch(bundle, spec.key, command=again) if tuning else nullcontext() as watch:
+        rate = None  # measured (once per folder) just before the first step that runs
+        tiny = weights == "tiny"
+        ran: list[str] = []
+        tuned_now: list[str] = []
+        for n, (idx, name, recipe) in enumerate(plan, start=1):
+            left = None if budget_s is None else budget_s - (time.monotonic() - started)
+            compiled = is_compiled(recipe.for_device(device)[0])
+            guess, source = estimate(folder, name, compiled, tiny)
+            cuts = cuts_in_a_row(folder, name)
+            stuck = cuts_in_a_row(folder, name, without_progress=True)
+            # The first step of a run has the whole budget (less the setup's second or two). A
+            # step cut at the budget before starts again with the whole budget, up to
+            # CUT_RETRIES times in a row: the compile cache keeps what the cut attempts compiled
+            # (on the H100 each cut max-autotune attempt went on from where the last one stopped).
+            retry = (not ran and cuts and stuck < CUT_RETRIES and "stopped unfinished" in source)
+            if retry:
+                source += (f"; cut {cuts} time(s) at the budget so far, it starts again with the "
+                           "whole budget: the compile cache keeps the work of the cut attempts")
+            # a cut that tuned kept its tuning (the bundle): only cuts that tuned nothing count
+            given_up = stuck >= CUT_RETRIES
+            if left is not None and not ignore_estimate and (given_up or (
+                    guess > left and not retry and (ran or guess > budget_s))):
+                rest = [p[1] for p in plan[n - 1:]]
+                if given_up:
+                    why = (f"{name!r}: it was cut at the budget {stuck} times in a row without "
+                           f"tuning anything new (last after "
+                           f"{guess:.0f} s) and needs more than {budget_s:g} s: give a larger "
+                           "--budget-s, or warm its compile cache (warm --only, or warm --load a "
+                           "file from a machine where it finished) and pass --ignore-estimate")
+                elif guess > budget_s:
+                    why = (f"{name!r} needs about {guess:.0f} s ({source}), more than the whole "
+                           f"budget of {budget_s:.0f} s: give a larger --budget-s, or warm its "
+                           "compile cache first (warm --only) and pass --ignore-estimate")
+                else:
+                    why = (f"{name!r} needs about {guess:.0f} s ({source}) and {left:.0f} s of the "
+                           "budget are left")
+                message = (f"fastdiff: stopped before {why}. {len(ran)} step(s) measured now, "
+                           f"{len(rest)} left. Continue with: {again}")
+                print(message)
+                return ReferenceOutcome("budget", ran, rest, message, EXIT_BUDGET)
+            if rate is None:
+                out.mkdir(parents=True, exist_ok=True)
+                rate = _matmul(folder, device)
+            print(f"[{n}/{len(plan)}] {spec.key} {name} (about {guess:.0f} s: {source})")
+            attempt = {"step": name, "compiled": compiled, "started_at": utc_now(), "finished": None,
+                       "seconds": None}
+            folder.state.setdefault("attempts", []).append(attempt)
             folder.save_state()
-            rest = [p[1] for p in plan[n - 1:]]
-            message = (f"fastdiff: stopped at the budget ({budget_s:g} s) during {name!r} "
-                       f"after {attempt['seconds']:.0f} s; it left no record. {len(ran)} step(s) "
-                       f"measured now, {len(rest)} left. Continue with: {again}")
-            print(message)
-            return ReferenceOutcome("budget", ran, rest, message, EXIT_BUDGET)
-        attempt.update(finished=result.error is None,
-                       seconds=round(time.monotonic() - step_started, 1))
-        if result.error is not None:
-            attempt["finished"] = "failed"
-        result.matmul_tflops = rate
-        if result.error is None:
-            if idx == 0:
-                baseline = result.image
-                result.quality = compare_images(result.image, baseline)
-            elif baseline is None:
-                result.notes.append(f"no quality figure: the folder has no {folder.names[0]} "
-                                    "image to compare with (that step failed)")
-                result.quality = None
-            image_path = out / "images" / f"{idx}_{slug(name)}.png"
-            image_path.parent.mkdir(parents=True, exist_ok=True)
-            result.image.save(image_path)
-            result.image_path = image_path.relative_to(out).as_posix()
-        folder.records[name] = result
-        rewrite_results(folder.ordered(), out / "results.jsonl")
-        folder.save_state()
-        draw(folder, spec.key, weights)
-        write_results_readme(out.parent.parent)
-        print("   " + result.summary()
-              + (f", {result.tflops_per_s:.3g} TFLOP/s = {result.matmul_share:.1%} of the "
-                 f"measured matmul rate" if result.matmul_share else ""))
-        for note in result.notes:
-            print("     note: " + note)
-        ran.append(name)
+            step_started = time.monotonic()
+            before = snapshot()
+            try:
+                _alarm(left)
+                result = measure_step(
+                    spec, name, recipe, weights, device, loading, baseline, steps=steps,
+                    height=height, width=width, runs=runs, warmup=warmup, seed=seed,
+                    prompt=prompt, progress=progress, measure_if_tuned=not (tuning and compiled))
+                _alarm(None)
+            except TunedNotMeasured as exc:
+                _alarm(None)
+                record_tuning(folder, watch, attempt, name, exc.events, step_started)
+                print(f"   {name}: {exc}, in {attempt['seconds']:.0f} s; the next command "
+                      "compiles it from the tuning data and measures it")
+                tuned_now.append(name)
+                continue
+            except BudgetExceeded:
+                _alarm(None)
+                events = events_between(before, snapshot())
+                record_tuning(folder, watch, attempt, name, events, step_started, False)
+                free_memory()
+                rest = [p[1] for p in plan[n - 1:]]
+                message = (f"fastdiff: stopped at the budget ({budget_s:g} s) during {name!r} "
+                           f"after {attempt['seconds']:.0f} s; it left no record"
+                           + (f" (its tuning so far is kept: {events['autotunes']} shape(s), "
+                              f"{events['coordesc_benches']} descent config(s))"
+                              if tuned(events) else "")
+                           + f". {len(ran)} step(s) measured now, {len(rest)} left. Continue "
+                           f"with: {again}")
+                print(message)
+                return ReferenceOutcome("budget", ran, rest, message, EXIT_BUDGET)
+            if watch is not None and compiled:
+                watch.note_step(name, time.monotonic() - step_started,
+                                events_between(before, snapshot()), "measured")
+            attempt.update(finished=result.error is None,
+                           seconds=round(time.monotonic() - step_started, 1))
+            if result.error is not None:
+                attempt["finished"] = "failed"
+            result.matmul_tflops = rate
+            if result.error is None:
+                if idx == 0:
+                    baseline = result.image
+                    result.quality = compare_images(result.image, baseline)
+                elif baseline is None:
+                    result.notes.append(f"no quality figure: the folder has no {folder.names[0]} "
+                                        "image to compare with (that step failed)")
+                    result.quality = None
+                image_path = out / "images" / f"{idx}_{slug(name)}.png"
+                image_path.parent.mkdir(parents=True, exist_ok=True)
+                result.image.save(image_path)
+                result.image_path = image_path.relative_to(out).as_posix()
+            folder.records[name] = result
+            rewrite_results(folder.ordered(), out / "results.jsonl")
+            folder.save_state()
+            draw(folder, spec.key, weights)
+            write_results_readme(out.parent.parent)
+            print("   " + result.summary()
+                  + (f", {result.tflops_per_s:.3g} TFLOP/s = {result.matmul_share:.1%} of the "
+                     f"measured matmul rate" if result.matmul_share else ""))
+            for note in result.notes:
+                print("     note: " + note)
+            ran.append(name)
 
-    left_steps = [n for n in folder.names if n not in folder.records]
-    message = (f"fastdiff: {out} holds all {len(folder.names)} steps of the {ladder} ladder "
-               f"({len(ran)} measured now); table in {out.parent.parent / 'README.md'}.")
-    print(message)
-    return ReferenceOutcome("complete", ran, left_steps, message)
+        left_steps = [n for n in folder.names if n not in folder.records]
+        if tuned_now:
+            message = (f"fastdiff: {len(tuned_now)} compiled step(s) tuned now and not measured"
+                       f" ({', '.join(tuned_now)}); {len(ran)} step(s) measured now, "
+                       f"{len(left_steps)} left. Continue with: {again}")
+            print(message)
+            return ReferenceOutcome("tuned", ran, left_steps, message, EXIT_BUDGET)
+        message = (f"fastdiff: {out} holds all {len(folder.names)} steps of the {ladder} ladder "
+                   f"({len(ran)} measured now); table in {out.parent.parent / 'README.md'}.")
+        print(message)
+        return ReferenceOutcome("complete", ran, left_steps, message)
 
 
 def draw(folder: Folder, model: str, weights: str) -> None:
@@ -263,22 +306,3 @@ def draw(folder: Folder, model: str, weights: str) -> None:
         reference = Reference("Published", "A100-80GB", BLOG_SOURCE, BLOG_A100_SECONDS[model])
     save_figure(ladder_chart(records, reference=reference), folder.out / "ladder.png")
     save_figure(memory_chart(records), folder.out / "memory.png")
-
-
-def reference_from_args(args, argv) -> int:
-    """The `reference` subcommand (cli.py parses, this runs); its exit code."""
-    import shlex
-    import sys
-
-    if args.budget_s is not None and args.budget_s <= 0:
-        raise FastdiffError(f"--budget-s must be a positive number of seconds, got "
-                            f"{args.budget_s:g}")
-    words = list(argv) if argv is not None else sys.argv[1:]
-    outcome = run_reference(
-        model=args.model, out=args.out, ladder=args.ladder, weights=args.weights,
-        budget_s=args.budget_s, runs=args.runs, warmup=args.warmup, steps=args.steps,
-        height=args.height, width=args.width, device=args.device, seed=args.seed,
-        prompt=args.prompt, retry_failed=args.retry_failed,
-        ignore_estimate=args.ignore_estimate, progress=not args.no_progress,
-        command="python -m fastdiff_helpers " + shlex.join(words))
-    return outcome.exit_code

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import FastdiffError
 from ..techniques.recipe import LADDERS
-from ..measure.env import device_name
+from ..measure.env import gpu_folder  # noqa: F401 (reference.py imports it from here)
 from ..results.readme import STATE
 from ..results.store import Result, load_results
 
@@ -27,13 +27,6 @@ from ..results.store import Result, load_results
 # max-autotune call in 540 s (gpu-tests.md), so the compiled guess is that.
 FIRST_GUESS_S = {(True, False): 30.0, (True, True): 150.0, (False, False): 120.0,
                  (False, True): 540.0}
-
-
-def gpu_folder(device: str) -> str:
-    """The results folder name of a device: its name in lower case, words joined by "-",
-    without the vendor ("NVIDIA H100 80GB HBM3" -> "h100-80gb-hbm3")."""
-    name = re.sub(r"^(nvidia|amd|intel)\s+", "", device_name(device).strip(), flags=re.I)
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "device"
 
 
 def utc_now() -> str:
@@ -142,15 +135,36 @@ def estimate(folder: Folder, name: str, compiled: bool, tiny: bool) -> tuple[flo
     return seconds, source
 
 
-def cuts_in_a_row(folder: Folder, name: str) -> int:
-    """How many times in a row, up to now, `name` was stopped at the budget unfinished."""
+def cuts_in_a_row(folder: Folder, name: str, without_progress: bool = False) -> int:
+    """How many times in a row, up to now, `name` was stopped at the budget unfinished (with
+    `without_progress`: only the cuts that tuned nothing count; a cut that tuned kept its work
+    in the bundle, and a run that tuned before the cut counts as one too)."""
     count = 0
     for a in reversed([a for a in folder.state.get("attempts", []) if a.get("step") == name]):
         if a.get("finished") is False:
+            if without_progress and (a.get("autotunes") or a.get("coordesc_benches")):
+                break
             count += 1
-        elif a.get("finished") != "interrupted":
+        elif a.get("finished") == "tuned" and without_progress:
+            break
+        elif a.get("finished") not in ("interrupted", "tuned"):
             break
     return count
+
+
+def record_tuning(folder: Folder, watch, attempt: dict, name: str, events: dict,
+                  step_started: float, finished: Any = "tuned") -> None:
+    """Record an attempt that tuned (finished "tuned") or was cut at the budget (False): its
+    seconds and tuning counters, in reference.json and in the tuning bundle's run record."""
+    import time
+
+    seconds = round(time.monotonic() - step_started, 1)
+    attempt.update(finished=finished, seconds=seconds, autotunes=events["autotunes"],
+                   coordesc_benches=events["coordesc_benches"])
+    folder.save_state()
+    if watch is not None:
+        watch.note_step(name, seconds, events, "tuned" if finished == "tuned" else "cut")
+        watch.flush("running")
 
 
 def compiled_record(r: Result) -> bool:

@@ -33,8 +33,8 @@ import torch
 from ..models.loading import get_denoiser, pipeline_device, pipeline_info
 from ..models.noise import quiet_known_noise
 from .attention import SDPA_BACKENDS, SDPABackendProcessor, check_attention, is_fused, set_attention
-from .compile import (capture_denoiser_inputs, check_scope, compile_pipeline, graph_breaks,
-                      set_channels_last, blog_inductor_flags)
+from .compile import (capture_denoiser_inputs, check_scope, compile_part, compile_pipeline,
+                      graph_breaks, set_channels_last, blog_inductor_flags)
 from .fusion import fuse_qkv
 from .precision import set_precision, set_tf32, tf32_state
 from .quantization import (blog_conv_filter, blog_filter, conv1x1_to_linear, fastdiff_filter,
@@ -156,7 +156,7 @@ def apply(pipe, recipe: Recipe):
 
 
 __all__ = ["apply", "current_recipe", "set_precision", "set_tf32", "set_attention", "set_channels_last",
-           "compile_pipeline", "blog_inductor_flags", "fuse_qkv", "remove_syncs", "quantize",
+           "compile_pipeline", "compile_part", "blog_inductor_flags", "fuse_qkv", "remove_syncs", "quantize",
            "conv1x1_to_linear", "graph_breaks", "count_syncs", "capture_denoiser_inputs",
            "blog_filter", "fastdiff_filter", "blog_conv_filter", "tf32_state",
            "SDPABackendProcessor", "RecipeError", "step_cache", "stop_guidance"]

@@ -1,0 +1,231 @@
+"""max-autotune's tuning as data: the results of autotuning, carried between machines of one
+GPU kind as a small gzip'd JSON bundle, never as code.
+
+Introduced in 06_cold_start.ipynb. Inductor already keeps what tuning found, as JSON, in its
+cache folder (torch 2.13):
+- GEMM and convolution timings, every choice of every shape: `<cache>/cache/<system hash>`
+  (torch/_inductor/codecache.py, PersistentCache.lookup; the file name is a hash of the GPU
+  name, triton and CUDA versions, CacheBase.get_system). A shape whose every choice is there
+  is not benchmarked again: the winner is picked from the stored timings.
+- the best config of each Triton kernel, coordinate descent's included: `<cache>/<xx>/<key>
+  .best_config` (torch/_inductor/runtime/autotune_cache.py; the key includes torch_key(),
+  AutotuneCache._make_local_cache_key), read when the kernel loads.
+A bundle holds both, stamped with what they are valid for; import checks the stamp, then puts
+them into this machine's cache folder before the first compile, so a bare machine compiles
+without tuning. torch.compiler.save_cache_artifacts (the "mega-cache", measure/cold_start.py)
+lacks the GEMM timings, cannot be written by a killed process, and holds pickled code.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .. import checks
+from ..errors import FastdiffError
+from ..techniques.compile_cache import use_course_cache
+from .env import gpu_folder
+from .tuning_data import (FORMAT, _blocks, _read_timings, _timings_file, differences, merge_gemm,
+                          read_bundle, read_cache, show_tuning, tuning_stamp)
+
+__all__ = ["export_tuning", "import_tuning", "show_tuning", "tuning_stamp", "bundle_path",
+           "import_matching", "read_bundle", "read_cache"]
+
+_IMPORTED: dict[tuple[str, str, str], tuple[str | None, Any]] = {}
+_IMPORTED_BEST: dict[str, tuple[str | None, Any]] = {}
+
+
+def bundle_path(model: str, device: str | None = None, root: str | os.PathLike = "results"
+                ) -> Path:
+    """Where the course keeps a model's bundle: <root>/<gpu>/tuning/<torch>/<model>.json.gz,
+    e.g. results/h100-80gb-hbm3/tuning/2.11.0+cu130/sdxl.json.gz."""
+    import torch
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return Path(root) / gpu_folder(device) / "tuning" / torch.__version__ / f"{model}.json.gz"
+
+
+def _refuse_stamp(path: Any, stamp: dict, here: dict, doing: str) -> None:
+    found = differences(stamp, here)
+    if found:
+        raise FastdiffError(f"{path} was tuned on another setup ({'; '.join(found)}), so "
+                            f"{doing}. Tune on this machine (python -m fastdiff_helpers warm) "
+                            "or use the bundle of this GPU kind and torch build.")
+
+
+def _cache_folder(cache_dir: str | os.PathLike | None) -> Path:
+    if cache_dir is None:
+        return use_course_cache(verbose=False)
+    folder = checks.output_folder("cache_dir", cache_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder.absolute()
+
+
+def _write_gzip_json(path: Path, content: dict) -> bytes:
+    data = gzip.compress(json.dumps(content, sort_keys=True).encode(), mtime=0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)  # a killed write never leaves half a bundle under the real name
+    return data
+
+
+def _ours(model: str | None, gemm: dict, best: dict) -> tuple[dict, dict]:
+    """What of a cache belongs in `model`'s bundle: all of it, less what another model's
+    bundle brought into this process and is still unchanged."""
+    kept: dict = {}
+    for (op, key, precision), block in _blocks(gemm):
+        source = _IMPORTED.get((op, key, precision))
+        if model is not None and source and source[0] != model and source[1] == block:
+            continue
+        kept.setdefault(op, {}).setdefault(key, {})[precision] = block
+    mine = {rel: c for rel, c in best.items() if not (
+        model is not None and rel in _IMPORTED_BEST and _IMPORTED_BEST[rel][0] != model
+        and _IMPORTED_BEST[rel][1] == c)}
+    return kept, mine
+
+
+def export_tuning(path: str | os.PathLike, model: str | None = None,
+                  cache_dir: str | os.PathLike | None = None, drop: tuple[str, ...] = (),
+                  run: dict | None = None, verbose: bool = True, if_any: bool = False
+                  ) -> dict[str, Any] | None:
+    """Write (or grow) the tuning bundle at `path` from the compile cache (default: the
+    course's, fdh.use_course_cache): the GEMM/convolution timings of this machine and the
+    Triton best configs, stamped (tuning_stamp). An existing bundle is merged with, block by
+    block (one (op, input key, precision) block is one run's, never mixed), and must carry
+    this machine's stamp; a file that is not a bundle is never overwritten. `model`: leave
+    out what another model's bundle brought unchanged. `drop`: best configs (relative paths)
+    to leave out, e.g. the provisional one of a kernel cut mid-descent. `run`: a record of
+    the command that tuned (its id replaces the same id's record). `if_any`: write nothing,
+    return None, when there is no tuning data to write. Prints the SHA-256 with `verbose`.
+    Returns the bundle's summary (counts, bytes, sha256, path).
+    Introduced in 06_cold_start.ipynb."""
+    from torch._inductor.codecache import CacheBase
+
+    out = checks.output_file("path", path, example="sdxl.json.gz")
+    cache = _cache_folder(cache_dir)
+    gemm, best = read_cache(cache, CacheBase.get_system()["hash"])
+    gemm, best = _ours(model, gemm, best)
+    for rel in drop:
+        best.pop(rel, None)
+    old = read_bundle(out) if out.exists() else None
+    if old is None and not gemm and not best and if_any:
+        return None  # before the stamp: torch_key() hashes torch's sources (seconds)
+    here = tuning_stamp()
+    if old is not None:
+        _refuse_stamp(out, old["stamp"], here, "this machine's tuning cannot be added to it")
+    if old is None and not gemm and not best:
+        raise FastdiffError(f"{cache} holds no tuning data (no GEMM timings, no Triton best "
+                            "config): compile with mode='max-autotune' first (on a GPU; on a "
+                            "CPU inductor tunes only with freezing and the CPP backend).")
+    merged, changed = merge_gemm(old["gemm"] if old else {}, gemm)
+    best_all = dict(old["best_configs"] if old else {})
+    best_changed = sum(best_all.get(rel) != c for rel, c in best.items())
+    best_all.update(best)
+    runs = [r for r in (old["runs"] if old else []) if not run or r.get("id") != run.get("id")]
+    if run:
+        runs.append(run)
+    precisions = sorted({p for (_, _, p), _ in _blocks(merged)})
+    content = {"format": FORMAT, "stamp": here, "model": model if model else
+               (old or {}).get("model"), "fp32_precisions": precisions, "gemm": merged,
+               "best_configs": best_all, "runs": runs}
+    data = _write_gzip_json(out, content)
+    summary = {"path": str(out), "gemm_blocks": sum(1 for _ in _blocks(merged)),
+               "best_configs": len(best_all), "blocks_added": changed,
+               "best_configs_added": best_changed, "bytes": len(data),
+               "sha256": hashlib.sha256(data).hexdigest()}
+    if verbose:
+        print(f"fastdiff: tuning bundle {out}: {summary['gemm_blocks']} GEMM/conv shape(s) "
+              f"({changed} new), {len(best_all)} best config(s) ({best_changed} new), "
+              f"{len(data) / 1024:.1f} KiB, SHA-256 {summary['sha256']}")
+    return summary
+
+
+def _write_timings(path: Path, gemm: dict) -> None:
+    from torch._inductor.codecache import CacheBase
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # inductor's own layout (CacheBase.update_local_cache)
+    tmp.write_text(json.dumps({"system": CacheBase.get_system(), "cache": gemm}, indent=4))
+    os.replace(tmp, path)
+
+
+def import_tuning(path: str | os.PathLike, sha256: str | None = None,
+                  cache_dir: str | os.PathLike | None = None, verbose: bool = True
+                  ) -> dict[str, Any]:
+    """Put a bundle's tuning into the compile cache (default: the course's folder, chosen
+    first) before the first compile: shapes and kernels this cache does not hold yet are
+    added, what it holds is kept. Refused, before anything is written, when `sha256` is given
+    and does not match, or when the bundle's stamp is not this machine's (each difference
+    named). Every path stays inside the cache folder. Returns what was imported.
+    Introduced in 06_cold_start.ipynb."""
+    bundle = read_bundle(path, sha256)
+    here = tuning_stamp()
+    _refuse_stamp(path, bundle["stamp"], here, "its timings would not describe this machine")
+    cache = _cache_folder(cache_dir)
+    timings_file = _timings_file(cache, here["system_hash"])
+    local = _read_timings(timings_file)
+    added = kept = 0
+    for (op, key, precision), block in _blocks(bundle["gemm"]):
+        _IMPORTED[(op, key, precision)] = (bundle.get("model"), block)
+        slot = local.setdefault(op, {}).setdefault(key, {})
+        if precision in slot:
+            kept += 1
+            continue
+        slot[precision] = block
+        added += 1
+    if added:
+        _write_timings(timings_file, local)
+    best_added = best_kept = 0
+    root = cache.resolve()
+    for rel, config in bundle["best_configs"].items():
+        _IMPORTED_BEST[rel] = (bundle.get("model"), config)
+        target = (cache / rel).resolve()
+        if root not in target.parents:  # _safe_relative already refused; kept as a guard
+            raise FastdiffError(f"{path}: best config {rel!r} points outside {cache}.")
+        if target.exists():
+            best_kept += 1
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(config))
+        os.replace(tmp, target)
+        best_added += 1
+    summary = {"path": str(path), "cache": str(cache), "sha256": bundle["sha256"],
+               "model": bundle.get("model"), "blocks_added": added, "blocks_kept": kept,
+               "best_configs_added": best_added, "best_configs_kept": best_kept}
+    if verbose:
+        print(f"fastdiff: imported tuning {path} ({bundle.get('model') or 'no model'}, SHA-256 "
+              f"{bundle['sha256'][:16]}...) into {cache}: {added} GEMM/conv shape(s) and "
+              f"{best_added} best config(s) added, {kept + best_kept} already there")
+    return summary
+
+
+def import_matching(root: str | os.PathLike = "results", cache_dir=None, verbose: bool = True
+                    ) -> list[dict[str, Any]]:
+    """Import every bundle under <root>/*/tuning/<this torch>/ whose stamp is this machine's
+    (the committed ones); the others are left, and with `verbose` said, once each."""
+    import torch
+
+    found = sorted(Path(root).glob(f"*/tuning/{torch.__version__}/*.json.gz"))
+    if not found:
+        return []
+    here = tuning_stamp()
+    done = []
+    for path in found:
+        try:
+            bundle = read_bundle(path)
+        except FastdiffError as exc:
+            if verbose:
+                print(f"fastdiff: not importing {path}: {exc}")
+            continue
+        if differences(bundle["stamp"], here):
+            continue  # another GPU kind's bundle: silently not ours
+        done.append(import_tuning(path, cache_dir=cache_dir, verbose=verbose))
+    return done

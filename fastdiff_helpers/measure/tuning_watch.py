@@ -1,0 +1,332 @@
+"""A command that tunes keeps its tuning: the bundle written as it grows (every 30 s, at the
+end, when cut by a budget or stopped by SIGTERM), beside a small progress file that says where
+the time went.
+
+Introduced in 06_cold_start.ipynb; used by `python -m fastdiff_helpers reference` and `warm`
+(and tools/gpu_slot.sh). A GPU machine lent for minutes is lost soon after its command ends,
+and with it the compile cache; what was tuned survives only in what the command wrote. A
+SIGKILL loses at most the last 30 s.
+
+The progress file (JSON) holds dynamo's compile times (torch._dynamo.utils
+.compilation_time_metrics, seconds per compile phase), the two tuning counters (GEMM/conv
+shapes benchmarked, coordinate-descent configs timed), the number of best configs, the last
+shape autotuned (from torch's own add_feedback_saver hook, select_algorithm.py), whether
+choices were precompiled in parallel (inductor's "Multithreaded precompilation" log line,
+select_algorithm.py make_precompile_fn; it precompiles nothing on Python <= 3.11.8, the
+cpython issue 106905 it names), and the Triton kernels in coordinate descent at that moment.
+Such a kernel's best config is provisional: inductor saves it marked found_by_coordesc before
+the descent runs (triton_heuristics.py, CachingAutotuner.autotune_to_one_config), so a cut run
+would leave one that skips the descent next time. It is dropped from the bundle, and from the
+cache by the next watch that finds the progress file of a run that did not finish.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..techniques.compile_cache import use_course_cache
+from .compile_events import events_between, snapshot
+from .tuning import export_tuning
+
+__all__ = ["TuningWatch", "progress_path"]
+
+EVERY_S = 30.0
+_LOGGER = "torch._inductor.select_algorithm"
+_ACTIVE: list["TuningWatch"] = []  # the watch that hooks report to (one at a time)
+_SAVER_ADDED: list[bool] = []
+
+
+def progress_path(bundle: str | os.PathLike) -> Path:
+    """The progress file beside a bundle: sdxl.json.gz -> sdxl.progress.json."""
+    bundle = Path(bundle)
+    return bundle.with_name(bundle.name.removesuffix(".gz").removesuffix(".json")
+                            + ".progress.json")
+
+
+def _utc() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _write_json(path: Path, content: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(content, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def _compile_times(top: int = 15) -> dict[str, list[float]]:
+    """Seconds per dynamo_timed phase so far: {phase: [times, total s]}, the largest first."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    for _ in range(3):  # the main thread may add a phase while this thread reads
+        try:
+            items = [(k, list(v)) for k, v in list(compilation_time_metrics.items())]
+            break
+        except RuntimeError:
+            continue
+    else:
+        return {}
+    rows = sorted(((k, [len(v), round(sum(v), 3)]) for k, v in items), key=lambda kv: -kv[1][1])
+    return dict(rows[:top])
+
+
+def _feedback(timings, name, input_nodes, choices, profiled, precompile_times) -> None:
+    """torch's feedback hook (select_algorithm.add_feedback_saver): called for every GEMM/conv
+    choice made, from stored timings or after benchmarking them."""
+    if not _ACTIVE or not timings:
+        return
+    try:
+        shapes = ", ".join("x".join(str(s) for s in node.get_size()) for node in input_nodes)
+        best = min(timings, key=timings.get)
+        _ACTIVE[-1].saw_choice(f"{name}({shapes}): {len(timings)} choices, best "
+                               f"{getattr(best, 'name', best)} {timings[best]:.4f} ms")
+    except Exception:  # a report must never break a compile
+        pass
+
+
+class _PrecompileLog(logging.Handler):
+    """Keeps inductor's "Multithreaded precompilation for N choices using W worker threads"
+    lines; passes what the logger would have shown anyway on to its parent."""
+
+    def __init__(self, watch: "TuningWatch", shown_from: int):
+        super().__init__(logging.DEBUG)
+        self.watch, self.shown_from = watch, shown_from
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith("Multithreaded precompilation"):
+            self.watch.precompile_lines += 1
+            self.watch.precompile_last = record.getMessage()
+        if record.levelno >= self.shown_from:
+            logging.getLogger(_LOGGER).parent.handle(record)
+
+
+class TuningWatch:
+    """Context manager around work that may tune (a compile with max-autotune): writes the
+    bundle `bundle` (fdh.export_tuning, model `model`) and its progress file as it grows, and
+    a last time on the way out, whatever the way. `write="auto"`: write only once there is
+    tuning data (a CPU compile that tuned nothing leaves no file); "always": from the start.
+    `note_step()` adds what one ladder step did to the run's record in the bundle.
+    Introduced in 06_cold_start.ipynb."""
+
+    def __init__(self, bundle: str | os.PathLike, model: str | None = None,
+                 command: str | None = None, every_s: float = EVERY_S, write: str = "auto"):
+        self.bundle, self.model, self.every_s, self.write = Path(bundle), model, every_s, write
+        self.progress = progress_path(self.bundle)
+        self.run: dict[str, Any] = {"id": uuid.uuid4().hex, "command": command,
+                                    "started_at": _utc(), "state": "running", "steps": {}}
+        self.in_descent: set[str] = set()
+        self.last_autotune: str | None = None
+        self.precompile_lines, self.precompile_last = 0, None
+        self.dropped_from_cache: list[str] = []
+        self.flushes, self.last_error = 0, None
+        self._lock = threading.RLock()  # SIGTERM may flush while a flush runs
+        self.tuning_seen = False
+        self._stop = threading.Event()
+        self._restore: list = []
+
+    # --- hooks ------------------------------------------------------------------------------
+    def saw_choice(self, line: str) -> None:
+        from torch._dynamo.utils import counters
+
+        autotunes = counters["inductor"]["select_algorithm_autotune"]
+        if autotunes != getattr(self, "_autotunes_seen", None):  # this one was benchmarked
+            self._autotunes_seen = autotunes
+            self.last_autotune = "AUTOTUNE " + line
+            self.tuning_seen = True
+
+    def _relative(self, path: str) -> str | None:
+        try:
+            return Path(path).resolve().relative_to(self.cache.resolve()).as_posix()
+        except (ValueError, OSError):
+            return None
+
+    def _install(self) -> None:
+        from torch._inductor import select_algorithm
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+        if not _SAVER_ADDED:  # torch keeps its feedback savers for the process
+            select_algorithm.add_feedback_saver(_feedback)
+            _SAVER_ADDED.append(True)
+        original = CachingAutotuner.coordinate_descent_tuning
+        watch = self
+
+        def coordinate_descent_tuning(autotuner, launcher, *args, **kwargs):
+            hook = getattr(autotuner, "save_cache_hook", None)
+            local = getattr(getattr(hook, "__self__", None), "local_cache", None)
+            rel = watch._relative(local[1]) if local else None
+            if rel is None or not getattr(autotuner, "_should_coordesc_tune", True):
+                return original(autotuner, launcher, *args, **kwargs)
+            watch.in_descent.add(rel)
+            watch.tuning_seen = True
+            watch._write_progress()  # at once: a SIGKILL in the descent must find it
+            try:
+                return original(autotuner, launcher, *args, **kwargs)
+            except BaseException:  # cut mid-descent (budget, SIGTERM): its entry is provisional
+                watch._drop(rel)
+                raise
+            finally:
+                watch.in_descent.discard(rel)
+
+        CachingAutotuner.coordinate_descent_tuning = coordinate_descent_tuning
+        self._restore.append(lambda: setattr(CachingAutotuner, "coordinate_descent_tuning",
+                                             original))
+        logger = logging.getLogger(_LOGGER)
+        level, propagate = logger.level, logger.propagate
+        shown_from = logger.getEffectiveLevel()
+        handler = _PrecompileLog(self, shown_from)
+        logger.addHandler(handler)
+        if shown_from > logging.INFO:  # let the INFO line be made, shown only to us
+            logger.setLevel(logging.INFO)
+            logger.propagate = False
+
+        def restore_logger():
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+            logger.propagate = propagate
+        self._restore.append(restore_logger)
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.getsignal(signal.SIGTERM)
+
+            def terminated(signum, frame):
+                self._finish("terminated")
+                signal.signal(signal.SIGTERM, previous)
+                if callable(previous):
+                    previous(signum, frame)
+                raise SystemExit(128 + signum)
+            signal.signal(signal.SIGTERM, terminated)
+            self._restore.append(lambda: signal.signal(signal.SIGTERM, previous))
+
+    # --- what a cut run left ----------------------------------------------------------------
+    def _drop(self, rel: str) -> None:
+        """Remove one provisional best config (found_by_coordesc before its descent ended)."""
+        target = (self.cache / rel).resolve()
+        if self.cache.resolve() not in target.parents or not target.is_file():
+            return
+        try:
+            provisional = json.loads(target.read_text()).get("found_by_coordesc")
+        except (json.JSONDecodeError, OSError):
+            provisional = True
+        if provisional:
+            target.unlink()
+            self.dropped_from_cache.append(rel)
+
+    def _drop_provisional(self) -> None:
+        """Remove from the cache the best configs a previous run was still descending on when
+        it ended unfinished (its progress file says which)."""
+        if not self.progress.is_file():
+            return
+        try:
+            previous = json.loads(self.progress.read_text())
+        except (json.JSONDecodeError, OSError):
+            return
+        if previous.get("state") == "finished":
+            return
+        for rel in previous.get("coordesc_in_progress", []):
+            self._drop(rel)
+
+    # --- writing ----------------------------------------------------------------------------
+    def events(self) -> dict[str, Any]:
+        return events_between(self.before, snapshot())
+
+    def note_step(self, name: str, seconds: float, events: dict[str, Any], state: str,
+                  **more: Any) -> None:
+        """What one step did (its wall seconds, tuning counters, how it ended) in the run."""
+        self.run["steps"][name] = dict(
+            wall_s=round(seconds, 1), autotunes=events.get("autotunes", 0),
+            coordesc_benches=events.get("coordesc_benches", 0), state=state, **more)
+
+    def _progress(self, state: str) -> dict[str, Any]:
+        events = self.events()
+        best = sum(1 for _ in self.cache.rglob("*.best_config")) if self.cache.is_dir() else 0
+        parallel = (None if self.precompile_lines == 0 and not events["autotunes"] else
+                    self.precompile_lines > 0)
+        return {"command": self.run["command"], "state": state, "bundle": self.bundle.name,
+                "started_at": self.run["started_at"], "updated_at": _utc(),
+                "elapsed_s": round(time.monotonic() - self._started, 1),
+                "select_algorithm_autotune": events["autotunes"],
+                "coordesc_tuning_bench": events["coordesc_benches"],
+                "tuning_s": round(events["autotune_s"], 1), "best_config_files": best,
+                "last_autotune": self.last_autotune,
+                "precompiled_in_parallel": parallel, "precompile_last": self.precompile_last,
+                "coordesc_in_progress": sorted(self.in_descent),
+                "dropped_from_cache": self.dropped_from_cache,
+                "compile_times": _compile_times(), "steps": self.run["steps"],
+                "flushes": self.flushes, "last_error": self.last_error}
+
+    def _write_progress(self, state: str | None = None) -> None:
+        if not (self.write == "always" or self.tuning_seen or self.bundle.exists()):
+            return
+        try:
+            _write_json(self.progress, self._progress(state or self.run["state"]))
+        except Exception as exc:  # noqa: BLE001 (a progress report must not stop the work)
+            self.last_error = f"{type(exc).__name__}: {exc}"
+
+    def flush(self, state: str = "running") -> dict | None:
+        """Write the bundle (if there is tuning data, or always) and the progress file now."""
+        with self._lock:
+            events = self.events()
+            self.run.update(state=state, updated_at=_utc(),
+                            wall_s=round(time.monotonic() - self._started, 1),
+                            autotunes=events["autotunes"],
+                            coordesc_benches=events["coordesc_benches"],
+                            autotune_s=round(events["autotune_s"], 1),
+                            tuned=bool(events["autotunes"] or events["coordesc_benches"]))
+            summary = None
+            try:
+                summary = export_tuning(self.bundle, self.model, cache_dir=self.cache,
+                                        drop=tuple(self.in_descent), run=self.run,
+                                        verbose=False, if_any=self.write != "always")
+            except Exception as exc:  # noqa: BLE001 (the next flush tries again)
+                self.last_error = f"{type(exc).__name__}: {exc}"
+            self.flushes += 1
+            self._write_progress(state)
+            return summary
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.flush("running")
+
+    def _finish(self, state: str) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        self._stop.set()
+        summary = self.flush(state)
+        if summary is not None:
+            print(f"fastdiff: tuning kept in {self.bundle} ({summary['gemm_blocks']} GEMM/conv "
+                  f"shape(s), {summary['best_configs']} best config(s), "
+                  f"{summary['bytes'] / 1024:.1f} KiB, SHA-256 {summary['sha256']}); "
+                  f"progress in {self.progress}")
+
+    def __enter__(self) -> "TuningWatch":
+        self.cache = use_course_cache(verbose=False)
+        self._drop_provisional()
+        self.before = snapshot()
+        self._started, self._finished = time.monotonic(), False
+        self._install()
+        _ACTIVE.append(self)
+        self._thread = threading.Thread(target=self._loop, name="fastdiff-tuning", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        name = getattr(exc_type, "__name__", "")
+        state = ("finished" if exc_type is None else "cut" if name == "BudgetExceeded" else
+                 "terminated" if exc_type in (SystemExit, KeyboardInterrupt) else "failed")
+        try:
+            self._finish(state)
+        finally:
+            if self in _ACTIVE:
+                _ACTIVE.remove(self)
+            for undo in reversed(self._restore):
+                undo()
+            self._restore.clear()

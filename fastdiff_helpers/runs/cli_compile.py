@@ -1,0 +1,161 @@
+"""The command line's compile commands: `warm` (fill the compile cache, a part at a time if
+need be), `reference` (the resumable reference run) and `tuning export | import | show`
+(max-autotune's tuning as data). Parsed here, added to cli.py's parser.
+
+Introduced in 06_cold_start.ipynb (warm, tuning) and the README's "On an offline GPU machine"
+(reference).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from .. import checks
+from ..errors import FastdiffError
+from ..techniques.compile import PARTS
+from ..techniques.compile_cache import use_course_cache
+from ..techniques.recipe import LADDERS
+from ..measure.cold_start import load_artifacts
+from ..measure.tuning import (bundle_path, export_tuning, import_matching, import_tuning,
+                              show_tuning)
+from .ladder import warm_ladder
+from .reference import run_reference
+
+__all__ = ["COMPILE_COMMANDS", "add_compile_commands", "UsageError"]
+
+
+class UsageError(Exception):
+    """Invalid command-line input (argparse's own errors included)."""
+
+
+def _tuning_flags(p: argparse.ArgumentParser, writes: str) -> None:
+    p.add_argument("--tuning-root", default="results", metavar="DIR",
+                   help="import every tuning bundle of this GPU kind and torch build under "
+                        "DIR/*/tuning/<torch>/ before compiling (default: results)"
+                        + writes)
+    p.add_argument("--no-tuning", action="store_true",
+                   help="neither import nor write tuning bundles")
+
+
+def add_compile_commands(sub, common, steps: list[str]) -> None:
+    """warm, reference and tuning, on cli.py's subparsers (`common`: its shared flags)."""
+    warm = sub.add_parser("warm", help="compile a ladder's compiled steps once (fill the "
+                          "compile cache, keep max-autotune's tuning as a bundle), optionally "
+                          "into a portable file; or --load one")
+    common(warm)
+    warm.add_argument("--ladder", default="blog", choices=sorted(LADDERS))
+    warm.add_argument("--only", action="append", default=None, metavar="STEP", choices=steps,
+                      help="warm only this step (repeatable)")
+    warm.add_argument("--part", default="all", choices=PARTS,
+                      help="compile only the denoiser or only the VAE decode, with the inputs "
+                           "the pipeline gives it (each part's tuning in its own command)")
+    warm.add_argument("--out", default=None, help="write the compiled artifacts to this file")
+    warm.add_argument("--load", default=None, metavar="FILE",
+                      help="load a file written by --out into this machine's compile cache. "
+                           "It holds code that will run (as any pickle): load only files from "
+                           "someone you trust, with --sha256")
+    warm.add_argument("--sha256", default=None, metavar="HEX",
+                      help="with --load: the SHA-256 that --out printed; a file that does not "
+                           "match is refused before anything in it is read")
+    _tuning_flags(warm, "; what this command tunes grows DIR/<gpu>/tuning/<torch>/<model>"
+                  ".json.gz (every 30 s, at the end, when stopped)")
+
+    ref = sub.add_parser("reference", help="measure a ladder into results/<gpu>/<model>, the "
+                         "steps not yet recorded there, within a time budget (resumable)")
+    common(ref)
+    ref.add_argument("--ladder", default="blog", choices=sorted(LADDERS))
+    ref.add_argument("--out", default=None, metavar="DIR",
+                     help="default results/<gpu>/<model> (e.g. results/h100-80gb-hbm3/sdxl): "
+                          "records, images, charts; results/README.md is rewritten after each "
+                          "step; the tuning bundle grows in results/<gpu>/tuning/<torch>/")
+    ref.add_argument("--budget-s", type=float, default=None,
+                     help="stop before a step that would not finish in what is left of this "
+                          "many seconds, or at the budget (the cut step leaves no record; exit "
+                          "code 3 says: run again)")
+    ref.add_argument("--retry-failed", action="store_true", help="run failed steps again")
+    ref.add_argument("--ignore-estimate", action="store_true",
+                     help="start the next step even if its estimate exceeds the budget left "
+                          "(its compile cache was warmed since); it still stops at the budget")
+    ref.add_argument("--no-tuning", action="store_true",
+                     help="neither import nor write tuning bundles, and measure a compiled "
+                          "step even when its compile tuned")
+
+    tuning = sub.add_parser("tuning", help="max-autotune's tuning as data: export the compile "
+                            "cache's tuning to a bundle, import one, show one")
+    verbs = tuning.add_subparsers(dest="verb", required=True, parser_class=sub._parser_class)
+    export = verbs.add_parser("export", help="write (or grow) a bundle from the compile cache")
+    export.add_argument("--out", required=True, metavar="FILE", help="e.g. results/h100-80gb-"
+                        "hbm3/tuning/2.11.0+cu130/sdxl.json.gz (fdh.measure.tuning.bundle_path)")
+    export.add_argument("--model", default=None, help="the model the tuning is for (leaves "
+                        "out what another model's bundle brought unchanged)")
+    export.add_argument("--cache-dir", default=None, help="default: the course's cache folder")
+    imp = verbs.add_parser("import", help="put bundles' tuning into the compile cache")
+    imp.add_argument("files", nargs="+", metavar="FILE")
+    imp.add_argument("--sha256", default=None, metavar="HEX",
+                     help="the SHA-256 that export printed (one FILE); refused if it differs")
+    imp.add_argument("--cache-dir", default=None, help="default: the course's cache folder")
+    show = verbs.add_parser("show", help="what a bundle holds")
+    show.add_argument("file", metavar="FILE")
+
+
+def _warm(args: argparse.Namespace, argv) -> int:
+    if args.load:
+        if args.out:
+            raise UsageError("--load and --out go separately: --out writes a file here, --load "
+                             "reads one into this machine's cache")
+        if args.sha256 is None:
+            print("fastdiff: no --sha256 given: loading a file you trust (it holds code that "
+                  "runs); pass the SHA-256 that `warm --out` printed to check it first")
+        # FastdiffError (another file, other versions, GPU) before anything is unpickled
+        header = load_artifacts(args.load, sha256=args.sha256)
+        print(f"fastdiff: loaded {header['loaded']} from {args.load} ({header.get('model')}, "
+              f"{', '.join(header.get('steps', []))}) into {use_course_cache(verbose=False)}")
+        return 0
+    if args.out:
+        checks.output_file("out", args.out, example=args.model + ".fdcache")
+    if args.sha256:
+        raise UsageError("--sha256 checks a file given to --load; `warm --out` prints the one "
+                         "to pass on")
+    bundle = None
+    if not args.no_tuning:
+        checks.output_folder("tuning_root", args.tuning_root)
+        bundle = bundle_path(args.model, args.device, root=args.tuning_root)
+        import_matching(args.tuning_root)  # the cache folder is chosen; nothing compiled yet
+    warm_ladder(args.model, weights=args.weights, ladder=args.ladder, steps=args.steps,
+                height=args.height, width=args.width, device=args.device, out=args.out,
+                steps_filter=args.only, part=args.part, bundle=bundle)
+    return 0
+
+
+def _reference(args: argparse.Namespace, argv) -> int:
+    if args.budget_s is not None and args.budget_s <= 0:
+        raise FastdiffError(f"--budget-s must be a positive number of seconds, got "
+                            f"{args.budget_s:g}")
+    words = list(argv) if argv is not None else sys.argv[1:]
+    outcome = run_reference(
+        model=args.model, out=args.out, ladder=args.ladder, weights=args.weights,
+        budget_s=args.budget_s, runs=args.runs, warmup=args.warmup, steps=args.steps,
+        height=args.height, width=args.width, device=args.device, seed=args.seed,
+        prompt=args.prompt, retry_failed=args.retry_failed,
+        ignore_estimate=args.ignore_estimate, progress=not args.no_progress,
+        command="python -m fastdiff_helpers " + shlex.join(words), tuning=not args.no_tuning)
+    return outcome.exit_code
+
+
+def _tuning(args: argparse.Namespace, argv) -> int:
+    if args.verb == "export":
+        export_tuning(args.out, model=args.model, cache_dir=args.cache_dir)
+    elif args.verb == "import":
+        if args.sha256 and len(args.files) > 1:
+            raise UsageError("--sha256 checks one file: import the files one at a time")
+        for file in args.files:
+            import_tuning(file, sha256=args.sha256, cache_dir=args.cache_dir)
+    else:
+        print(show_tuning(Path(args.file)))
+    return 0
+
+
+COMPILE_COMMANDS = {"warm": _warm, "reference": _reference, "tuning": _tuning}

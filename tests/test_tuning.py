@@ -1,0 +1,378 @@
+"""Tuning as data (issue 33): max-autotune's tuning exported as a gzip'd JSON bundle, imported
+into a bare cache before the first compile, kept as it grows by a command that may be cut.
+
+The slow tests tune for real with CPU max-autotune: inductor benchmarks GEMM choices on a CPU
+only with freezing and the CPP template backend (without them it tunes nothing, as the tiny
+ladders show), so the child process sets both, compiles two Linears and reports the winners
+through torch's own hook (select_algorithm.add_feedback_saver). The fast tests build caches and
+bundles by hand in inductor's layouts."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import fastdiff_helpers as fdh
+from fastdiff_helpers.errors import FastdiffError
+from fastdiff_helpers.measure import tuning, tuning_data, tuning_watch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CHILD = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import torch
+from torch._dynamo.utils import counters
+from torch._inductor import select_algorithm
+import torch._inductor.config as ic
+from fastdiff_helpers.measure import tuning
+cache, bundle_in, bundle_out = sys.argv[1:4]
+if bundle_in != "-":
+    tuning.import_tuning(bundle_in, cache_dir=cache)
+winners = {}
+def saver(timings, name, inputs, choices, profiled, precompile):
+    best = min(timings, key=timings.get)
+    winners["x".join(map(str, inputs[0].get_size()))] = best.name.split("_")[1]
+select_algorithm.add_feedback_saver(saver)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(),
+                            torch.nn.Linear(512, 256)).eval()
+started = time.perf_counter()
+with ic.patch(freezing=True, max_autotune_gemm_backends="CPP,ATEN"):
+    compiled = torch.compile(model, mode="max-autotune-no-cudagraphs")
+    with torch.no_grad():
+        compiled(torch.randn(64, 256))
+compile_s = time.perf_counter() - started
+out = tuning.export_tuning(bundle_out, model="toy", cache_dir=cache) if bundle_out != "-" else None
+print(json.dumps({"autotunes": counters["inductor"]["select_algorithm_autotune"],
+                  "winners": winners, "compile_s": compile_s, "export": out}))
+"""
+
+
+def _child(cache: Path, bundle_in="-", bundle_out="-") -> dict:
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache), OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, "-c", CHILD, str(cache), str(bundle_in),
+                           str(bundle_out)], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=cache.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """One real CPU max-autotune run, exported: (its report, the bundle)."""
+    root = tmp_path_factory.mktemp("tuned")
+    report = _child(root / "cache", bundle_out=root / "toy.json.gz")
+    return report, root / "toy.json.gz"
+
+
+@pytest.fixture(autouse=True)
+def _forget_imports():
+    """What import_tuning brought is remembered per process (export leaves out another model's
+    unchanged blocks): each test starts from none."""
+    yield
+    tuning._IMPORTED.clear()
+    tuning._IMPORTED_BEST.clear()
+
+
+def _load(path: Path) -> dict:
+    return json.loads(gzip.decompress(path.read_bytes()))
+
+
+def _save(path: Path, bundle: dict) -> None:
+    path.write_bytes(gzip.compress(json.dumps(bundle).encode()))
+
+
+@pytest.mark.slow
+def test_a_bare_cache_with_the_bundle_compiles_without_tuning_and_picks_the_same_winners(
+        tuned, tmp_path):
+    report, bundle = tuned
+    assert report["autotunes"] == 2 and set(report["winners"]) == {"64x256", "64x512"}
+    assert report["export"]["gemm_blocks"] == 2 and report["export"]["bytes"] < 4096
+    again = _child(tmp_path / "bare", bundle_in=bundle)
+    assert again["autotunes"] == 0
+    assert again["winners"] == report["winners"]
+    print(f"tuning data: compile {report['compile_s']:.1f} s tuning, {again['compile_s']:.1f} s "
+          f"from the bundle ({report['export']['bytes']} bytes)")
+
+
+@pytest.mark.slow
+def test_a_deleted_shape_is_tuned_again_alone_and_edited_timings_decide_the_winner(
+        tuned, tmp_path):
+    report, bundle = tuned
+    content = _load(bundle)
+    blocks = content["gemm"]["packed_linear"]
+    (first, second) = sorted(blocks, key=lambda k: "256, 256" not in k)  # 64x256 first
+    del blocks[second]
+    timings = blocks[first]["highest"]
+    loser = max(timings, key=timings.get)  # the choice that lost: make it win
+    timings[loser] = min(timings.values()) / 10
+    edited = tmp_path / "edited.json.gz"
+    _save(edited, content)
+    again = _child(tmp_path / "bare", bundle_in=edited)
+    assert again["autotunes"] == 1  # the deleted shape only
+    assert again["winners"]["64x512"] == report["winners"]["64x512"]
+    assert again["winners"]["64x256"] != report["winners"]["64x256"]
+    assert loser.lower().startswith(again["winners"]["64x256"].lower()[:3])
+
+
+# --- fast: bundles and caches built by hand ---------------------------------------------------
+
+def _cache(tmp_path: Path, gemm: dict, best: dict | None = None) -> Path:
+    cache = tmp_path / "cache"
+    stamp = tuning_data.tuning_stamp()
+    path = cache / "cache" / stamp["system_hash"]
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"system": {"hash": stamp["system_hash"]}, "cache": gemm}))
+    for rel, config in (best or {}).items():
+        (cache / rel).parent.mkdir(parents=True, exist_ok=True)
+        (cache / rel).write_text(json.dumps(config))
+    return cache
+
+
+GEMM = {"mm": {"[key A]": {"highest": {"aten": 1.0, "triton_a": 0.5}},
+               "[key B]": {"highest": {"aten": 2.0, "triton_b": 3.0}}}}
+BEST = {"ab/cabc.best_config": {"XBLOCK": 64, "num_warps": 4, "found_by_coordesc": True}}
+
+
+def test_export_then_show_then_import_into_an_empty_cache(tmp_path, capsys):
+    cache = _cache(tmp_path, GEMM, BEST)
+    summary = fdh.export_tuning(tmp_path / "b.json.gz", model="sdxl", cache_dir=cache)
+    assert (summary["gemm_blocks"], summary["best_configs"]) == (2, 1)
+    assert summary["sha256"] in capsys.readouterr().out  # printed
+    shown = fdh.show_tuning(tmp_path / "b.json.gz")
+    assert "mm 2" in shown and "1 found by coordinate descent" in shown
+    bare = tmp_path / "bare"
+    done = fdh.import_tuning(tmp_path / "b.json.gz", sha256=summary["sha256"], cache_dir=bare)
+    assert (done["blocks_added"], done["best_configs_added"]) == (2, 1)
+    gemm, best = tuning_data.read_cache(bare)
+    assert gemm == GEMM and best == BEST
+
+
+def test_a_changed_byte_or_another_stamp_is_refused_before_anything_is_written(tmp_path):
+    cache = _cache(tmp_path, GEMM)
+    summary = fdh.export_tuning(tmp_path / "b.json.gz", cache_dir=cache, verbose=False)
+    bare = tmp_path / "bare"
+    data = bytearray((tmp_path / "b.json.gz").read_bytes())
+    data[-5] ^= 1
+    (tmp_path / "c.json.gz").write_bytes(bytes(data))
+    with pytest.raises(FastdiffError, match="SHA-256"):
+        fdh.import_tuning(tmp_path / "c.json.gz", sha256=summary["sha256"], cache_dir=bare)
+    content = _load(tmp_path / "b.json.gz")
+    content["stamp"]["gpu_name"] = "NVIDIA H100 80GB HBM3"
+    content["stamp"]["torch_key"] = "0" * 64
+    _save(tmp_path / "d.json.gz", content)
+    with pytest.raises(FastdiffError, match="gpu_name: bundle 'NVIDIA H100 80GB HBM3'.*torch_key"):
+        fdh.import_tuning(tmp_path / "d.json.gz", cache_dir=bare)
+    assert not bare.exists() or not list(bare.rglob("*"))
+    # export refuses to add this machine's tuning to a bundle stamped elsewhere, and a file
+    # that is not a bundle is never overwritten
+    with pytest.raises(FastdiffError, match="another setup"):
+        fdh.export_tuning(tmp_path / "d.json.gz", cache_dir=cache, verbose=False)
+    (tmp_path / "notes.json.gz").write_text("my notes")
+    with pytest.raises(FastdiffError, match="not a gzip'd JSON tuning bundle"):
+        fdh.export_tuning(tmp_path / "notes.json.gz", cache_dir=cache, verbose=False)
+    assert (tmp_path / "notes.json.gz").read_text() == "my notes"
+
+
+@pytest.mark.parametrize("rel", ["../escape.best_config", "/etc/x.best_config",
+                                 "ab/../../x.best_config", "ab\\x.best_config", "ab/x.py"])
+def test_a_best_config_outside_the_cache_folder_is_refused(tmp_path, rel):
+    cache = _cache(tmp_path, GEMM)
+    fdh.export_tuning(tmp_path / "b.json.gz", cache_dir=cache, verbose=False)
+    content = _load(tmp_path / "b.json.gz")
+    content["best_configs"][rel] = {"XBLOCK": 1}
+    _save(tmp_path / "evil.json.gz", content)
+    with pytest.raises(FastdiffError, match="not a relative path inside the cache"):
+        fdh.import_tuning(tmp_path / "evil.json.gz", cache_dir=tmp_path / "bare")
+    assert not (tmp_path / "escape.best_config").exists()
+
+
+def test_merge_replaces_whole_blocks_and_keeps_the_others(tmp_path):
+    first = _cache(tmp_path / "1", GEMM)
+    fdh.export_tuning(tmp_path / "b.json.gz", cache_dir=first, verbose=False)
+    # a second run measured key A again with other choices, and a new key C
+    newer = {"mm": {"[key A]": {"highest": {"aten": 0.9, "triton_c": 0.7}},
+                    "[key C]": {"high": {"aten": 4.0}}}}
+    second = _cache(tmp_path / "2", newer)
+    summary = fdh.export_tuning(tmp_path / "b.json.gz", cache_dir=second, verbose=False)
+    merged = _load(tmp_path / "b.json.gz")
+    assert merged["gemm"]["mm"]["[key A]"]["highest"] == {"aten": 0.9, "triton_c": 0.7}  # whole
+    assert merged["gemm"]["mm"]["[key B]"] == GEMM["mm"]["[key B]"]  # kept
+    assert merged["fp32_precisions"] == ["high", "highest"]
+    assert summary["blocks_added"] == 2 and summary["gemm_blocks"] == 3
+    # import keeps what the cache measured itself, adds only what it lacks
+    done = fdh.import_tuning(tmp_path / "b.json.gz", cache_dir=first, verbose=False)
+    assert (done["blocks_added"], done["blocks_kept"]) == (1, 2)
+    gemm, _ = tuning_data.read_cache(first)
+    assert gemm["mm"]["[key A]"]["highest"] == GEMM["mm"]["[key A]"]["highest"]
+
+
+def test_a_models_bundle_leaves_out_what_another_models_bundle_brought(tmp_path):
+    other = _cache(tmp_path / "o", GEMM)
+    fdh.export_tuning(tmp_path / "sd15.json.gz", model="sd15", cache_dir=other, verbose=False)
+    cache = tmp_path / "mine"
+    fdh.import_tuning(tmp_path / "sd15.json.gz", cache_dir=cache, verbose=False)
+    gemm, _ = tuning_data.read_cache(cache)
+    gemm["mm"]["[key S]"] = {"highest": {"aten": 5.0}}  # what this model's compile tuned
+    tuning._write_timings(cache / "cache" / tuning_data.tuning_stamp()["system_hash"], gemm)
+    fdh.export_tuning(tmp_path / "sdxl.json.gz", model="sdxl", cache_dir=cache, verbose=False)
+    assert list(_load(tmp_path / "sdxl.json.gz")["gemm"]["mm"]) == ["[key S]"]
+
+
+def test_nothing_tuned_writes_no_bundle_or_says_what_to_do(tmp_path):
+    empty = tmp_path / "empty"
+    assert fdh.export_tuning(tmp_path / "b.json.gz", cache_dir=empty, if_any=True) is None
+    assert not (tmp_path / "b.json.gz").exists()
+    with pytest.raises(FastdiffError, match="max-autotune"):
+        fdh.export_tuning(tmp_path / "b.json.gz", cache_dir=empty)
+
+
+def test_import_matching_takes_this_torch_builds_bundles_of_this_machine_only(tmp_path):
+    import torch
+
+    cache = _cache(tmp_path, GEMM)
+    mine = tmp_path / "results" / "cpu" / "tuning" / torch.__version__ / "sdxl.json.gz"
+    fdh.export_tuning(mine, model="sdxl", cache_dir=cache, verbose=False)
+    theirs = mine.with_name("pixart.json.gz")
+    content = _load(mine)
+    content["stamp"]["gpu_name"] = "NVIDIA H200"
+    _save(theirs, content)
+    older = tmp_path / "results" / "cpu" / "tuning" / "2.11.0+cu130" / "sd15.json.gz"
+    older.parent.mkdir(parents=True)
+    older.write_bytes(mine.read_bytes())
+    done = tuning.import_matching(tmp_path / "results", cache_dir=tmp_path / "bare",
+                                  verbose=False)
+    assert [Path(d["path"]).name for d in done] == ["sdxl.json.gz"]
+
+
+# --- the watch ----------------------------------------------------------------------------
+
+def _watch(tmp_path, monkeypatch, **kw):
+    monkeypatch.setenv("FASTDIFF_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    return tuning_watch.TuningWatch(tmp_path / "out" / "toy.json.gz", "toy", command="test",
+                                    **kw)
+
+
+def test_the_watch_writes_as_the_tuning_grows_and_says_where_the_time_went(tmp_path,
+                                                                            monkeypatch):
+    with _watch(tmp_path, monkeypatch, every_s=0.2) as watch:
+        assert not watch.bundle.exists()  # nothing tuned yet: nothing written
+        _cache(tmp_path, GEMM)  # what inductor writes while it tunes
+        deadline = time.monotonic() + 20
+        while not watch.bundle.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert watch.bundle.exists()  # by the periodic flush, before the end
+        watch.note_step("+ compile", 12.5, {"autotunes": 3, "coordesc_benches": 0}, "tuned")
+    progress = json.loads((tmp_path / "out" / "toy.progress.json").read_text())
+    assert progress["state"] == "finished" and progress["flushes"] >= 2
+    for key in ("select_algorithm_autotune", "coordesc_tuning_bench", "best_config_files",
+                "last_autotune", "precompiled_in_parallel", "compile_times"):
+        assert key in progress
+    run = _load(watch.bundle)["runs"][-1]
+    assert run["state"] == "finished" and run["steps"]["+ compile"]["autotunes"] == 3
+
+
+class Cut(BaseException):
+    pass
+
+
+def _descending_kernel(tmp_path, watch_box, end):
+    """A stand-in for CachingAutotuner.coordinate_descent_tuning: inductor has already saved
+    the kernel's best config as found_by_coordesc; mid-descent the watch flushes; then the
+    descent ends (a final config) or is cut."""
+    rel = "zz/czzkernel.best_config"
+
+    class AutotuneCache:  # what inductor's save_cache_hook is bound to (autotune_cache.py)
+        local_cache = (None, str(tmp_path / "cache" / rel))
+
+        def save(self, *args, **kwargs):
+            pass
+
+    class Autotuner:
+        save_cache_hook = AutotuneCache().save
+        _should_coordesc_tune = True
+
+    def descent(autotuner, launcher):
+        target = tmp_path / "cache" / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps({"XBLOCK": 32, "found_by_coordesc": True}))
+        watch_box[0].flush("running")
+        seen = dict(_load(watch_box[0].bundle)["best_configs"])
+        if end == "cut":
+            raise Cut()
+        target.write_text(json.dumps({"XBLOCK": 128, "found_by_coordesc": True}))
+        return seen
+
+    return rel, Autotuner(), descent
+
+
+@pytest.mark.parametrize("end", ["finished", "cut"])
+def test_a_kernel_cut_mid_descent_leaves_no_provisional_best_config(tmp_path, monkeypatch, end):
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    box: list = []
+    rel, autotuner, descent = _descending_kernel(tmp_path, box, end)
+    monkeypatch.setattr(CachingAutotuner, "coordinate_descent_tuning", descent)
+    _cache(tmp_path, GEMM)
+    with _watch(tmp_path, monkeypatch, every_s=600) as watch:
+        box.append(watch)
+        if end == "cut":
+            with pytest.raises(Cut):
+                CachingAutotuner.coordinate_descent_tuning(autotuner, None)
+        else:
+            seen = CachingAutotuner.coordinate_descent_tuning(autotuner, None)
+            assert rel not in seen  # the flush inside the descent left it out
+    best = _load(watch.bundle)["best_configs"]
+    progress = json.loads(watch.progress.read_text())
+    if end == "cut":
+        assert rel not in best and not (tmp_path / "cache" / rel).exists()
+        assert progress["dropped_from_cache"] == [rel]
+    else:
+        assert best[rel]["XBLOCK"] == 128
+    assert CachingAutotuner.coordinate_descent_tuning is descent  # restored
+
+
+def test_the_next_watch_drops_what_a_killed_run_was_descending_on(tmp_path, monkeypatch):
+    _cache(tmp_path, GEMM, {"zz/czzkernel.best_config": {"XBLOCK": 32, "found_by_coordesc": True},
+                            "zz/cfinal.best_config": {"XBLOCK": 8, "found_by_coordesc": True}})
+    progress = tmp_path / "out" / "toy.progress.json"
+    progress.parent.mkdir()
+    progress.write_text(json.dumps({"state": "running",
+                                    "coordesc_in_progress": ["zz/czzkernel.best_config"]}))
+    with _watch(tmp_path, monkeypatch) as watch:
+        assert watch.dropped_from_cache == ["zz/czzkernel.best_config"]
+    assert not (tmp_path / "cache" / "zz" / "czzkernel.best_config").exists()
+    assert (tmp_path / "cache" / "zz" / "cfinal.best_config").exists()
+
+
+WATCHED = r"""
+import os, sys, time
+from fastdiff_helpers.measure.tuning_watch import TuningWatch
+with TuningWatch(sys.argv[1], "toy", command="killed", every_s=600):
+    print("watching", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_sigterm_writes_the_bundle_and_says_terminated(tmp_path):
+    cache = _cache(tmp_path, GEMM)
+    bundle = tmp_path / "out" / "toy.json.gz"
+    env = dict(os.environ, FASTDIFF_CACHE_DIR=str(cache))
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    child = subprocess.Popen([sys.executable, "-c", WATCHED, str(bundle)], env=env,
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "watching"
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=60) == 128 + signal.SIGTERM
+    assert _load(bundle)["gemm"] == GEMM
+    assert json.loads((bundle.parent / "toy.progress.json").read_text())["state"] == "terminated"
