@@ -36,11 +36,20 @@ class FakeSteps:
 
     def __init__(self, seconds=None, fail=()):
         self.seconds, self.fail, self.calls, self.baselines = seconds or {}, set(fail), [], []
+        self.tune: set[str] = set()  # compiled steps whose next compile tunes (then not again)
+        self.measure_if_tuned: dict[str, bool] = {}
 
     def __call__(self, spec, name, recipe, weights, device, loading, baseline=None, **kw):
         self.calls.append(name)
         self.baselines.append(baseline)
+        self.measure_if_tuned[name] = kw.get("measure_if_tuned", True)
         time.sleep(self.seconds.get(name, 0.0))
+        if name in self.tune and not kw.get("measure_if_tuned", True):
+            self.tune.discard(name)  # its tuning is data now
+            raise fdh.measure.bench.TunedNotMeasured(
+                "the compile tuned (3 GEMM/conv shape(s) benchmarked, 0 coordinate-descent "
+                "config(s) timed): not measured in this process",
+                {"autotunes": 3, "coordesc_benches": 0, "autotune_s": 1.0})
         idx = BLOG.index(name)
         if name in self.fail:
             return Result(model=spec.key, weights=weights, step=name, recipe=recipe.to_dict(),
@@ -160,6 +169,41 @@ def test_a_step_cut_at_the_budget_gets_the_whole_budget_again_three_times(fake, 
     assert _run(out, budget_s=0.5, ignore_estimate=True).ran[0] == "fp32"  # a warmed cache
 
 
+def test_a_compiled_step_whose_compile_tuned_is_measured_by_the_next_command(fake, tmp_path,
+                                                                           monkeypatch):
+    import torch
+    from fastdiff_helpers.measure import tuning_data
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("FASTDIFF_CACHE_DIR", str(cache))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    # what the tuning wrote into the cache (the fake step stands in for the compile)
+    timings = cache / "cache" / tuning_data.tuning_stamp()["system_hash"]
+    timings.parent.mkdir(parents=True)
+    timings.write_text(json.dumps({"cache": {"mm": {"[k]": {"high": {"aten": 1.0}}}}}))
+    out = tmp_path / "results" / "cpu" / "sdxl"
+    fake.tune = {"+ compile", "+ int8 dynamic"}
+    first = _run(out)
+    assert first.status == "tuned" and first.exit_code == ref.EXIT_BUDGET
+    assert "2 compiled step(s) tuned now and not measured (+ compile, + int8 dynamic)" in \
+        first.message and "Continue with:" in first.message
+    assert fake.measure_if_tuned == {n: n in BLOG[:3] for n in BLOG}  # eager steps: measured
+    assert [r.step for r in load_results(out / "results.jsonl")] == \
+        ["fp32", "bf16", "+ SDPA", "+ fused QKV"]
+    attempts = json.loads((out / "reference.json").read_text())["attempts"]
+    assert [a["finished"] for a in attempts if a["step"] == "+ compile"] == ["tuned"]
+    assert attempts[3]["autotunes"] == 3
+    bundle = out.parent / "tuning" / torch.__version__ / "sdxl.json.gz"
+    run = json.loads(__import__("gzip").decompress(bundle.read_bytes()))["runs"][0]
+    assert run["steps"]["+ compile"]["state"] == "tuned"
+    second = _run(out)
+    assert second.status == "complete" and second.ran == ["+ compile", "+ int8 dynamic"]
+    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in
+            (tmp_path / "results" / "README.md").read_text().splitlines()
+            if line.startswith("| ")}
+    assert rows["+ compile"][8].endswith(" s") and rows["+ fused QKV"][8] == "-"
+
+
 def test_refuses_a_folder_measured_another_way_before_any_work(fake, tmp_path):
     out = tmp_path / "r" / "cpu" / "sdxl"
     _run(out, budget_s=None)
@@ -197,7 +241,8 @@ def test_results_readme_tables_every_folder(fake, tmp_path):
     assert rows[0].startswith("| step | seconds (median) | IQR | vs fp32 | vs prev |")
     bf16 = rows[2].split(" | ")
     assert bf16[0] == "| bf16" and bf16[3] == "2.00x" and bf16[4] == "2.00x"
-    assert bf16[8] == "0.02" and bf16[9] == "4.0%"  # 0.02 TFLOP/s of the folder's 0.5
+    assert bf16[8] == "-"  # eager: no tuning
+    assert bf16[9] == "0.02" and bf16[10] == "4.0%"  # 0.02 TFLOP/s of the folder's 0.5
     assert "Tiny weights: the PSNR column shows how far" in text
     assert bf16[-2:] == ["-", "- |"]  # no blog figures beside tiny weights
 
@@ -209,7 +254,7 @@ def test_committed_h100_folder_tables_with_the_blogs_ratio():
     assert "NVIDIA H100 80GB HBM3: sdxl" in table and "random weights, 1024x1024, 30 steps" in table
     sdpa = next(line for line in lines if line.startswith("| + SDPA |")).split(" | ")
     assert sdpa[1] == "2.30" and sdpa[3] == "1.65x" and sdpa[-2:] == ["3.31", "2.22x |"]
-    assert sdpa[8] == "180.7" and sdpa[9] == "23.2%"  # of the 779.9 TFLOP/s measured there
+    assert sdpa[9] == "180.7" and sdpa[10] == "23.2%"  # of the 779.9 TFLOP/s measured there
     assert "| + compile | not measured yet |" in table
 
 

@@ -376,3 +376,39 @@ def test_sigterm_writes_the_bundle_and_says_terminated(tmp_path):
     assert child.wait(timeout=60) == 128 + signal.SIGTERM
     assert _load(bundle)["gemm"] == GEMM
     assert json.loads((bundle.parent / "toy.progress.json").read_text())["state"] == "terminated"
+
+
+# --- the denoiser and the VAE decode tuned apart ------------------------------------------
+
+@pytest.mark.parametrize("model", ["sdxl", "pixart"])
+def test_each_part_compiles_with_the_inputs_the_pipeline_gives_it(monkeypatch, model):
+    """compile_part(pipe, "denoiser") then "vae", then a real call: the call compiles nothing
+    more, so each part was compiled under the guards (shapes, dtypes, strides, grad mode,
+    arguments) of the pipeline's own calls. Dynamo with the eager backend: the same tracing
+    and guards as inductor, without inductor's minutes on a CPU."""
+    import torch
+    from fastdiff_helpers.measure.compile_events import events_between, snapshot
+
+    compile_ = torch.compile
+
+    def eager_compile(fn=None, **kwargs):
+        kwargs = {k: v for k, v in kwargs.items() if k in ("fullgraph", "dynamic")}
+        return compile_(fn, backend="eager", **kwargs) if fn is not None else \
+            (lambda f: compile_(f, backend="eager", **kwargs))
+
+    monkeypatch.setattr(torch, "compile", eager_compile)
+    torch._dynamo.reset()
+    pipe = fdh.load_pipeline(model, weights="tiny", device="cpu", verbose=False)
+    fdh.apply(pipe, fdh.Recipe(dtype="bf16", attention="sdpa", compile="default"))
+    frames = {}
+    for part in ("denoiser", "vae"):
+        before = snapshot()
+        fdh.compile_part(pipe, part, steps=2)
+        frames[part] = events_between(before, snapshot())["frames"]
+    before = snapshot()
+    pipe(**fdh.call_kwargs(pipe, steps=2))
+    assert frames["denoiser"] >= 1 and frames["vae"] >= 1
+    assert events_between(before, snapshot())["frames"] == 0, fdh.recompile_reasons()
+    with pytest.raises(fdh.RecipeError, match="Unknown part"):
+        fdh.compile_part(pipe, "text_encoder")
+    torch._dynamo.reset()

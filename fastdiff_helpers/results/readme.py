@@ -40,6 +40,24 @@ def _ladder_of(folder: Path, records: list[Result]) -> str:
     return next((k for k, steps in LADDERS.items() if names <= {n for n, _ in steps}), "blog")
 
 
+def tuning_seconds(folder: Path, model: str, torch_version: str) -> dict[str, float]:
+    """Seconds of the commands that tuned each compiled step, summed across commands, from the
+    model's tuning bundle beside the folder (<gpu>/tuning/<torch>/<model>.json.gz; every
+    command that tuned wrote its run there: measure/tuning_watch.py). Read with gzip and json
+    alone; no bundle: {}."""
+    import gzip
+
+    path = folder.parent / "tuning" / torch_version / f"{model}.json.gz"
+    if not path.is_file():
+        return {}
+    spent: dict[str, float] = {}
+    for run in json.loads(gzip.decompress(path.read_bytes())).get("runs", []):
+        for step, done in (run.get("steps") or {}).items():
+            if done.get("autotunes") or done.get("coordesc_benches"):
+                spent[step] = spent.get(step, 0.0) + float(done.get("wall_s") or 0)
+    return spent
+
+
 def _table(folder: Path, records: list[Result]) -> list[str]:
     ladder = _ladder_of(folder, records)
     names = [n for n, _ in LADDERS[ladder]]
@@ -62,13 +80,19 @@ def _table(folder: Path, records: list[Result]) -> list[str]:
         {"cuda_max_allocated": "CUDA max allocated (reserved beside it: CUDA-graph pools "
          "included)", "process_peak_rss": "the process's peak RSS"}.get(k, k) for k in kinds))
         or "not measured") + ".")
+    tuning = tuning_seconds(folder, first.model, env.get("torch", "?"))
+    lines.append("Cold start of a compiled step: a new process with the tuning data of "
+                 f"`{folder.parent.name}/tuning/{env.get('torch', '?')}/` imported, that "
+                 "tuned nothing (the reference run measures a compiled step only then); "
+                 "tuning, once: the seconds of the commands that tuned it, summed"
+                 + ("." if tuning else " (no tuning bundle here yet)."))
     if first.weights in ("random", "tiny"):
         lines.append(f"{first.weights.capitalize()} weights: the PSNR column shows how far "
                      "each step moves the numbers from the fp32 image, never image quality.")
     lines += ["", "| step | seconds (median) | IQR | vs fp32 | vs prev | peak memory | "
-              "peak reserved | cold start | TFLOP/s | share of matmul rate | PSNR vs fp32 | "
-              "blog A100 s | blog vs fp32 |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "peak reserved | cold start | tuning, once | TFLOP/s | share of matmul rate | "
+              "PSNR vs fp32 | blog A100 s | blog vs fp32 |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     base = by_step.get(names[0])
     base_s = base.latency_s if base is not None and base.error is None else None
     prev = None
@@ -77,12 +101,14 @@ def _table(folder: Path, records: list[Result]) -> list[str]:
         blog_s = blog.get(name)
         blog_cells = (f"{blog_s:g} | {blog[names[0]] / blog_s:.2f}x" if blog_s and
                       blog.get(names[0]) else "- | -")
+        tuned = f"{tuning[name]:.0f} s" if name in tuning else "-"
         if r is None:
-            lines.append(f"| {name} | not measured yet | | | | | | | | | | {blog_cells} |")
+            lines.append(f"| {name} | not measured yet | | | | | | | {tuned} | | | | "
+                         f"{blog_cells} |")
             continue
         if r.error is not None or not r.latency_s:
             lines.append(f"| {name} | FAILED: {(r.error or 'no timing').splitlines()[0][:80]} "
-                         f"| | | | | | | | | | {blog_cells} |")
+                         f"| | | | | | | {tuned} | | | | {blog_cells} |")
             continue
         share = r.tflops_per_s / rate if r.tflops_per_s and rate else None
         lines.append(
@@ -90,7 +116,7 @@ def _table(folder: Path, records: list[Result]) -> list[str]:
             + (f"{base_s / r.latency_s:.2f}x" if base_s else "-") + " | "
             + (f"{prev / r.latency_s:.2f}x" if prev else "-") + " | "
             f"{memory_text(r.peak_memory_bytes)} | {memory_text(r.peak_reserved_bytes)} | "
-            f"{seconds_text(r.cold_start_s)} s | "
+            f"{seconds_text(r.cold_start_s)} s | {tuned} | "
             + (f"{r.tflops_per_s:.4g}" if r.tflops_per_s else "-") + " | "
             + (f"{share:.1%}" if share else "-") + f" | {psnr_text(r.quality)} | {blog_cells} |")
         prev = r.latency_s
