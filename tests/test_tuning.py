@@ -412,3 +412,22 @@ def test_each_part_compiles_with_the_inputs_the_pipeline_gives_it(monkeypatch, m
     with pytest.raises(fdh.RecipeError, match="Unknown part"):
         fdh.compile_part(pipe, "text_encoder")
     torch._dynamo.reset()
+
+
+def test_the_tuning_command_exports_imports_and_shows(tmp_path, capsys):
+    from fastdiff_helpers.runs.cli import main
+
+    cache = _cache(tmp_path, GEMM, BEST)
+    bundle = tmp_path / "b.json.gz"
+    assert main(["tuning", "export", "--out", str(bundle), "--model", "sdxl",
+                 "--cache-dir", str(cache)]) == 0
+    digest = capsys.readouterr().out.split("SHA-256 ")[1].split()[0]
+    assert main(["tuning", "import", str(bundle), "--sha256", "0" * 64,
+                 "--cache-dir", str(tmp_path / "bare")]) == 2
+    assert "not the 000" in capsys.readouterr().err
+    assert main(["tuning", "import", str(bundle), "--sha256", digest,
+                 "--cache-dir", str(tmp_path / "bare")]) == 0
+    assert "2 GEMM/conv shape(s) and 1 best config(s) added" in capsys.readouterr().out
+    assert main(["tuning", "show", str(bundle)]) == 0
+    assert f"SHA-256 {digest}" in capsys.readouterr().out
+    assert main(["tuning", "show", str(tmp_path / "missing.json.gz")]) == 2

@@ -6,6 +6,16 @@
 #   tools/gpu_slot.sh verdict GROUP [pytest args]   bf16 matmul rate, pytest tests/gpu -m gpu ARGS
 #   tools/gpu_slot.sh reference MODEL [LADDER [ARGS]]  python -m fastdiff_helpers reference, budgeted
 #                                                   (ARGS: e.g. --ignore-estimate)
+#   tools/gpu_slot.sh tune MODEL STEP PART [LADDER] python -m fastdiff_helpers warm --only STEP
+#                                                   --part PART (denoiser | vae | all): tune one
+#                                                   part of one compiled step
+#
+# Tuning is data (fastdiff_helpers/measure/tuning.py): warm and reference import every committed
+# bundle of this GPU kind and torch build (results/*/tuning/<torch>/*.json.gz) before compiling,
+# and grow results/<gpu>/tuning/<torch>/<model>.json.gz while they tune (every 30 s, at the end,
+# and on the SIGTERM that `timeout` sends at T seconds), beside <model>.progress.json (where the
+# time went). Both are copied under $OUT/tuning/ after every command: commit them before the
+# next command starts.
 #
 # Every subcommand installs first if this machine has not been set up yet, so each command stands
 # alone when the machine was given back in between. What it measured is copied under $OUT (the
@@ -26,9 +36,12 @@ install() {
   touch /tmp/site/.fastdiff-installed
 }
 
-bring_back() {  # what this machine measured so far, whatever happened
+bring_back() {  # what this machine measured and tuned so far, whatever happened
   cp "$LOGS"/*.log "$LOGS"/*.xml "$OUT"/ 2>/dev/null
   tar czf "$OUT/results.tgz" results 2>/dev/null
+  for dir in results/*/tuning; do  # the bundles as plain files too: small, committed as they are
+    [ -d "$dir" ] && mkdir -p "$OUT/tuning" && cp -r "$dir" "$OUT/tuning/$(basename "$(dirname "$dir")")"
+  done
 }
 
 install
@@ -46,10 +59,18 @@ print(json.dumps({"bf16_matmul_tflops": round(f.measure_matmul_tflops("cuda"), 1
     ;;
   reference)
     model=$2 ladder=${3:-blog}; shift; shift; [ $# -gt 0 ] && shift
-    python3 -m fastdiff_helpers reference --model "$model" --ladder "$ladder" --weights random \
-      --device cuda --no-progress --budget-s "${T:-540}" "$@" 2>&1 | tee -a "$LOGS/reference-$model-$ladder.log"
+    # the run's own budget ends first; timeout's SIGTERM (then SIGKILL 20 s later) is the backstop
+    timeout -k 20 $(( ${T:-540} + 20 )) python3 -m fastdiff_helpers reference --model "$model" \
+      --ladder "$ladder" --weights random --device cuda --no-progress --budget-s "${T:-540}" "$@" \
+      2>&1 | tee -a "$LOGS/reference-$model-$ladder.log"
     ;;
-  *) echo "usage: tools/gpu_slot.sh install | verdict GROUP [pytest args] | reference MODEL [LADDER [ARGS]]" >&2
+  tune)
+    model=$2 step=$3 part=$4 ladder=${5:-blog}
+    timeout -k 20 "${T:-540}" python3 -m fastdiff_helpers warm --model "$model" --ladder "$ladder" \
+      --weights random --device cuda --no-progress --only "$step" --part "$part" \
+      2>&1 | tee -a "$LOGS/tune-$model.log"
+    ;;
+  *) echo "usage: tools/gpu_slot.sh install | verdict GROUP [pytest args] | reference MODEL [LADDER [ARGS]] | tune MODEL STEP PART [LADDER]" >&2
      exit 2 ;;
 esac
 bring_back

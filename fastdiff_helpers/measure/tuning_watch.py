@@ -1,23 +1,19 @@
 """A command that tunes keeps its tuning: the bundle written as it grows (every 30 s, at the
-end, when cut by a budget or stopped by SIGTERM), beside a small progress file that says where
-the time went.
+end, when cut by a budget or stopped by SIGTERM; a SIGKILL loses at most 30 s), beside a
+progress file that says where the time went. Introduced in 06_cold_start.ipynb; used by
+`python -m fastdiff_helpers reference` and `warm` (tools/gpu_slot.sh): a GPU machine lent for
+minutes is lost, with its compile cache, soon after its command ends.
 
-Introduced in 06_cold_start.ipynb; used by `python -m fastdiff_helpers reference` and `warm`
-(and tools/gpu_slot.sh). A GPU machine lent for minutes is lost soon after its command ends,
-and with it the compile cache; what was tuned survives only in what the command wrote. A
-SIGKILL loses at most the last 30 s.
-
-The progress file (JSON) holds dynamo's compile times (torch._dynamo.utils
-.compilation_time_metrics, seconds per compile phase), the two tuning counters (GEMM/conv
-shapes benchmarked, coordinate-descent configs timed), the number of best configs, the last
-shape autotuned (from torch's own add_feedback_saver hook, select_algorithm.py), whether
-choices were precompiled in parallel (inductor's "Multithreaded precompilation" log line,
-select_algorithm.py make_precompile_fn; it precompiles nothing on Python <= 3.11.8, the
-cpython issue 106905 it names), and the Triton kernels in coordinate descent at that moment.
-Such a kernel's best config is provisional: inductor saves it marked found_by_coordesc before
-the descent runs (triton_heuristics.py, CachingAutotuner.autotune_to_one_config), so a cut run
+The progress file (JSON): dynamo's compile times (torch._dynamo.utils.compilation_time_metrics),
+the two tuning counters (GEMM/conv shapes benchmarked, coordinate-descent configs timed), the
+number of best configs, the last shape autotuned (torch's add_feedback_saver hook,
+select_algorithm.py), whether choices were precompiled in parallel (inductor's "Multithreaded
+precompilation" log line, select_algorithm.py make_precompile_fn, which precompiles nothing on
+Python <= 3.11.8, cpython issue 106905), and the Triton kernels in coordinate descent. Such a
+kernel's best config is provisional: inductor saves it marked found_by_coordesc before the
+descent runs (triton_heuristics.py, CachingAutotuner.autotune_to_one_config), so a cut run
 would leave one that skips the descent next time. It is dropped from the bundle, and from the
-cache by the next watch that finds the progress file of a run that did not finish.
+cache when cut here or by the next watch that finds the progress file of an unfinished run.
 """
 
 from __future__ import annotations
@@ -34,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..techniques.compile_cache import use_course_cache
-from .compile_events import events_between, snapshot
+from .compile_events import compile_times, events_between, snapshot
 from .tuning import export_tuning
 
 __all__ = ["TuningWatch", "progress_path"]
@@ -61,22 +57,6 @@ def _write_json(path: Path, content: dict) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(content, indent=1, sort_keys=True) + "\n")
     os.replace(tmp, path)
-
-
-def _compile_times(top: int = 15) -> dict[str, list[float]]:
-    """Seconds per dynamo_timed phase so far: {phase: [times, total s]}, the largest first."""
-    from torch._dynamo.utils import compilation_time_metrics
-
-    for _ in range(3):  # the main thread may add a phase while this thread reads
-        try:
-            items = [(k, list(v)) for k, v in list(compilation_time_metrics.items())]
-            break
-        except RuntimeError:
-            continue
-    else:
-        return {}
-    rows = sorted(((k, [len(v), round(sum(v), 3)]) for k, v in items), key=lambda kv: -kv[1][1])
-    return dict(rows[:top])
 
 
 def _feedback(timings, name, input_nodes, choices, profiled, precompile_times) -> None:
@@ -259,7 +239,7 @@ class TuningWatch:
                 "precompiled_in_parallel": parallel, "precompile_last": self.precompile_last,
                 "coordesc_in_progress": sorted(self.in_descent),
                 "dropped_from_cache": self.dropped_from_cache,
-                "compile_times": _compile_times(), "steps": self.run["steps"],
+                "compile_times": compile_times(), "steps": self.run["steps"],
                 "flushes": self.flushes, "last_error": self.last_error}
 
     def _write_progress(self, state: str | None = None) -> None:

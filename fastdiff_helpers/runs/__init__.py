@@ -8,6 +8,7 @@
     launch            launch_batch: `torchrun` for a notebook cell, the `batch` command
     demo              `make demo`: the blog's ladder with the course's settings, explained
     cli               `python -m fastdiff_helpers ...`: the command line over all of these
+    cli_compile       its compile commands: warm (a part at a time), reference, tuning
 
 Imports every layer below it; the course's settings too (the demo runs with them).
 """
