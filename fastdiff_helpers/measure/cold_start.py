@@ -117,11 +117,15 @@ def first_image_in_new_process(cache_dir: str | os.PathLike, model: str = "sdxl"
                                weights: str = "auto", device: str | None = None,
                                steps: int | None = None, ladder: str = "course",
                                step: str = "+ compile", out: str | os.PathLike | None = None,
-                               load: str | os.PathLike | None = None) -> tuple[float, str]:
+                               load: str | os.PathLike | None = None,
+                               tuning_root: str | os.PathLike | None = None
+                               ) -> tuple[float, str]:
     """Seconds a new Python process takes to its first compiled image (import, load, compile
     and call: `python -m fastdiff_helpers warm` for one ladder step) with `cache_dir` as its
     compile cache, and what it printed. `out`: also write the artifacts; `load`: only load an
-    artifact file into `cache_dir` (no image). What 06_cold_start.ipynb measures.
+    artifact file into `cache_dir` (no image). `tuning_root`: the process imports the tuning
+    bundles of this machine under it first (warm --tuning-root; default: none, so nothing but
+    `cache_dir` helps it). What 06_cold_start.ipynb measures.
     Introduced in 06_cold_start.ipynb."""
     checks.output_folder("cache_dir", cache_dir)
     if load is not None:
@@ -141,7 +145,9 @@ def first_image_in_new_process(cache_dir: str | os.PathLike, model: str = "sdxl"
         args = ["--model", model, "--weights", weights, "--ladder", ladder, "--only", step,
                 *(["--device", device] if device else []), *(["--steps", str(steps)] if steps
                                                            else []),
-                *(["--out", str(out)] if out is not None else [])]
+                *(["--out", str(out)] if out is not None else []),
+                *(["--tuning-root", str(tuning_root)] if tuning_root is not None else
+                  ["--no-tuning"])]
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache_dir))
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "fastdiff_helpers", "warm", *args], env=env,
