@@ -6,6 +6,26 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 MODEL_KEYS = ["sdxl", "sd15", "ssd1b", "pixart"]
 
+_KEEP_TUNING = []  # the session's TuningWatch, when FASTDIFF_KEEP_TUNING names a bundle
+
+
+def pytest_sessionstart(session):
+    """FASTDIFF_KEEP_TUNING=BUNDLE (tools/gpu_slot.sh verdict on a GPU): what the session's
+    compiles tune grows BUNDLE as it goes (fdh.TuningWatch: every 30 s, at the end, on the
+    SIGTERM of `timeout`), so a cut GPU command keeps its tuning."""
+    bundle = os.environ.get("FASTDIFF_KEEP_TUNING")
+    if bundle:
+        from fastdiff_helpers.measure.tuning_watch import TuningWatch
+
+        watch = TuningWatch(bundle, "gpu-tests", command="pytest " + " ".join(
+            str(a) for a in session.config.invocation_params.args))
+        _KEEP_TUNING.append(watch.__enter__())
+
+
+def pytest_sessionfinish(session, exitstatus):
+    while _KEEP_TUNING:
+        _KEEP_TUNING.pop().__exit__(None, None, None)
+
 
 @pytest.fixture(scope="session")
 def tiny_pipes():

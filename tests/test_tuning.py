@@ -397,3 +397,28 @@ def test_the_tuning_command_exports_imports_and_shows(tmp_path, capsys):
     assert main(["tuning", "show", str(bundle)]) == 0
     assert f"SHA-256 {digest}" in capsys.readouterr().out
     assert main(["tuning", "show", str(tmp_path / "missing.json.gz")]) == 2
+
+
+def test_a_test_session_keeps_its_tuning_when_asked(tmp_path):
+    """tools/gpu_slot.sh's verdict: FASTDIFF_KEEP_TUNING makes the pytest session a watch."""
+    cache = _cache(tmp_path, GEMM)
+    bundle = tmp_path / "out" / "gpu-tests.json.gz"
+    env = dict(os.environ, FASTDIFF_CACHE_DIR=str(cache), FASTDIFF_KEEP_TUNING=str(bundle))
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "--collect-only", str(ROOT / "tests" / "test_tuning.py")],
+                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:]
+    content = _load(bundle)
+    assert content["model"] == "gpu-tests" and content["gemm"] == GEMM
+    assert content["runs"][0]["command"].startswith("pytest ")
+    # and the CLI imports every bundle of this machine under a folder
+    from fastdiff_helpers.runs.cli import main
+    import torch
+
+    mine = tmp_path / "results" / "cpu" / "tuning" / torch.__version__ / "gpu-tests.json.gz"
+    mine.parent.mkdir(parents=True)
+    mine.write_bytes(bundle.read_bytes())
+    assert main(["tuning", "import", "--matching", str(tmp_path / "results"),
+                 "--cache-dir", str(tmp_path / "bare")]) == 0
+    assert tuning_data.read_cache(tmp_path / "bare")[0] == GEMM

@@ -54,8 +54,12 @@ case "${1:-}" in
 print(json.dumps({"bf16_matmul_tflops": round(f.measure_matmul_tflops("cuda"), 1), "n": 8192,
                   "iters": 20, "device": torch.cuda.get_device_name(), "torch": torch.__version__}))' \
       | tee -a "$LOGS/matmul.jsonl"
-    timeout "${T:-540}" python3 -m pytest tests/gpu -m gpu -q -rA -p no:cacheprovider \
-      --junitxml="$LOGS/junit-$group.xml" "$@" 2>&1 | tee "$LOGS/pytest-$group.log"
+    python3 -m fastdiff_helpers tuning import --matching results
+    # the compiles of the tests grow a bundle of their own (tests/conftest.py)
+    FASTDIFF_KEEP_TUNING=$(python3 -c 'from fastdiff_helpers.measure.tuning import bundle_path
+print(bundle_path("gpu-tests"))') timeout -k 20 "${T:-540}" python3 -m pytest tests/gpu -m gpu \
+      -q -rA -p no:cacheprovider --junitxml="$LOGS/junit-$group.xml" "$@" 2>&1 \
+      | tee "$LOGS/pytest-$group.log"
     ;;
   reference)
     model=$2 ladder=${3:-blog}; shift; shift; [ $# -gt 0 ] && shift

@@ -93,7 +93,10 @@ def add_compile_commands(sub, common, steps: list[str]) -> None:
                         "out what another model's bundle brought unchanged)")
     export.add_argument("--cache-dir", default=None, help="default: the course's cache folder")
     imp = verbs.add_parser("import", help="put bundles' tuning into the compile cache")
-    imp.add_argument("files", nargs="+", metavar="FILE")
+    imp.add_argument("files", nargs="*", metavar="FILE")
+    imp.add_argument("--matching", default=None, metavar="DIR",
+                     help="import every bundle under DIR/*/tuning/<this torch>/ whose stamp is "
+                          "this machine's (what warm and reference do first)")
     imp.add_argument("--sha256", default=None, metavar="HEX",
                      help="the SHA-256 that export printed (one FILE); refused if it differs")
     imp.add_argument("--cache-dir", default=None, help="default: the course's cache folder")
@@ -149,6 +152,14 @@ def _tuning(args: argparse.Namespace, argv) -> int:
     if args.verb == "export":
         export_tuning(args.out, model=args.model, cache_dir=args.cache_dir)
     elif args.verb == "import":
+        if bool(args.files) == bool(args.matching):
+            raise UsageError("give the bundle FILE(s) to import, or --matching DIR")
+        if args.matching:
+            done = import_matching(checks.existing_folder("matching", args.matching,
+                                                          "a folder such as results"),
+                                   cache_dir=args.cache_dir)
+            print(f"fastdiff: {len(done)} bundle(s) of this machine under {args.matching}")
+            return 0
         if args.sha256 and len(args.files) > 1:
             raise UsageError("--sha256 checks one file: import the files one at a time")
         for file in args.files:
