@@ -42,7 +42,8 @@ _IMPORTED_BEST: dict[str, tuple[str | None, Any]] = {}
 def bundle_path(model: str, device: str | None = None, root: str | os.PathLike = "results"
                 ) -> Path:
     """Where the course keeps a model's bundle: <root>/<gpu>/tuning/<torch>/<model>.json.gz,
-    e.g. results/h100-80gb-hbm3/tuning/2.11.0+cu130/sdxl.json.gz."""
+    e.g. results/h100-80gb-hbm3/tuning/2.11.0+cu130/sdxl.json.gz.
+    Introduced in 06_cold_start.ipynb."""
     import torch
 
     if device is None:
