@@ -34,8 +34,12 @@ browser-deps:
 		fi; \
 	fi
 
+# Two phases (tools/test_suite.py): the tests spread over pytest-xdist workers, then the ones
+# that compare wall-clock times with the machine to themselves; it ends with the slowest tests
+# and the total. ARGS go to pytest (make test ARGS="-k notebooks").
+ARGS ?=
 test: venv browser-deps
-	$(PY) -m pytest -q -rs
+	$(PY) tools/test_suite.py $(ARGS)
 
 # As root (common on rented GPU machines) JupyterLab refuses to start without --allow-root.
 # LAB_IP=0.0.0.0 listens on every interface (a remote machine); LAB_PORT picks the port.

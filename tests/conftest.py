@@ -6,6 +6,47 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 MODEL_KEYS = ["sdxl", "sd15", "ssd1b", "pixart"]
 
+# -- the suite spread over pytest-xdist workers (tools/test_suite.py, `make test`) --------------
+# Tests that may run in any worker on their own: each notebook's smoke run starts its own
+# kernel. Every other test runs in one worker with the rest of its module, in the module's
+# order (test_readme's commands build on each other; module fixtures are built once).
+ON_THEIR_OWN = {"test_notebook_runs_in_smoke_mode"}
+SLOW_COST = 30  # an estimate, for the order only: a slow test against 1 for another
+
+
+def pytest_configure(config):
+    """In an xdist worker with another beside it: one torch thread (and OMP_NUM_THREADS=1 for
+    the processes its tests start). torch's OpenMP threads spin while they wait for each other,
+    so two workers of two threads each on two cores slow each other down many times over."""
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+        os.environ["OMP_NUM_THREADS"] = "1"
+        import torch
+
+        torch.set_num_threads(1)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (xdist/remote.py)
+def pytest_collection_modifyitems(config, items):
+    """Under xdist: every module's tests in one group (xdist_group), but those ON_THEIR_OWN; the
+    groups in the order of their estimated cost, longest first, so that no long group starts
+    last while the other worker idles (tools/test_suite.py keeps this order:
+    --no-loadscope-reorder)."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    groups: dict[str, list] = {}
+    for item in items:
+        own = item.originalname in ON_THEIR_OWN
+        key = item.nodeid if own else item.module.__name__
+        if not own:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+        groups.setdefault(key, []).append(item)
+
+    def cost(group):
+        return sum(SLOW_COST if item.get_closest_marker("slow") else 1 for item in group)
+
+    items[:] = [item for group in sorted(groups.values(), key=cost, reverse=True)
+                for item in group]
+
 _KEEP_TUNING = []  # the session's TuningWatch, when FASTDIFF_KEEP_TUNING names a bundle
 
 

@@ -244,6 +244,7 @@ def test_killed_half_way_the_rerun_does_only_what_is_left(tmp_path):
     assert (summary["done"], summary["skipped"]) == (40 - len(before), len(before))
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_two_processes_give_at_least_1_5x_the_images_per_second(tmp_path):
     """Same machine, same 2 threads in all: one process with 2 threads against two processes

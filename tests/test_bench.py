@@ -93,6 +93,7 @@ def _growth(pipe, monkeypatch, steps, delay, calls):
     return after.latency_s - before.latency_s, stages
 
 
+@pytest.mark.alone
 def test_benchmark_times_a_known_delay(monkeypatch):
     # SDXL's Euler scheduler makes one denoiser call per step (the two guidance halves are
     # one batch); SD1.5's PNDM would make steps + 1.

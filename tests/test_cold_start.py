@@ -148,6 +148,7 @@ def _first_call(printed: str) -> float:
     return float(re.search(r"first call ([0-9.]+) s", printed).group(1))
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_warm_cache_reaches_the_first_image_5x_sooner_and_artifacts_load(tmp_path):
     """Tiny SDXL compiled with inductor on the CPU, each run a new process: an empty cache,

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 import fastdiff_helpers as fdh
 from fastdiff_helpers.runs import demo
 from fastdiff_helpers.measure.timing import progress_bar
@@ -87,12 +89,11 @@ def test_progress_shows_time_elapsed_and_never_a_time_left():
     assert "<" not in shown and "it/s" not in shown and "s/it" not in shown  # no rate, no ETA
 
 
+@pytest.mark.alone
 def test_the_demo_and_the_playground_measure_the_same_recipe_alike():
     """The same recipe through `make demo`'s path (run_ladder with fdh.course_settings, as
     run_demo calls it) and through the playground, on this machine: the same settings, and
     medians whose intervals overlap (issue 24: bf16 was 0.51x in one and 2.93x in the other)."""
-    import pytest
-
     pytest.importorskip("ipywidgets")
     settings = fdh.course_settings("sdxl", weights="tiny")
     (ladder,) = fdh.run_ladder("sdxl", weights="tiny", device="cpu", steps_filter=["fp32"],

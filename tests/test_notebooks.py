@@ -9,6 +9,7 @@ copy, and keeps the executed copies under out/notebooks/ (gitignored) as CI arti
 from __future__ import annotations
 
 import ast
+import fcntl
 import json
 import re
 import time
@@ -279,9 +280,11 @@ def test_notebook_runs_in_smoke_mode(path, monkeypatch):
         EXECUTED_DIR.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, EXECUTED_DIR / path.name)
         timings = EXECUTED_DIR / "timings.json"
-        recorded = json.loads(timings.read_text()) if timings.exists() else {}
-        recorded[path.name] = round(seconds, 1)
-        timings.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
+        with open(EXECUTED_DIR / "timings.lock", "w") as lock:  # xdist: workers write it too
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            recorded = json.loads(timings.read_text()) if timings.exists() else {}
+            recorded[path.name] = round(seconds, 1)
+            timings.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
     errors = []
     for i, cell in _code_cells(nb):
         for out in cell.get("outputs", []):

@@ -24,6 +24,7 @@ def profiled(sdxl, tmp_path_factory):
     return fdh.profile(sdxl, steps=4, runs=5, trace=trace)
 
 
+@pytest.mark.alone
 def test_kinds_add_up_to_the_profiled_wall_time(profiled):
     assert set(profiled.kinds) == set(KINDS)
     total = sum(profiled.kinds.values())
@@ -34,6 +35,7 @@ def test_kinds_add_up_to_the_profiled_wall_time(profiled):
     assert profiled.kinds["fused by inductor"] == 0  # nothing compiled here
 
 
+@pytest.mark.alone
 def test_stages_are_benchmarks_stages_on_the_same_call(sdxl):
     """Both sets of marks on one call: fdh.profile's stages are fdh.benchmark's spans."""
     from fastdiff_helpers.measure.profile import _marked_call, _read_marks
@@ -58,6 +60,7 @@ def test_stages_are_benchmarks_stages_on_the_same_call(sdxl):
     assert sum(stages.values()) == pytest.approx(wall)
 
 
+@pytest.mark.alone
 def test_stages_match_a_benchmark_of_the_same_arguments(sdxl, profiled):
     """Separate calls on a shared machine vary (this one's text encoder switches between two
     speeds): each try brackets the profile between two benchmarks and compares each stage with
@@ -133,6 +136,7 @@ def test_profile_leaves_the_pipeline_as_it_was(sdxl):
     assert set(sdxl.__dict__) == set(before[0])
 
 
+@pytest.mark.alone
 def test_profile_of_a_compiled_pipeline_sees_inductor_kernels():
     torch._dynamo.reset()
     pipe = fdh.load_pipeline("sd15", weights="tiny", device="cpu", verbose=False)

@@ -141,7 +141,10 @@ def scratch(tmp_path_factory):
 
 def _env(scratch: Path) -> dict[str, str]:
     env = dict(os.environ, FASTDIFF_SMOKE="1", HF_HUB_OFFLINE="1", TQDM_DISABLE="1",
-               FASTDIFF_CACHE_DIR=str(scratch / "compile-cache"),
+               # make test's compile cache, shared by the whole suite (tools/test_suite.py):
+               # these commands are not about cold compiles (test_cold_start.py is)
+               FASTDIFF_CACHE_DIR=os.environ.get("FASTDIFF_CACHE_DIR",
+                                                 str(scratch / "compile-cache")),
                # this checkout's package (a fresh clone's .venv has it installed)
                PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH"))
                                           if p))
