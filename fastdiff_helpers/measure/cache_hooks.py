@@ -124,7 +124,7 @@ def _compiled(make, steps: int, seed: int, fullgraph: bool) -> dict[str, Any]:
 
 def cache_hooks_report(model: str = "flux", weights: str = "tiny", device: str = "cpu",
                        steps: int = 8, every: int = 3, threshold: float = 0.4,
-                       interval: int = 3, runs: int = 3, seed: int = 0,
+                       interval: int = 3, runs: int = 3, seed: int = 0, dynamo: bool = True,
                        verbose: bool = True) -> list[dict[str, Any]]:
     """One row per cache: none, diffusers' FirstBlockCache(threshold) and
     TaylorSeer(cache_interval=interval) through enable_cache, and fdh.step_cache(every), each
@@ -137,7 +137,8 @@ def cache_hooks_report(model: str = "flux", weights: str = "tiny", device: str =
     transformer on 4 of 8 steps, about as often as the step cache's every=3 (diffusers'
     default, 0.05, skips no step there); on real weights pick it by its quality. On tiny or
     random weights the image figures show that a cache runs and how far it moves the
-    numbers, never its quality. Introduced in 18_flux.ipynb."""
+    numbers, never its quality. `dynamo=False` leaves the compile columns out ("-"): the
+    eager columns alone take a few seconds. Introduced in 18_flux.ipynb."""
     if model not in ("flux", "flux-schnell"):
         raise FastdiffError(f"model={model!r}: diffusers' cache hooks compared here are "
                             "Flux's (CacheMixin); use 'flux' or 'flux-schnell'.")
@@ -155,11 +156,13 @@ def cache_hooks_report(model: str = "flux", weights: str = "tiny", device: str =
         baseline = image if baseline is None else baseline
         quality = compare_images(image, baseline)
         row.update(psnr=quality["psnr"], max_abs=quality["max_abs"])
-        full = _compiled(make, steps, seed, fullgraph=True)
-        row["fullgraph"] = "compiles" if full["ok"] else full["error"]
-        # where fullgraph compiles, its frames are the answer; else what dynamo does without
-        partial = full if full["ok"] else _compiled(make, steps, seed, fullgraph=False)
-        row.update({k: partial.get(k) for k in ("frames", "graph breaks", "recompiles")})
+        row.update(dict.fromkeys(("fullgraph", "frames", "graph breaks", "recompiles"), "-"))
+        if dynamo:
+            full = _compiled(make, steps, seed, fullgraph=True)
+            row["fullgraph"] = "compiles" if full["ok"] else full["error"]
+            # where fullgraph compiles, its frames are the answer; else what dynamo does without
+            partial = full if full["ok"] else _compiled(make, steps, seed, fullgraph=False)
+            row.update({k: partial.get(k) for k in ("frames", "graph breaks", "recompiles")})
         rows.append(row)
         free_memory()
     if verbose:
