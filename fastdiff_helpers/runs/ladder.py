@@ -117,7 +117,8 @@ def measure_step(spec, name: str, recipe, weights: str, device: str, loading: di
     started = time.perf_counter()
     try:
         adapted.check_device(device)  # hardware this machine lacks (fp8): refused before loading
-        pipe = load_pipeline(spec, weights=weights, device=device, verbose=False, **loading)
+        pipe = load_pipeline(spec, weights=weights, device=device, verbose=False,
+                             dtype=spec.load_dtype, **loading)
         if fail:
             raise InjectedFailure(f"fail_step={name!r} asked this step to fail")
         if weights == "tiny" and adapted.quantize and not _selects_any(pipe, adapted):
@@ -168,7 +169,8 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
     as steps, the pipeline's own VAE and scheduler), for the four models the blog ran; "flux"
     (fdh.LADDERS["flux"], the course's Flux ladder, 18_flux.ipynb) for Flux. None: the
     model's own (the first of these that it takes).
-    Each step: load_pipeline(model, weights, device, dtype="fp32"), the step's recipe adapted
+    Each step: load_pipeline(model, weights, device, dtype="fp32"; Flux's in "bf16",
+    ModelSpec.load_dtype), the step's recipe adapted
     to the device (Recipe.for_device; its notes go to Result.notes), fdh.apply, benchmark,
     and quality against the first step's image. A step that fails is recorded as a Result
     with error="Type: message" and the ladder goes on. Between steps the pipeline is deleted
@@ -299,7 +301,8 @@ def _warm_step(spec, name, recipe, weights, device, loading, part, call) -> dict
         print(f"fastdiff: not warming {spec.key} {name}: {exc}")
         return None
     started = time.perf_counter()
-    pipe = load_pipeline(spec.key, weights=weights, device=device, verbose=False, **loading)
+    pipe = load_pipeline(spec.key, weights=weights, device=device, verbose=False,
+                         dtype=spec.load_dtype, **loading)
     apply(pipe, adapted)
     load_s = time.perf_counter() - started
     before, started = snapshot(), time.perf_counter()

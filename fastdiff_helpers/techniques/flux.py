@@ -107,7 +107,7 @@ def set_flux_attention(pipe, kind: str) -> int:
     (AttentionModuleMixin.set_attention_backend, diffusers/models/attention.py:161-168, which
     sets that module's processor only), not with the model's set_attention_backend
     (modeling_utils.py:608), which also makes the backend diffusers' process-wide default
-    (set_active_backend, modeling_utils.py:661): a later pipeline would run it unasked.
+    (set_active_backend, modeling_utils.py:668): a later pipeline would run it unasked.
     Returns the number of attention modules set."""
     from diffusers.models.attention import AttentionModuleMixin
 

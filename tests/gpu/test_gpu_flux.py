@@ -30,7 +30,9 @@ GIB = 2**30
 
 def flux(recipe=BF16):
     fdh.free_memory()
-    return fdh.apply(fdh.load_pipeline("flux", weights="random", device="cuda"), recipe)
+    # loaded in bf16, as its ladder loads it: fp32 weights would need 67 GB
+    return fdh.apply(fdh.load_pipeline("flux", weights="random", device="cuda", dtype="bf16"),
+                     recipe)
 
 
 def image(pipe, steps=4, size=1024):
