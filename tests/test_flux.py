@@ -157,7 +157,7 @@ def test_what_does_not_apply_is_refused_before_any_work(what):
         fdh.to_code(recipe, "plain", model="flux")
 
 
-def test_each_technique_alone_refuses_too_and_the_flux_filter_is_flux_only():
+def test_each_technique_alone_refuses_too_and_what_applies_runs():
     with pytest.raises(RecipeError, match="does not exist for Flux"):
         fdh.set_attention(fresh(), "classic")
     with pytest.raises(RecipeError, match="runs none"):
@@ -168,6 +168,19 @@ def test_each_technique_alone_refuses_too_and_the_flux_filter_is_flux_only():
         fdh.compile_pipeline(fresh(), "default", scope="regional-extended")
     with pytest.raises(RecipeError, match="no Flux"):
         fdh.quantize(fdh.set_precision(fresh("sd15"), "bf16"), "int8-dynamic", "flux")
+    # the text encoders freed: Flux's embeddings (T5's and CLIP's pooled one) stand in
+    pipe = fresh()
+    expected = image(pipe)
+    embeds = fdh.apply_memory_saver(pipe, "text-encoders-freed", prompt=fdh.models.presets
+                                    .DEFAULT_PROMPT)
+    assert set(embeds) == {"prompt_embeds", "pooled_prompt_embeds"}
+    assert pipe.text_encoder is None and embeds["prompt_embeds"].shape[1] == 512
+    kwargs = fdh.call_kwargs(pipe, steps=2)
+    kwargs.pop("prompt")
+    kwargs["output_type"] = "np"
+    with torch.inference_mode():
+        freed = pipe(**kwargs, **embeds).images[0]
+    assert np.abs(freed - expected).max() <= EXACT_MATH
     # the sync removal applies and finds nothing to do (no sync in Flux's loop)
     pipe = fdh.remove_syncs(fresh())
     assert fdh.pipeline_info(pipe)["applied"]["no_sync"]["changed"] is False
