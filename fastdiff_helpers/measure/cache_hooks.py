@@ -167,8 +167,8 @@ def cache_hooks_report(model: str = "flux", weights: str = "tiny", device: str =
         free_memory()
     if verbose:
         for r in rows:
-            print(f"{r['cache']:34} last block attn/MLP {r['last block attention']}/"
-                  f"{r['last block MLP']} of {steps}, host reads {r['host reads']}, "
+            print(f"{r['cache']:31} last block's attention ran {r['last block attention']} "
+                  f"and MLP {r['last block MLP']} of {steps} steps, host reads {r['host reads']}, "
                   f"{r['seconds'] * 1000:.0f} ms, PSNR {r['psnr']:.1f} dB, max abs "
                   f"{r['max_abs']:.3f}; dynamo: {r['frames']} frames, {r['graph breaks']} "
                   f"breaks, {r['recompiles']} recompiles; fullgraph: {r['fullgraph']}")
