@@ -11,6 +11,8 @@ from .models.loading import (call_kwargs, count_parameters, free_memory, generat
 from .models.noise import KNOWN_LOG_NOISE, KNOWN_WARNINGS, quiet_known_noise
 from .models.presets import (BLOG_A100_SECONDS, BLOG_A100_WHERE, BLOG_LOADING, BLOG_SOURCE, MODELS,
                              PUBLISHED_PARAMETERS, ModelSpec)
+from .models.flux import (FLUX_COMPILE_SECONDS, FLUX_H100_BEST, FLUX_H100_SECONDS,
+                          FLUX_H100_WHERE, FLUX_SOURCE)
 from .models.pretrained import choose_weights, resolve_weights
 from .techniques import (apply, capture_denoiser_inputs, compile_part, compile_pipeline,
                          conv1x1_to_linear,
@@ -27,9 +29,10 @@ from .techniques.lora import (enable_lora_hotswap, fuse_lora, load_lora, lora_fi
                               make_lora_file, resolve_lora, unfuse_lora, unload_lora)
 from .techniques.memory_savers import (MEMORY_SAVERS, OFFLOADS, apply_memory_saver,
                                        encode_prompt_once)
-from .techniques.recipe import (BASELINE, BLOG_LADDER, COURSE_LADDER, LADDER, LADDERS, Recipe,
-                                RecipeError)
+from .techniques.recipe import (BASELINE, BLOG_LADDER, COURSE_LADDER, FLUX_LADDER, LADDER, LADDERS,
+                                Recipe, RecipeError)
 from .measure.bench import benchmark, naive_time
+from .measure.cache_hooks import cache_hooks_report
 from .measure.cold_start import first_image_in_new_process, load_artifacts, save_artifacts
 from .measure.compile_events import recompile_reasons
 from .measure.tuning import export_tuning, import_tuning, show_tuning, tuning_stamp

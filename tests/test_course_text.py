@@ -64,7 +64,7 @@ def technique_blocks(nb) -> list[tuple[str, str]]:
     return found
 
 
-@pytest.mark.parametrize("prefix", ["05_", "09_", "10_", "11_", "12_", "13_"])
+@pytest.mark.parametrize("prefix", ["05_", "09_", "10_", "11_", "12_", "13_", "18_"])
 def test_each_technique_notebook_shows_its_code_as_to_code_writes_it(prefix):
     nb = _read(_by_name(prefix))
     blocks = technique_blocks(nb)
@@ -187,8 +187,10 @@ def test_exercise_code_runs_on_the_tiny_model(path, block, monkeypatch):
     namespace: dict = {}
     exec(next(c.source for c in nb.cells if c.cell_type == "code"), namespace)
     settings = namespace["settings"]
+    spec = fdh.MODELS[settings.model]  # the first step of the model's own ladder (Flux: bf16)
+    recipe = fdh.Recipe() if "course" in spec.ladders else fdh.LADDERS[spec.ladders[0]][0][1]
     pipe = fdh.apply(fdh.load_pipeline(settings.model, weights=settings.weights,
-                                       device=settings.device, verbose=False), fdh.Recipe())
+                                       device=settings.device, verbose=False), recipe)
     namespace.update(pipe=pipe, baseline=fdh.benchmark(pipe, namespace.get("prompt", "a photo"),
                                                        progress=False, **settings.bench_kwargs()))
     namespace.setdefault("prompt", fdh.models.presets.DEFAULT_PROMPT)

@@ -10,7 +10,7 @@ import torch
 
 import fastdiff_helpers as fdh
 from fastdiff_helpers.models.loading import get_denoiser
-from conftest import MODEL_KEYS
+from conftest import BLOG_MODEL_KEYS
 
 
 def fresh(model):
@@ -47,7 +47,7 @@ def attention_modules(module):
 
 # -- fused QKV ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("model", MODEL_KEYS)
+@pytest.mark.parametrize("model", BLOG_MODEL_KEYS)  # diffusers' Attention; Flux: test_flux.py
 @pytest.mark.parametrize("attention", ["sdpa", "sdpa-math"])
 def test_fused_projections_exist_and_are_the_ones_used(model, attention):
     pipe = fdh.apply(fresh(model), fdh.Recipe(attention=attention, fuse_qkv=True))

@@ -12,12 +12,14 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import fastdiff_helpers as fdh
 from fastdiff_helpers.measure.compile_events import events_between, snapshot
+from fastdiff_helpers.models.loading import denoiser_kind
 from fastdiff_helpers.techniques.cache_paths import PATHS
 from fastdiff_helpers.techniques.step_cache import cached_schedule, guided_steps, step_plan
 
-from conftest import MODEL_KEYS
+from conftest import BLOG_MODEL_KEYS, MODEL_KEYS
 
 STEPS = 8
+MU = {True: {"mu": 1.0}}  # Flux's dynamic shift: set_timesteps needs the image's mu
 EXACT_MATH = 2e-5  # test_techniques.py: the same-math bound on the float image
 
 
@@ -35,7 +37,7 @@ def run(pipe, steps=STEPS, output_type="np"):
 def calls(pipe) -> int:
     """Denoiser calls of one STEPS call: the scheduler's timesteps (PNDM, SD1.5's, adds one)."""
     scheduler = type(pipe.scheduler).from_config(pipe.scheduler.config)
-    scheduler.set_timesteps(STEPS)
+    scheduler.set_timesteps(STEPS, **MU.get(scheduler.config.get("use_dynamic_shifting"), {}))
     return len(scheduler.timesteps)
 
 
@@ -44,6 +46,8 @@ def blocks(pipe):
     d = fdh.get_denoiser(pipe)
     if hasattr(pipe, "unet"):
         return d.down_blocks[0], d.mid_block, d.conv_in
+    if denoiser_kind(pipe) == "flux":  # its pos_embed takes the positions, not the batch
+        return d.transformer_blocks[0], d.single_transformer_blocks[-1], d.x_embedder
     return d.transformer_blocks[0], d.transformer_blocks[-1], d.pos_embed
 
 
@@ -84,7 +88,7 @@ def test_step_cache_every_1_is_the_uncached_image(model, baselines):
     args, kwargs = fdh.capture_denoiser_inputs(pipe)
     bound = dict(inspect.signature(denoiser.forward).bind(*args, **kwargs).arguments)
     bound.pop("return_dict", None)
-    full, _, branches = PATHS["unet" if hasattr(pipe, "unet") else "transformer"]
+    full, _, branches = PATHS[denoiser_kind(pipe)]
     with torch.no_grad():
         expected = denoiser(*args, **kwargs)[0]
         for branch in range(1, branches(denoiser) + 1):
@@ -145,7 +149,7 @@ def test_compiled_cache_compiles_each_path_once_and_never_recompiles(model):
     assert events_between(before, snapshot())["frames"] == 0
 
 
-@pytest.mark.parametrize("model", MODEL_KEYS)
+@pytest.mark.parametrize("model", BLOG_MODEL_KEYS)  # Flux runs no doubled batch: test_flux.py
 def test_guidance_stop_runs_the_second_half_at_batch_1(model, baselines):
     pipe = fdh.stop_guidance(fresh(model), 0.5)
     _, _, entry = blocks(pipe)
@@ -234,12 +238,13 @@ def test_the_plan_reads_no_tensor_value_on_the_full_size_model(model):
 
     pipe = fdh.load_pipeline(model, weights="random", device="meta", verbose=False)
     denoiser = fdh.get_denoiser(pipe)
-    most = PATHS["unet" if hasattr(pipe, "unet") else "transformer"][2](denoiser)
-    assert most == {"sdxl": 2, "ssd1b": 2, "sd15": 3, "pixart": 27}[model]
+    most = PATHS[denoiser_kind(pipe)][2](denoiser)
+    assert most == {"sdxl": 2, "ssd1b": 2, "sd15": 3, "pixart": 27, "flux": 56}[model]
     fdh.step_cache(pipe, every=3, branch=most)
     if model == "pixart":
         fdh.stop_guidance(pipe, 0.5)
-    pipe.scheduler.set_timesteps(STEPS)
+    pipe.scheduler.set_timesteps(STEPS, **MU.get(pipe.scheduler.config.get(
+        "use_dynamic_shifting"), {}))
     inputs = _denoiser_inputs(denoiser, 2, 256, 256, fdh.MODELS[model].max_tokens, None)
     with torch.no_grad():
         outs = [denoiser(**inputs, return_dict=False)[0] for _ in range(calls(pipe))]

@@ -88,7 +88,7 @@ def test_saved_tiny_pipeline_loads_back_through_pretrained_path(model, tmp_path,
 
 
 def test_unknown_model_lists_known_ones():
-    with pytest.raises(ValueError, match="Known models: pixart, sd15, sdxl, ssd1b"):
+    with pytest.raises(ValueError, match="Known models: flux, flux-schnell, pixart, sd15, sdxl, ssd1b"):
         fdh.load_pipeline("sd3", weights="tiny")
 
 

@@ -62,16 +62,18 @@ print(bundle_path("gpu-tests"))') timeout -k 20 "${T:-540}" python3 -m pytest te
       | tee "$LOGS/pytest-$group.log"
     ;;
   reference)
-    model=$2 ladder=${3:-blog}; shift; shift; [ $# -gt 0 ] && shift
+    # LADDER left out: the model's own (blog for the four models the blog ran, flux for Flux)
+    model=$2 ladder=${3:-}; shift; shift; [ $# -gt 0 ] && shift
     # the run's own budget ends first; timeout's SIGTERM (then SIGKILL 20 s later) is the backstop
     timeout -k 20 $(( ${T:-540} + 20 )) python3 -m fastdiff_helpers reference --model "$model" \
-      --ladder "$ladder" --weights random --device cuda --no-progress --budget-s "${T:-540}" "$@" \
-      2>&1 | tee -a "$LOGS/reference-$model-$ladder.log"
+      ${ladder:+--ladder "$ladder"} --weights random --device cuda --no-progress \
+      --budget-s "${T:-540}" "$@" 2>&1 | tee -a "$LOGS/reference-$model-${ladder:-own}.log"
     ;;
   tune)
-    model=$2 step=$3 part=$4 ladder=${5:-blog}
-    timeout -k 20 "${T:-540}" python3 -m fastdiff_helpers warm --model "$model" --ladder "$ladder" \
-      --weights random --device cuda --no-progress --only "$step" --part "$part" \
+    model=$2 step=$3 part=$4 ladder=${5:-}
+    timeout -k 20 "${T:-540}" python3 -m fastdiff_helpers warm --model "$model" \
+      ${ladder:+--ladder "$ladder"} --weights random --device cuda --no-progress \
+      --only "$step" --part "$part" \
       2>&1 | tee -a "$LOGS/tune-$model.log"
     ;;
   *) echo "usage: tools/gpu_slot.sh install | verdict GROUP [pytest args] | reference MODEL [LADDER [ARGS]] | tune MODEL STEP PART [LADDER]" >&2

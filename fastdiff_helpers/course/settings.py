@@ -14,7 +14,8 @@ import torch
 from ..errors import FastdiffError
 from .. import checks
 from ..models.noise import quiet_known_noise
-from ..models.presets import (BLOG_A100_SECONDS, BLOG_A100_WHERE, BLOG_SOURCE, get_spec)
+from ..models.flux import FLUX_H100_WHERE
+from ..models.presets import BLOG_A100_WHERE, get_spec, published_ladder
 from ..models.pretrained import check_weights, resolve_weights
 from ..results.store import Result, reference_results
 from ..results.tables import format_table
@@ -120,25 +121,31 @@ def _conditions(results: Sequence[Result]) -> list[str]:
 def reference_numbers(model: str, steps: str | Sequence[str] | None = None,
                       root: str | Path | None = None) -> None:
     """Print the reference numbers for `model`: the blog's A100-80GB row
-    (fdh.BLOG_A100_SECONDS, with fdh.BLOG_A100_WHERE saying where it was read), then the
+    (fdh.BLOG_A100_SECONDS, with fdh.BLOG_A100_WHERE saying where it was read; for FLUX.1-dev
+    diffusers-torchao's H100 figures of its ladder, fdh.FLUX_H100_SECONDS), then the
     project's committed GPU results (fdh.reference_results, one table per GPU), or a line
     saying that none are committed yet. steps= keeps only those ladder steps ("bf16",
     "+ SDPA", ...); root= is the results folder (default: results/ of this checkout).
 
     Compare times only between runs on the same GPU, weights, resolution and steps.
     Introduced in 01_baseline.ipynb."""
-    key = get_spec(model).key
-    row = BLOG_A100_SECONDS[key]
+    spec = get_spec(model)
+    key = spec.key
+    published = published_ladder(key, spec.ladders[0])
+    row = published[2] if published else {}
     wanted = [steps] if isinstance(steps, str) else list(steps) if steps is not None else None
     if wanted is not None:
         unknown = [step for step in wanted if step not in row]
         if unknown:
             raise FastdiffError(f"Unknown step(s) {unknown} for reference_numbers: use the "
-                                f"blog's step names {list(row)}, or steps=None for all.")
+                                f"published step names {list(row)}, or steps=None for all.")
         row = {step: seconds for step, seconds in row.items() if step in wanted}
-    print(f"Published ({BLOG_SOURCE}), {key}:")
-    print("  " + ", ".join(f"{step}: {seconds} s" for step, seconds in row.items()))
-    print(f"  read from: {BLOG_A100_WHERE[key]}")
+    if published is None:
+        print(f"No published ladder for {key} (the figures the course cites are FLUX.1-dev's).")
+    else:
+        print(f"Published ({published[1]}), {key}:")
+        print("  " + ", ".join(f"{step}: {seconds} s" for step, seconds in row.items()))
+        print(f"  read from: {BLOG_A100_WHERE.get(key) or FLUX_H100_WHERE}")
     measured = reference_results(key, root=root)  # {gpu: [Result, ...]}
     if not measured:
         print(f"No GPU reference results for {key} are committed yet "

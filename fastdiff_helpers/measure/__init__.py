@@ -20,6 +20,8 @@ techniques.
     lora_swaps      what switching LoRAs on a compiled pipeline recompiles and re-records
     memory          weight bytes from the architecture, a call's peak memory, what fits a card
     savers_report   each memory saver's peak memory and time, beside the pipeline without it
+    cache_hooks     diffusers' cache hooks (FirstBlockCache, TaylorSeer) against the course's
+                    step cache on Flux: what runs, host reads, what dynamo compiles
     profile         profile(): where one image's time goes, per stage and kind of work
     work_kinds      the kinds of work (matmul, convolution, attention...) by op and kernel name
 

@@ -93,8 +93,17 @@ def _denoiser_inputs(model, batch: int, height: int, width: int, tokens: int,
     """Meta inputs of one denoiser call, by keyword, as the pipelines pass them."""
     cfg = model.config
     h, w = height // 8, width // 8
-    sample = _meta(batch, cfg.in_channels, h, w)
     timestep = _meta(batch)
+    if "joint_attention_dim" in cfg:  # Flux: 2x2 latent patches packed into tokens
+        tokens_img = (h // 2) * (w // 2)
+        kwargs = dict(hidden_states=_meta(batch, tokens_img, cfg.in_channels),
+                      encoder_hidden_states=_meta(batch, tokens, cfg.joint_attention_dim),
+                      pooled_projections=_meta(batch, cfg.pooled_projection_dim),
+                      timestep=timestep, img_ids=_meta(tokens_img, 3), txt_ids=_meta(tokens, 3))
+        if cfg.guidance_embeds:  # FLUX.1-dev's guidance: an input, not a second batch
+            kwargs["guidance"] = _meta(batch)
+        return kwargs
+    sample = _meta(batch, cfg.in_channels, h, w)
     if "caption_channels" in cfg:  # PixArt-style transformer
         added = {"resolution": None, "aspect_ratio": None}
         if getattr(model, "use_additional_conditions", False):
@@ -126,7 +135,9 @@ def _cached_step_flops(key: _Key, batch: int, height: int, width: int, tokens: i
     """FLOPs of one cached step of the step cache (techniques/cache_paths.py): what it computes,
     the shallow branch, counted the same way as a full call."""
     model = _meta_copy(key)
-    full, cached, _ = PATHS["transformer" if "caption_channels" in model.config else "unet"]
+    cfg = model.config
+    full, cached, _ = PATHS["flux" if "joint_attention_dim" in cfg else
+                            "transformer" if "caption_channels" in cfg else "unet"]
     inputs = _denoiser_inputs(model, batch, height, width, tokens, pooled_dim)
     with torch.no_grad():
         _, feature = full(model, branch, **inputs)
@@ -177,7 +188,10 @@ def denoiser_calls(scheduler: Any, steps: int) -> int:
     from the scheduler's config: the pipeline's own scheduler keeps its state."""
     checks.whole("steps", steps, 1)
     fresh = type(scheduler).from_config(scheduler.config)
-    fresh.set_timesteps(steps, device="cpu")
+    # Flux's dynamic shift needs the image's mu (pipeline_flux.py:827); it moves the sigmas,
+    # not their count
+    extra = {"mu": 1.0} if fresh.config.get("use_dynamic_shifting") else {}
+    fresh.set_timesteps(steps, device="cpu", **extra)
     return len(fresh.timesteps)
 
 
@@ -186,9 +200,10 @@ def count_flops(pipe_or_model_key: Any, height: int | None = None, width: int | 
     """FLOPs of one image, counted from the architecture. Introduced in 01_baseline.ipynb.
 
     `pipe_or_model_key`: a pipeline from fdh.load_pipeline (its own component configs, tiny
-    or full-size) or a model key ("sdxl", "sd15", "ssd1b", "pixart": the full-size model).
-    Height, width, steps and guidance default to the model's (tiny pipelines: 64x64). With
-    classifier-free guidance (guidance > 1) the denoiser runs on a batch of 2.
+    or full-size) or a model key ("sdxl", "sd15", "ssd1b", "pixart", "flux", "flux-schnell":
+    the full-size model). Height, width, steps and guidance default to the model's (tiny
+    pipelines: 64x64). With classifier-free guidance (guidance > 1) the denoiser runs on a
+    batch of 2; Flux's guidance is an input of its one call (batch 1).
 
     Returns FLOPs (not FLOP/s): denoiser_per_forward (one call at that batch), vae_decode,
     text_encoders (every encoder pass of one prompt, plus the negative prompt's where the
@@ -207,7 +222,7 @@ def count_flops(pipe_or_model_key: Any, height: int | None = None, width: int | 
     height, width = height or size, width or size
     steps = steps or spec.steps
     guidance = spec.guidance if guidance is None else guidance
-    cfg = guidance > 1.0
+    cfg = spec.cfg and guidance > 1.0  # Flux: guidance is an input of the one call, batch 1
     batch = 2 if cfg else 1
     pooled = None
     if "text_encoder_2" in keys:
@@ -215,7 +230,10 @@ def count_flops(pipe_or_model_key: Any, height: int | None = None, width: int | 
     denoiser = _denoiser_flops(keys[spec.denoiser], batch, height, width, tokens, pooled)
     vae = _vae_decode_flops(keys["vae"], height, width)
     passes = 2 if cfg and encodes_negative else 1
-    text = sum(passes * _text_encoder_flops(keys[name], tokens)
+    # each encoder at its own tokenizer's length: CLIP's 77, T5's max_tokens (Flux has both)
+    lengths = {name.replace("tokenizer", "text_encoder"): 77 if kind == "clip" else tokens
+               for name, kind in spec.tokenizers.items()}
+    text = sum(passes * _text_encoder_flops(keys[name], lengths.get(name, tokens))
                for name in _TEXT_ENCODERS if name in keys)
     # fewer denoiser calls (fdh.step_cache, fdh.stop_guidance): each step as what it computes
     if isinstance(pipe_or_model_key, (str, ModelSpec)):  # the model as it ships

@@ -1,7 +1,9 @@
-"""models: the four models of the course and how they load, the lowest layer.
+"""models: the models of the course and how they load, the lowest layer.
 
-    presets     the four models: hub ids, pipeline classes, full-size and tiny configs, the
-                blog's published figures and loading choices
+    spec        the records: Component (a part built in code), ModelSpec (one model)
+    presets     the models: hub ids, pipeline classes, full-size and tiny configs, the
+                blog's published figures and loading choices (the blog's four here)
+    flux        Flux.1 (dev and schnell): configs and the published figures of its ladder
     build       pipelines built in code: the full-size architecture with random weights, or tiny
     pretrained  pretrained weights: are they here, what weights="auto" picks, safetensors only
     loading     load_pipeline (one path for the three weight sources), the pipeline's record

@@ -111,6 +111,8 @@ def load_pipeline(model: str | ModelSpec = "sdxl", weights: str = "auto", device
     else:
         pipe = build_pipeline(spec, "full" if weights == "random" else "tiny", device,
                                torch_dtype, seed)
+    if spec.pipeline_class == "FluxPipeline":  # its own default size, from its VAE's
+        pipe.default_sample_size = pipe.vae.config.sample_size // pipe.vae_scale_factor
     vae_source = "pipeline"
     if vae is not None:
         vae_source = _swap_vae(pipe, vae, weights, device, torch_dtype, seed)
@@ -151,15 +153,16 @@ def free_memory() -> None:
 
 
 # the course's models by pipeline class; SSD-1B is an SDXL pipeline whose UNet has a mid block
-# without attention (presets.MODELS["ssd1b"])
+# without attention (presets.MODELS["ssd1b"]), FLUX.1-schnell a Flux pipeline whose transformer
+# has no guidance embedder
 _MODELS_BY_PIPELINE = {"StableDiffusionXLPipeline": "sdxl", "StableDiffusionPipeline": "sd15",
-                       "PixArtAlphaPipeline": "pixart"}
+                       "PixArtAlphaPipeline": "pixart", "FluxPipeline": "flux"}
 
 
 def pipeline_info(pipe) -> dict[str, Any]:
     """What load_pipeline recorded: model, weights, dtype, device, VAE, applied techniques.
 
-    A pipeline of the four families loaded another way (plain diffusers from_pretrained, your
+    A pipeline of the course's families loaded another way (plain diffusers from_pretrained, your
     own components) is described on first use from its class and components, so every helper
     works on it; its weights are recorded as "pretrained" when it came from a folder or the
     hub (config _name_or_path), else "user".
@@ -173,6 +176,8 @@ def pipeline_info(pipe) -> dict[str, Any]:
                                 "fdh.load_pipeline(model) or diffusers' from_pretrained.")
         if key == "sdxl" and pipe.unet.config.get("mid_block_type") == "UNetMidBlock2D":
             key = "ssd1b"
+        if key == "flux" and not pipe.transformer.config.get("guidance_embeds"):
+            key = "flux-schnell"
         denoiser = get_denoiser(pipe)
         source = pipe.config.get("_name_or_path") or ""
         info = {"model": key, "weights": "pretrained" if source else "user",
@@ -194,8 +199,13 @@ def pipeline_spec(pipe) -> ModelSpec:
 
 def native_resolution(pipe) -> int:
     """The image size the denoiser was built for: its latent sample_size times the VAE's
-    downscale (1024 for SDXL, 512 for SD1.5, 64 for the tiny models)."""
-    return int(get_denoiser(pipe).config.sample_size) * int(pipe.vae_scale_factor)
+    downscale (1024 for SDXL, 512 for SD1.5, 64 for the tiny models). Flux's transformer has
+    no sample_size: its VAE's (the hub's 1024; FluxPipeline's own default, default_sample_size
+    = 128 latents at pipeline_flux.py:215, is fixed, and load_pipeline sets it from this)."""
+    sample = get_denoiser(pipe).config.get("sample_size")
+    if sample is None:  # Flux: its VAE's sample_size (1024 in the hub's vae/config.json)
+        return int(pipe.vae.config.sample_size)
+    return int(sample) * int(pipe.vae_scale_factor)
 
 
 def call_kwargs(pipe, prompt: str = DEFAULT_PROMPT,
@@ -240,9 +250,18 @@ def generate(pipe, prompt: str = DEFAULT_PROMPT,
 
 
 def get_denoiser(pipe) -> torch.nn.Module:
-    """The denoising network: pipe.unet (SD family) or pipe.transformer (PixArt).
+    """The denoising network: pipe.unet (SD family) or pipe.transformer (PixArt, Flux).
     Introduced in 07_cuda_graphs.ipynb."""
     return pipe.unet if hasattr(pipe, "unet") else pipe.transformer
+
+
+def denoiser_kind(pipe) -> str:
+    """Which denoiser the techniques are written for: "unet" (SD1.5, SDXL, SSD-1B),
+    "transformer" (PixArt-alpha's DiT) or "flux" (Flux.1's double- and single-stream
+    blocks)."""
+    if hasattr(pipe, "unet"):
+        return "unet"
+    return "flux" if type(pipe).__name__ == "FluxPipeline" else "transformer"
 
 
 def pipeline_device(pipe) -> torch.device:

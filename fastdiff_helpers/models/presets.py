@@ -1,7 +1,9 @@
-"""The four models of the course: hub ids, pipeline classes, full-size and tiny configs.
+"""The models of the course: hub ids, pipeline classes, full-size and tiny configs; the four
+the blog ran here, Flux.1 in flux.py.
 
-Introduced in 00_setup.ipynb. Pure data: this module imports nothing of the package (but its
-error class) and no heavy library, so `fdh.MODELS` can be read without loading torch or diffusers.
+Introduced in 00_setup.ipynb. Pure data: this module imports nothing of the package but its
+error class and the other data modules (spec.py, flux.py), and no heavy library, so
+`fdh.MODELS` can be read without loading torch or diffusers.
 
 The full-size configs reproduce the published architectures, so `weights="random"` has the
 real parameter counts, FLOPs, speed and memory (checked against PUBLISHED_PARAMETERS in
@@ -11,57 +13,11 @@ and depths so a 64x64 image takes about a second on a CPU.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import FastdiffError
-
-
-@dataclass(frozen=True)
-class Component:
-    """One pipeline component built in code: its class and constructor config."""
-
-    library: str  # "diffusers" or "transformers"
-    class_name: str
-    config: dict[str, Any]
-    config_class: str | None = None  # transformers config class, e.g. "CLIPTextConfig"
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """Everything the helpers need to know about one model of the course."""
-
-    key: str
-    name: str
-    hub_id: str
-    pipeline_class: str
-    denoiser: str  # attribute name on the pipeline: "unet" or "transformer"
-    resolution: int
-    steps: int
-    guidance: float
-    tokenizers: dict[str, str]  # attribute -> "clip" | "t5"
-    max_tokens: int  # tokens per prompt fed to the denoiser's cross-attention
-    scheduler: Component
-    full: dict[str, Component]
-    tiny: dict[str, Component]
-    tiny_resolution: int = 64
-    pipeline_kwargs: dict[str, Any] = field(default_factory=dict)
-    # passed on every pipe() call by the helpers: PixArt's resolution binning would resize
-    # tiny images to 256 px, and its caption cleaning needs ftfy/bs4.
-    call_kwargs: dict[str, Any] = field(default_factory=dict)
-    notes: str = ""
-
-    @property
-    def size_multiple(self) -> int:
-        """Image sizes this model can make are multiples of this: the VAE's downscale (8),
-        times the transformer's patch size for PixArt (2; its latent is cut into 2x2 patches)."""
-        patch = self.full[self.denoiser].config.get("patch_size") or 1
-        return 8 * int(patch)
-
-    def resolution_for(self, weights: str) -> int:
-        """The image size the course uses with these weights: the tiny models' own size, else
-        the model's native resolution."""
-        return self.tiny_resolution if weights == "tiny" else self.resolution
+from .flux import FLUX_H100_SECONDS, FLUX_MODELS, FLUX_PUBLISHED_PARAMETERS, FLUX_SOURCE
+from .spec import Component, ModelSpec  # noqa: F401  (their home is spec.py)
 
 
 # The prompt every helper uses when none is given.
@@ -154,7 +110,7 @@ SCHEDULERS: dict[str, str] = {"dpm-solver": "DPMSolverMultistepScheduler",
                               "euler": "EulerDiscreteScheduler"}
 
 
-# --- the four models ---------------------------------------------------------------------
+# --- the models ---------------------------------------------------------------------
 
 MODELS: dict[str, ModelSpec] = {
     "sdxl": ModelSpec(
@@ -250,6 +206,7 @@ MODELS: dict[str, ModelSpec] = {
         call_kwargs={"use_resolution_binning": False, "clean_caption": False},
         notes="Transformer denoiser (DiT) with a 4.8B-parameter T5-XXL text encoder.",
     ),
+    **FLUX_MODELS,  # "flux" (FLUX.1-dev) and "flux-schnell" (FLUX.1-schnell): flux.py
 }
 
 # Published parameter counts (the models' cards and papers; SSD-1B's UNet only as "1.3B"),
@@ -262,6 +219,7 @@ PUBLISHED_PARAMETERS: dict[str, dict[str, int]] = {
               "text_encoder_2": 694_659_840},  # UNet: "1.3B" (arXiv 2401.02677)
     "pixart": {"transformer": 611_349_152, "vae": 83_653_863,
                "text_encoder": 4_762_310_656},
+    "flux": FLUX_PUBLISHED_PARAMETERS, "flux-schnell": FLUX_PUBLISHED_PARAMETERS,
 }
 
 # The blog's ladder, measured by its authors on an A100-80GB (seconds; 30 steps, batch 1; SD1.5
@@ -301,6 +259,16 @@ BLOG_A100_WHERE: dict[str, str] = {
 
 BLOG_SOURCE = ("PyTorch blog 'Accelerating Generative AI Part III: Diffusion, Fast' "
                "(A100-80GB, TF32 on in its fp32 step)")
+
+
+def published_ladder(model: str, ladder: str) -> tuple[str, str, dict[str, float]] | None:
+    """(GPU, source, seconds per step) published for this model's ladder, or None: the blog's
+    A100 row for its ladder, diffusers-torchao's H100 figures for FLUX.1-dev's."""
+    if ladder == "blog" and model in BLOG_A100_SECONDS:
+        return "A100-80GB", BLOG_SOURCE, BLOG_A100_SECONDS[model]
+    if ladder == "flux" and model == "flux":
+        return "H100 80GB", FLUX_SOURCE, FLUX_H100_SECONDS
+    return None
 
 
 def size_multiple(model: str | ModelSpec) -> int:

@@ -10,7 +10,7 @@ import json
 import os
 from pathlib import Path
 
-from ..models.presets import BLOG_A100_SECONDS, BLOG_SOURCE
+from ..models.presets import BLOG_SOURCE, published_ladder
 from ..techniques.recipe import LADDERS
 from .store import Result, load_results
 from .text import memory_text, psnr_text, seconds_text
@@ -65,8 +65,10 @@ def _table(folder: Path, records: list[Result]) -> list[str]:
     rate = _rate_of(folder, records)
     first = records[0]
     env = first.env or {}
-    blog = (BLOG_A100_SECONDS.get(first.model, {})
-            if ladder == "blog" and first.weights != "tiny" else {})
+    published = published_ladder(first.model, ladder) if first.weights != "tiny" else None
+    blog = published[2] if published else {}
+    who, gpu = ("published", "H100") if ladder == "flux" else ("blog", "A100")
+    base_name = names[0].split(",")[0]  # "fp32" (the blog's and the course's), "bf16" (Flux's)
     lines = [f"### {first.device_name}: {first.model} (`{folder.parent.name}/{folder.name}/`)", "",
              f"{ladder} ladder, {first.weights} weights, {first.height}x{first.width}, "
              f"{first.steps} steps, batch 1; torch {env.get('torch', '?')}, diffusers "
@@ -88,10 +90,13 @@ def _table(folder: Path, records: list[Result]) -> list[str]:
                  + ("." if tuning else " (no tuning bundle here yet)."))
     if first.weights in ("random", "tiny"):
         lines.append(f"{first.weights.capitalize()} weights: the PSNR column shows how far "
-                     "each step moves the numbers from the fp32 image, never image quality.")
-    lines += ["", "| step | seconds (median) | IQR | vs fp32 | vs prev | peak memory | "
+                     f"each step moves the numbers from the {base_name} image, never image "
+                     "quality.")
+    if published and ladder == "flux":
+        lines.append(f"Published: {published[1]}; the course's Flux ladder, not the blog's.")
+    lines += ["", f"| step | seconds (median) | IQR | vs {base_name} | vs prev | peak memory | "
               "peak reserved | cold start | tuning, once | TFLOP/s | share of matmul rate | "
-              "PSNR vs fp32 | blog A100 s | blog vs fp32 |",
+              f"PSNR vs {base_name} | {who} {gpu} s | {who} vs {base_name} |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     base = by_step.get(names[0])
     base_s = base.latency_s if base is not None and base.error is None else None

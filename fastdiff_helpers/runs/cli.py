@@ -26,7 +26,7 @@ from ..results.store import save_result
 from ..results.tables import format_table
 from ..course.settings import smoke_mode
 from . import demo
-from .ladder import run_ladder
+from .ladder import resolve_ladder, run_ladder
 from .launch import batch_from_args
 from .cli_compile import COMPILE_COMMANDS, UsageError, add_compile_commands
 
@@ -36,6 +36,11 @@ __all__ = ["main", "build_parser"]
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse would print the usage block and exit
         raise UsageError(message)
+
+
+LADDER_HELP = ("blog: the blog's recipe on today's stack; course: the course's own; flux: the "
+               "course's Flux ladder (default: the model's own, blog or flux)")
+LADDER_COMMANDS = ("demo", "ladder", "warm", "reference")
 
 
 def _optional(choices: Sequence[str | None]) -> list[str]:
@@ -112,14 +117,14 @@ def build_parser() -> argparse.ArgumentParser:
                           help="default: the course's for this machine (fdh.course_settings)")
     demo_cmd.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: the "
                           "course's for this machine)")
-    demo_cmd.add_argument("--ladder", default="blog", choices=sorted(LADDERS))
+    demo_cmd.add_argument("--ladder", default=None, choices=sorted(LADDERS),
+                          help=LADDER_HELP)
     demo_cmd.add_argument("--out", default=None, help="folder for results.jsonl, images, charts")
     demo_cmd.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     ladder = sub.add_parser("ladder", help="run every step of the blog's (or the course's) ladder")
     _common(ladder)
-    ladder.add_argument("--ladder", default="blog", choices=sorted(LADDERS),
-                        help="blog: the blog's recipe on today's stack; course: the course's own")
+    ladder.add_argument("--ladder", default=None, choices=sorted(LADDERS), help=LADDER_HELP)
     ladder.add_argument("--out", default=None, help="folder for results.jsonl, images, charts")
     ladder.add_argument("--explain", action="store_true",
                         help="say what runs and what the numbers mean (make demo)")
@@ -221,6 +226,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return 0
         if args.command != "tuning":
             _check_counts(args)
+        if getattr(args, "ladder", None) is not None or args.command in LADDER_COMMANDS:
+            args.ladder = resolve_ladder(args.model, args.ladder)  # refused before any work
         if args.command in COMPILE_COMMANDS:
             return COMPILE_COMMANDS[args.command](args, argv)
         if args.command == "demo":

@@ -46,7 +46,8 @@ def add_compile_commands(sub, common, steps: list[str]) -> None:
                           "compile cache, keep max-autotune's tuning as a bundle), optionally "
                           "into a portable file; or --load one")
     common(warm)
-    warm.add_argument("--ladder", default="blog", choices=sorted(LADDERS))
+    warm.add_argument("--ladder", default=None, choices=sorted(LADDERS),
+                      help="default: the model's own (blog, or flux for Flux)")
     warm.add_argument("--only", action="append", default=None, metavar="STEP", choices=steps,
                       help="warm only this step (repeatable)")
     warm.add_argument("--part", default="all", choices=PARTS,
@@ -66,7 +67,8 @@ def add_compile_commands(sub, common, steps: list[str]) -> None:
     ref = sub.add_parser("reference", help="measure a ladder into results/<gpu>/<model>, the "
                          "steps not yet recorded there, within a time budget (resumable)")
     common(ref)
-    ref.add_argument("--ladder", default="blog", choices=sorted(LADDERS))
+    ref.add_argument("--ladder", default=None, choices=sorted(LADDERS),
+                     help="default: the model's own (blog, or flux for Flux)")
     ref.add_argument("--out", default=None, metavar="DIR",
                      help="default results/<gpu>/<model> (e.g. results/h100-80gb-hbm3/sdxl): "
                           "records, images, charts; results/README.md is rewritten after each "

@@ -16,8 +16,8 @@ from typing import Any, Iterable
 from .. import checks
 from ..models.loading import (FastdiffError, default_device, free_memory,
                               get_denoiser, load_pipeline, resolve_weights)
-from ..models.presets import (BLOG_A100_SECONDS, BLOG_LOADING, BLOG_SOURCE, DEFAULT_PROMPT,
-                              SCHEDULERS, get_spec)
+from ..models.presets import (BLOG_LOADING, DEFAULT_PROMPT, SCHEDULERS, get_spec,
+                              published_ladder)
 from ..techniques import apply
 from ..techniques.compile import PARTS, compile_part
 from ..techniques.quantization import select_filter
@@ -52,17 +52,35 @@ def _check_names(names: Iterable[str] | None, what: str, ladder: str) -> set[str
     return names
 
 
-def _setup(model: str, ladder: str, device: str | None, steps_filter: Iterable[str] | None,
-           steps: int | None = None, height: int | None = None, width: int | None = None,
+def resolve_ladder(model: Any, ladder: str | None) -> str:
+    """`ladder`, or the model's own when None ("blog" for the four models the blog ran, "flux"
+    for Flux), refused where it was not written for the model."""
+    spec = get_spec(model)
+    ladder = spec.ladders[0] if ladder is None else ladder
+    if ladder not in LADDERS:
+        raise FastdiffError(f"Unknown ladder {ladder!r}. Use one of: {', '.join(LADDERS)}.")
+    if ladder not in spec.ladders:
+        why = {"blog": "the blog's ladder is what diffusion-fast ran on its four models, and it "
+                       "ran no Flux",
+               "course": "the course's ladder starts from fp32 with classic attention, which "
+                         "Flux lacks (techniques/flux.py)",
+               "flux": "the Flux ladder's steps and filter are written for Flux"}[ladder]
+        raise FastdiffError(f"ladder={ladder!r} is not written for {spec.key}: {why}. Use "
+                            f"ladder={spec.ladders[0]!r} (--ladder {spec.ladders[0]}).")
+    return ladder
+
+
+def _setup(model: str, ladder: str | None, device: str | None,
+           steps_filter: Iterable[str] | None, steps: int | None = None,
+           height: int | None = None, width: int | None = None,
            out: str | Path | None = None, out_is_file: bool = False
            ) -> tuple[Any, str, set[str] | None, dict]:
     """What run_ladder and warm_ladder share before any work: every argument checked (the
     call's sizes and counts too, so a bad one fails once, here, not in every step), the
     model's spec, the device, the steps asked for and the loading options of the ladder (the
-    blog's VAE and scheduler for "blog")."""
+    blog's VAE and scheduler for "blog"). The ladder itself: resolve_ladder, first."""
     spec = get_spec(model)
-    if ladder not in LADDERS:
-        raise FastdiffError(f"Unknown ladder {ladder!r}. Use one of: {', '.join(LADDERS)}.")
+    ladder = resolve_ladder(spec, ladder)
     wanted = _check_names(steps_filter, "steps_filter", ladder)
     checks.whole("steps", steps, 1, none=True)
     for name, value in (("height", height), ("width", width)):
@@ -99,7 +117,8 @@ def measure_step(spec, name: str, recipe, weights: str, device: str, loading: di
     started = time.perf_counter()
     try:
         adapted.check_device(device)  # hardware this machine lacks (fp8): refused before loading
-        pipe = load_pipeline(spec, weights=weights, device=device, verbose=False, **loading)
+        pipe = load_pipeline(spec, weights=weights, device=device, verbose=False,
+                             dtype=spec.load_dtype, **loading)
         if fail:
             raise InjectedFailure(f"fail_step={name!r} asked this step to fail")
         if weights == "tiny" and adapted.quantize and not _selects_any(pipe, adapted):
@@ -140,15 +159,18 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
                warmup: int = 2, out: str | Path | None = None, device: str | None = None,
                steps_filter: Iterable[str] | None = None, progress: bool = True,
                fail_step: str | None = None, prompt: str | None = None,
-               seed: int = 0, ladder: str = "blog", profile: bool = False,
+               seed: int = 0, ladder: str | None = None, profile: bool = False,
                max_runs: int | None = None) -> list[Result]:
     """Benchmark each step of a ladder (fp32 -> ... -> int8 dynamic) on a FRESH pipeline.
 
     ladder: "blog" (fdh.LADDER, the blog's recipe on today's stack, loaded with the blog's VAE
     and scheduler, fdh.BLOG_LOADING; 01_baseline.ipynb lists what differs from diffusion-fast)
     or "course" (fdh.COURSE_LADDER, the course's own: true fp32 baseline, TF32 and sync removal
-    as steps, the pipeline's own VAE and scheduler).
-    Each step: load_pipeline(model, weights, device, dtype="fp32"), the step's recipe adapted
+    as steps, the pipeline's own VAE and scheduler), for the four models the blog ran; "flux"
+    (fdh.LADDERS["flux"], the course's Flux ladder, 18_flux.ipynb) for Flux. None: the
+    model's own (the first of these that it takes).
+    Each step: load_pipeline(model, weights, device, dtype="fp32"; Flux's in "bf16",
+    ModelSpec.load_dtype), the step's recipe adapted
     to the device (Recipe.for_device; its notes go to Result.notes), fdh.apply, benchmark,
     and quality against the first step's image. A step that fails is recorded as a Result
     with error="Type: message" and the ladder goes on. Between steps the pipeline is deleted
@@ -163,6 +185,7 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
     out/memory.png are drawn at the end. Prints a table (format_table). Introduced in
     11_int8_quantization.ipynb (its last two steps); 14_all_models.ipynb runs every model."""
 
+    ladder = resolve_ladder(model, ladder)
     spec, device, wanted, loading = _setup(model, ladder, device, steps_filter, steps, height,
                                            width, out)
     checks.whole("runs", runs, 1)
@@ -206,10 +229,9 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
 
     print(format_table(results))
     if out is not None:
-        reference = None
-        if ladder == "blog" and weights != "tiny" and spec.key in BLOG_A100_SECONDS:
-            reference = Reference("Published", "A100-80GB", BLOG_SOURCE,
-                                  BLOG_A100_SECONDS[spec.key])
+        reference, published = None, published_ladder(spec.key, ladder)
+        if weights != "tiny" and published is not None:
+            reference = Reference("Published", *published)
         save_figure(ladder_chart(results, reference=reference), out / "ladder.png")
         save_figure(memory_chart(results), out / "memory.png")
         print(f"fastdiff: results in {out / 'results.jsonl'}, images in {out / 'images'}, "
@@ -217,7 +239,7 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
     return results
 
 
-def warm_ladder(model: str = "sdxl", weights: str = "auto", ladder: str = "blog",
+def warm_ladder(model: str = "sdxl", weights: str = "auto", ladder: str | None = None,
                 steps: int | None = None, height: int | None = None, width: int | None = None,
                 device: str | None = None, out: str | Path | None = None,
                 steps_filter: Iterable[str] | None = None, part: str = "all",
@@ -236,6 +258,7 @@ def warm_ladder(model: str = "sdxl", weights: str = "auto", ladder: str = "blog"
     What an instructor runs before a workshop (06_cold_start.ipynb).
     Introduced in 06_cold_start.ipynb."""
 
+    ladder = resolve_ladder(model, ladder)
     spec, device, wanted, loading = _setup(model, ladder, device, steps_filter, steps, height,
                                            width, out, out_is_file=True)
     if part not in PARTS:
@@ -278,7 +301,8 @@ def _warm_step(spec, name, recipe, weights, device, loading, part, call) -> dict
         print(f"fastdiff: not warming {spec.key} {name}: {exc}")
         return None
     started = time.perf_counter()
-    pipe = load_pipeline(spec.key, weights=weights, device=device, verbose=False, **loading)
+    pipe = load_pipeline(spec.key, weights=weights, device=device, verbose=False,
+                         dtype=spec.load_dtype, **loading)
     apply(pipe, adapted)
     load_s = time.perf_counter() - started
     before, started = snapshot(), time.perf_counter()

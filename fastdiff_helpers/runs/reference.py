@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from ..errors import FastdiffError
-from ..models.presets import BLOG_A100_SECONDS, BLOG_SOURCE
+from ..models.presets import published_ladder
 from ..models.loading import free_memory
 from ..models.pretrained import resolve_weights
 from ..techniques.recipe import LADDERS
@@ -45,7 +45,7 @@ from ..measure.quality import compare_images
 from ..results.charts import Reference, ladder_chart, memory_chart, save_figure
 from ..results.readme import write_results_readme
 from ..results.store import rewrite_results
-from .ladder import _setup, measure_step
+from .ladder import _setup, measure_step, resolve_ladder
 from .reference_folder import (baseline_image, check_same_run, is_compiled, cuts_in_a_row, estimate,
                                record_tuning,
                                Folder, utc_now, slug, gpu_folder)
@@ -107,7 +107,7 @@ def _continue_line(args_line: str) -> str:
     return f"python -m fastdiff_helpers reference {args_line}"
 
 
-def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: str = "blog",
+def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: str | None = None,
                   weights: str = "auto", budget_s: float | None = None, runs: int = 5,
                   warmup: int = 2, steps: int | None = None, height: int | None = None,
                   width: int | None = None, device: str | None = None, seed: int = 0,
@@ -125,6 +125,7 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
     anyway (its cold start then includes the tuning).
 
     Returns a ReferenceOutcome; the CLI exits with its exit_code (EXIT_BUDGET: steps left)."""
+    ladder = resolve_ladder(model, ladder)  # None: the model's own ("flux" for Flux)
     spec, device, _, loading = _setup(model, ladder, device, None, steps, height, width, out)
     if budget_s is not None and budget_s <= 0:
         raise FastdiffError(f"budget_s={budget_s}: give a positive number of seconds, or none "
@@ -298,11 +299,12 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
 
 
 def draw(folder: Folder, model: str, weights: str) -> None:
-    """ladder.png (with the blog's A100 bars for the blog ladder on real-size weights) and
+    """ladder.png (with the published bars, the blog's A100 row or diffusers-torchao's H100
+    Flux figures, for its ladder on real-size weights) and
     memory.png of the folder's records."""
     records = folder.ordered()
-    reference = None
-    if folder.ladder == "blog" and weights != "tiny" and model in BLOG_A100_SECONDS:
-        reference = Reference("Published", "A100-80GB", BLOG_SOURCE, BLOG_A100_SECONDS[model])
+    reference, published = None, published_ladder(model, folder.ladder)
+    if weights != "tiny" and published is not None:
+        reference = Reference("Published", *published)
     save_figure(ladder_chart(records, reference=reference), folder.out / "ladder.png")
     save_figure(memory_chart(records), folder.out / "memory.png")

@@ -13,12 +13,14 @@ to compose them. Introduced in 01_baseline.ipynb (apply) and one notebook per te
     codegen        fdh.to_code(recipe): the surgery as source to paste
     schedulers     fewer steps: another diffusers scheduler in place of the pipeline's own,
                    few-step distilled weights loaded with theirs
-    step_cache     a step cache (DeepCache-style for UNets, a block cache for PixArt)
-    cache_paths    the denoiser cut in two for it: the full and the cached path
+    step_cache     a step cache (DeepCache-style for UNets, a block cache for PixArt and Flux)
+    cache_paths    the denoiser cut in two for it: the full and the cached path (+
+                   cache_paths_flux, Flux's double- and single-stream blocks)
     guidance       classifier-free guidance stopped after a share of the steps
     lora           LoRA files made in code, loaded, hot-swapped on a compiled pipeline, fused
     memory_savers  the offloads, VAE slicing and tiling, the text encoders dropped after
                    encoding
+    flux           Flux.1: what does not apply to it and why, its filter, its attention
 
 Imports the models (a technique acts on a loaded pipeline), nothing of measure, results,
 course or runs.
@@ -35,6 +37,7 @@ from ..models.noise import quiet_known_noise
 from .attention import SDPA_BACKENDS, SDPABackendProcessor, check_attention, is_fused, set_attention
 from .compile import (capture_denoiser_inputs, check_scope, compile_part, compile_pipeline,
                       graph_breaks, set_channels_last, blog_inductor_flags)
+from .flux import FLUX_BACKENDS, check_recipe
 from .fusion import fuse_qkv
 from .precision import set_precision, set_tf32, tf32_state
 from .quantization import (blog_conv_filter, blog_filter, conv1x1_to_linear, fastdiff_filter,
@@ -73,6 +76,9 @@ def current_recipe(pipe) -> dict:
     names = {v: k for k, v in SDPA_BACKENDS.items()}
     attention = ("classic" if type(processor).__name__ == "AttnProcessor" else
                  names.get(getattr(processor, "backend", None), "sdpa"))
+    backend = getattr(processor, "_attention_backend", None)  # Flux: diffusers' backends
+    if backend is not None:
+        attention = {v: k for k, v in FLUX_BACKENDS.items()}.get(backend.value, "sdpa")
     compiled = done.get("compile", {})
     quant = done.get("quantize", {})
     d = Recipe().to_dict()
@@ -121,6 +127,7 @@ def apply(pipe, recipe: Recipe):
     requested = recipe
     recipe, notes = recipe.for_device(str(device))  # the policy: changes first, said below
     recipe.check_device(str(device))                # then refusals, before any work
+    check_recipe(pipe, recipe)                       # what cannot apply to this model (Flux)
     if recipe.compile:
         check_scope(pipe, recipe.compile_scope)
     if recipe.cache_every > 1:

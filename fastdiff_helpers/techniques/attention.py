@@ -7,6 +7,7 @@ seconds, and `import fastdiff_helpers` must stay cheap (tests/test_env.py)."""
 from __future__ import annotations
 
 from ._state import get_denoiser, modules, pipeline_info, record, refuse_after
+from .flux import is_flux, set_flux_attention
 from .recipe import ATTENTION, RecipeError
 
 SDPA_BACKENDS = {"sdpa-flash": "FLASH_ATTENTION", "sdpa-efficient": "EFFICIENT_ATTENTION",
@@ -128,7 +129,9 @@ def set_attention(pipe, kind: str = "sdpa"):
     "sdpa" is torch's scaled_dot_product_attention, letting torch pick the kernel;
     "sdpa-flash" / "-efficient" / "-math" / "-cudnn" force one backend on every attention
     whose head dim that kernel takes (SDPA_LIMITS; the others keep default SDPA), and refuse
-    a dtype or a mask the kernel cannot take (check_attention).
+    a dtype or a mask the kernel cannot take (check_attention). Flux's transformer keeps its
+    FluxAttnProcessor and gets the kernel from diffusers' attention backends ("classic" is
+    refused there: techniques/flux.py); its VAE is set as any other.
     Introduced in 04_attention.ipynb."""
     if kind not in ATTENTION:
         raise RecipeError(f"Unknown attention {kind!r}. Use one of: {', '.join(ATTENTION)}.")
@@ -136,6 +139,10 @@ def set_attention(pipe, kind: str = "sdpa"):
     check_attention(pipe, kind, str(get_denoiser(pipe).dtype).removeprefix("torch."))
     pinned = {}
     for module in modules(pipe):
+        if module is get_denoiser(pipe) and is_flux(pipe):  # diffusers' own backends
+            count = set_flux_attention(pipe, kind)
+            pinned[type(module).__name__] = count if kind in SDPA_BACKENDS else 0
+            continue
         fused = is_fused(module)
         if fused and kind == "classic":
             raise RecipeError("This pipeline has fused QKV projections, which need an SDPA "

@@ -15,6 +15,8 @@ inputs the course's pipelines pass (anything else is refused by the step cache):
   Attention Broadcast, which does attach to PixArt's attention, keeps its step count on the
   module, so a compiled transformer recompiles on every step (pinned in
   tests/test_fewer_calls.py).
+- FluxTransformer2DModel.forward: the same block cache over Flux's double- and single-stream
+  blocks, in cache_paths_flux.py.
 Each full path computes exactly the ops of the library's forward (tests compare the images).
 """
 
@@ -24,6 +26,7 @@ from typing import Any
 
 import torch
 
+from .cache_paths_flux import flux_branches, flux_cached, flux_full
 
 # --- UNet ---------------------------------------------------------------------------------
 
@@ -224,4 +227,5 @@ def pixart_cached(t, branch: int, feature, hidden_states, encoder_hidden_states=
 
 
 PATHS = {"unet": (unet_full, unet_cached, unet_branches),
-         "transformer": (pixart_full, pixart_cached, pixart_branches)}
+         "transformer": (pixart_full, pixart_cached, pixart_branches),
+         "flux": (flux_full, flux_cached, flux_branches)}  # cache_paths_flux.py

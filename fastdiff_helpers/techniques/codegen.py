@@ -14,7 +14,8 @@ import inspect
 import textwrap
 from typing import Sequence
 
-from . import attention, compile as comp, fusion, precision, quantization, syncs
+from ..models.presets import get_spec
+from . import attention, compile as comp, flux as flux_rules, fusion, precision, quantization, syncs
 from .recipe import WEIGHT_DTYPES, Recipe, RecipeError
 
 _DENOISER = 'denoiser = pipe.unet if hasattr(pipe, "unet") else pipe.transformer'
@@ -71,9 +72,28 @@ SECTIONS = ("precision", "conv1x1_to_linear", "fuse_qkv", "drop_unfused", "atten
             "guidance_stop", "compile")
 
 
-def _plain(r: Recipe) -> dict[str, list[str]]:
+def _flux_attention(r: Recipe) -> list[str]:
+    """Flux's attention as techniques/flux.py sets it: diffusers' backend, per module."""
+    backend = flux_rules.FLUX_BACKENDS[r.attention]
+    lines = ["# Flux keeps its FluxAttnProcessor; the kernel is diffusers' attention backend, set",
+             "# per module (the model's set_attention_backend also sets a process-wide default)",
+             "from diffusers.models.attention import AttentionModuleMixin",
+             "for attn in denoiser.modules():",
+             "    if isinstance(attn, AttentionModuleMixin):",
+             f"        attn.set_attention_backend({backend!r})"]
+    if r.attention == "sdpa":
+        fused = "Fused" if r.fuse_qkv else ""
+        return lines + [f"from diffusers.models.attention_processor import {fused}AttnProcessor2_0",
+                        f"pipe.vae.set_attn_processor({fused}AttnProcessor2_0())"]
+    name = attention.SDPA_BACKENDS[r.attention]
+    return (lines + [f"SDPA_LIMITS = {{{name!r}: {attention.SDPA_LIMITS[name]!r}}}", ""]
+            + _source(attention.SDPABackendProcessor, attention.pin_backend)
+            + [f"pin_backend(pipe.vae, {name!r})"])
+
+
+def _plain(r: Recipe, flux: bool = False) -> dict[str, list[str]]:
     """The plain code of `r`, section by section (SECTIONS, in the order of fdh.apply); each
-    section holds its own imports and the definitions it calls."""
+    section holds its own imports and the definitions it calls. `flux`: Flux's attention."""
     out: dict[str, list[str]] = {}
     tf32 = r.tf32 or ("on" if r.dtype == "tf32" else "off")
     out["precision"] = (["# precision (TF32 is a process-wide switch)",
@@ -87,7 +107,16 @@ def _plain(r: Recipe) -> dict[str, list[str]]:
             + _source(conv_filter)
             + [f"swap_conv2d_1x1_to_linear(denoiser, {conv_filter.__name__})",
                f"swap_conv2d_1x1_to_linear(pipe.vae, {conv_filter.__name__})"])
-    if r.attention == "classic":
+    if flux:
+        if r.fuse_qkv:
+            out["fuse_qkv"] = ["# fused QKV projections (FluxAttnProcessor reads the fused ones)",
+                               "denoiser.fuse_qkv_projections()", "pipe.vae.fuse_qkv_projections()"]
+            out["drop_unfused"] = (["# the course's own: free the unfused copies diffusers keeps"]
+                                   + _source(fusion.drop_unfused_projections)
+                                   + ["drop_unfused_projections(denoiser)",
+                                      "drop_unfused_projections(pipe.vae)"])
+        out["attention"] = _flux_attention(r)
+    elif r.attention == "classic":
         out["attention"] = ["from diffusers.models.attention_processor import AttnProcessor",
                             "denoiser.set_attn_processor(AttnProcessor())",
                             "pipe.vae.set_attn_processor(AttnProcessor())"]
@@ -128,11 +157,14 @@ def _plain(r: Recipe) -> dict[str, list[str]]:
             granularity = "PerRow" if r.quantize == "fp8-dynamic-row" else "PerTensor"
             lines = [f"from torchao.quantization import quantize_, {config}, {granularity}"]
             made = f"{config}(granularity={granularity}(), set_inductor_config=False)"
-        named = {"blog": quantization.blog_filter, "fastdiff": quantization.fastdiff_filter}
+        named = {"blog": quantization.blog_filter, "fastdiff": quantization.fastdiff_filter,
+                 "flux": flux_rules.flux_filter}
         if r.quant_filter in named:
             if r.quant_filter == "blog":
                 lines.append("BLOG_EXCLUDED_SHAPES = {" + ", ".join(
                     map(repr, sorted(quantization.BLOG_EXCLUDED_SHAPES))) + "}")
+            if r.quant_filter == "flux":
+                lines.append(f"FLUX_PARTS = {flux_rules.FLUX_PARTS!r}")
             lines += _source(named[r.quant_filter])
             filt = named[r.quant_filter].__name__
         else:
@@ -229,13 +261,24 @@ def _plain(r: Recipe) -> dict[str, list[str]]:
     return out
 
 
-def to_code(recipe: Recipe, flavour: str = "fdh", only: str | Sequence[str] | None = None) -> str:
+def to_code(recipe: Recipe, flavour: str = "fdh", only: str | Sequence[str] | None = None,
+            model: str | None = None) -> str:
     """Python source that applies `recipe` to a loaded `pipe`: flavour "fdh", one
     fastdiff_helpers call per technique; "plain", only diffusers, torch and torchao.
     `only` (plain only) keeps the named sections of SECTIONS, e.g. only="compile": the
-    technique's own lines, as a notebook shows them. Introduced in 01_baseline.ipynb."""
+    technique's own lines, as a notebook shows them. `model`: the code for that model where
+    it differs (Flux's attention; what cannot apply to Flux is refused as fdh.apply refuses
+    it); None: the blog's four. Introduced in 01_baseline.ipynb."""
     if flavour not in ("fdh", "plain"):
         raise RecipeError(f"Unknown flavour {flavour!r}: use 'fdh' or 'plain'.")
+    flux = model is not None and get_spec(model).pipeline_class == "FluxPipeline"
+    for what, applies in (("classic", recipe.attention == "classic"),
+                          ("guidance_stop", recipe.guidance_stop is not None),
+                          ("blog", bool(recipe.quantize) and recipe.quant_filter == "blog"),
+                          ("regional-extended", bool(recipe.compile)
+                           and recipe.compile_scope == "regional-extended")):
+        if flux and applies:
+            raise RecipeError(flux_rules.REFUSED[what])
     if callable(recipe.quant_filter):
         raise RecipeError("A callable quant_filter cannot be written as code: paste your "
                           "function and pass it as quant_filter= / filter_fn= yourself.")
@@ -243,7 +286,7 @@ def to_code(recipe: Recipe, flavour: str = "fdh", only: str | Sequence[str] | No
         if only is not None:
             raise RecipeError("only= picks sections of the plain code: use flavour='plain'.")
         return "\n".join(_fdh(recipe)).rstrip() + "\n"
-    sections = _plain(recipe)
+    sections = _plain(recipe, flux)
     wanted = list(SECTIONS) if only is None else [only] if isinstance(only, str) else list(only)
     unknown = [name for name in wanted if name not in SECTIONS]
     if unknown:

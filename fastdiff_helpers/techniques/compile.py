@@ -11,9 +11,10 @@ from typing import Any
 
 import torch
 
-from ..models.loading import call_kwargs, get_denoiser, pipeline_device
+from ..models.loading import call_kwargs, denoiser_kind, get_denoiser, pipeline_device
 from ..models.noise import quiet_known_noise
 from .compile_cache import use_course_cache
+from .flux import refuse
 from ._state import applied, modules, record
 from .recipe import ACCELERATE_COPIES, COMPILE_MODES, SCOPES, RecipeError, compile_mode_for
 from .step_cache import compile_plan, step_plan
@@ -64,6 +65,8 @@ def set_channels_last(pipe):
 def check_scope(pipe, scope: str) -> None:
     """Refuse, before any work, a regional scope this pipeline's denoiser cannot take."""
     denoiser = get_denoiser(pipe)
+    if scope == "regional-extended":
+        refuse(pipe, "regional-extended")  # Flux: diffusers already declares both its blocks
     if scope == "regional" and not getattr(denoiser, "_repeated_blocks", None):
         raise RecipeError(f"diffusers declares no repeated blocks for {type(denoiser).__name__} "
                           "(compile_repeated_blocks would raise): use compile_scope="
@@ -144,8 +147,7 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
     elif scope == "regional":
         denoiser.compile_repeated_blocks(**kwargs)
     elif scope == "regional-extended":
-        compile_blocks(denoiser, EXTENDED_BLOCKS["unet" if hasattr(pipe, "unet") else
-                                                 "transformer"], **kwargs)
+        compile_blocks(denoiser, EXTENDED_BLOCKS[denoiser_kind(pipe)], **kwargs)
     else:
         from accelerate.utils import compile_regions
 

@@ -14,16 +14,24 @@ def drop_unfused_projections(module) -> int:
     no more weights than the unfused one (diffusers 0.42's Attention.fuse_projections copies
     to_q/to_k/to_v into to_qkv, or to_k/to_v into to_kv for a cross-attention, and keeps the
     originals: SDXL's UNet grows from 2.567 B to 3.215 B parameters). FusedAttnProcessor2_0
-    reads only to_qkv, or to_q and to_kv. Unfusing would need the originals: diffusers'
+    reads only to_qkv, or to_q and to_kv. Flux's FluxAttention (AttentionModuleMixin.
+    fuse_projections, diffusers/models/attention.py:248) also fuses add_q/k/v_proj into
+    to_added_qkv, and FluxAttnProcessor then reads only the fused ones
+    (transformer_flux.py:60-73). Unfusing would need the originals: diffusers'
     unfuse_qkv_projections becomes a no-op (the fused processors stay). Returns the number of
     parameters freed."""
+    from diffusers.models.attention import AttentionModuleMixin
     from diffusers.models.attention_processor import Attention
 
     freed = 0
     for attn in module.modules():
-        if not (isinstance(attn, Attention) and attn.fused_projections):
+        if not (isinstance(attn, (Attention, AttentionModuleMixin))
+                and getattr(attn, "fused_projections", False)):
             continue
-        names = ("to_k", "to_v") if attn.is_cross_attention else ("to_q", "to_k", "to_v")
+        names = ("to_k", "to_v") if getattr(attn, "is_cross_attention", False) else (
+            "to_q", "to_k", "to_v")
+        if hasattr(attn, "to_added_qkv"):  # Flux's double blocks: the text stream's, fused too
+            names += ("add_q_proj", "add_k_proj", "add_v_proj")
         for name in names:
             if getattr(attn, name, None) is not None:
                 freed += sum(p.numel() for p in getattr(attn, name).parameters())

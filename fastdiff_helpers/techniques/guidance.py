@@ -18,6 +18,7 @@ from typing import Any
 
 from ..models.loading import pipeline_info
 from ._state import record, refuse_after
+from .flux import refuse
 from .recipe import RecipeError
 from .step_cache import guided_steps, step_plan
 
@@ -50,6 +51,7 @@ def stop_guidance(pipe, share: float = 0.5):
         raise RecipeError(f"share={share!r}: give the share of the steps that keep guidance, "
                           "above 0 and at most 1 (0.5: the first half).")
     refuse_after(pipe, "stop_guidance", "compile")
+    refuse(pipe, "guidance_stop")  # Flux runs no doubled batch to halve
     info = pipeline_info(pipe)
     if "guidance_stop" in info["applied"]:
         raise RecipeError("Guidance already stops on this pipeline; load a fresh one to change "

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from ..errors import FastdiffError
-from ..models.loading import pipeline_device
+from ..models.loading import pipeline_device, pipeline_spec
 from ._state import applied, record
 
 __all__ = ["MEMORY_SAVERS", "OFFLOADS", "apply_memory_saver", "encode_prompt_once"]
@@ -50,6 +50,11 @@ def encode_prompt_once(pipe, prompt: str, negative_prompt: str | None = None,
                 negative_prompt=negative_prompt)
             return dict(prompt_embeds=embeds, negative_prompt_embeds=negative,
                         pooled_prompt_embeds=pooled, negative_pooled_prompt_embeds=negative_pooled)
+        if name == "FluxPipeline":  # no negative prompt (guidance is an input); T5 at its length
+            embeds, pooled, _ = pipe.encode_prompt(
+                prompt, prompt_2=None, device=device,
+                max_sequence_length=pipeline_spec(pipe).max_tokens)
+            return dict(prompt_embeds=embeds, pooled_prompt_embeds=pooled)
         if name == "PixArtAlphaPipeline":
             embeds, mask, negative, negative_mask = pipe.encode_prompt(
                 prompt, do_classifier_free_guidance=guidance,

@@ -13,6 +13,7 @@ import torch
 
 from ..models.noise import quiet_known_noise
 from ._state import applied, modules, record, refuse_after
+from .flux import check_filter, flux_filter
 from .recipe import CONV_SWAPS, FP8, QUANT_FILTERS, QUANTIZE, RecipeError
 
 # The (in_features, out_features) shapes diffusion-fast leaves in bf16: the list in
@@ -131,7 +132,7 @@ def select_filter(kind: str, quant_filter: str | Callable) -> Callable:
     """The filter quantize() uses: the named or given one, and only linears the kernels take,
     whatever the filter: int8_kernel_ok for int8 dynamic, fp8_kernel_ok for fp8.
     Introduced in 11_int8_quantization.ipynb."""
-    base = {"blog": blog_filter, "fastdiff": fastdiff_filter,
+    base = {"blog": blog_filter, "fastdiff": fastdiff_filter, "flux": flux_filter,
             "all": lambda m, fqn="": isinstance(m, torch.nn.Linear)}.get(quant_filter, quant_filter)
     kernel_ok = {"int8-dynamic": int8_kernel_ok, **dict.fromkeys(FP8, fp8_kernel_ok)}.get(kind)
     if kernel_ok is None:
@@ -148,7 +149,8 @@ def quantize(pipe, kind: str = "int8-dynamic", quant_filter: str | Callable = "b
     """Quantize the linears of the denoiser and VAE with torchao's quantize_.
 
     quant_filter: "blog" (diffusion-fast's exact filter, blog_filter), "fastdiff" (ours,
-    fastdiff_filter), "all" (every nn.Linear) or a callable (module, fqn) -> bool. For int8
+    fastdiff_filter), "all" (every nn.Linear), "flux" (Flux's transformer, flux_filter; "blog"
+    is refused on Flux) or a callable (module, fqn) -> bool. For int8
     dynamic and fp8, linears the kernels cannot take are always left out (int8_kernel_ok,
     fp8_kernel_ok). fp8 ("fp8-dynamic": a scale per tensor, "fp8-dynamic-row": per row of the
     weight and per token) needs compute capability 8.9+ (12_fp8_hopper.ipynb).
@@ -166,6 +168,7 @@ def quantize(pipe, kind: str = "int8-dynamic", quant_filter: str | Callable = "b
     if "quantize" in applied(pipe):
         raise RecipeError("This pipeline is already quantized; load a fresh pipeline.")
     refuse_after(pipe, "quantize", "compile")
+    check_filter(pipe, quant_filter)
     quiet_known_noise()
     from torchao.quantization import quantize_
 

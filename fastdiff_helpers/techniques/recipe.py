@@ -63,8 +63,9 @@ QUANTIZE = (None, "int8-dynamic", "int8-weight-only", "fp8-dynamic", "fp8-dynami
 # one per row of the weight and per token of the activation ("-row")
 FP8 = ("fp8-dynamic", "fp8-dynamic-row")
 # "blog": diffusion-fast's dynamic_quant_filter_fn, exactly; "fastdiff": the course's own
-# heuristic (big linears that see many tokens); "all": every nn.Linear.
-QUANT_FILTERS = ("blog", "fastdiff", "all")
+# heuristic (big linears that see many tokens); "all": every nn.Linear; "flux": Flux's
+# (techniques/flux.py: every linear of its transformer, as diffusers-torchao quantized it).
+QUANT_FILTERS = ("blog", "fastdiff", "all", "flux")
 # "blog": diffusion-fast's filter (1x1 kernel, 128 among in/out channels); "all": ours, every
 # pointwise conv. True means "all" (kept for recipes written before the blog's filter existed).
 CONV_SWAPS = (False, "blog", "all")
@@ -105,7 +106,8 @@ class Recipe:
     no_sync: no device-to-host sync inside the denoising loop
     quantize: None | "int8-dynamic" | "int8-weight-only" | "fp8-dynamic" (one scale per
         tensor) | "fp8-dynamic-row" (per row and token); quant_filter
-        "blog" (diffusion-fast's) | "fastdiff" (ours) | "all" | a callable(module, fqn) -> bool
+        "blog" (diffusion-fast's) | "fastdiff" (ours) | "all" | "flux" (Flux's transformer) |
+        a callable(module, fqn) -> bool
     conv1x1_to_linear: False | "blog" (diffusion-fast's filter, torchao's swap) | "all" (ours:
         every pointwise conv); True means "all"
     cache_every, cache_branch: the course's step cache (fdh.step_cache): the denoiser's deep
@@ -276,13 +278,8 @@ _B_FUSED = replace(_B_COMPILED, fuse_qkv=True)
 _B_INT8 = replace(_B_FUSED, quantize="int8-dynamic", quant_filter="blog")
 
 LADDER: list[tuple[str, Recipe]] = [
-    ("fp32", _B_FP32),
-    ("bf16", _B_BF16),
-    ("+ SDPA", _B_SDPA),
-    ("+ compile", _B_COMPILED),
-    ("+ fused QKV", _B_FUSED),
-    ("+ int8 dynamic", _B_INT8),
-]
+    ("fp32", _B_FP32), ("bf16", _B_BF16), ("+ SDPA", _B_SDPA), ("+ compile", _B_COMPILED),
+    ("+ fused QKV", _B_FUSED), ("+ int8 dynamic", _B_INT8)]
 BLOG_LADDER = LADDER
 
 # The course's own ladder, beside the blog's: a true fp32 baseline with TF32 as its own step,
@@ -298,18 +295,21 @@ _C_NO_SYNC = replace(_C_FUSED, no_sync=True)
 _C_INT8 = replace(_C_NO_SYNC, quantize="int8-dynamic", quant_filter="fastdiff")
 # past the blog (12_fp8_hopper.ipynb): fp8 in place of int8, on GPUs with fp8 tensor cores
 # (compute capability 8.9+: L4, H100, H200); per row, the faster of torchao's two on FLUX
-# (diffusers-torchao, H100: 2.966 s against 3.243 s per tensor). Refused elsewhere.
+# (diffusers-torchao, H100: 3.039 s against 3.243 s per tensor, compiled). Refused elsewhere.
 _C_FP8 = replace(_C_INT8, quantize="fp8-dynamic-row")
 
 COURSE_LADDER: list[tuple[str, Recipe]] = [
-    ("fp32, TF32 off", BASELINE),
-    ("+ TF32", _C_TF32),
-    ("bf16", _C_BF16),
-    ("+ SDPA", _C_SDPA),
-    ("+ compile", _C_COMPILED),
-    ("+ fused QKV", _C_FUSED),
-    ("+ no sync", _C_NO_SYNC),
-    ("+ int8 dynamic", _C_INT8),
-    ("+ fp8 dynamic", _C_FP8),
-]
-LADDERS: dict[str, list[tuple[str, Recipe]]] = {"blog": LADDER, "course": COURSE_LADDER}
+    ("fp32, TF32 off", BASELINE), ("+ TF32", _C_TF32), ("bf16", _C_BF16), ("+ SDPA", _C_SDPA),
+    ("+ compile", _C_COMPILED), ("+ fused QKV", _C_FUSED), ("+ no sync", _C_NO_SYNC),
+    ("+ int8 dynamic", _C_INT8), ("+ fp8 dynamic", _C_FP8)]
+# Flux's ladder (18_flux.ipynb), the course's own (the blog ran no Flux): the steps
+# diffusers-torchao timed on FLUX.1-dev (models/flux.py), each changing one thing. Its
+# transformer.to(channels_last) is left out: no tensor of Flux's transformer is 4-D (tested).
+_F_BF16 = Recipe(dtype="bf16", attention="sdpa", tf32="blog")
+_F_COMPILED = replace(_F_BF16, compile="max-autotune", fullgraph=True, compile_vae=False)
+_F_FP8 = replace(_F_COMPILED, quantize="fp8-dynamic", quant_filter="flux")
+FLUX_LADDER: list[tuple[str, Recipe]] = [
+    ("bf16", _F_BF16), ("+ compile", _F_COMPILED), ("+ fp8 dynamic", _F_FP8),
+    ("+ fp8 dynamic row", replace(_F_FP8, quantize="fp8-dynamic-row"))]
+LADDERS: dict[str, list[tuple[str, Recipe]]] = {"blog": LADDER, "course": COURSE_LADDER,
+                                                "flux": FLUX_LADDER}

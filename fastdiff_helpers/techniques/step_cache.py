@@ -1,5 +1,5 @@
 """Fewer denoiser calls, the denoiser's side: a step cache (DeepCache-style for UNets, a block
-cache for PixArt) and, for PixArt, guidance stopped after a share of the steps.
+cache for PixArt and Flux) and, for PixArt, guidance stopped after a share of the steps.
 
 Introduced in 13_fewer_denoiser_calls.ipynb. Both run through one StepPlan, put in place of the
 denoiser's forward: it counts the steps of each pipeline call and picks, per step, the full path
@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..errors import FastdiffError
-from ..models.loading import call_kwargs, get_denoiser, pipeline_info
+from ..models.loading import call_kwargs, denoiser_kind, get_denoiser, pipeline_info
 from ._state import applied, record, refuse_after
 from .cache_paths import PATHS
 from .recipe import RecipeError
@@ -26,8 +26,9 @@ from .recipe import RecipeError
 # inputs the paths do not take (ControlNet and adapter residuals, class labels, GLIGEN): a call
 # that passes one is refused rather than silently run without it
 UNSUPPORTED = ("class_labels", "down_block_additional_residuals",
-               "mid_block_additional_residual", "down_intrablock_additional_residuals")
-_SAMPLE = {"unet": "sample", "transformer": "hidden_states"}
+               "mid_block_additional_residual", "down_intrablock_additional_residuals",
+               "controlnet_block_samples", "controlnet_single_block_samples")
+_SAMPLE = {"unet": "sample", "transformer": "hidden_states", "flux": "hidden_states"}
 
 
 def cached_schedule(steps: int, every: int = 1, guided_steps: int | None = None
@@ -60,7 +61,7 @@ class StepPlan:
     def __init__(self, pipe) -> None:
         denoiser = get_denoiser(pipe)
         self.pipe, self.denoiser = pipe, denoiser
-        self.kind = "unet" if hasattr(pipe, "unet") else "transformer"
+        self.kind = denoiser_kind(pipe)
         self.original = denoiser.forward
         self.signature = inspect.signature(self.original)
         self.every, self.branch, self.guidance_stop = 1, 1, None
@@ -108,6 +109,9 @@ class StepPlan:
                 raise FastdiffError(f"The step plan (fdh.step_cache / fdh.stop_guidance) does "
                                     f"not take {name}: load a fresh pipeline without them to "
                                     "use ControlNets or adapters.")
+        if "ip_adapter_image_embeds" in (kw.get("joint_attention_kwargs") or {}):
+            raise FastdiffError("The step plan (fdh.step_cache) does not take Flux's IP-Adapter "
+                                "embeddings: load a fresh pipeline without them to use one.")
         timesteps = self.pipe.scheduler.timesteps
         if timesteps is not self._timesteps:  # set_timesteps makes a new tensor per call
             self._timesteps, self.feature, self.log = timesteps, None, []
@@ -161,7 +165,7 @@ def step_plan(pipe, create: bool = False) -> StepPlan | None:
 
 def check_branch(pipe, branch: int) -> None:
     """Refuse, before any work, a branch this denoiser does not have."""
-    kind = "unet" if hasattr(pipe, "unet") else "transformer"
+    kind = denoiser_kind(pipe)
     most = PATHS[kind][2](get_denoiser(pipe))
     if isinstance(branch, bool) or not isinstance(branch, int) or not 1 <= branch <= most:
         raise RecipeError(f"branch={branch!r}: this {kind} takes 1 to {most} (the levels or "
@@ -171,7 +175,8 @@ def check_branch(pipe, branch: int) -> None:
 def step_cache(pipe, every: int = 3, branch: int = 1):
     """Run the denoiser's deep part only on every `every`-th step; the other steps recompute
     the shallow branch (`branch` levels of a UNet at each end, or the first `branch` PixArt
-    blocks) around the deep features kept from the last full step. every=1 changes nothing.
+    blocks, or Flux blocks: its double-stream ones, then its single-stream ones) around the
+    deep features kept from the last full step. every=1 changes nothing.
     Apply before compile (fdh.apply orders it). Introduced in 13_fewer_denoiser_calls.ipynb."""
     if isinstance(every, bool) or not isinstance(every, int) or every < 1:
         raise RecipeError(f"every={every!r}: give a whole number of steps, 1 or more (3: the "
@@ -210,11 +215,13 @@ def plan_settings(pipe) -> dict[str, Any]:
 
 def trace_steps(pipe, **kwargs: Any) -> list[tuple[int, str, int]]:
     """(step, path, batch) of each denoiser call of one call (latent output): the batch as the
-    denoiser's first layer sees it (conv_in, PixArt's pos_embed), the path "full" or "cached"
+    denoiser's first layer sees it (conv_in, PixArt's pos_embed, Flux's x_embedder), the path
+    "full" or "cached"
     (always "full" without a step cache). `kwargs` as fdh.call_kwargs takes them.
     Introduced in 13_fewer_denoiser_calls.ipynb."""
     denoiser = get_denoiser(pipe)
-    first = denoiser.conv_in if hasattr(pipe, "unet") else denoiser.pos_embed
+    first = {"unet": getattr(denoiser, "conv_in", None), "flux": getattr(denoiser, "x_embedder",
+             None)}.get(denoiser_kind(pipe), getattr(denoiser, "pos_embed", None))
     batches: list[int] = []
     handle = first.register_forward_pre_hook(lambda m, args: batches.append(args[0].shape[0]))
     try:

@@ -60,6 +60,13 @@ def no_sync_plan(pipe) -> tuple[bool, str]:
                        f"with a blocking .to() each step, so a CPU schedule would add syncs; "
                        f"its {scheduler} already keeps sigmas on the CPU and the pipeline sets "
                        "the begin index")
+    if scheduler == "FlowMatchEulerDiscreteScheduler" and type(pipe).__name__ == "FluxPipeline":
+        # scheduling_flow_match_euler_discrete.py:372 puts the sigmas on the pipeline's device
+        # and step() indexes them with its own counter (:508, :523); FluxPipeline sets the
+        # begin index (pipeline_flux.py:888), so no step looks its index up on the host
+        return False, ("nothing to do: Flux's FlowMatchEulerDiscreteScheduler keeps its sigmas "
+                       "on the device and counts its step index, and FluxPipeline sets the "
+                       "begin index")
     if scheduler in ("EulerDiscreteScheduler", "DPMSolverMultistepScheduler"):
         # scheduling_euler_discrete.py:481 / scheduling_dpmsolver_multistep.py:497 keep the
         # sigmas on the CPU, and both count their step index (diffusers PR 4347). Only the

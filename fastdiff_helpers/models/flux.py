@@ -1,0 +1,140 @@
+"""Flux.1, the fifth model of the course: FLUX.1-dev ("flux") and FLUX.1-schnell
+("flux-schnell"), with their published figures.
+
+Introduced in 18_flux.ipynb. Pure data, like presets.py (which adds these specs to
+fdh.MODELS): imports nothing of the package but spec.py.
+
+The full-size configs are the hub's (black-forest-labs/FLUX.1-dev and FLUX.1-schnell:
+transformer/config.json, vae/config.json, scheduler/scheduler_config.json), the same
+architecture as Black Forest Labs' own code (black-forest-labs/flux, src/flux/util.py:
+hidden_size 3072, 24 heads, depth 19 double and 38 single blocks, axes_dim [16, 56, 56],
+z_channels 16, scale_factor 0.3611, shift_factor 0.1159). The two variants differ in the
+transformer's guidance embedder (dev only: guidance is an input of the one call per step,
+not a doubled batch), the scheduler's shift (dev: resolution-dependent, "dynamic"; schnell:
+none) and the call's defaults (dev: 28 steps, guidance 3.5, 512 T5 tokens; schnell: 4 steps,
+no guidance, 256 tokens, as its model card runs it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .spec import Component, ModelSpec
+
+
+def _transformer(guidance: bool, **over: Any) -> Component:
+    cfg = dict(patch_size=1, in_channels=64, num_layers=19, num_single_layers=38,
+               attention_head_dim=128, num_attention_heads=24, joint_attention_dim=4096,
+               pooled_projection_dim=768, guidance_embeds=guidance, axes_dims_rope=[16, 56, 56])
+    cfg.update(over)
+    return Component("diffusers", "FluxTransformer2DModel", cfg)
+
+
+def _tiny_transformer(guidance: bool) -> Component:
+    # in_channels = 4 x the VAE's 16 latent channels (2x2 packing); joint_attention_dim = the
+    # tiny T5's d_model, pooled_projection_dim = the tiny CLIP's hidden size (its pooler
+    # output); the three rotary axes add up to the head dim.
+    return _transformer(guidance, num_layers=2, num_single_layers=2, attention_head_dim=16,
+                        num_attention_heads=2, joint_attention_dim=32, pooled_projection_dim=32,
+                        axes_dims_rope=[4, 6, 6])
+
+
+def _vae(channels=(128, 256, 512, 512), groups: int = 32, layers: int = 2,
+         sample_size: int = 1024) -> Component:
+    # 16 latent channels, no quant convs: vae/config.json of both variants
+    return Component("diffusers", "AutoencoderKL", dict(
+        in_channels=3, out_channels=3, latent_channels=16, layers_per_block=layers,
+        block_out_channels=list(channels), norm_num_groups=groups,
+        down_block_types=["DownEncoderBlock2D"] * len(channels),
+        up_block_types=["UpDecoderBlock2D"] * len(channels), sample_size=sample_size,
+        scaling_factor=0.3611, shift_factor=0.1159, force_upcast=True, use_quant_conv=False,
+        use_post_quant_conv=False, mid_block_add_attention=True))
+
+
+def _clip(hidden: int, inter: int, layers: int, heads: int, vocab: int) -> Component:
+    # CLIP ViT-L/14's text tower (openai/clip-vit-large-patch14), the same as SD1.5's and
+    # SDXL's first encoder; Flux reads its pooled output only
+    return Component("transformers", "CLIPTextModel", dict(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+        num_attention_heads=heads, max_position_embeddings=77, hidden_act="quick_gelu",
+        projection_dim=hidden, bos_token_id=0, eos_token_id=1, pad_token_id=1),
+        config_class="CLIPTextConfig")
+
+
+def _t5(d_model: int, d_kv: int, d_ff: int, layers: int, heads: int, vocab: int,
+        buckets: int) -> Component:
+    # T5 v1.1 XXL's encoder (google/t5-v1_1-xxl), the same as PixArt-alpha's
+    return Component("transformers", "T5EncoderModel", dict(
+        vocab_size=vocab, d_model=d_model, d_kv=d_kv, d_ff=d_ff, num_layers=layers,
+        num_heads=heads, feed_forward_proj="gated-gelu",
+        relative_attention_num_buckets=buckets), config_class="T5Config")
+
+
+def _scheduler(dynamic: bool) -> Component:
+    # scheduler_config.json: dev shifts the sigmas by the image's token count (mu from
+    # base/max_image_seq_len and base/max_shift, pipeline_flux.py:826-833); schnell keeps them
+    return Component("diffusers", "FlowMatchEulerDiscreteScheduler", dict(
+        num_train_timesteps=1000, shift=3.0 if dynamic else 1.0, use_dynamic_shifting=dynamic,
+        base_shift=0.5, max_shift=1.15, base_image_seq_len=256, max_image_seq_len=4096))
+
+
+_FULL = {"vae": _vae(), "text_encoder": _clip(768, 3072, 12, 12, 49408),
+         "text_encoder_2": _t5(4096, 64, 10240, 24, 64, 32128, 32)}
+_TINY = {"vae": _vae(channels=(8, 16, 16, 16), groups=4, layers=1, sample_size=64),
+         "text_encoder": _clip(32, 37, 2, 4, 1000),
+         "text_encoder_2": _t5(32, 8, 37, 2, 4, 1000, 8)}
+
+
+def _spec(key: str, name: str, guidance_embeds: bool, steps: int, guidance: float,
+          tokens: int, notes: str) -> ModelSpec:
+    return ModelSpec(
+        key=key, name=name, hub_id=f"black-forest-labs/{name.split()[0]}",
+        pipeline_class="FluxPipeline", denoiser="transformer", resolution=1024, steps=steps,
+        guidance=guidance, tokenizers={"tokenizer": "clip", "tokenizer_2": "t5"},
+        max_tokens=tokens, scheduler=_scheduler(dynamic=guidance_embeds),
+        full={"transformer": _transformer(guidance_embeds), **_FULL},
+        tiny={"transformer": _tiny_transformer(guidance_embeds), **_TINY},
+        call_kwargs={"max_sequence_length": tokens}, notes=notes, packing=2, cfg=False,
+        ladders=("flux",), load_dtype="bf16")
+
+
+FLUX_MODELS: dict[str, ModelSpec] = {
+    "flux": _spec("flux", "FLUX.1-dev (Flux.1 [dev])", True, 28, 3.5, 512,
+                  "Guidance-distilled: guidance is an input of the one transformer call per "
+                  "step. 12 billion parameters, with the 4.8B-parameter T5-XXL encoder."),
+    "flux-schnell": _spec("flux-schnell", "FLUX.1-schnell (Flux.1 [schnell])", False, 4, 0.0,
+                          256, "Timestep-distilled: 4 steps, no guidance."),
+}
+
+# Published parameter counts (CLIP-L and the T5-XXL encoder: the same towers as SD's and
+# PixArt's, PUBLISHED_PARAMETERS in presets.py). The transformer is published only as "12
+# billion parameters" (the FLUX.1-dev model card, black-forest-labs/FLUX.1-dev README.md): it
+# counts 11,901,408,320 on the meta device (11,891,178,560 for schnell, without the guidance
+# embedder); the VAE's count, 83,819,683, is counted from the hub's vae/config.json (no figure
+# is published). tests/test_flux.py pins all four.
+FLUX_PUBLISHED_PARAMETERS: dict[str, int] = {"text_encoder": 123_060_480,
+                                             "text_encoder_2": 4_762_310_656}
+
+# FLUX.1-dev on an H100 80GB, 1024x1024, 28 steps, batch 1, seconds: sayakpaul/diffusers-
+# torchao README.md (tables "Flux.1 Dev Benchmarks" and "Additional fp8dqrow results"), timed
+# by its inference/benchmark_image.py (5 warm-up calls, then the mean of
+# torch.utils.benchmark's blocked_autorange; torch.set_float32_matmul_precision("high")).
+# The rows with fuse=False and compile_vae=False, so that each step changes one thing, as the
+# course's Flux ladder does: its "+ compile" is channels_last + torch.compile(transformer,
+# mode="max-autotune", fullgraph=True); fp8 is quantize_(transformer, float8_dynamic_
+# activation_float8_weight()) on every linear of the transformer (quantize_'s default
+# filter), per tensor or with granularity=PerRow().
+FLUX_H100_SECONDS: dict[str, float] = {"bf16": 6.573, "+ compile": 4.209,
+                                       "+ fp8 dynamic": 3.243, "+ fp8 dynamic row": 3.039}
+# Its headline figure adds fused QKV projections and a compiled, fp8-quantized VAE decode.
+FLUX_H100_BEST = {"seconds": 2.966, "what": "fp8 dynamic row + compile, with fused QKV "
+                  "projections and the VAE decode compiled and fp8-quantized too"}
+FLUX_SOURCE = ("sayakpaul/diffusers-torchao README (H100 80GB, FLUX.1-dev, 1024x1024, 28 "
+               "steps, batch 1)")
+FLUX_H100_WHERE = ("the diffusers-torchao README's 'Flux.1 Dev Benchmarks' table (batch 1, "
+                   "fuse False, compile_vae False: None 6.573 s, compile 4.209 s, fp8dq + "
+                   "compile 3.243 s) and its 'Additional fp8dqrow results' (3.039 s without "
+                   "fusion or VAE compile; the 2.966 s headline has both)")
+# Compile time of FLUX.1-dev's transformer on an H100, default mode: the PyTorch devlog
+# "torch.compile and Diffusers: A Hands-On Guide to Peak Performance".
+FLUX_COMPILE_SECONDS: dict[str, float] = {"full": 67.4, "regional": 9.6}
