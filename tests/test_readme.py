@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -161,20 +162,77 @@ def _run(command: str, scratch: Path) -> subprocess.CompletedProcess:
 
 
 ALL = _once(readme_commands() + notebook_commands())
+CLI = [".venv/bin/python", "-m", "fastdiff_helpers"]
+
+
+def cli_run(command: str, monkeypatch) -> tuple[dict, str | None] | None:
+    """What a `.venv/bin/python -m fastdiff_helpers ...` line runs, as the CLI's own parser
+    reads it in smoke mode, weights="auto" resolved as the CLI resolves it here: (every
+    argument but --out, --out), or None for any other line."""
+    from fastdiff_helpers.models.pretrained import resolve_weights
+    from fastdiff_helpers.runs.cli import build_parser
+
+    words = shlex.split(command.split(" # ")[0])
+    while words and re.fullmatch(r"[A-Z_]+=\S+", words[0]):
+        words.pop(0)
+    if words[:3] != CLI:
+        return None
+    monkeypatch.setenv("FASTDIFF_SMOKE", "1")  # the defaults the line gets in _env
+    args = vars(build_parser().parse_args(words[3:]))
+    monkeypatch.undo()
+    if args.get("weights") == "auto":
+        args["weights"] = resolve_weights(args["model"], "auto", args.get("device") or "cpu",
+                                          verbose=False)
+    return args, args.pop("out", None)
+
+
+RAN: dict[str, tuple[str, str | None]] = {}  # a run's arguments -> (the line, its --out)
+
+
+def check_sd15_ladder(scratch: Path, out: str) -> None:
+    """The blog's whole ladder on the tiny SD1.5, every compiled step through inductor on the
+    CPU (the one policy: max-autotune without its CUDA graphs, said): the end-to-end run of the
+    ladder flow that test_bench.py's own full ladder used to repeat."""
+    from fastdiff_helpers.techniques.recipe import LADDER
+    from test_bench import check_ladder_folder
+
+    stored = check_ladder_folder(scratch / out, [name for name, _ in LADDER])
+    assert all(r.ok for r in stored), [r.error for r in stored]
+    compiled = [r for r in stored if r.recipe["compile"]]
+    ran = "max-autotune-no-cudagraphs"
+    assert compiled and all(r.recipe["compile"] == ran for r in compiled)
+    assert all(any(f"ran compile='{ran}'" in n for n in r.notes) for r in compiled)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("where, command", ALL, ids=[f"{w}: {c[:60]}" for w, c in ALL])
-def test_every_command_runs_as_written(where, command, scratch):
+def test_every_command_runs_as_written(where, command, scratch, monkeypatch):
+    """Each line runs, once: a line whose run (its arguments, as the CLI reads them) is one
+    that an earlier line made, the same flow into another folder, takes that run's output
+    instead of computing it again."""
     import torch
 
     if _gpu_only(command) and not torch.cuda.is_available():
         pytest.skip(f"needs a CUDA GPU ({_gpu_only(command)})")
+    run = cli_run(command, monkeypatch)
+    key = repr(sorted(run[0].items())) if run else None
+    if key in RAN:
+        line, out = RAN[key]
+        if out and out != run[1]:  # the earlier run's output, where this line expects it
+            source, target = scratch / out, scratch / run[1]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            (shutil.copytree if source.is_dir() else shutil.copy)(source, target)
+        assert (scratch / (run[1] or out or ".")).exists(), (line, command)
+        return
     done = _run(command, scratch)
     assert done.returncode == 0, (where, command, done.stdout[-2000:], done.stderr[-3000:])
+    if key:
+        RAN[key] = (command, run[1])
     if command.startswith("make demo"):
         assert "-m fastdiff_helpers demo" in done.stdout
         assert [c for _, c in readme_commands() if "fastdiff_helpers demo" in c]
+    if run and run[0]["command"] == "ladder" and run[0]["model"] == "sd15":
+        check_sd15_ladder(scratch, run[1])
 
 
 @pytest.mark.slow
