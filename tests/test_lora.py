@@ -34,6 +34,8 @@ def loras(tmp_path_factory):
         "other": fdh.make_lora_file(pipe, root / "other", rank=2, targets=("proj_in",), seed=4),
         "big": fdh.make_lora_file(pipe, root / "big", rank=16, seed=5),
         "text": fdh.make_lora_file(pipe, root / "text", rank=2, seed=6, text_encoder=True),
+        "mixed": fdh.make_lora_file(pipe, root / "mixed", rank=4, seed=7,
+                                    rank_pattern={"to_q": 2}),
     }
 
 
@@ -60,6 +62,12 @@ def test_lora_file_is_what_was_asked(loras):
     assert fdh.lora_file_info(loras["subset"])["layers"] == [n for n in expected
                                                             if n.endswith("to_q")]
     assert fdh.lora_file_info(loras["text"])["text_encoder"]
+    # mixed ranks: peft's rank_pattern, every to_q at rank 2, the rest at 4
+    from safetensors import safe_open
+    with safe_open(str(fdh.resolve_lora(loras["mixed"])), framework="pt") as f:
+        ranks = {k: f.get_slice(k).get_shape()[0] for k in f.keys() if ".lora.down." in k}
+    assert {r for k, r in ranks.items() if ".to_q." in k} == {2}
+    assert {r for k, r in ranks.items() if ".to_q." not in k} == {4}
 
 
 def test_a_lora_for_the_full_size_unet_costs_no_model_memory(tmp_path):
@@ -106,7 +114,7 @@ def test_uncompiled_hotswap_gives_each_loras_image(loras, references):
 
 @pytest.mark.parametrize("name, match", [
     ("other", "layer"), ("big", "rank 16, above the target rank 8"),
-    ("text", "text-encoder")])
+    ("text", "text-encoder"), ("mixed", "config differs .* alpha_pattern")])
 def test_what_breaks_a_hotswap_is_refused_before_loading(loras, name, match):
     pipe = fresh()
     fdh.enable_lora_hotswap(pipe, target_rank=8)
@@ -128,11 +136,11 @@ def _plain_with_a(loras):
 
 
 def test_the_refusals_match_what_the_libraries_do(loras):
-    """Without the helper's check, peft and diffusers fail (other layers, a text encoder) or
-    change the tensors' shapes (a rank above the target), which a compiled graph cannot keep.
-    A failed hot-swap of other layers also deletes the loaded adapter
-    (diffusers/loaders/peft.py, load_lora_adapter's except branch): why the helper checks
-    before loading."""
+    """Without the helper's check, peft and diffusers fail (other layers, a text encoder, a
+    config with other per-layer alphas) or change the tensors' shapes (a rank above the
+    target), which a compiled graph cannot keep. A failed hot-swap of other layers or of
+    another config also deletes the loaded adapter (diffusers/loaders/peft.py:356-366,
+    load_lora_adapter's except branch): why the helper checks before loading."""
     pipe = _plain_with_a(loras)
     with pytest.raises(RuntimeError, match="unexpected keys"):
         pipe.load_lora_weights(str(loras["other"]), adapter_name="default", hotswap=True)
@@ -140,6 +148,11 @@ def test_the_refusals_match_what_the_libraries_do(loras):
     with pytest.raises(ValueError, match="text encoders"):
         _plain_with_a(loras).load_lora_weights(str(loras["text"]), adapter_name="default",
                                                hotswap=True)
+    pipe = _plain_with_a(loras)  # mixed ranks: another alpha_pattern (peft/utils/hotswap.py:622)
+    with pytest.raises(ValueError, match="Configs are incompatible: for alpha_pattern"):
+        pipe.load_lora_weights(str(loras["mixed"]), adapter_name="default", hotswap=True)
+    assert "default" not in pipe.unet.peft_config
+    assert not [k for k in pipe.unet.state_dict() if "lora_" in k]  # no LoRA left at all
     pipe = _plain_with_a(loras)
     to_q = pipe.unet.down_blocks[1].attentions[0].transformer_blocks[0].attn1.to_q
     pipe.load_lora_weights(str(loras["big"]), adapter_name="default", hotswap=True)

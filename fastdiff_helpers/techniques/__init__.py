@@ -16,7 +16,8 @@ to compose them. Introduced in 01_baseline.ipynb (apply) and one notebook per te
     step_cache     a step cache (DeepCache-style for UNets, a block cache for PixArt)
     cache_paths    the denoiser cut in two for it: the full and the cached path
     guidance       classifier-free guidance stopped after a share of the steps
-    lora           LoRA files made in code, loaded, hot-swapped on a compiled pipeline, fused
+    lora_files     LoRA files made in code, found, read from their header
+    lora           LoRAs loaded, hot-swapped on a compiled pipeline (checked first), fused
     memory_savers  the offloads, VAE slicing and tiling, the text encoders dropped after
                    encoding
 
