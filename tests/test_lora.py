@@ -3,6 +3,8 @@
 LoRA files are made with peft and saved by diffusers' own save_lora_weights, then loaded back
 through load_lora_weights, as a user's file would be."""
 
+import statistics
+
 import numpy as np
 import pytest
 import torch
@@ -110,6 +112,27 @@ def test_uncompiled_hotswap_gives_each_loras_image(loras, references):
     for name in ("B", "A"):
         fdh.load_lora(pipe, loras[name], hotswap=True)
         assert np.abs(image(pipe) - references[name]).max() < 2e-5
+
+
+def test_swap_report_times_each_lora_until_steady_and_says_how_sure(loras, references):
+    """lora_swap_report times the first call after each switch alone, then enough calls for
+    a steady median (timing.until_steady, as fdh.benchmark), quoted with its +- (it timed one
+    call each before). Uncompiled hot-swaps: nothing compiles, each image is its LoRA's."""
+    from fastdiff_helpers.measure.timing import uncertainty
+
+    pipe = fresh()
+    fdh.enable_lora_hotswap(pipe, target_rank=8)
+    fdh.load_lora(pipe, loras["A"])
+    report = fdh.lora_swap_report(pipe, [loras["B"], loras["A"]], runs=3, max_runs=5)
+    for row, name in zip(report["rows"], ("A", "B", "A")):
+        assert 3 <= len(row["samples"]) <= 5 and row["first_call_s"] > 0
+        assert row["seconds"] == statistics.median(row["samples"])
+        assert row["uncertainty"] == uncertainty(row["samples"]) is not None
+        assert row["later_frames_compiled"] == row["frames_compiled"] == 0
+        assert np.abs(row["image"] - references[name]).max() < 2e-5, name
+    assert not report["recompiled"]
+    with pytest.raises(FastdiffError, match="max_runs"):
+        fdh.lora_swap_report(pipe, [loras["B"]], runs=3, max_runs=2)
 
 
 @pytest.mark.parametrize("name, match", [
