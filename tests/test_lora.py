@@ -232,3 +232,43 @@ def test_without_hotswap_the_same_switch_recompiles(loras, references):
     assert report["rows"][1]["reasons"]                      # dynamo says why
     for row, name in zip(report["rows"], ("A", "B", "A")):
         assert np.abs(row["image"] - references[name]).max() <= COMPILED_TOL, name
+
+
+def test_08_exercises_on_one_compiled_transformer_block(loras):
+    """08's exercises 1 and 3, tried on one transformer block of the tiny SDXL UNet compiled
+    by dynamo alone (backend="eager": the guards are dynamo's whatever the backend). 1: a LoRA
+    on a subset of the layers hot-swaps in without a recompile and zeroes the other layers'
+    LoRA tensors (peft/utils/hotswap.py:504). 3: fusing recompiles, on peft's merged_adapters
+    (tuners_utils.py, `merged`), which its LoRA layer checks in forward."""
+    from fastdiff_helpers.measure.compile_events import recompile_reasons, snapshot
+
+    torch._dynamo.reset()
+    pipe = fresh()
+    fdh.enable_lora_hotswap(pipe, target_rank=8)
+    fdh.load_lora(pipe, loras["A"])
+    block = pipe.unet.down_blocks[1].attentions[0].transformer_blocks[0]
+    block.compile(backend="eager", fullgraph=True)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 16, block.attn1.to_q.in_features, generator=generator)
+    context = torch.randn(1, 8, block.attn2.to_k.in_features, generator=generator)
+
+    def frames_after_a_call():
+        before = snapshot().frames
+        with torch.no_grad():
+            block(x, encoder_hidden_states=context)
+        return snapshot().frames - before
+
+    assert frames_after_a_call() == 1  # the compile
+    fdh.load_lora(pipe, loras["subset"], hotswap=True)
+    assert frames_after_a_call() == 0
+    attn = block.attn1
+    for name in ("to_k", "to_v"):
+        layer = getattr(attn, name)
+        assert not layer.lora_A["default"].weight.any() and not layer.lora_B["default"].weight.any()
+    assert not attn.to_out[0].lora_B["default"].weight.any()
+    assert attn.to_q.lora_A["default"].weight.any()
+    seen = {k: len(v) for k, v in recompile_reasons().items()}
+    fdh.fuse_lora(pipe)
+    assert frames_after_a_call() == 1
+    new = [r for k, v in recompile_reasons().items() for r in v[seen.get(k, 0):]]
+    assert any("merged_adapters" in r for r in new), new
