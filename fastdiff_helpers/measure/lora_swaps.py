@@ -139,7 +139,7 @@ def lora_swap_report(pipe, loras: Sequence[Any], hotswap: bool = True, steps: in
 
 def _line(row: dict[str, Any]) -> str:
     u = row["uncertainty"]
-    return (f"{row['lora']:>16} ({row['how']:13}) compiled {row['frames_compiled']} frame(s) in "
+    return (f"{row['lora']:>16} {'(' + row['how'] + ')':15} compiled {row['frames_compiled']} frame(s) in "
             f"{row['compile_s']:.1f} s, {row['cuda_graphs_recorded']} CUDA graph(s) recorded; "
             f"first call {row['first_call_s']:.2f} s (one call), then {row['seconds']:.3f} s "
             + (f"+-{u:.0%}" if u is not None else "(one run: no +-)")

@@ -78,17 +78,28 @@ def _new_lora_config(pipe, path: Path):
 def _check_configs(pipe, info: dict[str, Any], adapter_name: str) -> None:
     """peft's own hot-swap check (check_hotswap_configs_compatible, peft/utils/hotswap.py:587),
     run before loading instead of inside diffusers' try block."""
-    from peft.utils.hotswap import check_hotswap_configs_compatible
+    from peft.utils.hotswap import CONFIG_KEYS_TO_CHECK, check_hotswap_configs_compatible
 
     loaded = getattr(get_denoiser(pipe), "peft_config", {}).get(adapter_name)
     if loaded is None:
         return  # no such adapter: diffusers says so itself before touching anything (peft.py:219)
+    new = _new_lora_config(pipe, Path(info["path"]))
     try:
-        check_hotswap_configs_compatible(loaded, _new_lora_config(pipe, Path(info["path"])))
+        check_hotswap_configs_compatible(loaded, new)
     except ValueError as err:
-        raise FastdiffError(f"{info['path']}: its LoRA config differs from the loaded one's "
-                            f"({str(err)[:300]}), which a hot-swap cannot change (the compiled "
-                            "scales keep the first LoRA's alphas). Load it with hotswap=False "
+        def said(value) -> str:  # alpha_pattern can name hundreds of layers
+            if isinstance(value, dict) and value:
+                return f"{len(value)} per-layer value(s), e.g. {next(iter(value.items()))}"
+            return repr(value)
+
+        keys = CONFIG_KEYS_TO_CHECK.get(loaded.peft_type, [])
+        a, b = loaded.to_dict(), new.to_dict()
+        diff = "; ".join(f"{key}: {said(a.get(key))} loaded, {said(b.get(key))} in this file"
+                         for key in keys if a.get(key) != b.get(key)) or str(err)[:200]
+        raise FastdiffError(f"{info['path']}: its LoRA config differs from the loaded one's in "
+                            f"what peft's hot-swap check compares ({diff}), which a hot-swap "
+                            "cannot change (the compiled scales keep the first LoRA's alphas; "
+                            "mixed ranks give per-layer alphas). Load it with hotswap=False "
                             "(the compiled pipeline recompiles), or use LoRAs with the same "
                             "per-layer ranks and alphas.") from None
 
