@@ -128,6 +128,7 @@ def test_swap_report_times_each_lora_until_steady_and_says_how_sure(loras, refer
         assert 3 <= len(row["samples"]) <= 5 and row["first_call_s"] > 0
         assert row["seconds"] == statistics.median(row["samples"])
         assert row["uncertainty"] == uncertainty(row["samples"]) is not None
+        assert row["timing"].startswith(f"{row['seconds']:.3f} s +-{row['uncertainty']:.0%} ")
         assert row["later_frames_compiled"] == row["frames_compiled"] == 0
         assert np.abs(row["image"] - references[name]).max() < 2e-5, name
     assert not report["recompiled"]

@@ -100,6 +100,8 @@ def test_timings_and_speedups_are_quoted_with_their_uncertainty():
     assert table[2].split()[1:3] == ["3.10", "+-229%"] and table[3].split()[1:3] == ["0.500", "+-4%"]
     assert fdh.timing_text(steady) == "0.500 s +-4% (median of 5)"
     assert fdh.timing_text(result("x", [1.0])) == "1.00 s (one run: no +-)"
+    assert fdh.timing_text(result("x", [1.0, 1.0])) == ("1.00 s +-0% (median of 2, an "
+                                                       "interval of 50% only)")
     # 3.10 / 0.50; the range: 2.57 / 0.52 to 10.21 / 0.49 (each median's (min, max) at 5 runs)
     assert fdh.speedup_text(busy, steady) == "6.20x (4.94-20.84x, from the medians' intervals)"
     assert fdh.speedup_text(busy, result("x", [1.0])).endswith("(one run on a side: no range)")

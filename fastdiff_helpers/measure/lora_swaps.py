@@ -20,6 +20,7 @@ from ..techniques._state import applied
 from ..techniques.lora import LORA_FILE, load_lora, lora_file_info, unload_lora
 from .bench import time_call
 from .compile_events import events_between, recompile_reasons, snapshot
+from .record import median_interval
 from .timing import steady_note, uncertainty, until_steady
 
 __all__ = ["lora_swap_report", "count_cuda_graph_recordings"]
@@ -67,7 +68,8 @@ def lora_swap_report(pipe, loras: Sequence[Any], hotswap: bool = True, steps: in
     switch costs the next image, a compile included), `warmup` untimed calls, then `runs` timed
     calls and more, up to `max_runs` (default 4 x runs), until their median is known within
     +-5 % (timing.until_steady, as fdh.benchmark): `seconds` (the median), `uncertainty` (its
-    +- as a share), `samples`. Every call synchronises on a GPU (fdh.time_call).
+    +- as a share), `samples`, and `timing`, the median as text with its +-. Every call
+    synchronises on a GPU (fdh.time_call).
 
     Returns {"rows": [...], "recompiled": bool, "cuda_graphs_rerecorded": bool}: one row per
     LoRA with how it got there, dynamo's frames compiled and compile seconds and the CUDA graphs
@@ -122,7 +124,8 @@ def lora_swap_report(pipe, loras: Sequence[Any], hotswap: bool = True, steps: in
                      "later_frames_compiled": later["frames"],
                      "later_cuda_graphs_recorded": graphs[0] - first_graphs,
                      "first_call_s": first, "seconds": statistics.median(samples),
-                     "uncertainty": uncertainty(samples), "samples": samples, "notes": notes,
+                     "uncertainty": uncertainty(samples), "samples": samples,
+                     "timing": _timing(samples), "notes": notes,
                      "reasons": reasons, "image": image,
                      "pil": pipe.numpy_to_pil(image[None])[0]})
         if verbose:
@@ -137,12 +140,19 @@ def lora_swap_report(pipe, loras: Sequence[Any], hotswap: bool = True, steps: in
     return report
 
 
+def _timing(samples: list[float]) -> str:
+    """'0.066 s +-3% (median of 5)', the interval's coverage said where below 90 %."""
+    median, u = statistics.median(samples), uncertainty(samples)
+    if u is None:
+        return f"{median:.3f} s (one run: no +-)"
+    coverage = median_interval(samples)[2]
+    sure = "" if coverage >= 0.9 else f", an interval of {coverage:.0%} only"
+    return f"{median:.3f} s +-{u:.0%} (median of {len(samples)}{sure})"
+
+
 def _line(row: dict[str, Any]) -> str:
-    u = row["uncertainty"]
     return (f"{row['lora']:>16} {'(' + row['how'] + ')':15} compiled {row['frames_compiled']} frame(s) in "
             f"{row['compile_s']:.1f} s, {row['cuda_graphs_recorded']} CUDA graph(s) recorded; "
-            f"first call {row['first_call_s']:.2f} s (one call), then {row['seconds']:.3f} s "
-            + (f"+-{u:.0%}" if u is not None else "(one run: no +-)")
-            + f" (median of {len(row['samples'])})"
+            f"first call {row['first_call_s']:.2f} s (one call), then {row['timing']}"
             + "".join(f"\n    - {r}" for r in row["reasons"][:2])
             + "".join(f"\n    note: {n}" for n in row["notes"]))

@@ -23,12 +23,16 @@ def uncertainty_text(result) -> str:
 
 
 def timing_text(result) -> str:
-    """'0.123 s +-4% (median of 5)': a Result's median with how far it may be off; one run
-    says so. Introduced in 06_cold_start.ipynb."""
+    """'0.123 s +-4% (median of 5)': a Result's median with how far it may be off, and the
+    coverage of that interval where it is below 90 % (2 runs: 50 %); one run says so.
+    Introduced in 06_cold_start.ipynb."""
     n = len(getattr(result, "latency_samples", None) or [])
     u = uncertainty_text(result)
-    return (f"{seconds_text(result.latency_s)} s "
-            + (f"{u} (median of {n})" if u != "-" else "(one run: no +-)"))
+    if u == "-":
+        return f"{seconds_text(result.latency_s)} s (one run: no +-)"
+    coverage = result.latency_interval_s[2]
+    sure = "" if coverage >= 0.9 else f", an interval of {coverage:.0%} only"
+    return f"{seconds_text(result.latency_s)} s {u} (median of {n}{sure})"
 
 
 def speedup_text(before, after) -> str:
