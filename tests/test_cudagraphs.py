@@ -67,3 +67,50 @@ def test_a_skip_is_counted_with_the_reason_torch_logs():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU answer")
 def test_no_manager_is_created_where_there_is_no_gpu():
     assert cudagraphs._manager(0) is None
+
+
+def _frames_and_reasons(call):
+    from fastdiff_helpers.measure.compile_events import events_between, snapshot
+
+    seen = {k: len(v) for k, v in fdh.recompile_reasons().items()}
+    before = snapshot()
+    call()
+    reasons = [r for k, v in fdh.recompile_reasons().items() for r in v[seen.get(k, 0):]]
+    return events_between(before, snapshot())["frames"], reasons
+
+
+def test_a_parameter_copy_with_requires_grad_flipped_recompiles_and_so_does_a_lora(tmp_path):
+    """07's re-record cell and tests/gpu's re-record test swap a weight for a copy. The
+    pipelines hold their parameters with requires_grad=True, and dynamo guards each
+    parameter's requires_grad: a copy made with requires_grad=False recompiles ("requires_grad
+    mismatch"), a new capture under a new compiled function, not a re-record. A copy with the
+    same requires_grad compiles nothing: on a GPU only its new address re-records the graph.
+    Loading a LoRA (07, 08) wraps the targeted layers in peft's LoRA layers, new modules: the
+    guards fail and the next call compiles again. One transformer block of the tiny SD1.5's
+    UNet, compiled by dynamo alone (backend="eager": the guards and recompiles are dynamo's,
+    whatever the backend), keeps this to seconds."""
+    torch._dynamo.reset()
+    pipe = tiny()
+    assert all(p.requires_grad for p in pipe.unet.parameters())
+    block = pipe.unet.down_blocks[0].attentions[0].transformer_blocks[0]
+    block.compile(backend="eager", fullgraph=True)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 16, block.attn1.to_q.in_features, generator=generator)
+    context = torch.randn(1, 8, block.attn2.to_k.in_features, generator=generator)
+
+    def call():
+        with torch.no_grad():  # as the pipelines call it
+            block(x, encoder_hidden_states=context)
+
+    call()  # the compile
+    to_q = block.attn1.to_q
+    to_q.weight = torch.nn.Parameter(to_q.weight.detach().clone(),
+                                     requires_grad=to_q.weight.requires_grad)
+    assert _frames_and_reasons(call) == (0, [])
+    to_q.weight = torch.nn.Parameter(to_q.weight.detach().clone(), requires_grad=False)
+    frames, reasons = _frames_and_reasons(call)
+    assert frames == 1 and any("requires_grad mismatch" in r for r in reasons), reasons
+    fdh.load_lora(pipe, fdh.make_lora_file(pipe, tmp_path / "lora", rank=2))
+    assert type(block.attn1.to_q).__module__.startswith("peft")  # wrapped by peft
+    frames, reasons = _frames_and_reasons(call)
+    assert frames == 1 and reasons, reasons

@@ -3,6 +3,8 @@
 LoRA files are made with peft and saved by diffusers' own save_lora_weights, then loaded back
 through load_lora_weights, as a user's file would be."""
 
+import statistics
+
 import numpy as np
 import pytest
 import torch
@@ -34,6 +36,8 @@ def loras(tmp_path_factory):
         "other": fdh.make_lora_file(pipe, root / "other", rank=2, targets=("proj_in",), seed=4),
         "big": fdh.make_lora_file(pipe, root / "big", rank=16, seed=5),
         "text": fdh.make_lora_file(pipe, root / "text", rank=2, seed=6, text_encoder=True),
+        "mixed": fdh.make_lora_file(pipe, root / "mixed", rank=4, seed=7,
+                                    rank_pattern={"to_q": 2}),
     }
 
 
@@ -60,6 +64,12 @@ def test_lora_file_is_what_was_asked(loras):
     assert fdh.lora_file_info(loras["subset"])["layers"] == [n for n in expected
                                                             if n.endswith("to_q")]
     assert fdh.lora_file_info(loras["text"])["text_encoder"]
+    # mixed ranks: peft's rank_pattern, every to_q at rank 2, the rest at 4
+    from safetensors import safe_open
+    with safe_open(str(fdh.resolve_lora(loras["mixed"])), framework="pt") as f:
+        ranks = {k: f.get_slice(k).get_shape()[0] for k in f.keys() if ".lora.down." in k}
+    assert {r for k, r in ranks.items() if ".to_q." in k} == {2}
+    assert {r for k, r in ranks.items() if ".to_q." not in k} == {4}
 
 
 def test_a_lora_for_the_full_size_unet_costs_no_model_memory(tmp_path):
@@ -104,9 +114,31 @@ def test_uncompiled_hotswap_gives_each_loras_image(loras, references):
         assert np.abs(image(pipe) - references[name]).max() < 2e-5
 
 
+def test_swap_report_times_each_lora_until_steady_and_says_how_sure(loras, references):
+    """lora_swap_report times the first call after each switch alone, then enough calls for
+    a steady median (timing.until_steady, as fdh.benchmark), quoted with its +- (it timed one
+    call each before). Uncompiled hot-swaps: nothing compiles, each image is its LoRA's."""
+    from fastdiff_helpers.measure.timing import uncertainty
+
+    pipe = fresh()
+    fdh.enable_lora_hotswap(pipe, target_rank=8)
+    fdh.load_lora(pipe, loras["A"])
+    report = fdh.lora_swap_report(pipe, [loras["B"], loras["A"]], runs=3, max_runs=5)
+    for row, name in zip(report["rows"], ("A", "B", "A")):
+        assert 3 <= len(row["samples"]) <= 5 and row["first_call_s"] > 0
+        assert row["seconds"] == statistics.median(row["samples"])
+        assert row["uncertainty"] == uncertainty(row["samples"]) is not None
+        assert row["timing"].startswith(f"{row['seconds']:.3f} s +-{row['uncertainty']:.0%} ")
+        assert row["later_frames_compiled"] == row["frames_compiled"] == 0
+        assert np.abs(row["image"] - references[name]).max() < 2e-5, name
+    assert not report["recompiled"]
+    with pytest.raises(FastdiffError, match="max_runs"):
+        fdh.lora_swap_report(pipe, [loras["B"]], runs=3, max_runs=2)
+
+
 @pytest.mark.parametrize("name, match", [
     ("other", "layer"), ("big", "rank 16, above the target rank 8"),
-    ("text", "text-encoder")])
+    ("text", "text-encoder"), ("mixed", r"config differs .*alpha_pattern: \{\} loaded, 16 per-layer value")])
 def test_what_breaks_a_hotswap_is_refused_before_loading(loras, name, match):
     pipe = fresh()
     fdh.enable_lora_hotswap(pipe, target_rank=8)
@@ -128,11 +160,11 @@ def _plain_with_a(loras):
 
 
 def test_the_refusals_match_what_the_libraries_do(loras):
-    """Without the helper's check, peft and diffusers fail (other layers, a text encoder) or
-    change the tensors' shapes (a rank above the target), which a compiled graph cannot keep.
-    A failed hot-swap of other layers also deletes the loaded adapter
-    (diffusers/loaders/peft.py, load_lora_adapter's except branch): why the helper checks
-    before loading."""
+    """Without the helper's check, peft and diffusers fail (other layers, a text encoder, a
+    config with other per-layer alphas) or change the tensors' shapes (a rank above the
+    target), which a compiled graph cannot keep. A failed hot-swap of other layers or of
+    another config also deletes the loaded adapter (diffusers/loaders/peft.py:356-366,
+    load_lora_adapter's except branch): why the helper checks before loading."""
     pipe = _plain_with_a(loras)
     with pytest.raises(RuntimeError, match="unexpected keys"):
         pipe.load_lora_weights(str(loras["other"]), adapter_name="default", hotswap=True)
@@ -140,6 +172,11 @@ def test_the_refusals_match_what_the_libraries_do(loras):
     with pytest.raises(ValueError, match="text encoders"):
         _plain_with_a(loras).load_lora_weights(str(loras["text"]), adapter_name="default",
                                                hotswap=True)
+    pipe = _plain_with_a(loras)  # mixed ranks: another alpha_pattern (peft/utils/hotswap.py:622)
+    with pytest.raises(ValueError, match="Configs are incompatible: for alpha_pattern"):
+        pipe.load_lora_weights(str(loras["mixed"]), adapter_name="default", hotswap=True)
+    assert "default" not in pipe.unet.peft_config
+    assert not [k for k in pipe.unet.state_dict() if "lora_" in k]  # no LoRA left at all
     pipe = _plain_with_a(loras)
     to_q = pipe.unet.down_blocks[1].attentions[0].transformer_blocks[0].attn1.to_q
     pipe.load_lora_weights(str(loras["big"]), adapter_name="default", hotswap=True)
@@ -196,3 +233,43 @@ def test_without_hotswap_the_same_switch_recompiles(loras, references):
     assert report["rows"][1]["reasons"]                      # dynamo says why
     for row, name in zip(report["rows"], ("A", "B", "A")):
         assert np.abs(row["image"] - references[name]).max() <= COMPILED_TOL, name
+
+
+def test_08_exercises_on_one_compiled_transformer_block(loras):
+    """08's exercises 1 and 3, tried on one transformer block of the tiny SDXL UNet compiled
+    by dynamo alone (backend="eager": the guards are dynamo's whatever the backend). 1: a LoRA
+    on a subset of the layers hot-swaps in without a recompile and zeroes the other layers'
+    LoRA tensors (peft/utils/hotswap.py:504). 3: fusing recompiles, on peft's merged_adapters
+    (tuners_utils.py, `merged`), which its LoRA layer checks in forward."""
+    from fastdiff_helpers.measure.compile_events import recompile_reasons, snapshot
+
+    torch._dynamo.reset()
+    pipe = fresh()
+    fdh.enable_lora_hotswap(pipe, target_rank=8)
+    fdh.load_lora(pipe, loras["A"])
+    block = pipe.unet.down_blocks[1].attentions[0].transformer_blocks[0]
+    block.compile(backend="eager", fullgraph=True)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 16, block.attn1.to_q.in_features, generator=generator)
+    context = torch.randn(1, 8, block.attn2.to_k.in_features, generator=generator)
+
+    def frames_after_a_call():
+        before = snapshot().frames
+        with torch.no_grad():
+            block(x, encoder_hidden_states=context)
+        return snapshot().frames - before
+
+    assert frames_after_a_call() == 1  # the compile
+    fdh.load_lora(pipe, loras["subset"], hotswap=True)
+    assert frames_after_a_call() == 0
+    attn = block.attn1
+    for name in ("to_k", "to_v"):
+        layer = getattr(attn, name)
+        assert not layer.lora_A["default"].weight.any() and not layer.lora_B["default"].weight.any()
+    assert not attn.to_out[0].lora_B["default"].weight.any()
+    assert attn.to_q.lora_A["default"].weight.any()
+    seen = {k: len(v) for k, v in recompile_reasons().items()}
+    fdh.fuse_lora(pipe)
+    assert frames_after_a_call() == 1
+    new = [r for k, v in recompile_reasons().items() for r in v[seen.get(k, 0):]]
+    assert any("merged_adapters" in r for r in new), new

@@ -71,3 +71,37 @@ def test_playground_table_shows_the_flag():
     panel.rows = [busy]
     panel.baselines[("sdxl", "tiny", 64, 64, 30)] = busy
     assert "uncertain timing" in panel._table_html()
+
+
+def test_until_steady_adds_runs_until_the_median_is_known_then_stops():
+    """The loop fdh.benchmark and lora_swap_report time with (timing.until_steady): runs
+    calls, then one more at a time while the median's interval is wider than +-STEADY. Nine
+    samples of 1 s with one of 2 s settle at the ninth (x(2)..x(8), 96 %: both 1 s)."""
+    from fastdiff_helpers.measure.timing import steady_note, until_steady
+
+    script, added = iter([1.0, 2.0] + [1.0] * 20), []
+    samples = until_steady(lambda: next(script), runs=3, max_runs=12, before_more=added.append)
+    assert samples == [1.0, 2.0] + [1.0] * 7 and len(added) == 6
+    assert steady_note(samples, 3, 12).startswith("6 more timed run(s) than runs=3")
+    assert until_steady(lambda: 0.5, runs=3, max_runs=12) == [0.5] * 3  # steady at once
+    assert steady_note([0.5] * 3, 3, 12) is None
+    alternating = iter([1.0, 3.0] * 10)
+    capped = until_steady(lambda: next(alternating), runs=2, max_runs=6)
+    assert len(capped) == 6 and "still +-" in steady_note(capped, 2, 6)
+
+
+def test_timings_and_speedups_are_quoted_with_their_uncertainty():
+    """A median is printed with its +- (format_table's column, fdh.timing_text) and a speed-up
+    with the range the two medians' intervals allow (fdh.speedup_text), so a table or a
+    notebook line never quotes a bare time (issue 35)."""
+    busy, steady = result("fp32", BUSY), result("bf16", STEADY)
+    table = format_table([busy, steady]).splitlines()
+    assert table[0].split()[:3] == ["step", "seconds", "+-"]
+    assert table[2].split()[1:3] == ["3.10", "+-229%"] and table[3].split()[1:3] == ["0.500", "+-4%"]
+    assert fdh.timing_text(steady) == "0.500 s +-4% (median of 5)"
+    assert fdh.timing_text(result("x", [1.0])) == "1.00 s (one run: no +-)"
+    assert fdh.timing_text(result("x", [1.0, 1.0])) == ("1.00 s +-0% (median of 2, an "
+                                                       "interval of 50% only)")
+    # 3.10 / 0.50; the range: 2.57 / 0.52 to 10.21 / 0.49 (each median's (min, max) at 5 runs)
+    assert fdh.speedup_text(busy, steady) == "6.20x (4.94-20.84x, from the medians' intervals)"
+    assert fdh.speedup_text(busy, result("x", [1.0])).endswith("(one run on a side: no range)")

@@ -21,8 +21,9 @@ from .cudagraphs import cudagraph_report, cudagraph_snapshot
 from .env import device_name, env_report
 from .flops import count_flops
 from .quality import compare_images
-from .record import STEADY, Result
-from .timing import _peak_rss_bytes, _stage_marks, _ticking, profile_ops, progress_bar, uncertainty
+from .record import Result
+from .timing import (_peak_rss_bytes, _stage_marks, _ticking, profile_ops, progress_bar,
+                     steady_note, until_steady)
 
 __all__ = ["benchmark", "time_call", "synchronize", "naive_time", "TunedNotMeasured"]
 
@@ -187,21 +188,23 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             bar.set_description("timing")
-            while len(samples) < max_runs:
-                if len(samples) >= runs:  # the runs asked for are done: steady yet?
-                    u = uncertainty(samples)
-                    if u is not None and u <= STEADY:
-                        break
-                    bar.total += 1
-                    bar.set_description("timing (median +-" + (f"{u:.0%}" if u is not None
-                                                                 else "?") + ": one more run)")
+
+            def one_more(u: float | None) -> None:
+                bar.total += 1
+                bar.set_description("timing (median +-" + (f"{u:.0%}" if u is not None
+                                                             else "?") + ": one more run)")
+
+            def timed_run() -> float:
+                nonlocal image
                 marks.reset()  # forget the marks of the untimed calls
                 (image, seconds), events = counted(lambda: time_call(call, device))
                 compiles["timed"].append(events["frames"])
-                samples.append(seconds)
                 for stage, value in marks.read().items():
                     stage_samples.setdefault(stage, []).append(value)
                 bar.update(1)
+                return seconds
+
+            samples = until_steady(timed_run, runs, max_runs, one_more)
         compiles["cudagraphs"] = cudagraph_report(pipe, since=graphs_before)
         ops = profile_ops(call, device) if profile else {}
     finally:
@@ -211,12 +214,8 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     if compiles["extra_warmup"]:
         notes.append(f"{compiles['extra_warmup']} extra warm-up call(s): the call before still "
                      "compiled" + (f" (stopped at {MAX_EXTRA_WARMUP})" if compiled(last) else ""))
-    if len(samples) > runs:
-        u = uncertainty(samples)
-        notes.append(f"{len(samples) - runs} more timed run(s) than runs={runs} to settle the "
-                     "median" + ("" if u is not None and u <= STEADY else
-                                 f"; still +-{u:.0%} at max_runs={max_runs} (a busy machine, or "
-                                 "a call whose time varies)"))
+    if (settled := steady_note(samples, runs, max_runs)) is not None:
+        notes.append(settled)
     if any(compiles["timed"]):
         notes.append(f"COMPILED DURING TIMING: timed calls compiled {compiles['timed']} frame(s); "
                      "these samples include compilation (see recompile_reasons())")

@@ -15,7 +15,10 @@ Read from torch's own records (torch 2.13):
 - skips: counters["inductor"]["cudagraph_skips"], and the reason torch logs with each
   (cudagraph_utils.log_cudagraph_skip_and_bump_counter, on the "cudagraphs" artifact logger).
 The trees and the counters are process-wide (every compiled function on the device), so a
-report over a call is the difference between two snapshots, as for the compile events.
+report over a call is the difference between two snapshots, as for the compile events. With
+graph partitioning (torch._inductor.config.graph_partition, on by default) each partition of a
+compiled graph is cudagraphified as a function of its own (output_code.py:294-383): a call of a
+denoiser cut into partitions counts one capture, and later one replay, per partition.
 """
 
 from __future__ import annotations

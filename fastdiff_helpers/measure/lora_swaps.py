@@ -1,24 +1,27 @@
 """What switching LoRAs costs a compiled pipeline: dynamo recompiles, CUDA-graph recordings and
-seconds, call by call, with diffusers' hot-swap or without it.
+seconds, LoRA by LoRA, with diffusers' hot-swap or without it: the first call after each switch
+(what the switch costs), then steady calls timed as fdh.benchmark times them.
 
 Introduced in 08_lora_hotswap.ipynb."""
 
 from __future__ import annotations
 
 import contextlib
-import time
+import statistics
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
-import torch
 
+from ..checks import arg, whole
 from ..errors import FastdiffError
-from ..checks import arg
-from ..models.loading import call_kwargs
+from ..models.loading import call_kwargs, pipeline_device
 from ..techniques._state import applied
 from ..techniques.lora import LORA_FILE, load_lora, lora_file_info, unload_lora
+from .bench import time_call
 from .compile_events import events_between, recompile_reasons, snapshot
+from .record import median_interval
+from .timing import steady_note, uncertainty, until_steady
 
 __all__ = ["lora_swap_report", "count_cuda_graph_recordings"]
 
@@ -52,7 +55,8 @@ def _call(pipe, steps: int, seed: int) -> np.ndarray:
 
 
 def lora_swap_report(pipe, loras: Sequence[Any], hotswap: bool = True, steps: int = 2,
-                     seed: int = 0, verbose: bool = True) -> dict[str, Any]:
+                     seed: int = 0, runs: int = 5, warmup: int = 1, max_runs: int | None = None,
+                     verbose: bool = True) -> dict[str, Any]:
     """Call the pipeline with the LoRA it has loaded (the first call of a compiled pipeline is
     its compile), then switch to each of `loras` in turn (each a folder, a file, a hub id or a
     (hub id, weight_name) pair: fdh.resolve_lora) and call again: with `hotswap=True` by
@@ -60,11 +64,19 @@ def lora_swap_report(pipe, loras: Sequence[Any], hotswap: bool = True, steps: in
     LoRA and loading the next one (what a user without hot-swap does). Every file is checked
     before the first call.
 
+    For each LoRA: the first call after the switch, timed alone (`first_call_s`: what the
+    switch costs the next image, a compile included), `warmup` untimed calls, then `runs` timed
+    calls and more, up to `max_runs` (default 4 x runs), until their median is known within
+    +-5 % (timing.until_steady, as fdh.benchmark): `seconds` (the median), `uncertainty` (its
+    +- as a share), `samples`, and `timing`, the median as text with its +-. Every call
+    synchronises on a GPU (fdh.time_call).
+
     Returns {"rows": [...], "recompiled": bool, "cuda_graphs_rerecorded": bool}: one row per
-    call with the LoRA, how it got there, dynamo's frames compiled and compile seconds, CUDA
-    graphs recorded (0 on a CPU), the call's seconds, the recompile reasons new since the call
-    before, and the image (float in [0, 1] as "image", 8-bit as "pil", as a pipeline returns it).
-    Introduced in 08_lora_hotswap.ipynb."""
+    LoRA with how it got there, dynamo's frames compiled and compile seconds and the CUDA graphs
+    recorded (0 on a CPU) in its first call, what the calls after it compiled or recorded
+    (0 when steady), the timings above, notes, the recompile reasons new since the LoRA before,
+    and the first call's image (float in [0, 1] as "image", 8-bit as "pil", as a pipeline
+    returns it). Introduced in 08_lora_hotswap.ipynb."""
     if "lora" not in applied(pipe):
         raise FastdiffError("No LoRA loaded: load the first one with fdh.load_lora(pipe, folder)"
                             " (after fdh.enable_lora_hotswap for hot-swaps), compile, then "
@@ -72,9 +84,16 @@ def lora_swap_report(pipe, loras: Sequence[Any], hotswap: bool = True, steps: in
     if isinstance(loras, (str, Path)) or not loras:
         raise FastdiffError(f"{arg('loras', loras)} cannot work: give a list of LoRAs to "
                             "switch to, e.g. [lora_b, lora_a].")
+    whole("runs", runs, 1)
+    whole("warmup", warmup, 0)
+    max_runs = whole("max_runs", max_runs, 1, none=True) or 4 * runs
+    if max_runs < runs:
+        raise FastdiffError(f"{arg('max_runs', max_runs)} is below {arg('runs', runs)}: give "
+                            "max_runs >= runs (or leave it out: 4 x runs).")
     files = [lora_file_info(lora)["path"] for lora in loras]  # each one readable, before a call
     plan = [(applied(pipe)["lora"]["path"], "loaded first", None)]
     plan += [(f, "hot-swap" if hotswap else "unload + load", f) for f in files]
+    device = pipeline_device(pipe)
     rows = []
     for name, how, folder in plan:
         if folder is not None:
@@ -82,25 +101,35 @@ def lora_swap_report(pipe, loras: Sequence[Any], hotswap: bool = True, steps: in
                 unload_lora(pipe)
             load_lora(pipe, folder, hotswap=hotswap)
         seen = {k: len(v) for k, v in recompile_reasons().items()}
-        before, start = snapshot(), time.perf_counter()
+        before = snapshot()
         with count_cuda_graph_recordings() as graphs:
-            image = _call(pipe, steps, seed)
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        seconds = time.perf_counter() - start
-        events = events_between(before, snapshot())
+            image, first = time_call(lambda: _call(pipe, steps, seed), device)
+            after_first, first_graphs = snapshot(), graphs[0]
+            first_events = events_between(before, after_first)
+            for _ in range(warmup):
+                _call(pipe, steps, seed)
+            samples = until_steady(lambda: time_call(lambda: _call(pipe, steps, seed),
+                                                     device)[1], runs, max_runs)
+        later = events_between(after_first, snapshot())
         reasons = [r for k, v in recompile_reasons().items() for r in v[seen.get(k, 0):]]
+        notes = [n for n in [steady_note(samples, runs, max_runs)] if n]
+        if later["frames"] or graphs[0] - first_graphs:
+            notes.append(f"the calls after the first compiled {later['frames']} frame(s) and "
+                         f"recorded {graphs[0] - first_graphs} CUDA graph(s): the timed ones "
+                         "may include that work")
         rows.append({"lora": Path(name).parent.name if Path(name).name == LORA_FILE
                      else Path(name).name,
-                     "how": how, "frames_compiled": events["frames"],
-                     "compile_s": events["compile_s"], "cuda_graphs_recorded": graphs[0],
-                     "seconds": seconds, "reasons": reasons, "image": image,
+                     "how": how, "frames_compiled": first_events["frames"],
+                     "compile_s": first_events["compile_s"], "cuda_graphs_recorded": first_graphs,
+                     "later_frames_compiled": later["frames"],
+                     "later_cuda_graphs_recorded": graphs[0] - first_graphs,
+                     "first_call_s": first, "seconds": statistics.median(samples),
+                     "uncertainty": uncertainty(samples), "samples": samples,
+                     "timing": _timing(samples), "notes": notes,
+                     "reasons": reasons, "image": image,
                      "pil": pipe.numpy_to_pil(image[None])[0]})
         if verbose:
-            row = rows[-1]
-            print(f"{row['lora']:>16} ({how:13}) compiled {row['frames_compiled']} frame(s) in "
-                  f"{row['compile_s']:.1f} s, {graphs[0]} CUDA graph(s) recorded, call "
-                  f"{seconds:.2f} s" + "".join(f"\n    - {r}" for r in reasons[:2]))
+            print(_line(rows[-1]))
     later = rows[1:]
     report = {"rows": rows, "recompiled": any(r["frames_compiled"] for r in later),
               "cuda_graphs_rerecorded": any(r["cuda_graphs_recorded"] for r in later)}
@@ -109,3 +138,21 @@ def lora_swap_report(pipe, loras: Sequence[Any], hotswap: bool = True, steps: in
                                     "compiled nothing") +
               (" and re-recorded CUDA graphs" if report["cuda_graphs_rerecorded"] else ""))
     return report
+
+
+def _timing(samples: list[float]) -> str:
+    """'0.066 s +-3% (median of 5)', the interval's coverage said where below 90 %."""
+    median, u = statistics.median(samples), uncertainty(samples)
+    if u is None:
+        return f"{median:.3f} s (one run: no +-)"
+    coverage = median_interval(samples)[2]
+    sure = "" if coverage >= 0.9 else f", an interval of {coverage:.0%} only"
+    return f"{median:.3f} s +-{u:.0%} (median of {len(samples)}{sure})"
+
+
+def _line(row: dict[str, Any]) -> str:
+    return (f"{row['lora']:>16} {'(' + row['how'] + ')':15} compiled {row['frames_compiled']} frame(s) in "
+            f"{row['compile_s']:.1f} s, {row['cuda_graphs_recorded']} CUDA graph(s) recorded; "
+            f"first call {row['first_call_s']:.2f} s (one call), then {row['timing']}"
+            + "".join(f"\n    - {r}" for r in row["reasons"][:2])
+            + "".join(f"\n    note: {n}" for n in row["notes"]))

@@ -19,7 +19,9 @@ __all__ = ["recompile_report"]
 
 def _swap_a_weight(pipe) -> str:
     """Replace one attention projection's weight with a LoRA-shaped update (W + B @ A, rank
-    4) as a new Parameter of the same shape, the way fusing a LoRA into the weights does."""
+    4) as a new Parameter of the same shape: a new tensor, as `module.weight = Parameter(...)`
+    makes. (peft's fuse_lora adds into the same tensor instead, in place:
+    peft/tuners/lora/layer.py:1008, `base_layer.weight.data += delta_weight`.)"""
     denoiser = get_denoiser(pipe)
     name, linear = next((n, m) for n, m in denoiser.named_modules()
                         if isinstance(m, torch.nn.Linear) and n.endswith(("to_q", "to_qkv")))

@@ -7,13 +7,14 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..measure.record import Result
-from .text import denoising_label, memory_text, psnr_text, seconds_text
+from .text import denoising_label, memory_text, psnr_text, seconds_text, uncertainty_text
 
 __all__ = ["format_table"]
 
 
 def format_table(results: Sequence[Result]) -> str:
-    """A text table of a ladder: step, median seconds, speed-up vs the first timed step (fp32
+    """A text table of a ladder: step, median seconds and how far it may be off (+-, from the
+    median's interval: Result.latency_uncertainty), speed-up vs the first timed step (fp32
     in a full ladder) and vs the previous one, peak memory (headed with its kind: CUDA
     allocated or process RSS; CUDA peak reserved, which counts CUDA-graph pools, beside it),
     PSNR vs the baseline, cold start, and a flags column where a result carries a warning
@@ -27,7 +28,7 @@ def format_table(results: Sequence[Result]) -> str:
               frozenset({"process_peak_rss"}): "peak RSS"}.get(frozenset(kinds), "peak memory")
     reserved = any(r.peak_reserved_bytes is not None for r in timed)
     flagged = any(r.flags for r in timed)
-    head = ("step", "seconds", f"vs {timed[0].step if timed else 'first'}", "vs prev",
+    head = ("step", "seconds", "+-", f"vs {timed[0].step if timed else 'first'}", "vs prev",
             memory, *(("peak reserved",) if reserved else ()), "PSNR vs base", "cold start",
             *(("flags",) if flagged else ()))
     rows, first, prev = [], None, None
@@ -38,7 +39,8 @@ def format_table(results: Sequence[Result]) -> str:
             rows.append((step, f"FAILED: {message}"))
             continue
         first = first or r.latency_s
-        rows.append((step, seconds_text(r.latency_s), f"{first / r.latency_s:.2f}x",
+        rows.append((step, seconds_text(r.latency_s), uncertainty_text(r),
+                     f"{first / r.latency_s:.2f}x",
                      f"{prev / r.latency_s:.2f}x" if prev else "-",
                      memory_text(r.peak_memory_bytes),
                      *((memory_text(r.peak_reserved_bytes),) if reserved else ()), psnr_text(r.quality),

@@ -17,7 +17,8 @@ to compose them. Introduced in 01_baseline.ipynb (apply) and one notebook per te
     cache_paths    the denoiser cut in two for it: the full and the cached path (+
                    cache_paths_flux, Flux's double- and single-stream blocks)
     guidance       classifier-free guidance stopped after a share of the steps
-    lora           LoRA files made in code, loaded, hot-swapped on a compiled pipeline, fused
+    lora_files     LoRA files made in code, found, read from their header
+    lora           LoRAs loaded, hot-swapped on a compiled pipeline (checked first), fused
     memory_savers  the offloads, VAE slicing and tiling, the text encoders dropped after
                    encoding
     flux           Flux.1: what does not apply to it and why, its filter, its attention

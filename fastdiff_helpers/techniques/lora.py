@@ -1,167 +1,35 @@
-"""LoRAs on a compiled pipeline: a LoRA file made in code (peft), loading it, hot-swapping
-another one in place without recompiling, fusing it into the weights.
+"""LoRAs on a compiled pipeline: loading one, hot-swapping another one in place without
+recompiling, fusing it into the weights (the files themselves: lora_files.py).
 
 diffusers' hot-swap (0.33+, PR 9453; diffusers/loaders/peft.py, load_lora_adapter): after
 `pipe.enable_lora_hotswap(target_rank=R)` the first LoRA loaded is padded to rank R and its
 scale becomes a tensor (peft/utils/hotswap.py, prepare_model_for_compiled_hotswap), so a later
 `load_lora_weights(..., hotswap=True)` copies new weights into the same tensors: the compiled
 graph and its guards see nothing change. What breaks it, checked here before any work:
-a LoRA that targets layers the first one did not (peft raises "unexpected keys"), a rank above
-R (peft swaps the tensors for larger ones: the shapes change), text-encoder LoRAs (diffusers
-refuses, loaders/lora_base.py:369).
+a LoRA that targets layers the first one did not (peft raises "unexpected keys",
+peft/utils/hotswap.py:491), a rank above R (peft swaps the tensors for larger ones:
+hotswap.py:572, the shapes change), text-encoder LoRAs (diffusers refuses,
+loaders/lora_base.py:369), and a LoRA config that differs from the loaded one's in what peft
+compares (per-layer alphas, e.g. from mixed ranks; dropout, rsLoRA, DoRA: hotswap.py:34 and
+622, called at diffusers/loaders/peft.py:321). Each of these fails inside diffusers'
+try block, whose except branch then deletes the loaded adapter (loaders/peft.py:356-366).
 Introduced in 08_lora_hotswap.ipynb."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-import torch
-
-from ..checks import arg, output_folder, whole
+from ..checks import arg, whole
 from ..errors import FastdiffError
 from ..models.build import quiet_diffusers
 from ..models.loading import get_denoiser
 from ._state import applied, record
+from .lora_files import (DEFAULT_LORA_TARGETS, LORA_FILE, _check_loadable, lora_file_info,
+                         make_lora_file, resolve_lora)
 
 __all__ = ["make_lora_file", "lora_file_info", "enable_lora_hotswap", "load_lora", "fuse_lora",
            "unfuse_lora", "unload_lora", "resolve_lora", "DEFAULT_LORA_TARGETS", "LORA_FILE"]
-
-# the attention projections every LoRA trainer of diffusers targets (train_text_to_image_lora)
-DEFAULT_LORA_TARGETS = ("to_q", "to_k", "to_v", "to_out.0")
-TEXT_ENCODER_TARGETS = ("q_proj", "k_proj", "v_proj", "out_proj")
-LORA_FILE = "pytorch_lora_weights.safetensors"   # the name diffusers saves and loads
-
-
-def _check_loadable(pipe) -> None:
-    if not hasattr(pipe, "load_lora_weights"):
-        raise FastdiffError(f"{type(pipe).__name__} has no LoRA loader in diffusers (no "
-                            "load_lora_weights); use an SD1.5, SDXL or SSD-1B pipeline.")
-
-
-def _lora_tensors(module: torch.nn.Module, rank: int, targets: Sequence[str],
-                  generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """peft's LoRA layers injected into a meta-device copy of `module`'s architecture (no weight
-    memory, any size), then filled with seeded random A and B: the names and shapes are peft's,
-    the values small enough that the image stays an image."""
-    from accelerate import init_empty_weights
-    from peft import LoraConfig, get_peft_model_state_dict, inject_adapter_in_model
-
-    with init_empty_weights(include_buffers=False):
-        if hasattr(module, "from_config"):                  # a diffusers model
-            skeleton = type(module).from_config(module.config)
-        else:                                               # a transformers text encoder
-            skeleton = type(module)(module.config)
-    config = LoraConfig(r=rank, lora_alpha=rank, target_modules=list(targets),
-                        init_lora_weights=False)
-    with init_empty_weights(include_buffers=False):
-        inject_adapter_in_model(config, skeleton)
-    values = {}
-    for name, param in skeleton.named_parameters():
-        if "lora_" not in name:
-            continue
-        fan_in = param.shape[1]
-        values[name] = torch.randn(tuple(param.shape), generator=generator) / fan_in ** 0.5
-    if not values:
-        raise FastdiffError(f"No layer of {type(module).__name__} matches {arg('targets', targets)}"
-                            f"; give names of its Linear layers, e.g. {DEFAULT_LORA_TARGETS}.")
-    return get_peft_model_state_dict(skeleton, state_dict=values)
-
-
-def make_lora_file(pipe, folder: str | Path, rank: int = 4,
-                   targets: Sequence[str] = DEFAULT_LORA_TARGETS, seed: int = 0,
-                   text_encoder: bool = False, dtype: torch.dtype = torch.float32) -> Path:
-    """Write a LoRA for this pipeline's denoiser as a user's file would be: peft's layer names,
-    converted to diffusers' format and saved by the pipeline's own `save_lora_weights`
-    (safetensors, `folder/pytorch_lora_weights.safetensors`). Random weights (seeded), rank
-    `rank`, alpha = rank (scale 1, which is also what diffusers assumes for a file that does not
-    say: diffusers/utils/peft_utils.py, get_peft_kwargs). `text_encoder=True` adds a LoRA on
-    the (first) text encoder. Built on the meta device, so it costs no model memory; for the
-    tiny models in tests and smoke runs (on real weights, load a real LoRA by hub id).
-    Returns the folder. Introduced in 08_lora_hotswap.ipynb."""
-    from diffusers.utils import convert_state_dict_to_diffusers
-
-    _check_loadable(pipe)
-    whole("rank", rank, 1)
-    if isinstance(targets, str) or not targets or not all(isinstance(t, str) for t in targets):
-        raise FastdiffError(f"{arg('targets', targets)} cannot work: give a list of layer names, "
-                            f"e.g. {list(DEFAULT_LORA_TARGETS)}.")
-    folder = output_folder("folder", folder)
-    generator = torch.Generator("cpu").manual_seed(whole("seed", seed, 0))
-    layers = {"unet_lora_layers": _lora_tensors(get_denoiser(pipe), rank, targets, generator)}
-    if text_encoder:
-        layers["text_encoder_lora_layers"] = _lora_tensors(pipe.text_encoder, rank,
-                                                           TEXT_ENCODER_TARGETS, generator)
-    layers = {k: {n: t.to(dtype) for n, t in convert_state_dict_to_diffusers(v).items()}
-              for k, v in layers.items()}
-    folder.mkdir(parents=True, exist_ok=True)
-    type(pipe).save_lora_weights(str(folder), safe_serialization=True, **layers)
-    return folder
-
-
-def resolve_lora(source, weight_name: str | None = None) -> Path:
-    """The LoRA file a source names: a folder (its pytorch_lora_weights.safetensors, or
-    `weight_name`), a .safetensors file, or a hub id (the file `weight_name`, downloaded to the
-    Hugging Face cache, or found there offline). A (hub id or folder, weight_name) pair works
-    too. Introduced in 08_lora_hotswap.ipynb."""
-    if isinstance(source, tuple) and len(source) == 2:
-        source, weight_name = source
-    if not isinstance(source, (str, Path)) or not str(source):
-        raise FastdiffError(f"{arg('lora', source)} cannot work: give a folder, a .safetensors "
-                            "file or a hub id (with weight_name=).")
-    path = Path(source)
-    if path.is_dir():
-        path = path / (weight_name or LORA_FILE)
-    if path.is_file():
-        if path.suffix != ".safetensors":
-            raise FastdiffError(f"{path} is not a .safetensors file: the course loads "
-                                "safetensors only (a pickle file can run code when loaded).")
-        return path
-    if path.exists() or path.parent.is_dir() and str(source).startswith((".", "/")):
-        raise FastdiffError(f"{arg('lora', str(source))}: no LoRA file there ({path} does not "
-                            "exist); give a folder written by save_lora_weights or "
-                            "fdh.make_lora_file.")
-    from huggingface_hub import hf_hub_download, snapshot_download
-
-    try:
-        if weight_name is not None:
-            return Path(hf_hub_download(str(source), weight_name))
-        # no name given: the repo's one .safetensors file (diffusers guesses the same way)
-        files = sorted(Path(snapshot_download(str(source), allow_patterns=["*.safetensors"])
-                            ).rglob("*.safetensors"))
-    except Exception as exc:  # offline, unknown repo, no such file: all say the same next step
-        raise FastdiffError(f"{arg('lora', str(source))}: no local LoRA file and the hub gave "
-                            f"none ({type(exc).__name__}). On a machine with network run `hf "
-                            f"download {source} {weight_name or ''}`, or give a local "
-                            "folder.") from None
-    if len(files) != 1:
-        raise FastdiffError(f"{source} holds {len(files)} .safetensors files "
-                            f"({', '.join(f.name for f in files[:4])}): say which one with "
-                            "weight_name=.")
-    return files[0]
-
-
-def lora_file_info(source, weight_name: str | None = None) -> dict[str, Any]:
-    """What a LoRA file holds, read from its safetensors header without loading a tensor:
-    its rank, the layers it targets (diffusers' names, without the 'unet.' prefix), and
-    whether it has text-encoder layers. `source` as for resolve_lora.
-    Introduced in 08_lora_hotswap.ipynb."""
-    from safetensors import safe_open
-
-    path = resolve_lora(source, weight_name)
-    ranks, layers, text = set(), set(), False
-    with safe_open(str(path), framework="pt") as f:
-        for key in f.keys():
-            if key.startswith(("text_encoder", "lora_te")):
-                text = True
-                continue
-            if ".lora_A." in key or ".lora.down." in key or ".lora_down." in key:
-                ranks.add(f.get_slice(key).get_shape()[0])
-                layers.add(re.split(r"\.lora[._]", key)[0].removeprefix("unet.").removeprefix(
-                    "transformer."))
-    return {"path": str(path), "rank": max(ranks) if ranks else 0, "layers": sorted(layers),
-            "text_encoder": text}
 
 
 def enable_lora_hotswap(pipe, target_rank: int) -> None:
@@ -181,8 +49,63 @@ def enable_lora_hotswap(pipe, target_rank: int) -> None:
     record(pipe, "lora_hotswap", {"target_rank": target_rank})
 
 
-def _check_swap(pipe, info: dict[str, Any]) -> None:
-    """The three ways a hot-swap breaks, said before diffusers or peft would fail mid-load."""
+def _new_lora_config(pipe, path: Path):
+    """The LoraConfig diffusers builds for this file's denoiser part when it loads it, made by
+    the same diffusers functions on the file alone (diffusers builds it only inside
+    load_lora_adapter, diffusers/loaders/peft.py:238-276, after which a failure deletes the
+    loaded adapter): lora_state_dict, the denoiser prefix, the peft conversion, the ranks."""
+    from diffusers.utils import convert_unet_state_dict_to_peft
+    from diffusers.utils.peft_utils import _create_lora_config
+
+    prefix = "unet" if hasattr(pipe, "unet") else "transformer"
+    state, alphas, metadata = pipe.lora_state_dict(str(path.parent), weight_name=path.name,
+                                                   unet_config=get_denoiser(pipe).config,
+                                                   return_lora_metadata=True)
+    state = {k.removeprefix(f"{prefix}."): v for k, v in state.items()
+             if k.startswith(f"{prefix}.")}
+    if metadata is not None:
+        metadata = {k.removeprefix(f"{prefix}."): v for k, v in metadata.items()
+                    if k.startswith(f"{prefix}.")}
+    if alphas:
+        alphas = {k.removeprefix(f"{prefix}."): v for k, v in alphas.items()
+                  if k.startswith(f"{prefix}.")}
+    if state and "lora_A" not in next(iter(state)):
+        state = convert_unet_state_dict_to_peft(state)
+    ranks = {f"^{k}": v.shape[1] for k, v in state.items() if "lora_B" in k and v.ndim > 1}
+    return _create_lora_config(state, alphas, metadata, ranks)
+
+
+def _check_configs(pipe, info: dict[str, Any], adapter_name: str) -> None:
+    """peft's own hot-swap check (check_hotswap_configs_compatible, peft/utils/hotswap.py:587),
+    run before loading instead of inside diffusers' try block."""
+    from peft.utils.hotswap import CONFIG_KEYS_TO_CHECK, check_hotswap_configs_compatible
+
+    loaded = getattr(get_denoiser(pipe), "peft_config", {}).get(adapter_name)
+    if loaded is None:
+        return  # no such adapter: diffusers says so itself before touching anything (peft.py:219)
+    new = _new_lora_config(pipe, Path(info["path"]))
+    try:
+        check_hotswap_configs_compatible(loaded, new)
+    except ValueError as err:
+        def said(value) -> str:  # alpha_pattern can name hundreds of layers
+            if isinstance(value, dict) and value:
+                return f"{len(value)} per-layer value(s), e.g. {next(iter(value.items()))}"
+            return repr(value)
+
+        keys = CONFIG_KEYS_TO_CHECK.get(loaded.peft_type, [])
+        a, b = loaded.to_dict(), new.to_dict()
+        diff = "; ".join(f"{key}: {said(a.get(key))} loaded, {said(b.get(key))} in this file"
+                         for key in keys if a.get(key) != b.get(key)) or str(err)[:200]
+        raise FastdiffError(f"{info['path']}: its LoRA config differs from the loaded one's in "
+                            f"what peft's hot-swap check compares ({diff}), which a hot-swap "
+                            "cannot change (the compiled scales keep the first LoRA's alphas; "
+                            "mixed ranks give per-layer alphas). Load it with hotswap=False "
+                            "(the compiled pipeline recompiles), or use LoRAs with the same "
+                            "per-layer ranks and alphas.") from None
+
+
+def _check_swap(pipe, info: dict[str, Any], adapter_name: str = "default") -> None:
+    """The four ways a hot-swap breaks, said before diffusers or peft would fail mid-load."""
     hot = applied(pipe).get("lora_hotswap")
     current = applied(pipe).get("lora")
     if current is None:
@@ -198,6 +121,7 @@ def _check_swap(pipe, info: dict[str, Any]) -> None:
                             f"(e.g. {sorted(new)[0]}); a hot-swap can only fill the layers "
                             "already there (peft/utils/hotswap.py). Load a LoRA that targets "
                             "those layers first, or load this one with hotswap=False.")
+    _check_configs(pipe, info, adapter_name)
     limit = hot["target_rank"] if hot else current["rank"]
     if info["rank"] > limit:
         raise FastdiffError(f"{info['path']} has rank {info['rank']}, above the "
@@ -211,7 +135,8 @@ def load_lora(pipe, lora, hotswap: bool = False, adapter_name: str = "default",
     """diffusers' `pipe.load_lora_weights(lora, adapter_name=..., hotswap=...)` (`lora` as for
     fdh.resolve_lora: a folder, a file or a hub id with `weight_name`), checked first: with
     hotswap=True the new LoRA replaces the loaded one in place (same layers or a subset, rank
-    <= the target rank, no text encoder), else it is refused with what to do.
+    <= the target rank, no text encoder, a config peft finds compatible), else it is refused
+    with what to do, before anything is loaded.
     Introduced in 08_lora_hotswap.ipynb."""
     _check_loadable(pipe)
     if not isinstance(hotswap, bool):
@@ -221,7 +146,7 @@ def load_lora(pipe, lora, hotswap: bool = False, adapter_name: str = "default",
         raise FastdiffError("The loaded LoRA is fused into the weights: fdh.unfuse_lora(pipe) "
                             "first (peft refuses to swap a merged adapter).")
     if hotswap:
-        _check_swap(pipe, info)
+        _check_swap(pipe, info, adapter_name)
     elif "lora" in applied(pipe) and adapter_name in pipe.get_list_adapters().get(
             "unet" if hasattr(pipe, "unet") else "transformer", []):
         raise FastdiffError(f"An adapter named {adapter_name!r} is loaded already: pass "

@@ -42,19 +42,20 @@ def compile_mode_for(mode: str | None, scope: str, device: str) -> tuple[str | N
         return mode, None
     runs = NO_CUDAGRAPHS[mode]
     if not str(device).startswith("cuda"):
-        # torch skips CUDA graphs of a graph with CPU tensors itself ("skipping cudagraphs due
-        # to cpu device": torch/_inductor/cudagraph_utils.py,
-        # check_multiple_devices_or_any_cpu_nodes): the same run, said up front
+        # torch captures nothing there itself: with graph partitioning (on by default,
+        # torch/_inductor/config.py:569) every CPU op stays outside the partitions that CUDA
+        # graphs capture (scheduler.py:8578), so a CPU graph has none: the same run, said up front
         return runs, (f"compile={mode!r} on {device}: ran compile={runs!r}, the same inductor "
                       f"options without the CUDA graphs a {device} cannot capture ({POLICY})")
     if scope != "full":
-        # Regional compile with CUDA graphs: each compiled block replays its own graph, whose
-        # output buffer the next replay overwrites while the next block still reads it
-        # ("accessing tensor output of CUDAGraphs that has been overwritten",
-        # pytorch/pytorch#152887, open)
-        return runs, (f"compile={mode!r} with compile_scope={scope!r} would replay one CUDA graph "
-                      "per block, each overwriting the output the next block reads "
-                      f"(pytorch/pytorch#152887): ran compile={runs!r} ({POLICY})")
+        # Regional compile with CUDA graphs: the repeated blocks share one compiled function,
+        # each call's input is the previous call's output, and the next replay of that
+        # function overwrites it ("accessing tensor output of CUDAGraphs that has been
+        # overwritten", pytorch/pytorch#152887, open)
+        return runs, (f"compile={mode!r} with compile_scope={scope!r} would replay the blocks' "
+                      "shared CUDA graph once per block, each replay overwriting the output "
+                      f"the next block reads (pytorch/pytorch#152887): ran compile={runs!r} "
+                      f"({POLICY})")
     return mode, None
 
 
