@@ -165,6 +165,59 @@ def test_guidance_stop_runs_the_second_half_at_batch_1(model, baselines):
     assert fdh.current_recipe(pipe)["guidance_stop"] == 0.5
 
 
+def test_a_unet_guidance_stop_acts_only_through_the_helpers_and_recompiles_at_the_batch_change():
+    """On SD1.5, SDXL and SSD-1B the stop is diffusers' callback, which fdh.call_kwargs adds to
+    the helpers' calls: a plain pipe(...) without it keeps guidance, batch 2, on every step.
+    Compiled whole, the UNet then sees batch 2 and batch 1 in one call: dynamo's guard on the
+    sample's size fails at the cut-off step and it compiles a second graph (the first call's
+    2 frames, reason "size mismatch at index 0. expected 2, actual 1"); later calls reuse
+    both. (dynamo's eager backend: the frames and guards are dynamo's, whatever the backend.)"""
+    from fastdiff_helpers.measure.compile_events import recompile_reasons
+
+    fdh.free_memory()
+    pipe = fdh.stop_guidance(fresh("sdxl"), 0.5)
+    seen = []
+    handle = watch(pipe.unet.conv_in, seen)
+    pipe(prompt="a photo", num_inference_steps=STEPS, height=64, width=64, output_type="latent")
+    assert seen == [2] * STEPS                        # your own call: guidance throughout
+    seen.clear()
+    run(pipe, output_type="latent")                   # the helpers' call_kwargs: the callback
+    assert seen == [2] * 4 + [1] * 4
+    handle.remove()
+    pipe.unet.compile(backend="eager", fullgraph=True)
+    known = {k: len(v) for k, v in recompile_reasons().items()}
+    before = snapshot()
+    run(pipe, output_type="latent")
+    assert events_between(before, snapshot())["frames"] == 2
+    new = [r for k, v in recompile_reasons().items() for r in v[known.get(k, 0):]]
+    assert any("size mismatch at index 0. expected 2, actual 1" in r for r in new), new
+    before = snapshot()
+    run(pipe, output_type="latent")
+    assert events_between(before, snapshot())["frames"] == 0
+    fdh.free_memory()
+
+
+@pytest.mark.parametrize("change", [dict(guidance_stop=0.5), dict(cache_every=3)])
+def test_trace_steps_traces_a_compiled_pipeline(change):
+    """A forward hook added after compiling never fires inside compiled code (dynamo does not
+    guard on module hooks: torch/_dynamo/config.py, skip_nnmodule_hook_guards), so
+    trace_steps on a compiled pipeline returned [] without a word; it now runs its call
+    eagerly (torch.compiler.set_stance), which compiles nothing, and gets the eager trace."""
+    fdh.free_memory()
+    eager = fdh.trace_steps(fdh.apply(fresh("sdxl"), fdh.Recipe(**change)), steps=STEPS)
+    assert len(eager) == STEPS
+    pipe = fdh.apply(fresh("sdxl"), fdh.Recipe(**change))
+    if step_plan(pipe) is not None:
+        step_plan(pipe).compile(backend="eager", fullgraph=True)
+    else:
+        pipe.unet.compile(backend="eager", fullgraph=True)
+    run(pipe, output_type="latent")                   # compiled, as a benchmark leaves it
+    before = snapshot()
+    assert fdh.trace_steps(pipe, steps=STEPS) == eager
+    assert events_between(before, snapshot())["frames"] == 0
+    fdh.free_memory()
+
+
 def test_guidance_stop_and_step_cache_compose_compiled():
     """Four graphs at most (two paths, two batches), then nothing compiles again."""
     fdh.free_memory()
@@ -380,26 +433,32 @@ def test_accelerate_regions_with_a_step_plan_are_refused():
 
 @pytest.mark.parametrize("model, change, frames", [
     ("sdxl", dict(cache_every=3), 2), ("pixart", dict(guidance_stop=0.5), 2),
-    ("sdxl", dict(guidance_stop=0.5), 1)])
+    ("sdxl", dict(guidance_stop=0.5), 2)])
 def test_the_plain_code_of_a_compiled_step_plan_compiles_its_paths_once(model, change, frames):
     """to_code's plain code for a step plan + compile, executed on a tiny pipeline, compiles
     what fdh.apply compiles: the plan's paths, once (a step cache's two; PixArt's guidance stop
     runs batch 2 then batch 1). Before, it wrote denoiser.compile(...), which traced the plan's
     step counter: a frame per step (8 here), then FailOnRecompileLimitHit with fullgraph=True
-    once the steps pass the recompile limit. SDXL's guidance stop has no plan (diffusers'
-    callback): its whole UNet, one frame."""
+    once the steps pass the recompile limit. SDXL's guidance stop has no plan: its whole UNet,
+    called with the plain code's callback as the code says, compiles batch 2 and then batch
+    1 (2 frames); before, this test ran it without the callback: 1 frame, guidance on every
+    step."""
     recipe = fdh.Recipe(compile="default", compile_vae=False, fullgraph=True, **change)
     code = fdh.to_code(recipe, "plain")
     pipe = fresh(model)
     fdh.free_memory()
-    exec(compile(code, "<plain>", "exec"), {"pipe": pipe, "num_inference_steps": STEPS})
+    namespace = {"pipe": pipe, "num_inference_steps": STEPS}
+    exec(compile(code, "<plain>", "exec"), namespace)
+    kwargs = fdh.call_kwargs(pipe, steps=STEPS)
+    if "callback" in namespace:  # a UNet's guidance stop: diffusers' callback, on each call
+        kwargs["callback_on_step_end"] = namespace["callback"]
     before = snapshot()
-    run(pipe, output_type="latent")
+    pipe(**dict(kwargs, output_type="latent"))
     assert events_between(before, snapshot())["frames"] == frames
     if "cache_every" in change:
         assert [p for _, p, _ in step_plan(pipe).log] == [p for p, _ in cached_schedule(STEPS, 3)]
     before = snapshot()
-    run(pipe, output_type="latent")
+    pipe(**dict(kwargs, output_type="latent"))
     assert events_between(before, snapshot())["frames"] == 0
 
 
