@@ -83,7 +83,27 @@ def test_peak_memory_of_a_call_adds_the_weights_held():
 def report():
     # 128x128 is twice the tiny VAE's tile (sample_size 64); 2 images for slicing
     return {r["saver"]: r for r in fdh.memory_savers_report("sd15", size=128, batch=2,
-                                                            verbose=False)}
+                                                            runs=3, verbose=False)}
+
+
+def test_each_time_is_a_steady_median_quoted_with_its_range(report, capsys):
+    """Issue 35: the report timed one call per saver (a -96 % saver appeared); now each time is
+    the median of runs after a warm-up, more until steady (timing.steady_seconds, as
+    fdh.benchmark), and each change is said with the range the two medians allow."""
+    import statistics
+
+    from fastdiff_helpers.measure.savers_report import _line
+
+    for saver in ("none", "vae-slicing", "vae-tiling", "text-encoders-freed"):
+        row = report[saver]
+        assert 3 <= len(row["seconds_samples"]) <= 12, saver
+        assert row["seconds"] == statistics.median(row["seconds_samples"])
+        assert row["seconds_uncertainty"] is not None
+        if saver != "none":
+            low, high = row["time_change_range"]
+            assert low <= row["time_change"] <= high
+            assert f"({low:+.0%} to {high:+.0%})" in _line(row, report["none"])
+    assert "runs)" in _line(report["none"], report["none"])
 
 
 def test_each_saver_lowers_the_peak_or_says_why_it_cannot(report):

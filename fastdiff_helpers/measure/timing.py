@@ -122,6 +122,32 @@ def uncertainty(samples: list[float]) -> float | None:
     return max(median - low, high - median) / median if median else None
 
 
+def steady_seconds(call, device: torch.device | str, runs: int = 5,
+                   max_runs: int | None = None) -> list[float]:
+    """Seconds of `runs` calls of `call()`, each synchronised on a CUDA `device`, then more, up
+    to `max_runs` (default 4 x runs), until the median is known within +-STEADY: the rule of
+    fdh.benchmark's timed runs (measure/bench.py), for the reports that time a call beside
+    measuring something else (memory_savers_report). Warm the call up first."""
+    from .record import STEADY
+
+    max_runs = max_runs or 4 * runs
+    cuda = torch.device(device).type == "cuda"
+    samples: list[float] = []
+    while len(samples) < max(runs, max_runs):
+        if len(samples) >= runs:
+            u = uncertainty(samples)
+            if u is not None and u <= STEADY:
+                break
+        if cuda:
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        call()
+        if cuda:
+            torch.cuda.synchronize(device)
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
 def progress_bar(total: int, desc: str, disable: bool, file: Any = None):
     """A tqdm bar that shows calls done and the time elapsed, never an estimate of what is
     left: one call may compile for minutes and the next take a second, so any rate-based

@@ -56,3 +56,27 @@ def denoising_label(result, results) -> str:
     if denoising_text(results):
         return ""
     return f" ({_steps(result.steps)}{_scheduler(result.scheduler)})"
+
+
+def ratio_range(a, b) -> tuple[float, float | None, float | None]:
+    """(ratio, low, high): a's median latency over b's (two Results), and the range their
+    medians' intervals allow (a's low end over b's high end, a's high over b's low;
+    Result.latency_interval_s): both medians lie in their intervals with about 0.95 x 0.95 =
+    90 % together, 25 % for smoke mode's 2 runs each. low and high are None where a result
+    has fewer than 2 samples."""
+    ratio = a.latency_s / b.latency_s
+    ia, ib = a.latency_interval_s, b.latency_interval_s
+    if ia is None or ib is None:
+        return ratio, None, None
+    return ratio, ia[0] / ib[1], ia[1] / ib[0]
+
+
+def ratio_text(a, b, unit: str = "x") -> str:
+    """'1.52x (1.41-1.63x)': a's median latency over b's with the range their timing
+    uncertainty allows (ratio_range), so a ratio is never quoted bare. For a speed-up give
+    (before, after); for a share of a time, (part, whole) and unit="". Introduced in
+    09_fused_qkv.ipynb."""
+    ratio, low, high = ratio_range(a, b)
+    if low is None:
+        return f"{ratio:.2f}{unit} (one run: no range)"
+    return f"{ratio:.2f}{unit} ({low:.2f}-{high:.2f}{unit})"
