@@ -186,9 +186,9 @@ def test_the_bench_command_refuses_fp8_on_a_cpu_before_loading(monkeypatch, caps
 def test_quantize_refuses_fp8_before_any_work_where_torchao_would_assert(tiny_pipes,
                                                                          monkeypatch):
     """fdh.quantize(pipe, "fp8-dynamic-row") on a CPU used to end in torchao's bare
-    AssertionError (torchao/float8/inference.py, _check_hardware_support), after its filter
-    had walked the model: now the one policy's refusal (fdh.Recipe.check_device), a
-    FastdiffError saying why and what to use, before quantize_ is called."""
+    AssertionError (torchao/float8/inference.py, _check_hardware_support, at the first linear
+    it converts): now the one policy's refusal (fdh.Recipe.check_device), a FastdiffError
+    saying why and what to use, before quantize_ is called."""
     import torchao.quantization
 
     monkeypatch.setattr(torchao.quantization, "quantize_",
