@@ -225,3 +225,5 @@ def test_a_ratio_is_quoted_with_the_range_its_timings_allow():
     assert fdh.ratio_text(after, before, unit="") == "0.50 (0.43-0.58)"
     one = _result(latency=None, latency_s=1.0, latency_samples=[1.0])
     assert fdh.ratio_text(before, one) == "2.00x (one run: no range)"
+    # a time alone, as an image title says it
+    assert fdh.latency_text(before) == "2.00 s +-10%" and fdh.latency_text(one) == "1.00 s (one run)"

@@ -58,6 +58,15 @@ def denoising_label(result, results) -> str:
     return f" ({_steps(result.steps)}{_scheduler(result.scheduler)})"
 
 
+def latency_text(result) -> str:
+    """'1.23 s +-4%': a Result's median latency with how far the median may be off
+    (Result.latency_uncertainty), for an image title or a line; '1.23 s (one run)' without 2+
+    samples. Introduced in 09_fused_qkv.ipynb."""
+    u = result.latency_uncertainty
+    said = f"{seconds_text(result.latency_s)} s"
+    return f"{said} +-{u:.0%}" if u is not None else f"{said} (one run)"
+
+
 def ratio_range(a, b) -> tuple[float, float | None, float | None]:
     """(ratio, low, high): a's median latency over b's (two Results), and the range their
     medians' intervals allow (a's low end over b's high end, a's high over b's low;
