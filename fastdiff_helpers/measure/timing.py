@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import torch
 
-from .record import median_interval
+from .record import STEADY, median_interval
 
 
 class _Marks:
@@ -128,8 +128,6 @@ def steady_seconds(call, device: torch.device | str, runs: int = 5,
     to `max_runs` (default 4 x runs), until the median is known within +-STEADY: the rule of
     fdh.benchmark's timed runs (measure/bench.py), for the reports that time a call beside
     measuring something else (memory_savers_report). Warm the call up first."""
-    from .record import STEADY
-
     max_runs = max_runs or 4 * runs
     cuda = torch.device(device).type == "cuda"
     samples: list[float] = []
