@@ -47,7 +47,7 @@ from .measure.profile import Profile, profile
 from .results.charts import (ChartFigure, Reference, ladder_chart, memory_chart, models_chart,
                              quality_chart, save_figure, show_images)
 from .results.tables import format_table
-from .results.text import latency_text, ratio_text
+from .results.text import speedup_text, timing_text
 from .results.profile_chart import profile_chart
 from .results.store import (Result, ResultsFormatError, load_results, reference_results,
                             save_result, save_results)

@@ -209,21 +209,3 @@ def test_reference_results_finds_committed_gpu_results(tmp_path):
     committed = reference_results("sdxl")
     assert [r.step for r in committed["h100-80gb-hbm3"]][:3] == ["fp32", "bf16", "+ SDPA"]
 
-
-def test_a_ratio_is_quoted_with_the_range_its_timings_allow():
-    """fdh.ratio_text: a speed-up or a share of a time with the range the two medians'
-    intervals allow (issue 35: the lessons' ratio lines dropped their uncertainty)."""
-    import fastdiff_helpers as fdh
-    from fastdiff_helpers.results.text import ratio_range
-
-    before = _result(latency=None, latency_s=2.0, latency_samples=[1.9, 2.0, 2.0, 2.1, 2.2])
-    after = _result(latency=None, latency_s=1.0, latency_samples=[0.95, 1.0, 1.0, 1.0, 1.1])
-    # 5 samples: each median lies between the least and the greatest (93.8 %)
-    ratio, low, high = ratio_range(before, after)
-    assert (ratio, low, high) == (2.0, pytest.approx(1.9 / 1.1), pytest.approx(2.2 / 0.95))
-    assert fdh.ratio_text(before, after) == "2.00x (1.73-2.32x)"
-    assert fdh.ratio_text(after, before, unit="") == "0.50 (0.43-0.58)"
-    one = _result(latency=None, latency_s=1.0, latency_samples=[1.0])
-    assert fdh.ratio_text(before, one) == "2.00x (one run: no range)"
-    # a time alone, as an image title says it
-    assert fdh.latency_text(before) == "2.00 s +-10%" and fdh.latency_text(one) == "1.00 s (one run)"

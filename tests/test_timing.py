@@ -90,28 +90,3 @@ def test_synchronize_waits_for_the_cuda_device_only(monkeypatch):
     bench.synchronize("cuda:1")
     bench.synchronize(torch.device("cuda", 0))
     assert waited == [torch.device("cuda:1"), torch.device("cuda:0")]
-
-
-def test_steady_seconds_times_until_the_median_is_steady_as_benchmark_does(monkeypatch):
-    """The rule of fdh.benchmark's timed runs, for the reports that time a call
-    (memory_savers_report): `runs` calls, then more up to max_runs until the median is known
-    within +-STEADY; a fake clock that each call advances by the next duration."""
-    import fastdiff_helpers.measure.timing as timing
-
-    def clocked(durations):
-        state = {"now": 0.0, "left": list(durations)}
-        monkeypatch.setattr(timing.time, "perf_counter", lambda: state["now"])
-
-        def call():
-            state["now"] += state["left"].pop(0)
-        return call, state
-
-    call, state = clocked([1.0, 1.01, 0.99, 1.0, 1.0] + [9.0] * 20)
-    assert timing.steady_seconds(call, "cpu", runs=5) == pytest.approx([1.0, 1.01, 0.99, 1.0, 1.0])
-    # one slow call among five: the median's interval (5 runs: min to max) is wide, so it
-    # times on, to max_runs at most
-    call, state = clocked([0.1, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0] + [1.0] * 40)
-    samples = timing.steady_seconds(call, "cpu", runs=5)
-    assert 5 < len(samples) <= 20 and timing.uncertainty(samples) <= 0.05
-    call, state = clocked([1.0, 2.0] * 10 + [5.0])
-    assert len(timing.steady_seconds(call, "cpu", runs=5, max_runs=8)) == 8

@@ -17,9 +17,10 @@ from ..models.presets import DEFAULT_PROMPT
 from ..techniques.compile import compile_pipeline
 from ..techniques.memory_savers import MEMORY_SAVERS, OFFLOADS, apply_memory_saver
 from .compile_events import events_between, snapshot
+from .bench import time_call
 from .memory import peak_memory
 from .record import median_interval
-from .timing import steady_seconds, uncertainty
+from .timing import uncertainty, until_steady
 
 __all__ = ["memory_savers_report"]
 
@@ -38,7 +39,7 @@ def _inactive(pipe, saver: str | None, call: dict[str, Any], batch: int) -> str:
 
 def _measure(model: str, saver: str | None, weights: str, device: str | None, dtype: str,
              kwargs: dict[str, Any], batch: int, compile: bool,
-             timing: tuple[int, int | None]) -> dict[str, Any]:
+             timing: tuple[int, int]) -> dict[str, Any]:
     # offloads take the pipeline from the CPU themselves; the rest run where it is loaded
     pipe = load_pipeline(model, weights=weights, dtype=dtype, verbose=False,
                          device="cpu" if saver in OFFLOADS else device)
@@ -64,9 +65,10 @@ def _measure(model: str, saver: str | None, weights: str, device: str | None, dt
     on_cpu = on is None and pipeline_device(pipe).type == "cpu"
     measured = None if compile and on_cpu else peak_memory(pipe, run, device=on)
     # timed apart from the memory tracker (which slows a CPU call), after one more warm-up
-    # call, as fdh.benchmark times: runs until the median is steady (timing.steady_seconds)
+    # call, as fdh.benchmark times: runs until the median is steady (timing.until_steady)
     run()
-    samples = steady_seconds(run, on or pipeline_device(pipe), *timing)
+    where = on or pipeline_device(pipe)
+    samples = until_steady(lambda: time_call(run, where)[1], *timing)
     if compile:
         frames = events_between(before, snapshot())["frames"]
         if measured is None:  # the CPU tracker cannot watch compiled code: eager peak instead
@@ -107,7 +109,7 @@ def memory_savers_report(model: str = "sdxl", savers: Sequence[str] = MEMORY_SAV
         raise FastdiffError(f"savers={savers!r}: give a list of names from "
                             f"{', '.join(MEMORY_SAVERS)}.")
     checks.whole("runs", runs, 1)
-    timing = (runs, checks.whole("max_runs", max_runs, 1, none=True))
+    timing = (runs, max(runs, checks.whole("max_runs", max_runs, 1, none=True) or 4 * runs))
     kwargs = dict(prompt=prompt, steps=steps, height=size, width=size)
     rows = [_measure(model, None, weights, device, dtype, kwargs, batch, compile, timing)]
     base = rows[0]

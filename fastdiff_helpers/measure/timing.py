@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -122,28 +122,34 @@ def uncertainty(samples: list[float]) -> float | None:
     return max(median - low, high - median) / median if median else None
 
 
-def steady_seconds(call, device: torch.device | str, runs: int = 5,
-                   max_runs: int | None = None) -> list[float]:
-    """Seconds of `runs` calls of `call()`, each synchronised on a CUDA `device`, then more, up
-    to `max_runs` (default 4 x runs), until the median is known within +-STEADY: the rule of
-    fdh.benchmark's timed runs (measure/bench.py), for the reports that time a call beside
-    measuring something else (memory_savers_report). Warm the call up first."""
-    max_runs = max_runs or 4 * runs
-    cuda = torch.device(device).type == "cuda"
+def until_steady(measure: Callable[[], float], runs: int, max_runs: int,
+                 before_more: Callable[[float | None], None] | None = None) -> list[float]:
+    """Seconds of `runs` calls of `measure` (one timed run each), then of more, up to
+    `max_runs`, until their median is known within +-record.STEADY (uncertainty()): how
+    fdh.benchmark and the reports that time a call take enough runs to be steady.
+    `before_more(u)` is called before each added run with the uncertainty so far."""
     samples: list[float] = []
-    while len(samples) < max(runs, max_runs):
-        if len(samples) >= runs:
+    while len(samples) < max_runs:
+        if len(samples) >= runs:  # the runs asked for are done: steady yet?
             u = uncertainty(samples)
             if u is not None and u <= STEADY:
                 break
-        if cuda:
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        call()
-        if cuda:
-            torch.cuda.synchronize(device)
-        samples.append(time.perf_counter() - start)
+            if before_more is not None:
+                before_more(u)
+        samples.append(measure())
     return samples
+
+
+def steady_note(samples: list[float], runs: int, max_runs: int) -> str | None:
+    """What until_steady did beyond the runs asked for, said in a result's notes (None if
+    nothing): the runs added, and the uncertainty left where max_runs stopped it first."""
+    if len(samples) <= runs:
+        return None
+    u = uncertainty(samples)
+    return (f"{len(samples) - runs} more timed run(s) than runs={runs} to settle the median"
+            + ("" if u is not None and u <= STEADY else
+               f"; still +-{u:.0%} at max_runs={max_runs} (a busy machine, or a call whose "
+               "time varies)"))
 
 
 def progress_bar(total: int, desc: str, disable: bool, file: Any = None):

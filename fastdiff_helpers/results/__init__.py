@@ -4,7 +4,8 @@
     tables  format_table: a table of Results, one row each, as the notebooks print it
     charts  the ladder, memory, quality-vs-speed and models charts; images side by side
     profile_chart  fdh.profile's stages and kinds of work, one bar per pipeline
-    text    how the course writes its numbers (seconds, memory, PSNR, ratios with their range)
+    text    how the course writes its numbers (seconds and their +-, speed-ups with their
+            range, memory, PSNR)
     readme  results/README.md: one table per GPU and model, made from the committed records
 
 Imports the layers below it (models, techniques, measure), nothing of course or runs.

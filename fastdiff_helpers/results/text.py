@@ -15,6 +15,33 @@ def seconds_text(x: float | None) -> str:
     return f"{x:.1f}" if x >= 10 else f"{x:.2f}" if x >= 1 else f"{x:.3f}"
 
 
+def uncertainty_text(result) -> str:
+    """'+-4%': how far a Result's median may be off (Result.latency_uncertainty), '-' without
+    two runs."""
+    u = getattr(result, "latency_uncertainty", None)
+    return "-" if u is None else f"+-{u:.0%}"
+
+
+def timing_text(result) -> str:
+    """'0.123 s +-4% (median of 5)': a Result's median with how far it may be off; one run
+    says so. Introduced in 09_fused_qkv.ipynb."""
+    n = len(getattr(result, "latency_samples", None) or [])
+    u = uncertainty_text(result)
+    return (f"{seconds_text(result.latency_s)} s "
+            + (f"{u} (median of {n})" if u != "-" else "(one run: no +-)"))
+
+
+def speedup_text(before, after) -> str:
+    """How many times faster `after` ran than `before` (two Results), with the range the two
+    medians' intervals allow (Result.latency_interval_s): '2.31x (2.05-2.60x)'; a side with
+    one run gives no range. Introduced in 09_fused_qkv.ipynb."""
+    ratio = f"{before.latency_s / after.latency_s:.2f}x"
+    a, b = before.latency_interval_s, after.latency_interval_s
+    if a is None or b is None:
+        return ratio + " (one run on a side: no range)"
+    return f"{ratio} ({a[0] / b[1]:.2f}-{a[1] / b[0]:.2f}x, from the medians' intervals)"
+
+
 def memory_text(b: int | None) -> str:
     if b is None:
         return "-"
@@ -56,36 +83,3 @@ def denoising_label(result, results) -> str:
     if denoising_text(results):
         return ""
     return f" ({_steps(result.steps)}{_scheduler(result.scheduler)})"
-
-
-def latency_text(result) -> str:
-    """'1.23 s +-4%': a Result's median latency with how far the median may be off
-    (Result.latency_uncertainty), for an image title or a line; '1.23 s (one run)' without 2+
-    samples. Introduced in 09_fused_qkv.ipynb."""
-    u = result.latency_uncertainty
-    said = f"{seconds_text(result.latency_s)} s"
-    return f"{said} +-{u:.0%}" if u is not None else f"{said} (one run)"
-
-
-def ratio_range(a, b) -> tuple[float, float | None, float | None]:
-    """(ratio, low, high): a's median latency over b's (two Results), and the range their
-    medians' intervals allow (a's low end over b's high end, a's high over b's low;
-    Result.latency_interval_s): both medians lie in their intervals with about 0.95 x 0.95 =
-    90 % together, 25 % for smoke mode's 2 runs each. low and high are None where a result
-    has fewer than 2 samples."""
-    ratio = a.latency_s / b.latency_s
-    ia, ib = a.latency_interval_s, b.latency_interval_s
-    if ia is None or ib is None:
-        return ratio, None, None
-    return ratio, ia[0] / ib[1], ia[1] / ib[0]
-
-
-def ratio_text(a, b, unit: str = "x") -> str:
-    """'1.52x (1.41-1.63x)': a's median latency over b's with the range their timing
-    uncertainty allows (ratio_range), so a ratio is never quoted bare. For a speed-up give
-    (before, after); for a share of a time, (part, whole) and unit="". Introduced in
-    09_fused_qkv.ipynb."""
-    ratio, low, high = ratio_range(a, b)
-    if low is None:
-        return f"{ratio:.2f}{unit} (one run: no range)"
-    return f"{ratio:.2f}{unit} ({low:.2f}-{high:.2f}{unit})"
