@@ -105,7 +105,7 @@ def report():
                                                             runs=3, verbose=False)}
 
 
-def test_each_time_is_a_steady_median_quoted_with_its_range(report, capsys):
+def test_each_time_is_a_steady_median_quoted_with_its_range(report):
     """Issue 35: the report timed one call per saver (a -96 % saver appeared); now each time is
     the median of runs after a warm-up, more until steady (timing.until_steady, as
     fdh.benchmark), and each change is said with the range the two medians allow."""
