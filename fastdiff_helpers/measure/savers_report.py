@@ -152,9 +152,9 @@ def _line(row: dict[str, Any], base: dict[str, Any]) -> str:
     if row["seconds"] is None:
         return f"{row['saver']:20} {row['note']}"
     u = row["seconds_uncertainty"]
-    text = (f"{row['saver']:20} {row['seconds']:.3g} s (+-{u:.0%} over "
+    text = (f"{row['saver']:20} {row['seconds']:#.3g} s (+-{u:.0%} over "
             f"{len(row['seconds_samples'])} runs)" if u is not None else
-            f"{row['saver']:20} {row['seconds']:.3g} s (one run)")
+            f"{row['saver']:20} {row['seconds']:#.3g} s (one run)")
     if row is not base:
         low_high = row["time_change_range"]
         text += f", time {row['time_change']:+.0%}" + (
