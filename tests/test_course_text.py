@@ -276,6 +276,10 @@ GONE = [
     "Count its tokens per attention layer",         # item 11
     "put only the VAE back to fp32",                # item 1
     "130 s",                                        # a figure no stored source holds
+    "2.966 s against 3.243",                        # issue 35: per row with fused QKV and a
+    "fp8 per row + compile 2.966 s",                # compiled VAE against per tensor without
+    "tests/gpu/test_gpu_memory.py",                 # issue 35: a test file that never existed
+    "a `pipe(...)` call of your own passes it too", # issue 35: only the helpers' calls do
 ]
 
 

@@ -181,3 +181,30 @@ def test_the_bench_command_refuses_fp8_on_a_cpu_before_loading(monkeypatch, caps
                      "--dtype", "bf16", "--quantize", "fp8-dynamic-row"])
     assert code == 2
     assert "fp8-dynamic-row needs a GPU with fp8 tensor cores" in capsys.readouterr().err
+
+
+def test_quantize_refuses_fp8_before_any_work_where_torchao_would_assert(tiny_pipes,
+                                                                         monkeypatch):
+    """fdh.quantize(pipe, "fp8-dynamic-row") on a CPU used to end in torchao's bare
+    AssertionError (torchao/float8/inference.py, _check_hardware_support, at the first linear
+    it converts): now the one policy's refusal (fdh.Recipe.check_device), a FastdiffError
+    saying why and what to use, before quantize_ is called."""
+    import torchao.quantization
+
+    monkeypatch.setattr(torchao.quantization, "quantize_",
+                        lambda *a, **k: pytest.fail("torchao's quantize_ ran"))
+    pipe = tiny_pipes["sd15"]
+    for kind in FP8:
+        with pytest.raises(fdh.FastdiffError) as caught:
+            fdh.quantize(pipe, kind)
+        said = str(caught.value)
+        assert said.startswith(f"{kind} needs a GPU with fp8 tensor cores (compute capability "
+                               "8.9+") and "this has cpu" in said
+        assert "quantize='int8-dynamic'" in said and "\n" not in said
+        assert "quantize" not in fdh.pipeline_info(pipe)["applied"]
+    # on a device with fp8 (the capability check passed), per row on fp32 weights: torchao's
+    # "PerRow quantization only works for bfloat16" assert, refused the same way
+    monkeypatch.setattr(quantization.Recipe, "check_device", lambda self, device, cap=None: None)
+    with pytest.raises(RecipeError, match="'fp8-dynamic-row' needs bf16 weights.*torch.float32"):
+        fdh.quantize(pipe, "fp8-dynamic-row")
+    assert issubclass(RecipeError, fdh.FastdiffError)

@@ -1,6 +1,7 @@
 """Foundation: the four models from three weight sources (issue 2)."""
 
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -79,7 +80,12 @@ def test_saved_tiny_pipeline_loads_back_through_pretrained_path(model, tmp_path,
     files = [os.path.join(r, f) for r, _, fs in os.walk(tmp_path) for f in fs]
     assert any(f.endswith(".safetensors") for f in files)
     assert not any(f.endswith(".bin") for f in files)
-    again = fdh.load_pipeline(model, weights="pretrained", path=str(tmp_path), device="cpu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        again = fdh.load_pipeline(model, weights="pretrained", path=str(tmp_path), device="cpu")
+    # diffusers 0.42 deprecates from_pretrained's torch_dtype= for dtype= (a FutureWarning on
+    # every pretrained load: diffusers/utils/deprecation_utils.py, _resolve_dtype)
+    assert not [w for w in caught if "torch_dtype" in str(w.message)]
     assert fdh.pipeline_info(again)["weights"] == "pretrained"
     # call_kwargs of a pretrained pipeline default to the native size: pass the tiny one
     a = np.asarray(fdh.generate(pipe, steps=2, height=64, width=64))

@@ -143,9 +143,10 @@ def _execution_device(pipe) -> torch.device:
 
 def what_fits(model: str, card_gib: float, dtype="bf16",
               activations_bytes: int | None = None) -> list[dict[str, Any]]:
-    """For a model in `dtype` (a name or a Recipe) on a card of `card_gib` GiB: the weights each way of running it
-    keeps on the GPU, with the activations you measured (`activations_bytes`, e.g. a measured
-    peak minus the weights held; None: not counted), and whether that fits:
+    """For a model in `dtype` (a name or a Recipe) on a card of `card_gib` GiB: the weights
+    each way of running it keeps on the GPU, with the activations you measured
+    (`activations_bytes`, e.g. a GPU peak from fdh.peak_memory minus the weights held), and
+    whether that fits:
 
       all on the GPU                 every component
       text encoders freed            the prompts encoded once (embeddings cached), the text
@@ -154,6 +155,11 @@ def what_fits(model: str, card_gib: float, dtype="bf16",
       group / sequential offload     a block or a layer at a time: far below the largest
                                      component (not computed here; measure it on a GPU)
 
+    Without activations_bytes a row counts the weights alone ("counted": "weights only"), and
+    its "fits" is a necessary condition, not a verdict: the activations, the VAE decode's
+    peak and the kernels' workspaces come on top. With a measured GPU peak they are in, and
+    what stays outside is what torch's allocator does not count: the CUDA context, and
+    memory the allocator keeps cached but free.
     Introduced in 17_fitting_your_gpu.ipynb."""
     real("card_gib", card_gib)
     if card_gib <= 0:
@@ -165,5 +171,6 @@ def what_fits(model: str, card_gib: float, dtype="bf16",
             ("text encoders freed after encoding", sum(parts.values()) - text),
             ("model CPU offload", max(parts.values()))]
     extra = activations_bytes or 0
+    counted = "weights only" if activations_bytes is None else "weights + activations given"
     return [{"way": way, "weights_bytes": held, "activations_bytes": activations_bytes,
-             "fits": held + extra <= card_gib * GIB} for way, held in ways]
+             "counted": counted, "fits": held + extra <= card_gib * GIB} for way, held in ways]

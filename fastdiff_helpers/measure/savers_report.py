@@ -5,28 +5,24 @@ Introduced in 17_fitting_your_gpu.ipynb."""
 
 from __future__ import annotations
 
-import time
+import statistics
 from typing import Any, Sequence
 
 import torch
 
+from .. import checks
 from ..errors import FastdiffError
 from ..models.loading import call_kwargs, free_memory, load_pipeline, pipeline_device
 from ..models.presets import DEFAULT_PROMPT
 from ..techniques.compile import compile_pipeline
 from ..techniques.memory_savers import MEMORY_SAVERS, OFFLOADS, apply_memory_saver
 from .compile_events import events_between, snapshot
+from .bench import time_call
 from .memory import peak_memory
+from .record import median_interval
+from .timing import uncertainty, until_steady
 
 __all__ = ["memory_savers_report"]
-
-
-def _timed(call) -> float:
-    start = time.perf_counter()
-    call()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
 
 
 def _inactive(pipe, saver: str | None, call: dict[str, Any], batch: int) -> str:
@@ -42,7 +38,8 @@ def _inactive(pipe, saver: str | None, call: dict[str, Any], batch: int) -> str:
 
 
 def _measure(model: str, saver: str | None, weights: str, device: str | None, dtype: str,
-             kwargs: dict[str, Any], batch: int, compile: bool) -> dict[str, Any]:
+             kwargs: dict[str, Any], batch: int, compile: bool,
+             timing: tuple[int, int]) -> dict[str, Any]:
     # offloads take the pipeline from the CPU themselves; the rest run where it is loaded
     pipe = load_pipeline(model, weights=weights, dtype=dtype, verbose=False,
                          device="cpu" if saver in OFFLOADS else device)
@@ -67,7 +64,11 @@ def _measure(model: str, saver: str | None, weights: str, device: str | None, dt
     on = "cuda" if saver in OFFLOADS else None
     on_cpu = on is None and pipeline_device(pipe).type == "cpu"
     measured = None if compile and on_cpu else peak_memory(pipe, run, device=on)
-    seconds = _timed(run)  # timed again outside the memory tracker, which slows a CPU call
+    # timed apart from the memory tracker (which slows a CPU call), after one more warm-up
+    # call, as fdh.benchmark times: runs until the median is steady (timing.until_steady)
+    run()
+    where = on or pipeline_device(pipe)
+    samples = until_steady(lambda: time_call(run, where)[1], *timing)
     if compile:
         frames = events_between(before, snapshot())["frames"]
         if measured is None:  # the CPU tracker cannot watch compiled code: eager peak instead
@@ -75,7 +76,9 @@ def _measure(model: str, saver: str | None, weights: str, device: str | None, dt
                         "output": run()}
     row = {"saver": saver or "none", "peak_bytes": measured["peak_bytes"],
            "resident_bytes": measured["resident_bytes"], "kind": measured["kind"],
-           "seconds": seconds, "images": measured["output"], "recompiled_frames": frames,
+           "seconds": statistics.median(samples), "seconds_samples": samples,
+           "seconds_uncertainty": uncertainty(samples),
+           "images": measured["output"], "recompiled_frames": frames,
            "note": _inactive(pipe, saver, call, batch)}
     del pipe
     free_memory()
@@ -86,10 +89,13 @@ def memory_savers_report(model: str = "sdxl", savers: Sequence[str] = MEMORY_SAV
                          weights: str = "tiny", device: str | None = None, dtype: str = "fp32",
                          steps: int = 2, size: int | None = None, batch: int = 1,
                          prompt: str = DEFAULT_PROMPT, compile: bool = False,
+                         runs: int = 5, max_runs: int | None = None,
                          verbose: bool = True) -> list[dict[str, Any]]:
     """One row per saver (and "none" first): the peak memory of one call on the pipeline's
-    device (fdh.peak_memory), the weights held there before it, the call's seconds, and the
-    change against "none". A saver that cannot run here (an offload without a GPU) gets a row
+    device (fdh.peak_memory), the weights held there before it, the call's seconds (the median
+    of `runs` timed calls after a warm-up, more up to `max_runs`, default 4 x runs, until it is
+    known within +-5 %, as fdh.benchmark times: "seconds_samples", "seconds_uncertainty"),
+    and the change against "none" with the range the two medians' intervals allow. A saver that cannot run here (an offload without a GPU) gets a row
     whose note says why, and so does one that does nothing at this size or batch. `batch`
     images per prompt (VAE slicing shows from 2), `size` the image size (VAE tiling shows above
     the VAE's tile, its config's sample_size). `compile=True` compiles the pipeline after the
@@ -102,12 +108,14 @@ def memory_savers_report(model: str = "sdxl", savers: Sequence[str] = MEMORY_SAV
     if isinstance(savers, str) or unknown:
         raise FastdiffError(f"savers={savers!r}: give a list of names from "
                             f"{', '.join(MEMORY_SAVERS)}.")
+    checks.whole("runs", runs, 1)
+    timing = (runs, max(runs, checks.whole("max_runs", max_runs, 1, none=True) or 4 * runs))
     kwargs = dict(prompt=prompt, steps=steps, height=size, width=size)
-    rows = [_measure(model, None, weights, device, dtype, kwargs, batch, compile)]
+    rows = [_measure(model, None, weights, device, dtype, kwargs, batch, compile, timing)]
     base = rows[0]
     for saver in savers:
         try:
-            row = _measure(model, saver, weights, device, dtype, kwargs, batch, compile)
+            row = _measure(model, saver, weights, device, dtype, kwargs, batch, compile, timing)
         except FastdiffError as exc:
             row = {"saver": saver, "peak_bytes": None, "resident_bytes": None, "kind": None,
                    "seconds": None, "images": None, "recompiled_frames": None,
@@ -120,6 +128,8 @@ def memory_savers_report(model: str = "sdxl", savers: Sequence[str] = MEMORY_SAV
                    "note": f"fails with compile: {type(exc).__name__}: {str(exc)[:200]}"}
         if row["seconds"] is not None:
             row["time_change"] = row["seconds"] / base["seconds"] - 1
+            row["time_change_range"] = _change_range(row["seconds_samples"],
+                                                     base["seconds_samples"])
         if row["peak_bytes"] is not None and base["peak_bytes"]:
             row["peak_change"] = row["peak_bytes"] / base["peak_bytes"] - 1
         rows.append(row)
@@ -129,12 +139,26 @@ def memory_savers_report(model: str = "sdxl", savers: Sequence[str] = MEMORY_SAV
     return rows
 
 
+def _change_range(samples: list[float], base: list[float]) -> tuple[float, float] | None:
+    """The change of one median against another that their intervals allow (the lowest over
+    the highest, and the reverse, minus one); None without 2+ samples each."""
+    if len(samples) < 2 or len(base) < 2:
+        return None
+    (low, high, _), (base_low, base_high, _) = median_interval(samples), median_interval(base)
+    return low / base_high - 1, high / base_low - 1
+
+
 def _line(row: dict[str, Any], base: dict[str, Any]) -> str:
     if row["seconds"] is None:
         return f"{row['saver']:20} {row['note']}"
-    text = f"{row['saver']:20} {row['seconds']:.2f} s"
+    u = row["seconds_uncertainty"]
+    text = (f"{row['saver']:20} {row['seconds']:#.3g} s (+-{u:.0%} over "
+            f"{len(row['seconds_samples'])} runs)" if u is not None else
+            f"{row['saver']:20} {row['seconds']:#.3g} s (one run)")
     if row is not base:
-        text += f" ({row['time_change']:+.0%})"
+        low_high = row["time_change_range"]
+        text += f", time {row['time_change']:+.0%}" + (
+            f" ({low_high[0]:+.0%} to {low_high[1]:+.0%})" if low_high else "")
     if row["peak_bytes"] is not None:
         text += (f", peak {row['peak_bytes'] / 2**20:.2f} MiB, weights held "
                  f"{row['resident_bytes'] / 2**20:.2f} MiB")

@@ -56,7 +56,7 @@ def _swap_vae(pipe, vae: str, weights: str, device: str, dtype: torch.dtype, see
         from diffusers import AutoencoderKL
 
         try:
-            pipe.vae = AutoencoderKL.from_pretrained(hub_id, torch_dtype=dtype,
+            pipe.vae = AutoencoderKL.from_pretrained(hub_id, dtype=dtype,
                                                      use_safetensors=True).to(device)
         except OSError as exc:
             raise FastdiffError(f"Loading the {vae} VAE ({hub_id}) failed: {exc}. Run `hf "

@@ -90,7 +90,7 @@ def load_pretrained(spec: ModelSpec, path: str | None, dtype: torch.dtype, check
     if check:  # load_pipeline checked already
         require_pretrained(spec, path)
     cls = getattr(diffusers, spec.pipeline_class)
-    kwargs: dict[str, Any] = dict(torch_dtype=dtype, use_safetensors=True)
+    kwargs: dict[str, Any] = dict(dtype=dtype, use_safetensors=True)  # torch_dtype: deprecated
     if spec.key == "sd15":
         kwargs.update(safety_checker=None, requires_safety_checker=False)
     try:

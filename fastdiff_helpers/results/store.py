@@ -152,9 +152,9 @@ def reference_results(model: str, root: str | os.PathLike | None = None) -> dict
     from results/<gpu>/<model>/results.jsonl ({} when none are committed yet).
 
     root defaults to the results/ folder of this checkout. What fdh.reference_numbers prints
-    (01_baseline.ipynb)."""
+    (01_baseline.ipynb). Introduced in 17_fitting_your_gpu.ipynb (the committed peak memory)."""
     base = (checks.existing_folder("root", root, "the results folder (results/ of a checkout)")
-            if root is not None else Path(__file__).resolve().parent.parent / "results")
+            if root is not None else Path(__file__).resolve().parents[2] / "results")
     found: dict[str, list[Result]] = {}
     for path in sorted(base.glob(f"*/{model}/results.jsonl")):
         found[path.parent.parent.name] = load_results(path)

@@ -45,7 +45,10 @@ def stop_guidance(pipe, share: float = 0.5):
     at the transformer, so every call has it; on SD1.5, SDXL and SSD-1B it is diffusers'
     callback, which every call the helpers make gets (fdh.call_kwargs adds it: fdh.generate,
     fdh.benchmark, run_ladder), and a pipe(...) call of your own must pass:
-    callback_on_step_end=fdh.call_kwargs(pipe, steps=n)["callback_on_step_end"].
+    callback_on_step_end=fdh.call_kwargs(pipe, steps=n)["callback_on_step_end"]; without it
+    the call keeps guidance, batch 2, on every step. Compiled, the denoiser sees batch 2 and
+    then batch 1 in one call: the first call compiles a second graph at the cut-off step
+    (dynamo's guard on the input's size), and later calls reuse both (tests/test_fewer_calls.py).
     Introduced in 13_fewer_denoiser_calls.ipynb."""
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
         raise RecipeError(f"share={share!r}: give the share of the steps that keep guidance, "

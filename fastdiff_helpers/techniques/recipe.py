@@ -3,8 +3,8 @@ today's stack (its steps, filters, flags, TF32, VAE and scheduler as diffusion-f
 what differs, the stack, torchao's API, fused QKV's dropped copies, per-compile flags and the
 timing, is listed in 01_baseline.ipynb); COURSE_LADDER: the course's own ladder beside it.
 
-Introduced in 01_baseline.ipynb. Imports nothing of the package (techniques import it; the
-code writer, fdh.to_code(recipe), lives above them in codegen.py).
+Introduced in 01_baseline.ipynb. Imports nothing of the package but errors.py (techniques
+import it; the code writer, fdh.to_code(recipe), lives above them in codegen.py).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
+
+from ..errors import FastdiffError
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16")
 # the weight dtype of each (TF32 is fp32 weights with TF32 math)
@@ -83,8 +85,9 @@ ACCELERATE_COPIES = ("compile_scope='regional-accelerate' compiles a copy of the
                      "'full', 'regional' or 'regional-extended' with them.")
 
 
-class RecipeError(ValueError):
-    """An invalid recipe or combination: the message says why and what to do."""
+class RecipeError(FastdiffError):
+    """An invalid recipe or combination: the message says why and what to do (a FastdiffError,
+    so one `except fdh.FastdiffError` catches every refusal of the package)."""
 
 
 @dataclass(frozen=True)
@@ -296,7 +299,8 @@ _C_NO_SYNC = replace(_C_FUSED, no_sync=True)
 _C_INT8 = replace(_C_NO_SYNC, quantize="int8-dynamic", quant_filter="fastdiff")
 # past the blog (12_fp8_hopper.ipynb): fp8 in place of int8, on GPUs with fp8 tensor cores
 # (compute capability 8.9+: L4, H100, H200); per row, the faster of torchao's two on FLUX
-# (diffusers-torchao, H100: 3.039 s against 3.243 s per tensor, compiled). Refused elsewhere.
+# (diffusers-torchao's README, H100, both unfused with an eager VAE: 3.039 s against 3.243 s
+# per tensor). Refused elsewhere.
 _C_FP8 = replace(_C_INT8, quantize="fp8-dynamic-row")
 
 COURSE_LADDER: list[tuple[str, Recipe]] = [

@@ -218,6 +218,10 @@ def trace_steps(pipe, **kwargs: Any) -> list[tuple[int, str, int]]:
     denoiser's first layer sees it (conv_in, PixArt's pos_embed, Flux's x_embedder), the path
     "full" or "cached"
     (always "full" without a step cache). `kwargs` as fdh.call_kwargs takes them.
+    The traced call runs eagerly (torch.compiler.set_stance("force_eager")), compiled or not:
+    a hook added after compiling never fires inside compiled code (dynamo does not guard on
+    module hooks: torch/_dynamo/config.py, skip_nnmodule_hook_guards = True), and the path and
+    batch of each step are chosen outside it, so the eager call takes the same ones.
     Introduced in 13_fewer_denoiser_calls.ipynb."""
     denoiser = get_denoiser(pipe)
     first = {"unet": getattr(denoiser, "conv_in", None), "flux": getattr(denoiser, "x_embedder",
@@ -227,9 +231,14 @@ def trace_steps(pipe, **kwargs: Any) -> list[tuple[int, str, int]]:
     try:
         call = call_kwargs(pipe, **kwargs)
         call["output_type"] = "latent"
-        pipe(**call)
+        with torch.compiler.set_stance("force_eager"):  # compiled code neither runs nor compiles
+            pipe(**call)
     finally:
         handle.remove()
+    if not batches:
+        raise FastdiffError(f"trace_steps saw no call of the denoiser's first layer "
+                            f"({type(first).__name__}): something runs the denoiser without its "
+                            "module hooks. Trace a fresh pipeline with the same recipe.")
     plan = step_plan(pipe)
     paths = [p for _, p, _ in plan.log] if plan is not None else ["full"] * len(batches)
     return [(i, path, batch) for i, (path, batch) in enumerate(zip(paths, batches))]

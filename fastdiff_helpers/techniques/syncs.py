@@ -140,7 +140,12 @@ def count_syncs(pipe, verbose: bool = True, **kwargs) -> dict[str, Any] | None:
 
 def _loop_marks(pipe, call: dict, caught: list) -> tuple[list[int], list[int]]:
     """Where the denoising loop starts (the pipelines open their progress bar right before
-    step 0) and where each step ends (callback_on_step_end), as positions in `caught`."""
+    step 0) and where each step ends (callback_on_step_end; PixArt-alpha's pipeline has only
+    the legacy `callback(step, timestep, latents)`, pipeline_pixart_alpha.py:708 and :961, and
+    swallows an unknown callback_on_step_end in its **kwargs: there no step would be marked and
+    every sync would count as outside the loop), as positions in `caught`."""
+    import inspect
+
     start: list[int] = []
     marks: list[int] = []
     progress_bar = pipe.progress_bar
@@ -150,13 +155,16 @@ def _loop_marks(pipe, call: dict, caught: list) -> tuple[list[int], list[int]]:
             start.append(len(caught))
         return progress_bar(*args, **kwargs)
 
+    pipe.progress_bar = opening
+    if "callback_on_step_end" not in inspect.signature(pipe.__call__).parameters:
+        call.update(callback=lambda i, t, latents: marks.append(len(caught)), callback_steps=1)
+        return start, marks
     original = call.get("callback_on_step_end")  # a technique's own (fdh.stop_guidance)
 
     def on_step_end(p, i, t, cb_kwargs):
         marks.append(len(caught))
         return original(p, i, t, cb_kwargs) if original is not None else cb_kwargs
 
-    pipe.progress_bar = opening
     call["callback_on_step_end"] = on_step_end
     if original is not None:  # the pipeline reads a PipelineCallback's inputs off the object
         call["callback_on_step_end_tensor_inputs"] = list(original.tensor_inputs)

@@ -54,6 +54,27 @@ def test_cuda_graphs_capture_both_paths_and_keep_the_feature():
         assert np.isfinite(out).all() and np.abs(out - eager).max() < 0.1
 
 
+def test_a_unet_guidance_stop_compiles_a_cuda_graph_per_batch_then_nothing():
+    """13_fewer_denoiser_calls: compiled, a UNet's guidance stop (diffusers' callback) hands the
+    UNet batch 2 then batch 1 in one call: the first call compiles two graphs (the CPU test
+    tests/test_fewer_calls.py pins the guard that fails), each captured as a CUDA graph under
+    max-autotune without a skip; later calls compile nothing."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    pipe = sd15(dataclasses.replace(COMPILED, guidance_stop=0.5))
+    before = snapshot()
+    first = image(pipe)
+    assert events_between(before, snapshot())["frames"] == 2
+    assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
+    before = snapshot()
+    again = [image(pipe) for _ in range(2)]
+    assert events_between(before, snapshot())["frames"] == 0
+    for out in again:
+        assert np.abs(out - first).max() < 1e-3
+
+
 @pytest.mark.parametrize("model", ["sdxl", "pixart"])
 def test_cache_and_guidance_stop_add_no_sync_to_the_loop(model):
     plain = fdh.count_syncs(sd15(BF16, model), steps=6)
