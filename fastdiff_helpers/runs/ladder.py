@@ -23,13 +23,14 @@ from ..techniques.compile import PARTS, compile_part
 from ..techniques.quantization import select_filter
 from ..techniques.recipe import LADDERS, RecipeError
 from ..measure.bench import TunedNotMeasured, benchmark
-from ..measure.cold_start import save_artifacts
+from ..measure.cold_start import check_artifacts_path, save_artifacts
 from ..measure.compile_events import events_between, snapshot
 from ..measure.env import device_name, env_report
+from ..measure.tuning import check_bundle_path
 from ..measure.tuning_watch import TuningWatch
 from ..measure.quality import compare_images
 from ..results.charts import Reference, ladder_chart, memory_chart, save_figure
-from ..results.store import Result, save_result
+from ..results.store import RESULTS_FOLDER, Result, save_result
 from ..results.tables import format_table
 
 __all__ = ["run_ladder", "warm_ladder", "measure_step"]
@@ -68,7 +69,10 @@ def _setup(model: str, ladder: str, device: str | None, steps_filter: Iterable[s
     for name, value in (("height", height), ("width", width)):
         checks.image_size(name, value, spec.size_multiple)
     if out is not None:
-        (checks.output_file if out_is_file else checks.output_folder)("out", out)
+        if out_is_file:
+            check_artifacts_path("out", out)
+        else:
+            checks.output_folder("out", out, RESULTS_FOLDER)
     device = checks.device(device) if device is not None else default_device()
     loading = BLOG_LOADING[spec.key] if ladder == "blog" else {}
     return spec, device, wanted, loading
@@ -241,7 +245,7 @@ def warm_ladder(model: str = "sdxl", weights: str = "auto", ladder: str = "blog"
     if part not in PARTS:
         raise FastdiffError(f"Unknown part {part!r}. Use one of: {', '.join(PARTS)}.")
     if bundle is not None:
-        checks.output_file("bundle", bundle, example=f"{spec.key}.json.gz")
+        check_bundle_path("bundle", bundle)
     weights = resolve_weights(spec, weights, device)
     plan = [(n, r) for n, r in LADDERS[ladder] if r.compile and (wanted is None or n in wanted)]
     if not plan:
