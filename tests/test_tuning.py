@@ -67,6 +67,11 @@ def test_a_bare_cache_with_the_bundle_compiles_without_tuning_and_picks_the_same
     assert again["compile_s"] < report["compile_s"]  # the benchmarking is gone
     print(f"tuning data: compile {report['compile_s']:.1f} s tuning, {again['compile_s']:.1f} s "
           f"from the bundle ({report['export']['bytes']} bytes)")
+    # issue 35: the child process writes only its cache folder and the bundle it was given
+    outside = [p for p in bundle.parent.rglob("*") if p.is_file() and p != bundle
+               and bundle.parent / "cache" not in p.parents]
+    assert not outside, outside
+    assert all(tmp_path / "bare" in p.parents for p in tmp_path.rglob("*") if p.is_file())
 
 
 @pytest.mark.slow

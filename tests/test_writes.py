@@ -111,6 +111,8 @@ def test_save_results_appends_only_to_a_results_file(box):
         fdh.save_results([_result()], notes)
     assert notes.read_text() == THEIRS.rstrip("\n")
     _refused(lambda: fdh.save_results([_result()], "README.md"), box / "cwd" / "README.md")
+    _refused(lambda: fdh.results.store.rewrite_results([_result()], "README.md"),
+             box / "cwd" / "README.md")
 
 
 def test_save_result_keeps_its_folder_and_never_writes_over_an_image(box):
@@ -261,6 +263,9 @@ def test_run_ladder_writes_in_its_folder_only(box, monkeypatch):
     assert main(["bench", "--weights", "tiny", "--device", "cpu", "--out", "mine"]) == 2
     assert main(["demo", "--weights", "tiny", "--device", "cpu", "--out", "mine"]) == 2
     assert sorted(p.name for p in (box / "cwd" / "mine").iterdir()) == ["notes.txt"]
+    _theirs(box / "cwd" / "charts" / "ladder.png")  # refused before the work, not after it
+    _refused(lambda: fdh.run_ladder("sdxl", weights="tiny", device="cpu", out="charts"),
+             box / "cwd" / "charts" / "ladder.png")
 
 
 @pytest.fixture
@@ -282,6 +287,10 @@ def test_the_reference_run_writes_only_its_folder_unless_it_is_under_results(box
     _refused(lambda: ref.run_reference("sdxl", weights="tiny", device="cpu", progress=False),
              box / "cwd" / "results" / "README.md", "a results table that the reference run")
     assert sorted(p.name for p in (box / "cwd" / "results").iterdir()) == ["README.md"]
+    _theirs(box / "cwd" / "results" / "x" / "sdxl" / "results.jsonl").write_text("")
+    _refused(lambda: ref.write_results_readme("results"), box / "cwd" / "results" / "README.md",
+             "a results table that the reference run")
+    (box / "cwd" / "results" / "x" / "sdxl" / "results.jsonl").unlink()
     Path("results/README.md").unlink()
     watch = Watch(box)
     ref.run_reference("sdxl", out="results/cpu/sdxl", weights="tiny", device="cpu",

@@ -287,8 +287,7 @@ def models_chart(results_by_model: dict[str, Sequence[Result]]) -> Figure:
 def save_figure(fig: Figure, path: str | os.PathLike) -> Path:
     """Write the figure as PNG (dpi 120), creating folders, never over a file that is not a
     matplotlib PNG; returns the path. run_ladder(out=...) saves its charts with it."""
-    path = checks.output_file("path", path, "ladder.png", lambda p: checks.file_starts(
-        p, b"\x89PNG", b"Software\x00Matplotlib"), "a PNG chart that matplotlib wrote")
+    path = checks.chart_file("path", path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png", dpi=120)
     return path

@@ -73,7 +73,8 @@ def is_results_file(path: Path) -> bool:
 
 RESULTS_FILE = "a results file (JSON lines written by fdh.save_results)"
 # the names a results folder holds (the record first: it marks a folder as one of ours)
-RESULTS_FOLDER = ("results.jsonl", "images", "ladder.png", "memory.png", "reference.json")
+RESULTS_FOLDER = ("results.jsonl", "images", "ladder.png", "memory.png", "reference.json",
+                  "tuning")
 
 
 def save_results(results: Result | Iterable[Result], path: str | os.PathLike) -> Path:

@@ -71,8 +71,10 @@ def _setup(model: str, ladder: str, device: str | None, steps_filter: Iterable[s
     if out is not None:
         if out_is_file:
             check_artifacts_path("out", out)
-        else:
-            checks.output_folder("out", out, RESULTS_FOLDER)
+        else:  # its charts, drawn at the end, are checked now too
+            folder = checks.output_folder("out", out, RESULTS_FOLDER)
+            for chart in ("ladder.png", "memory.png"):
+                checks.chart_file("out", folder / chart)
     device = checks.device(device) if device is not None else default_device()
     loading = BLOG_LOADING[spec.key] if ladder == "blog" else {}
     return spec, device, wanted, loading

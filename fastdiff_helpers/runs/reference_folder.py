@@ -35,9 +35,9 @@ def results_root(out: Path) -> Path | None:
     README.md that is new or the reference run's own (any other is refused before any work).
     Elsewhere None: the folder keeps its tuning bundle itself (out/tuning/<torch>/) and no
     README table is written, so nothing lands outside the folder given."""
-    root = out.absolute().parent.parent
-    if root.name != "results":
+    if out.absolute().parent.parent.name != "results":
         return None
+    root = out.parent.parent
     check_results_readme(root)
     return root
 
