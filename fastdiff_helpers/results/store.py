@@ -57,15 +57,16 @@ def _repair_tail(path: Path) -> None:
 
 
 def is_results_file(path: Path) -> bool:
-    """An existing file is a results file when every line is a record (save_results's); a
-    last line without its newline may be a cut record, but only if it starts like one."""
+    """An existing file is a results file when it is empty or its first line is a record
+    (save_results began it; a bad line later is load_results's to name); a last line without
+    its newline may be a cut record, but only if it starts like one."""
     try:
         *lines, tail = path.read_bytes().split(b"\n")
         if tail.strip() and not tail.lstrip().startswith(b"{"):
             return False
-        for line in lines:
-            if line.strip():
-                Result.from_dict(json.loads(line.decode("utf-8")))
+        first = next((line for line in lines if line.strip()), None)
+        if first is not None:
+            Result.from_dict(json.loads(first.decode("utf-8")))
     except (OSError, ValueError, TypeError):  # UnicodeDecodeError, JSONDecodeError: ValueErrors
         return False
     return True
