@@ -361,6 +361,17 @@ def test_cited_gpu_figures_are_the_committed_ones():
     assert f"{steps['+ SDPA'].latency_s / sdxl_floor:.1f}x its floor" in text["01"]
     assert f"from {seconds['fp32']} to {seconds['bf16']}" in text["03"]
     assert f"from {seconds['bf16']} to {seconds['+ SDPA']}" in text["04"]
+    # issue 35: each cited timing with its uncertainty, the 94 % interval of its median
+    within = {name: "{:.2f}-{:.2f} s".format(*steps[name].latency_interval_s[:2])
+              for name in seconds}
+    assert all(f"{len(steps[n].latency_samples)} timed runs" in text[nb] and
+               steps[n].latency_interval_s[2] > 0.93 for nb, n in
+               (("01", "+ SDPA"), ("03", "fp32"), ("04", "bf16")))
+    assert f"lies in {within['+ SDPA']} with 94 % confidence" in text["01"]
+    sdpa = steps["+ SDPA"].latency_interval_s
+    assert f"({sdpa[0] / sdxl_floor:.1f}x to {sdpa[1] / sdxl_floor:.1f}x" in text["01"]
+    assert f"lie in {within['fp32']} and {within['bf16']} with 94 % confidence" in text["03"]
+    assert f"lie in {within['bf16']} and {within['+ SDPA']} with 94 % confidence" in text["04"]
 
 
 # --- cross-references: each "notebook NN" points at the notebook that now teaches it ------
