@@ -58,7 +58,8 @@ from .course.playground import playground
 from .course.settings import CourseSettings, course_settings, needs_gpu, smoke_mode
 from .course.settings import reference_numbers
 from .runs.batch import read_prompts, run_batch
-from .runs.ladder import run_ladder, warm_ladder
+from .runs.ladder import run_ladder
+from .runs.warm import warm_ladder
 from .runs.launch import format_summary, launch_batch
 
 __version__ = "0.1.0"

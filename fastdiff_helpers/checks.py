@@ -16,7 +16,7 @@ import math
 import numbers
 import os
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -161,9 +161,20 @@ def _writable_parent(name: str, path: Path) -> None:
                             "folder you can write to.")
 
 
-def output_folder(name: str, value: Any) -> Path:
+def _made_here(path: Path) -> list[str]:
+    """The names in a folder, less the hidden temporary files of a cut write (".x.123.tmp")."""
+    return sorted(p.name for p in path.iterdir()
+                  if not (p.name.startswith(".") and ".tmp" in p.name))
+
+
+def output_folder(name: str, value: Any, ours: Sequence[str] = (), what: str = "fastdiff"
+                  ) -> Path:
     """A folder to write into: an existing folder, or one that can be created (checked now,
-    created by the caller when it writes)."""
+    created by the caller when it writes). With `ours`, the names the writer makes in it (the
+    first is the record that marks a folder as its own): an existing folder must be empty,
+    hold that record, or hold nothing but those names (a run cut before its record); a
+    folder with anything else is someone else's and is refused, so nothing in it is written
+    over."""
     path = _pathlike(name, value)
     if path.exists():
         if not path.is_dir():
@@ -172,17 +183,56 @@ def output_folder(name: str, value: Any) -> Path:
         if not os.access(path, os.W_OK | os.X_OK):
             raise FastdiffError(f"{arg(name, str(path))}: {path} is not writable here; give a "
                                 "folder you can write to.")
+        held = _made_here(path) if ours else []
+        others = [n for n in held if n not in ours]
+        if others and ours[0] not in held:
+            raise FastdiffError(
+                f"{arg(name, str(path))}: {path} holds files that {what} did not write "
+                f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}), so nothing is "
+                f"written there; give a new or empty folder (it is created if missing), or one "
+                f"{what} wrote before (it holds {ours[0]}).")
         return path
     _writable_parent(name, path)
     return path
 
 
-def output_file(name: str, value: Any, example: str = "results.jsonl") -> Path:
-    """A file to write: not an existing folder, under a folder that exists or can be made."""
+def output_file(name: str, value: Any, example: str = "results.jsonl",
+                ours: Callable[[Path], bool] | None = None, what: str = "") -> Path:
+    """A file to write: not an existing folder, under a folder that exists or can be made.
+    With `ours` (is an existing file one this writer made? `what` names such a file), an
+    existing file that is not is refused: it is left as it is."""
     path = _pathlike(name, value)
     if path.is_dir():
         raise FastdiffError(f"{arg(name, str(path))}: {path} is a folder; give a file name, "
                             f"e.g. {path / example}.")
     if not path.exists():
         _writable_parent(name, path)
+    elif ours is not None and not ours(path):
+        raise FastdiffError(f"{arg(name, str(path))}: {path} exists and is not {what}, so it "
+                            "is left as it is; give a new file name, or move that file away.")
     return path
+
+
+def chart_file(name: str, value: Any) -> Path:
+    """A PNG chart to write: new, or a PNG that matplotlib wrote (any other file is refused)."""
+    return output_file(name, value, "ladder.png", lambda p: file_starts(
+        p, b"\x89PNG", b"Software\x00Matplotlib"), "a PNG chart that matplotlib wrote")
+
+
+def same_bytes(path: Path, data: bytes) -> bool | None:
+    """None when `path` does not exist, else whether it holds exactly `data` (a writer that
+    would write the same bytes leaves the file as it is; other bytes are someone else's)."""
+    if not path.exists():
+        return None
+    return path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data
+
+
+def file_starts(path: Path, first: bytes, *within: bytes, size: int = 4096) -> bool:
+    """Whether a file begins with `first` (leading whitespace aside) and holds each of `within`
+    in its first `size` bytes: how a writer knows a file of its own kind before replacing it."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(size)
+    except OSError:
+        return False
+    return head.lstrip().startswith(first) and all(marker in head for marker in within)

@@ -172,6 +172,10 @@ def test_warm_cache_reaches_the_first_image_5x_sooner_and_artifacts_load(tmp_pat
     _, loaded = fdh.first_image_in_new_process(tmp_path / "fresh", load=artifact)
     assert "'inductor'" in loaded and "'aot_autograd'" in loaded
     assert any((tmp_path / "fresh" / "fxgraph").rglob("*"))
+    # issue 35: the new processes wrote only the cache folders and the artifact file given
+    outside = [p for p in tmp_path.rglob("*") if p.is_file() and p != artifact and not any(
+        tmp_path / folder in p.parents for folder in ("cache", "fresh"))]
+    assert not outside, outside
 
 
 def test_warm_load_refuses_a_changed_file_before_anything_is_unpickled(tmp_path, monkeypatch,

@@ -367,3 +367,110 @@ def test_cited_gpu_figures_are_the_committed_ones():
     assert f"{steps['+ SDPA'].latency_s / sdxl_floor:.1f}x its floor" in text["01"]
     assert f"from {seconds['fp32']} to {seconds['bf16']}" in text["03"]
     assert f"from {seconds['bf16']} to {seconds['+ SDPA']}" in text["04"]
+    # issue 35: each cited timing with its uncertainty, the 94 % interval of its median
+    within = {name: "{:.2f}-{:.2f} s".format(*steps[name].latency_interval_s[:2])
+              for name in seconds}
+    assert all(f"{len(steps[n].latency_samples)} timed runs" in text[nb] and
+               steps[n].latency_interval_s[2] > 0.93 for nb, n in
+               (("01", "+ SDPA"), ("03", "fp32"), ("04", "bf16")))
+    assert f"lies in {within['+ SDPA']} with 94 % confidence" in text["01"]
+    sdpa = steps["+ SDPA"].latency_interval_s
+    assert f"({sdpa[0] / sdxl_floor:.1f}x to {sdpa[1] / sdxl_floor:.1f}x" in text["01"]
+    assert f"lie in {within['fp32']} and {within['bf16']} with 94 % confidence" in text["03"]
+    assert f"lie in {within['bf16']} and {within['+ SDPA']} with 94 % confidence" in text["04"]
+
+
+# --- cross-references: each "notebook NN" points at the notebook that now teaches it ------
+
+# What each notebook teaches, in words its own text uses: a "notebook NN" (or an NN in a
+# table's notebook column) must stand in a sentence or row that names one of them. The
+# course was renumbered once (efcd3ea); 02's closing table kept four old numbers (issue 35).
+TEACHES = {
+    "00": ("set-up", "environment", "smoke mode"),
+    "01": ("baseline", "floor", "FLOPs", "two tables", "what differs"),
+    "02": ("profile", "host-side"),
+    "03": ("bf16", "fp16", "TF32", "precision"),
+    "04": ("attention", "SDPA"),
+    "05": ("compile", "inductor", "channels_last", "CUDA graph"),
+    "06": ("cold start", "cache", "recompile", "regional", "tuning"),
+    "07": ("CUDA graph", "re-record", "capture"),
+    "08": ("LoRA",),
+    "09": ("fused QKV", "fusion"),
+    "10": ("sync", "CPU wait"),
+    "11": ("int8", "1x1"),
+    "12": ("fp8",),
+    "13": ("denoiser calls", "step cache", "guidance"),
+    "14": ("all four models", "SD1.5, SSD-1B and PixArt"),
+    "15": ("playground", "panel"),
+    "16": ("scale out", "batch", "throughput"),
+    "17": ("memory", "what fits", "savers"),
+    "18": ("Flux",),
+}
+REFERENCE = re.compile(r"\b[Nn]otebooks?\s+(\d\d(?:(?:,\s*|\s+and\s+|\s+or\s+)\d\d)*)"
+                       r"(?!\s*-\s*\d)")
+RANGE = re.compile(r"\b[Nn]otebooks?\s+\d\d\s*-\s*\d\d")
+
+
+def _contexts(text: str):
+    """(the sentence or table row, [NN, ...]) for each cross-reference in a markdown text: a
+    "notebook NN" anywhere, and the numbers of a table's last column headed "notebook"."""
+    in_table = False
+    # a paragraph, or a list item: a blank line or a line starting "- " or "1. " ends one
+    for paragraph in re.split(r"\n\s*\n|\n(?=\s*(?:-|\d+\.) )", text):
+        for line in paragraph.splitlines():
+            if line.startswith("|"):
+                cells = [c.strip() for c in line.strip().strip("|").split("|")]
+                if cells[-1] == "notebook":
+                    in_table = True
+                elif in_table and re.fullmatch(r"\d\d(,\s*\d\d)*", cells[-1]):
+                    yield " | ".join(cells[:-1]), re.findall(r"\d\d", cells[-1])
+            else:
+                in_table = False
+        flat = " ".join(line for line in paragraph.splitlines() if not line.startswith("|"))
+        for sentence in re.split(r"(?<=[.;:!?])\s+(?=[A-Z`(*])", flat):
+            for found in REFERENCE.finditer(sentence):
+                yield sentence, re.findall(r"\d\d", found.group(1))
+
+
+def _course_texts():
+    for path in NOTEBOOKS:
+        for cell in _read(path).cells:
+            if cell.cell_type == "markdown":
+                yield f"{path.name}:{cell.id}", cell.source
+            else:  # comments and printed strings of code cells
+                yield f"{path.name}:{cell.id}", "\n".join(
+                    line for line in cell.source.splitlines() if "otebook" in line)
+    yield "README.md", (ROOT / "README.md").read_text()
+
+
+def test_each_notebook_reference_points_at_the_notebook_that_teaches_it():
+    titles = {p.name[:2]: "\n".join(c.source for c in _read(p).cells).lower()
+              for p in NOTEBOOKS}
+    assert sorted(TEACHES) == sorted(titles), "TEACHES lists every notebook"
+    unused = {nn: [w for w in words if w.lower() not in titles[nn]]
+              for nn, words in TEACHES.items()}
+    assert not any(unused.values()), f"words a notebook does not use: {unused}"
+    wrong, seen = [], 0
+    for where, text in _course_texts():
+        wrong += [f"{where}: a range of notebooks ({m.group(0)!r}); name them"
+                  for m in RANGE.finditer(text)]
+        for context, numbers in _contexts(text):
+            for nn in numbers:
+                seen += 1
+                if nn not in TEACHES:
+                    wrong.append(f"{where}: notebook {nn} does not exist ({context[:90]!r})")
+                elif not any(w.lower() in context.lower() for w in TEACHES[nn]):
+                    wrong.append(f"{where}: notebook {nn} ({TEACHES[nn][0]}...) in "
+                                 f"{context[:140]!r}")
+    assert seen > 40
+    assert not wrong, "\n".join(wrong)
+
+
+def test_every_notebook_file_named_exists_and_the_syllabus_numbers_match():
+    names = {p.name for p in NOTEBOOKS}
+    stale = [f"{where}: {found}" for where, text in _course_texts()
+             for found in re.findall(r"\b\d\d_\w+\.ipynb", text) if found not in names]
+    assert not stale, stale
+    rows = re.findall(r"^\| (\d\d) \| \[(\d\d)_\w+\.ipynb\]\(notebooks/(\d\d)_\w+\.ipynb\)",
+                      (ROOT / "README.md").read_text(), re.M)
+    assert len(rows) == len(NOTEBOOKS) and all(a == b == c for a, b, c in rows), rows

@@ -14,6 +14,7 @@ import torch
 
 import fastdiff_helpers as fdh
 from fastdiff_helpers.runs import ladder as ladder_module
+from fastdiff_helpers.runs import warm as warm_module
 from fastdiff_helpers.techniques import quantization
 from fastdiff_helpers.techniques.recipe import COURSE_LADDER, FP8, RecipeError
 
@@ -166,8 +167,8 @@ def test_the_ladder_refuses_fp8_on_a_cpu_before_loading(monkeypatch):
 
 
 def test_warm_ladder_skips_fp8_on_a_cpu(monkeypatch, capsys):
-    monkeypatch.setattr(ladder_module, "load_pipeline", lambda *a, **k: pytest.fail("loaded"))
-    rows = ladder_module.warm_ladder("sd15", weights="tiny", device="cpu", ladder="course",
+    monkeypatch.setattr(warm_module, "load_pipeline", lambda *a, **k: pytest.fail("loaded"))
+    rows = warm_module.warm_ladder("sd15", weights="tiny", device="cpu", ladder="course",
                                      steps_filter=["+ fp8 dynamic"])
     assert rows == []
     assert "not warming sd15 + fp8 dynamic: fp8-dynamic-row needs a GPU" in capsys.readouterr().out

@@ -67,6 +67,11 @@ def test_a_bare_cache_with_the_bundle_compiles_without_tuning_and_picks_the_same
     assert again["compile_s"] < report["compile_s"]  # the benchmarking is gone
     print(f"tuning data: compile {report['compile_s']:.1f} s tuning, {again['compile_s']:.1f} s "
           f"from the bundle ({report['export']['bytes']} bytes)")
+    # issue 35: the child process writes only its cache folder and the bundle it was given
+    outside = [p for p in bundle.parent.rglob("*") if p.is_file() and p != bundle
+               and bundle.parent / "cache" not in p.parents]
+    assert not outside, outside
+    assert all(tmp_path / "bare" in p.parents for p in tmp_path.rglob("*") if p.is_file())
 
 
 @pytest.mark.slow
@@ -144,7 +149,7 @@ def test_a_changed_byte_or_another_stamp_is_refused_before_anything_is_written(t
     with pytest.raises(FastdiffError, match="another setup"):
         fdh.export_tuning(tmp_path / "d.json.gz", cache_dir=cache, verbose=False)
     (tmp_path / "notes.json.gz").write_text("my notes")
-    with pytest.raises(FastdiffError, match="not a gzip'd JSON tuning bundle"):
+    with pytest.raises(FastdiffError, match="is not a tuning bundle .* left as it is"):
         fdh.export_tuning(tmp_path / "notes.json.gz", cache_dir=cache, verbose=False)
     assert (tmp_path / "notes.json.gz").read_text() == "my notes"
 
@@ -313,7 +318,8 @@ def test_the_next_watch_drops_what_a_killed_run_was_descending_on(tmp_path, monk
                             "zz/cfinal.best_config": {"XBLOCK": 8, "found_by_coordesc": True}})
     progress = tmp_path / "out" / "toy.progress.json"
     progress.parent.mkdir()
-    progress.write_text(json.dumps({"state": "running",
+    progress.write_text(json.dumps({"best_config_files": 2, "bundle": "toy.json.gz",
+                                    "state": "running",  # as the watch writes it: sorted keys
                                     "coordesc_in_progress": ["zz/czzkernel.best_config"]}))
     with _watch(tmp_path, monkeypatch) as watch:
         assert watch.dropped_from_cache == ["zz/czzkernel.best_config"]

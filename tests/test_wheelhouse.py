@@ -118,6 +118,7 @@ def test_build_writes_install_script_and_manifest(tmp_path):
     out = tmp_path / "wheelhouse"
     (out / "wheels").mkdir(parents=True)
     stale = _fake_wheel(out / "wheels", "oldthing", "0.1")
+    (out / "manifest.json").write_text('{"python": "3.11", "wheels": []}')  # an earlier build
     wheels = {}
 
     def index(name, spec, pin):
@@ -138,6 +139,27 @@ def test_build_writes_install_script_and_manifest(tmp_path):
     assert "want=3.12" in script and "--no-index" in script and ".pth" in script
     assert os.access(out / "install.sh", os.X_OK)
     assert json.loads((out / "manifest.json").read_text()) == manifest
+
+
+def test_build_refuses_a_folder_that_is_not_a_wheelhouse_and_deletes_nothing(tmp_path):
+    """Issue 35: build deletes the stale wheels of its --out, so it writes only into a new or
+    empty folder or a wheelhouse (its manifest.json); a cut build's folder is still one."""
+    out = tmp_path / "mine"
+    (out / "wheels").mkdir(parents=True)
+    theirs = _fake_wheel(out / "wheels", "theirs", "0.1")
+    have = {**wh.read_have(str(IMAGE))}
+    have.pop("python")
+
+    def cut(name, spec, pin):
+        raise wh.Refusal("cut")
+    with pytest.raises(wh.Refusal, match="not a wheelhouse's .* give a new or empty --out"):
+        wh.build(have, out, "3.12", "manylinux_2_28_x86_64", notebooks=False, index=cut)
+    assert theirs.exists() and not (out / "manifest.json").exists()
+    fresh = tmp_path / "fresh"
+    with pytest.raises(wh.Refusal, match="cut"):
+        wh.build(have, fresh, "3.12", "manylinux_2_28_x86_64", notebooks=False, index=cut)
+    assert json.loads((fresh / "manifest.json").read_text())["state"] == "unfinished"
+    wh.claim(fresh, "3.12", "manylinux_2_28_x86_64")  # the cut build's folder is still ours
 
 
 def test_install_script_refuses_another_python(tmp_path):

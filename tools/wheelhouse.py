@@ -279,11 +279,33 @@ EOF
 """
 
 
+def claim(out: Path, python: str, platform: str) -> None:
+    """OUT must be new, empty, or a wheelhouse (it holds manifest.json): its stale wheels are
+    deleted, so a folder of someone else's is refused. The manifest is written first (marked
+    unfinished), so a cut build's folder is still known as one."""
+    manifest = out / "manifest.json"
+    if out.is_dir() and any(out.iterdir()):
+        try:
+            ours = "wheels" in json.loads(manifest.read_text())
+        except (OSError, ValueError):
+            ours = False
+        if not ours:
+            raise Refusal(f"{out} holds files that are not a wheelhouse's (no manifest.json "
+                          "from tools/wheelhouse.py): give a new or empty --out")
+    elif out.exists() and not out.is_dir():
+        raise Refusal(f"{out} is a file: give a folder for --out")
+    out.mkdir(parents=True, exist_ok=True)
+    if not manifest.exists():
+        manifest.write_text(json.dumps({"python": python, "platform": platform, "wheels": None,
+                                        "state": "unfinished"}) + "\n")
+
+
 def build(have: dict[str, str | None], out: Path, python: str, platform: str,
           notebooks: bool = True, index: Index | None = None, root: Path = ROOT) -> dict:
     """Check the floor, resolve, download, write OUT/install.sh and OUT/manifest.json."""
     requirements, requires_python = project_requirements(root)
     check_floor(have, python, requirements, requires_python)
+    claim(out, python, platform)
     roots = requirements + TESTS + (NOTEBOOKS if notebooks else [])
     wheels_dir = out / "wheels"
     index = index or pip_index(wheels_dir, python, platform)

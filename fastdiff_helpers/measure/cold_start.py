@@ -47,8 +47,9 @@ def _stamp() -> dict[str, Any]:
 def save_artifacts(path: str | os.PathLike, **what: Any) -> dict[str, Any]:
     """Write what this process compiled (torch.compiler.save_cache_artifacts) to `path`, with
     a header of the versions and GPU kind it is valid for, and `what` (model, steps...) for
-    the record. Returns the header. Nothing compiled yet: a clear error."""
-    checks.output_file("path", path, example="sdxl.fdcache")
+    the record. Returns the header. Nothing compiled yet: a clear error; an existing file at
+    `path` that is not such a file is left as it is (refused)."""
+    check_artifacts_path("path", path)
     saved = torch.compiler.save_cache_artifacts()
     if saved is None or not saved[0]:
         raise FastdiffError("Nothing was compiled in this process, so there is no cache to save: "
@@ -57,11 +58,17 @@ def save_artifacts(path: str | os.PathLike, **what: Any) -> dict[str, Any]:
     header = dict(_stamp(), **what, artifacts=_count(info), bytes=len(payload))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     data = MAGIC + json.dumps(header).encode() + b"\n" + payload
     tmp.write_bytes(data)
     tmp.replace(path)  # a killed save never leaves half a file under the real name
     return dict(header, sha256=hashlib.sha256(data).hexdigest())
+
+
+def check_artifacts_path(name: str, path: str | os.PathLike) -> Path:
+    """A path save_artifacts may write: new, or a compile-cache file it wrote before."""
+    return checks.output_file(name, path, "sdxl.fdcache", lambda p: checks.file_starts(p, MAGIC),
+                              "a fastdiff compile-cache file (`warm --out`)")
 
 
 def read_header(path: str | os.PathLike,
@@ -138,7 +145,7 @@ def first_image_in_new_process(cache_dir: str | os.PathLike, model: str = "sdxl"
         if device is not None:
             checks.device(device)
         if out is not None:
-            checks.output_file("out", out, example=f"{model}.fdcache")
+            check_artifacts_path("out", out)
     if load is not None:
         args = ["--load", str(load)]
     else:

@@ -245,7 +245,8 @@ def profile(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
         if trace.suffix != ".json":
             raise FastdiffError(f"trace={str(trace)!r}: give a .json path (the Chrome "
                                 "trace format Perfetto and chrome://tracing open).")
-        checks.output_file("trace", trace, "trace.json")
+        checks.output_file("trace", trace, "trace.json", lambda p: checks.file_starts(
+            p, b"{", b'"schemaVersion"'), "a Chrome trace that torch.profiler wrote")
     device = pipeline_device(pipe)
     cuda = device.type == "cuda"
     call_kwargs(pipe, prompt, steps, height, width, guidance, seed)  # every argument checked

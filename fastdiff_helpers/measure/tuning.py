@@ -51,6 +51,13 @@ def bundle_path(model: str, device: str | None = None, root: str | os.PathLike =
     return Path(root) / gpu_folder(device) / "tuning" / torch.__version__ / f"{model}.json.gz"
 
 
+def check_bundle_path(name: str, path: str | os.PathLike) -> Path:
+    """A path a bundle may be written to: new, or a gzip file (read_bundle then checks that it
+    is a bundle of this machine's); any other file is left as it is (refused)."""
+    return checks.output_file(name, path, "sdxl.json.gz", lambda p: checks.file_starts(
+        p, b"\x1f\x8b"), "a tuning bundle (gzip'd JSON written by fdh.export_tuning)")
+
+
 def _refuse_stamp(path: Any, stamp: dict, here: dict, doing: str) -> None:
     found = differences(stamp, here)
     if found:
@@ -108,7 +115,7 @@ def export_tuning(path: str | os.PathLike, model: str | None = None,
     Introduced in 06_cold_start.ipynb."""
     from torch._inductor.codecache import CacheBase
 
-    out = checks.output_file("path", path, example="sdxl.json.gz")
+    out = check_bundle_path("path", path)
     cache = _cache_folder(cache_dir)
     gemm, best = read_cache(cache, CacheBase.get_system()["hash"])
     gemm, best = _ours(model, gemm, best)

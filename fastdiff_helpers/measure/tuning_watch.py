@@ -29,9 +29,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .. import checks
 from ..techniques.compile_cache import use_course_cache
 from .compile_events import compile_times, events_between, snapshot
-from .tuning import export_tuning
+from .tuning import check_bundle_path, export_tuning
 
 __all__ = ["TuningWatch", "progress_path"]
 
@@ -101,6 +102,9 @@ class TuningWatch:
                  command: str | None = None, every_s: float = EVERY_S, write: str = "auto"):
         self.bundle, self.model, self.every_s, self.write = Path(bundle), model, every_s, write
         self.progress = progress_path(self.bundle)
+        check_bundle_path("bundle", self.bundle)  # a file of someone else's: refused, now
+        checks.output_file("bundle", self.progress, "sdxl.progress.json", lambda p: checks.
+                           file_starts(p, b"{", b'"best_config_files"'), "a progress file")
         self.run: dict[str, Any] = {"id": uuid.uuid4().hex, "command": command,
                                     "started_at": _utc(), "state": "running", "steps": {}}
         self.in_descent: set[str] = set()

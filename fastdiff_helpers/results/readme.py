@@ -10,12 +10,13 @@ import json
 import os
 from pathlib import Path
 
+from .. import checks
 from ..models.presets import BLOG_SOURCE, published_ladder
 from ..techniques.recipe import LADDERS
 from .store import Result, load_results
 from .text import memory_text, psnr_text, seconds_text
 
-__all__ = ["write_results_readme", "STATE"]
+__all__ = ["write_results_readme", "check_results_readme", "STATE"]
 
 STATE = "reference.json"  # a results folder's state: the run's settings, matmul rate, attempts
 
@@ -128,12 +129,22 @@ def _table(folder: Path, records: list[Result]) -> list[str]:
     return lines
 
 
+def check_results_readme(root: str | Path) -> Path:
+    """root/README.md, if write_results_readme may write it: new, or one it wrote (its first
+    line and its "made anew by" sentence); any other README is left as it is (refused)."""
+    return checks.output_file("README", Path(root) / "README.md", "README.md", lambda p: checks.
+                              file_starts(p, b"# Reference results", b"made anew by `python -m "
+                                          b"fastdiff_helpers reference`"),
+                              "a results table that the reference run wrote")
+
+
 def write_results_readme(root: str | Path) -> Path | None:
     """results/README.md, made anew from every results/<gpu>/<model>/results.jsonl: one table
     per GPU and model (seconds, spread, speed-ups, memory, cold start, achieved TFLOP/s and its
     share of the measured matmul rate, PSNR, the blog's A100 figures beside). None when the
-    root holds no results."""
+    root holds no results; a README.md there that it did not write is refused."""
     root = Path(root)
+    check_results_readme(root)
     stores = sorted(root.glob("*/*/results.jsonl"))
     if not stores:
         return None

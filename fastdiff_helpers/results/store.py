@@ -56,13 +56,36 @@ def _repair_tail(path: Path) -> None:
         os.close(fd)
 
 
+def is_results_file(path: Path) -> bool:
+    """An existing file is a results file when it is empty or its first line is a record
+    (save_results began it; a bad line later is load_results's to name); a last line without
+    its newline may be a cut record, but only if it starts like one."""
+    try:
+        *lines, tail = path.read_bytes().split(b"\n")
+        if tail.strip() and not tail.lstrip().startswith(b"{"):
+            return False
+        first = next((line for line in lines if line.strip()), None)
+        if first is not None:
+            Result.from_dict(json.loads(first.decode("utf-8")))
+    except (OSError, ValueError, TypeError):  # UnicodeDecodeError, JSONDecodeError: ValueErrors
+        return False
+    return True
+
+
+RESULTS_FILE = "a results file (JSON lines written by fdh.save_results)"
+# the names a results folder holds (the record first: it marks a folder as one of ours)
+RESULTS_FOLDER = ("results.jsonl", "images", "ladder.png", "memory.png", "reference.json",
+                  "tuning")
+
+
 def save_results(results: Result | Iterable[Result], path: str | os.PathLike) -> Path:
     """Append results to a JSONL file (one record per line), creating folders; returns the path.
 
     Each record is one ``os.write`` on an ``O_APPEND`` descriptor followed by ``fsync``, so
-    earlier records survive a crash. Introduced in 01_baseline.ipynb.
+    earlier records survive a crash. An existing file that is not a results file is refused,
+    never appended to. Introduced in 01_baseline.ipynb.
     """
-    path = checks.output_file("path", path)
+    path = checks.output_file("path", path, ours=is_results_file, what=RESULTS_FILE)
     records = [results] if isinstance(results, Result) else list(results)
     for r in records:
         if not isinstance(r, Result):
@@ -89,7 +112,7 @@ def rewrite_results(results: Iterable[Result], path: str | os.PathLike) -> Path:
     """Replace the JSONL file at `path` with exactly these records, atomically: written to a
     temporary file beside it, fsynced, then renamed over it, so a kill at any moment leaves
     either the old file or the new one, never a mix. Used by the reference run."""
-    path = Path(path)
+    path = checks.output_file("path", path, ours=is_results_file, what=RESULTS_FILE)
     records = list(results)
     for r in records:
         if not isinstance(r, Result):
@@ -168,14 +191,19 @@ def _slug(name: str) -> str:
 def save_result(result: Result, out: str | os.PathLike, index: int | None = None) -> Path:
     """Keep one Result in the folder `out`: its image as out/images/<index>_<step>.png
     (recorded in result.image_path, relative to `out`), then its record appended to
-    out/results.jsonl. `index` defaults to the number of records already there.
-    Returns the results file."""
-    out = checks.output_folder("out", out)
+    out/results.jsonl. `index` defaults to the number of records already there. A folder
+    holding files of someone else's is refused, and an image is never written over: a name
+    taken (an earlier run's) gets a suffix. Returns the results file."""
+    out = checks.output_folder("out", out, RESULTS_FOLDER)
     store = out / "results.jsonl"
     if index is None:
         index = len(load_results(store)) if store.exists() else 0
     if result.image is not None:
         image_path = out / "images" / f"{index}_{_slug(result.step)}.png"
+        taken = 1
+        while image_path.exists():
+            taken += 1
+            image_path = image_path.with_name(f"{index}_{_slug(result.step)}-{taken}.png")
         image_path.parent.mkdir(parents=True, exist_ok=True)
         result.image.save(image_path)
         result.image_path = image_path.relative_to(out).as_posix()

@@ -1,6 +1,7 @@
 """runs: the long runs and the command line, the top layer.
 
-    ladder            run_ladder / warm_ladder: every step of a ladder on a fresh pipeline
+    ladder            run_ladder: every step of a ladder on a fresh pipeline
+    warm              warm_ladder: every compiled step of a ladder compiled ahead of time
     reference         the reference run: a ladder into one results folder, a step at a time,
                       resumable across short GPU slots
     reference_folder  a reference run's folder: its records, state file and fp32 image

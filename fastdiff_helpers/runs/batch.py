@@ -83,7 +83,8 @@ def check_batch(prompts: Prompts, out: str | os.PathLike, batch_size: int = 1,
     """Validate the input before anything slow; returns (every prompt, those left to do)."""
     checks.whole("batch_size", batch_size, 1)
     checks.whole("processes", processes, 1, none=True)
-    out = checks.output_folder("out", out)  # created when written; a rerun does what is left
+    # created when written; a rerun does what is left; someone else's folder is refused
+    out = checks.output_folder("out", out, (RECORDS, IMAGES, SUMMARY, "prompts.txt"), "batch")
     every = read_prompts(prompts)
     todo = pending(every, out)
     processes = launched_processes() if processes is None else processes

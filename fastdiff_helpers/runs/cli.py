@@ -22,7 +22,7 @@ from ..techniques.recipe import (ATTENTION, COMPILE_MODES, DTYPES, LADDERS, QUAN
                                  SCOPES, TF32_MODES, Recipe, RecipeError)
 from ..measure.bench import benchmark
 from ..measure.env import env_report
-from ..results.store import save_result
+from ..results.store import RESULTS_FOLDER, save_result
 from ..results.tables import format_table
 from ..course.settings import smoke_mode
 from . import demo
@@ -198,6 +198,8 @@ def _bench(args: argparse.Namespace) -> None:
     recipe = _recipe(args)  # RecipeError (invalid combination) before anything is loaded
     device = args.device or default_device()
     recipe.for_device(device)[0].check_device(device)  # and hardware this machine lacks (fp8)
+    if args.out:  # and a folder of someone else's
+        checks.output_folder("out", args.out, RESULTS_FOLDER)
     pipe = load_pipeline(args.model, weights=args.weights, device=args.device, dtype="fp32",
                          vae=args.vae, scheduler=args.scheduler)
     apply(pipe, recipe)
@@ -232,7 +234,7 @@ def _main(argv: Sequence[str] | None) -> int:
             return COMPILE_COMMANDS[args.command](args, argv)
         if args.command == "demo":
             if args.out is not None:
-                checks.output_folder("out", args.out)
+                checks.output_folder("out", args.out, RESULTS_FOLDER)
             results = demo.run_demo(args.out, model=args.model, weights=args.weights,
                                     device=args.device, ladder=args.ladder,
                                     progress=not args.no_progress)

@@ -18,10 +18,10 @@ from ..errors import FastdiffError
 from ..techniques.compile import PARTS
 from ..techniques.compile_cache import use_course_cache
 from ..techniques.recipe import LADDERS
-from ..measure.cold_start import load_artifacts
+from ..measure.cold_start import check_artifacts_path, load_artifacts
 from ..measure.tuning import (bundle_path, export_tuning, import_matching, import_tuning,
                               show_tuning)
-from .ladder import warm_ladder
+from .warm import warm_ladder
 from .reference import run_reference
 
 __all__ = ["COMPILE_COMMANDS", "add_compile_commands", "UsageError"]
@@ -72,7 +72,9 @@ def add_compile_commands(sub, common, steps: list[str]) -> None:
     ref.add_argument("--out", default=None, metavar="DIR",
                      help="default results/<gpu>/<model> (e.g. results/h100-80gb-hbm3/sdxl): "
                           "records, images, charts; results/README.md is rewritten after each "
-                          "step; the tuning bundle grows in results/<gpu>/tuning/<torch>/")
+                          "step; the tuning bundle grows in results/<gpu>/tuning/<torch>/ (a "
+                          "DIR not under a folder named results keeps its bundle in "
+                          "DIR/tuning/ and gets no README)")
     ref.add_argument("--budget-s", type=float, default=None,
                      help="stop before a step that would not finish in what is left of this "
                           "many seconds, or at the budget (the cut step leaves no record; exit "
@@ -120,7 +122,7 @@ def _warm(args: argparse.Namespace, argv) -> int:
               f"{', '.join(header.get('steps', []))}) into {use_course_cache(verbose=False)}")
         return 0
     if args.out:
-        checks.output_file("out", args.out, example=args.model + ".fdcache")
+        check_artifacts_path("out", args.out)
     if args.sha256:
         raise UsageError("--sha256 checks a file given to --load; `warm --out` prints the one "
                          "to pass on")

@@ -121,11 +121,13 @@ def precompile(model: str, weights: str, device: str, ladder: str,
     # one compile thread per process: the processes share the cores already, and a pool of
     # compile workers per process only adds their start-up (compile_threads is not part of the
     # cache key, torch/_inductor/config.py _cache_config_ignore_prefix, so the ladder's own
-    # compile finds these kernels)
+    # compile finds these kernels); --no-tuning: a CPU compile tunes nothing, and warm's default
+    # tuning root (results/ of the current folder) lies outside the demo's folder
     env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     procs = {name: subprocess.Popen(
         [sys.executable, "-m", "fastdiff_helpers", "warm", "--model", model, "--weights",
-         weights, "--device", device, "--ladder", ladder, "--only", name, "--steps", "2"],
+         weights, "--device", device, "--ladder", ladder, "--only", name, "--steps", "2",
+         "--no-tuning"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) for name in names}
     started = last = time.monotonic()
     if progress:

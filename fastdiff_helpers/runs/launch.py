@@ -66,7 +66,8 @@ def launch_batch(prompts: Prompts, out: str | os.PathLike, processes: int = 2,
                  **options: Any) -> dict[str, Any]:
     """Run `batch` in `processes` new processes (torchrun for more than one), each with
     `threads` CPU threads (OMP_NUM_THREADS; torchrun's default is 1), and return the summary
-    it wrote. A list of prompts is first written to OUT/prompts.txt. options: as run_batch
+    it wrote. A list of prompts is first written to OUT/prompts.txt (one that holds other
+    prompts is refused). options: as run_batch
     (model, weights, device, batch_size, steps, height, width, seed, warmup).
     Introduced in 16_scale_out.ipynb."""
     checks.whole("processes", processes, 1)
@@ -79,8 +80,11 @@ def launch_batch(prompts: Prompts, out: str | os.PathLike, processes: int = 2,
     if not isinstance(prompts, (str, os.PathLike)):
         check_batch(prompts, out, options.get("batch_size", 1), processes)
         out.mkdir(parents=True, exist_ok=True)
-        prompts_file = out / "prompts.txt"
-        prompts_file.write_text("".join(f"{p}\n" for p in prompts), encoding="utf-8")
+        prompts_file, text = out / "prompts.txt", "".join(f"{p}\n" for p in prompts).encode()
+        if checks.same_bytes(prompts_file, text) is False:  # another list's, or a file of yours
+            raise FastdiffError(f"{prompts_file} holds other prompts: give that file as "
+                                "`prompts`, or another `out`.")
+        prompts_file.write_bytes(text)
         prompts = prompts_file
     every, todo = check_batch(prompts, out, options.get("batch_size", 1), processes)
     if not todo:  # nothing launched: the summary.json there is the last run's

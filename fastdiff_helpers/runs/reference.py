@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from .. import checks
 from ..errors import FastdiffError
 from ..models.presets import published_ladder
 from ..models.loading import free_memory
@@ -44,10 +45,10 @@ from ..measure.tuning_watch import TuningWatch
 from ..measure.quality import compare_images
 from ..results.charts import Reference, ladder_chart, memory_chart, save_figure
 from ..results.readme import write_results_readme
-from ..results.store import rewrite_results
+from ..results.store import RESULTS_FOLDER, rewrite_results
 from .ladder import _setup, measure_step, resolve_ladder
 from .reference_folder import (baseline_image, check_same_run, is_compiled, cuts_in_a_row, estimate,
-                               record_tuning,
+                               record_tuning, results_root, tuning_bundle,
                                Folder, utc_now, slug, gpu_folder)
 
 __all__ = ["run_reference", "ReferenceOutcome", "write_results_readme", "EXIT_BUDGET",
@@ -117,8 +118,9 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
     """Measure the steps of `ladder` that `out` does not hold yet, in order, within `budget_s`
     seconds (None: no budget). `out` is results/<gpu>/<model> (default: that, under the current
     folder, <gpu> from gpu_folder()): the README.md written after each step goes to its
-    grandparent (results/). A failed step is recorded with its error and not
-    run again unless `retry_failed`. `ignore_estimate` starts the next step even when its
+    grandparent results/, the tuning bundle to results/<gpu>/tuning/ (a folder elsewhere keeps
+    its bundle itself and gets no README: results_root). A failed step is recorded with its
+    error and not run again unless `retry_failed`. `ignore_estimate` starts the next step even when its
     estimate exceeds what is left (it is still stopped at the budget): for a compile cache
     warmed since the last attempt. `command` is how to run this again (for the last line).
     `tuning=False`: no bundle imported or written, and a compiled step that tuned is measured
@@ -135,6 +137,8 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
                             "one warm-up (the cold start) and one timed run.")
     weights = resolve_weights(spec, weights, device)
     out = Path(out) if out is not None else Path("results") / gpu_folder(device) / spec.key
+    checks.output_folder("out", out, RESULTS_FOLDER, "the reference run")
+    root = results_root(out)  # None: out/ keeps everything itself
     folder = Folder(out, ladder)
     here = device_name(device)
     first_record = next(iter(folder.ordered()), None)
@@ -171,8 +175,8 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
           f" into {out}: {len(plan)} step(s) to go"
           + (f", budget {budget_s:.0f} s" if budget_s else ", no budget"))
     if tuning:
-        import_matching(out.parent.parent)  # the cache folder is chosen; nothing compiled yet
-    bundle = out.parent / "tuning" / torch.__version__ / f"{spec.key}.json.gz"
+        import_matching(root or out.parent)  # the cache folder is chosen; nothing compiled yet
+    bundle = tuning_bundle(out, root, spec.key)
     with TuningWatch(bundle, spec.key, command=again) if tuning else nullcontext() as watch:
         rate = None  # measured (once per folder) just before the first step that runs
         tiny = weights == "tiny"
@@ -277,7 +281,8 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
             rewrite_results(folder.ordered(), out / "results.jsonl")
             folder.save_state()
             draw(folder, spec.key, weights)
-            write_results_readme(out.parent.parent)
+            if root is not None:
+                write_results_readme(root)
             print("   " + result.summary()
                   + (f", {result.tflops_per_s:.3g} TFLOP/s = {result.matmul_share:.1%} of the "
                      f"measured matmul rate" if result.matmul_share else ""))
@@ -293,7 +298,8 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
             print(message)
             return ReferenceOutcome("tuned", ran, left_steps, message, EXIT_BUDGET)
         message = (f"fastdiff: {out} holds all {len(folder.names)} steps of the {ladder} ladder "
-                   f"({len(ran)} measured now); table in {out.parent.parent / 'README.md'}.")
+                   f"({len(ran)} measured now)" + (f"; table in {root / 'README.md'}." if root
+                                                   else "."))
         print(message)
         return ReferenceOutcome("complete", ran, left_steps, message)
 

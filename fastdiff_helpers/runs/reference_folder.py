@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import FastdiffError
 from ..techniques.recipe import LADDERS
 from ..measure.env import gpu_folder  # noqa: F401 (reference.py imports it from here)
-from ..results.readme import STATE
+from ..results.readme import STATE, check_results_readme
 from ..results.store import Result, load_results
 
 # A first guess of one step's wall time (load, apply, compile, warm-ups, timed runs) when the
@@ -27,6 +27,26 @@ from ..results.store import Result, load_results
 # max-autotune call in 540 s (gpu-tests.md), so the compiled guess is that.
 FIRST_GUESS_S = {(True, False): 30.0, (True, True): 150.0, (False, False): 120.0,
                  (False, True): 540.0}
+
+
+def results_root(out: Path) -> Path | None:
+    """Where a folder out = results/<gpu>/<model> keeps its table and its tuning: results/,
+    the grandparent, when it is named "results" (the layout the reference run keeps), with a
+    README.md that is new or the reference run's own (any other is refused before any work).
+    Elsewhere None: the folder keeps its tuning bundle itself (out/tuning/<torch>/) and no
+    README table is written, so nothing lands outside the folder given."""
+    if out.absolute().parent.parent.name != "results":
+        return None
+    root = out.parent.parent
+    check_results_readme(root)
+    return root
+
+
+def tuning_bundle(out: Path, root: Path | None, model: str) -> Path:
+    """The model's tuning bundle: results/<gpu>/tuning/<torch>/, or in the folder itself."""
+    import torch
+
+    return (out.parent if root else out) / "tuning" / torch.__version__ / f"{model}.json.gz"
 
 
 def utc_now() -> str:

@@ -4,13 +4,15 @@ safetensors header. Introduced in 08_lora_hotswap.ipynb."""
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
-from ..checks import arg, output_folder, whole
+from ..checks import arg, output_folder, same_bytes, whole
 from ..errors import FastdiffError
 from ..models.loading import get_denoiser
 
@@ -74,6 +76,7 @@ def make_lora_file(pipe, folder: str | Path, rank: int = 4,
     LoraConfig.rank_pattern, e.g. {"to_q": 2}): a LoRA of mixed ranks, as trainers write them.
     Built on the meta device, so it costs no model memory; for the
     tiny models in tests and smoke runs (on real weights, load a real LoRA by hub id).
+    A folder that holds another LoRA file, or files of someone else's, is refused.
     Returns the folder. Introduced in 08_lora_hotswap.ipynb."""
     from diffusers.utils import convert_state_dict_to_diffusers
 
@@ -82,7 +85,7 @@ def make_lora_file(pipe, folder: str | Path, rank: int = 4,
     if isinstance(targets, str) or not targets or not all(isinstance(t, str) for t in targets):
         raise FastdiffError(f"{arg('targets', targets)} cannot work: give a list of layer names, "
                             f"e.g. {list(DEFAULT_LORA_TARGETS)}.")
-    folder = output_folder("folder", folder)
+    folder = output_folder("folder", folder, (LORA_FILE,), "make_lora_file")
     generator = torch.Generator("cpu").manual_seed(whole("seed", seed, 0))
     if rank_pattern is not None and not (isinstance(rank_pattern, dict) and all(
             isinstance(k, str) and isinstance(v, int) and v >= 1 for k, v in rank_pattern.items())):
@@ -96,7 +99,12 @@ def make_lora_file(pipe, folder: str | Path, rank: int = 4,
     layers = {k: {n: t.to(dtype) for n, t in convert_state_dict_to_diffusers(v).items()}
               for k, v in layers.items()}
     folder.mkdir(parents=True, exist_ok=True)
-    type(pipe).save_lora_weights(str(folder), safe_serialization=True, **layers)
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".lora.tmp") as tmp:
+        type(pipe).save_lora_weights(tmp, safe_serialization=True, **layers)
+        if same_bytes(folder / LORA_FILE, (Path(tmp) / LORA_FILE).read_bytes()) is False:
+            raise FastdiffError(f"{folder / LORA_FILE} holds another LoRA, left as it is: give "
+                                f"a new {arg('folder')}.")
+        os.replace(Path(tmp) / LORA_FILE, folder / LORA_FILE)  # the same bytes, or a new file
     return folder
 
 
