@@ -293,7 +293,7 @@ def test_step_cache_flops_and_branches():
 def test_reference_run_takes_flux_and_its_ladder(tmp_path, capsys):
     from fastdiff_helpers.runs.cli import main
 
-    out = tmp_path / "cpu" / "flux"
+    out = tmp_path / "results" / "cpu" / "flux"  # under results/: the run tables it there
     code = main(["reference", "--model", "flux", "--weights", "tiny", "--device", "cpu",
                  "--out", str(out), "--budget-s", "60", "--runs", "1", "--warmup", "1",
                  "--steps", "2", "--no-progress", "--no-tuning"])
@@ -302,5 +302,5 @@ def test_reference_run_takes_flux_and_its_ladder(tmp_path, capsys):
     records = fdh.load_results(out / "results.jsonl")
     assert [r.step for r in records] == ["bf16"] and records[0].error is None
     assert "(flux ladder" in said
-    table = (tmp_path / "README.md").read_text()
+    table = (tmp_path / "results" / "README.md").read_text()
     assert "flux ladder, tiny weights" in table and "| vs bf16 |" in table

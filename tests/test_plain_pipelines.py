@@ -42,8 +42,8 @@ def test_apply_works_on_a_pipeline_from_plain_from_pretrained(model, tmp_path):
 
 
 def test_a_pipeline_of_another_family_is_refused_with_what_to_do():
-    class FluxPipeline:  # stands in for any pipeline the course does not cover
+    class StableDiffusion3Pipeline:  # stands in for any pipeline the course does not cover
         pass
 
     with pytest.raises(fdh.FastdiffError, match="not one of the course's pipelines.*load_pipeline"):
-        fdh.pipeline_info(FluxPipeline())
+        fdh.pipeline_info(StableDiffusion3Pipeline())

@@ -66,15 +66,15 @@ def test_committed_results_are_tabled_per_gpu(tmp_path, capsys):
     assert h100.splitlines()[1] == "  H100, pretrained weights, 1024x1024, 30 steps"
     assert "never image quality" not in out  # pretrained weights: PSNR is about the image
     rows = {line.split("  ")[0]: line.split() for line in h100.splitlines()[4:] if line}
-    assert rows["bf16"][1:4] == ["3.00", "2.00x", "2.00x"], h100
-    assert rows["+ SDPA"][2:5] == ["2.00", "3.00x", "1.50x"], h100
+    assert rows["bf16"][1:5] == ["3.00", "+-0%", "2.00x", "2.00x"], h100  # three equal runs
+    assert rows["+ SDPA"][2:6] == ["2.00", "+-0%", "3.00x", "1.50x"], h100
     assert "5.00" in h200 and "6.00" not in h200
 
     fdh.reference_numbers("sdxl", steps=["bf16", "+ SDPA"], root=tmp_path)
     filtered = capsys.readouterr().out.split("Measured by this project on h100:")[1]
     filtered = filtered.split("Measured by")[0]
     assert "6.00" not in filtered and "vs bf16" in filtered, filtered  # fp32 row left out
-    assert re.search(r"^\+ SDPA +2\.00 +1\.50x +1\.50x", filtered, re.M), filtered
+    assert re.search(r"^\+ SDPA +2\.00 +\+-0% +1\.50x +1\.50x", filtered, re.M), filtered
 
 
 def test_random_weights_tables_say_what_their_psnr_can_show(tmp_path, capsys):
