@@ -18,6 +18,13 @@ ON_THEIR_OWN = {"test_notebook_runs_in_smoke_mode"}
 SLOW_COST = 30  # an estimate, for the order only: a slow test against 1 for another
 
 
+def unit_of_work(nodeid: str) -> str:
+    """The unit an xdist worker takes whole: the test's module, or the test itself when it is
+    ON_THEIR_OWN."""
+    path, _, name = nodeid.partition("::")
+    return nodeid if name.split("[")[0] in ON_THEIR_OWN else path
+
+
 def pytest_configure(config):
     """In an xdist worker with another beside it: one torch thread (and OMP_NUM_THREADS=1 for
     the processes its tests start). torch's OpenMP threads spin while they wait for each other,
@@ -29,27 +36,35 @@ def pytest_configure(config):
         torch.set_num_threads(1)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (xdist/remote.py)
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: a machine without xdist never calls it
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's own scope scheduling, with unit_of_work as the scope. (Its `loadgroup` marks do
+    not reach the scheduler under pytest 9.2: xdist renames `item._nodeid`, and pytest 9.2's
+    `nodeid` reads `item._id`, _pytest/nodes.py.) The units go out in collection order
+    (--no-loadscope-reorder), which pytest_collection_modifyitems sets."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of_work(nodeid)
+
+    return ByUnit(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Under xdist: every module's tests in one group (xdist_group), but those ON_THEIR_OWN; the
-    groups in the order of their estimated cost, longest first, so that no long group starts
-    last while the other worker idles (tools/test_suite.py keeps this order:
-    --no-loadscope-reorder)."""
+    """Under xdist: the units of work (unit_of_work) in the order of their estimated cost,
+    longest first, so that no long unit starts last while the other worker idles."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
-    groups: dict[str, list] = {}
+    units: dict[str, list] = {}
     for item in items:
-        own = item.originalname in ON_THEIR_OWN
-        key = item.nodeid if own else item.module.__name__
-        if not own:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
-        groups.setdefault(key, []).append(item)
+        units.setdefault(unit_of_work(item.nodeid), []).append(item)
 
-    def cost(group):
-        return sum(SLOW_COST if item.get_closest_marker("slow") else 1 for item in group)
+    def cost(unit):
+        return sum(SLOW_COST if item.get_closest_marker("slow") else 1 for item in unit)
 
-    items[:] = [item for group in sorted(groups.values(), key=cost, reverse=True)
-                for item in group]
+    items[:] = [item for unit in sorted(units.values(), key=cost, reverse=True) for item in unit]
+
 
 _KEEP_TUNING = []  # the session's TuningWatch, when FASTDIFF_KEEP_TUNING names a bundle
 

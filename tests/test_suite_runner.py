@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -21,7 +22,7 @@ spec.loader.exec_module(suite)
 def test_the_alone_tests_run_after_the_others_and_nowhere_else(monkeypatch):
     monkeypatch.setattr(suite, "workers", lambda: 2)
     (name1, first), (name2, second) = suite.phases(["-k", "x"])
-    assert first[:6] == ["-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder", "-m"]
+    assert first[:6] == ["-n", "2", "--dist", "loadscope", "--no-loadscope-reorder", "-m"]
     assert first[6] == "not alone" and second == ["-m", "alone", "-k", "x"]
     assert first[-2:] == ["-k", "x"] and "2 workers" in name1 and name2 == "alone"
     monkeypatch.setattr(suite, "workers", lambda: 0)  # one core: no xdist at all
@@ -92,3 +93,34 @@ def test_the_suite_marks_only_wall_clock_comparisons_alone():
     assert 5 <= len(marked) <= 12, marked
     assert "test_warm_cache_reaches_the_first_image_5x_sooner_and_artifacts_load" in marked
     assert "test_two_processes_give_at_least_1_5x_the_images_per_second" in marked
+
+
+def test_each_module_runs_in_one_worker_in_order_and_each_notebook_apart(tmp_path):
+    """Under `make test`'s xdist options, with this suite's conftest: a module's tests share one
+    worker and run in their order (test_readme's lines build on each other), while the notebook
+    smoke runs spread over both workers."""
+    shutil.copy(ROOT / "tests" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: x\n    alone: x\n")
+    log = tmp_path / "log"
+    record = ("import os, pytest\n"
+              "def _log(name):\n"
+              f"    open({str(log)!r}, 'a').write(name + ' ' + os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n")
+    (tmp_path / "test_steps.py").write_text(record + "".join(
+        f"def test_{i}():\n    _log('steps{i}')\n" for i in range(6)))
+    (tmp_path / "test_other.py").write_text(record + "".join(
+        f"def test_{i}():\n    _log('other{i}')\n" for i in range(6)))
+    (tmp_path / "test_books.py").write_text(record + (
+        "@pytest.mark.slow\n@pytest.mark.parametrize('n', range(6))\n"
+        "def test_notebook_runs_in_smoke_mode(n):\n    import time; time.sleep(0.3); _log(f'book{n}')\n"))
+    if not suite.workers():
+        pytest.skip("one core: make test runs without xdist")
+    (_, first), _ = suite.phases([])
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           *first[:5]], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:]
+    lines = [line.split() for line in log.read_text().splitlines()]
+    for module in ("steps", "other"):
+        mine = [(name, worker) for name, worker in lines if name.startswith(module)]
+        assert [name for name, _ in mine] == [f"{module}{i}" for i in range(6)]
+        assert len({worker for _, worker in mine}) == 1, mine
+    assert len({worker for name, worker in lines if name.startswith("book")}) == 2, lines

@@ -3,8 +3,8 @@
 1. Every test not marked `alone`, spread over one pytest-xdist worker per core (at most 4; on
    the 2-core machine this course is built on, two), each worker with one torch thread
    (tests/conftest.py: torch's OpenMP threads spin while they wait, so two workers of two
-   threads each on two cores slow each other down). Tests that must share a process run in one
-   worker, the longest first (tests/conftest.py).
+   threads each on two cores slow each other down). Each module's tests run in one worker, in
+   order (each notebook's smoke run apart), the longest first (tests/conftest.py).
 2. The tests marked `alone`, in one process with the machine to itself: they compare a
    wall-clock time with another one (a cold compile against a warm one, two processes against
    one), which a second worker's load would move.
@@ -44,7 +44,7 @@ def workers() -> int:
 
 def phases(extra: list[str]) -> list[tuple[str, list[str]]]:
     n = workers()
-    spread = ["-n", str(n), "--dist", "loadgroup", "--no-loadscope-reorder"] if n else []
+    spread = ["-n", str(n), "--dist", "loadscope", "--no-loadscope-reorder"] if n else []
     return [(f"parallel ({n} workers)" if n else "parallel (1 process: one core)",
              [*spread, "-m", "not alone", *extra]),
             ("alone", ["-m", "alone", *extra])]
