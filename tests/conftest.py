@@ -111,3 +111,20 @@ def denoiser_only_kwargs(pipe, steps: int = 2) -> dict:
                                               kwargs.pop("negative_prompt", None))
     kwargs.update(prompt_embeds=embeds, negative_prompt_embeds=negative)
     return kwargs
+
+
+def eager_compiled_block(block):
+    """A UNet transformer block compiled by dynamo alone (backend="eager": guards, frames and
+    recompiles are dynamo's whatever the backend, in seconds on a CPU), and a function that
+    calls it, without grad as the pipelines do, on fixed random inputs of its sizes."""
+    import torch
+
+    block.compile(backend="eager", fullgraph=True)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 16, block.attn1.to_q.in_features, generator=generator)
+    context = torch.randn(1, 8, block.attn2.to_k.in_features, generator=generator)
+
+    def call():
+        with torch.no_grad():
+            block(x, encoder_hidden_states=context)
+    return call

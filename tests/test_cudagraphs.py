@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
+from conftest import eager_compiled_block
 from fastdiff_helpers.measure import cudagraphs
 
 
@@ -93,15 +94,7 @@ def test_a_parameter_copy_with_requires_grad_flipped_recompiles_and_so_does_a_lo
     pipe = tiny()
     assert all(p.requires_grad for p in pipe.unet.parameters())
     block = pipe.unet.down_blocks[0].attentions[0].transformer_blocks[0]
-    block.compile(backend="eager", fullgraph=True)
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(1, 16, block.attn1.to_q.in_features, generator=generator)
-    context = torch.randn(1, 8, block.attn2.to_k.in_features, generator=generator)
-
-    def call():
-        with torch.no_grad():  # as the pipelines call it
-            block(x, encoder_hidden_states=context)
-
+    call = eager_compiled_block(block)
     call()  # the compile
     to_q = block.attn1.to_q
     to_q.weight = torch.nn.Parameter(to_q.weight.detach().clone(),

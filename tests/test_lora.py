@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
+from conftest import eager_compiled_block
 from fastdiff_helpers.errors import FastdiffError
 
 COMPILED_TOL = 1e-4   # inductor may reorder reductions: tests/test_techniques.py's bound
@@ -248,15 +249,11 @@ def test_08_exercises_on_one_compiled_transformer_block(loras):
     fdh.enable_lora_hotswap(pipe, target_rank=8)
     fdh.load_lora(pipe, loras["A"])
     block = pipe.unet.down_blocks[1].attentions[0].transformer_blocks[0]
-    block.compile(backend="eager", fullgraph=True)
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(1, 16, block.attn1.to_q.in_features, generator=generator)
-    context = torch.randn(1, 8, block.attn2.to_k.in_features, generator=generator)
+    call = eager_compiled_block(block)
 
     def frames_after_a_call():
         before = snapshot().frames
-        with torch.no_grad():
-            block(x, encoder_hidden_states=context)
+        call()
         return snapshot().frames - before
 
     assert frames_after_a_call() == 1  # the compile
