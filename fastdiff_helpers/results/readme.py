@@ -150,7 +150,7 @@ def write_results_readme(root: str | Path) -> Path | None:
         return None
     lines = ["# Reference results", "",
              "Measured by this project (the device each table names); made anew by `python -m fastdiff_helpers "
-             "reference` (fastdiff_helpers/reference.py) after every step: edit the records, "
+             "reference` (fastdiff_helpers/runs/reference.py) after every step: edit the records, "
              "not this file. Each folder holds `results.jsonl` (every timed sample, the "
              "environment, cold-start split), `reference.json` (the matmul rate, every "
              "attempt), the charts and the fp32 image. Compare seconds only between rows of "
