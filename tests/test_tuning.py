@@ -22,7 +22,7 @@ import pytest
 
 import fastdiff_helpers as fdh
 from fastdiff_helpers.errors import FastdiffError
-from fastdiff_helpers.measure import tuning, tuning_data, tuning_watch
+from fastdiff_helpers.measure import tuning, tuning_data, tuning_raw, tuning_watch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,6 +45,7 @@ def _forget_imports():
     yield
     tuning._IMPORTED.clear()
     tuning._IMPORTED_BEST.clear()
+    tuning._IMPORTED_LOCAL.clear()
 
 
 def _load(path: Path) -> dict:
@@ -225,6 +226,114 @@ def test_import_matching_takes_this_torch_builds_bundles_of_this_machine_only(tm
     assert [Path(d["path"]).name for d in done] == ["sdxl.json.gz"]
 
 
+# torch 2.11's timings file from the H200 slot (issue 34): what an SDXL max-autotune compile of
+# the denoiser wrote there in 480 s, as the machine's cache held it (the bundle export failed on
+# it, so the raw file was brought back)
+H200_RAW = ROOT / "results" / "h200" / "tuning" / "2.11.0+cu130" / "sdxl.cache-raw.tgz"
+
+
+def _h200_timings() -> dict:
+    import tarfile
+
+    with tarfile.open(H200_RAW) as tar:
+        member, = [m for m in tar.getmembers() if m.isfile() and "/cache/" in f"/{m.name}"]
+        return json.loads(tar.extractfile(member).read())["cache"]
+
+
+def test_a_gpu_timings_file_with_pad_mm_entries_goes_through_a_bundle_whole(tmp_path, capsys):
+    """Before the split, export failed on this file ('float' object has no attribute 'items')
+    at every flush of the slot: pad_mm's single-key entries sit beside the GEMM timings."""
+    timings = _h200_timings()
+    nested = [(op, key, p) for op, keys in timings.items() if isinstance(keys, dict)
+              for key, precisions in keys.items() for p in precisions]
+    singles = [key for key, value in timings.items() if not isinstance(value, dict)]
+    assert (len(nested), len(singles)) == (26, 14)  # 8 conv + 14 addmm + 4 mm; 7 + 7 pad_mm
+    cache = _cache(tmp_path, timings)
+    summary = fdh.export_tuning(tmp_path / "sdxl.json.gz", model="sdxl", cache_dir=cache)
+    assert (summary["gemm_blocks"], summary["local_entries"]) == (26, 14)
+    assert "single-key benchmarks: 14 (14 of pad_mm)" in fdh.show_tuning(tmp_path / "sdxl.json.gz")
+    bare = tmp_path / "bare"
+    done = fdh.import_tuning(tmp_path / "sdxl.json.gz", cache_dir=bare)
+    assert (done["blocks_added"], done["local_added"]) == (26, 14)
+    assert "(14 single-key benchmark(s) beside them)" in capsys.readouterr().out
+    written = bare / "cache" / tuning_data.tuning_stamp()["system_hash"]
+    assert json.loads(written.read_text())["cache"] == timings  # as inductor wrote it
+    # again: everything is there already, nothing is rewritten
+    again = fdh.import_tuning(tmp_path / "sdxl.json.gz", cache_dir=bare, verbose=False)
+    assert (again["blocks_added"], again["local_added"], again["blocks_kept"]) == (0, 0, 40)
+
+
+def test_single_key_entries_merge_by_key_and_a_bundle_without_them_still_reads(tmp_path):
+    first = {"mm": GEMM["mm"], "base mm time: (a)": 1.5, "((a), pad)": True}
+    fdh.export_tuning(tmp_path / "b.json.gz", cache_dir=_cache(tmp_path / "1", first),
+                      verbose=False)
+    second = {"base mm time: (a)": 1.25, "base mm time: (b)": 0.5}
+    summary = fdh.export_tuning(tmp_path / "b.json.gz", cache_dir=_cache(tmp_path / "2", second),
+                                verbose=False)
+    assert summary["local_added"] == 2 and _load(tmp_path / "b.json.gz")["local"] == {
+        "base mm time: (a)": 1.25, "((a), pad)": True, "base mm time: (b)": 0.5}
+    older = _load(tmp_path / "b.json.gz")
+    del older["local"]  # as bundles were written before single-key entries were carried
+    _save(tmp_path / "old.json.gz", older)
+    done = fdh.import_tuning(tmp_path / "old.json.gz", cache_dir=tmp_path / "bare", verbose=False)
+    assert (done["blocks_added"], done["local_added"]) == (2, 0)
+    older["local"] = {"base mm time: (a)": "fast"}
+    _save(tmp_path / "bad.json.gz", older)
+    with pytest.raises(FastdiffError, match="local must map keys"):
+        fdh.import_tuning(tmp_path / "bad.json.gz", cache_dir=tmp_path / "bare2")
+
+
+
+def _raw(path: Path, files: dict) -> Path:
+    """A tarball as tools/gpu_slot.sh's by-hand fallback makes it (tar czf of the cache's
+    cache/<hash> and *.best_config files, named ./...)."""
+    import io
+    import tarfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w:gz") as tar:
+        for name, content in files.items():
+            data = json.dumps(content).encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_a_raw_tarball_of_this_machine_is_imported_first_and_goes_into_the_next_bundle(
+        tmp_path):
+    import torch
+
+    here = tuning_data.tuning_stamp()["system_hash"]
+    timings = {**GEMM, "base mm time: (a)": 0.75}
+    folder = tmp_path / "results" / "cpu" / "tuning" / torch.__version__
+    _raw(folder / "sdxl.cache-raw.tgz", {
+        f"./cache/{here}": {"system": {"hash": here}, "cache": timings},
+        "./cache/0123other": {"system": {}, "cache": {"mm": {"[key Z]": {"high": {"a": 1.0}}}}},
+        "./ab/cabc.best_config": BEST["ab/cabc.best_config"],
+        "../escape.best_config": {"XBLOCK": 1}})
+    # another machine's tarball (its timings file named by another system hash): left alone
+    _raw(tmp_path / "results" / "h200" / "tuning" / torch.__version__ / "sdxl.cache-raw.tgz",
+         {"./cache/0123other": {"system": {}, "cache": GEMM}})
+    cache = tmp_path / "bare"
+    done = tuning.import_matching(tmp_path / "results", cache_dir=cache, verbose=False)
+    assert [(d["blocks_added"], d["local_added"], d["best_configs_added"]) for d in done] == [
+        (2, 1, 1)]
+    written = json.loads((cache / "cache" / here).read_text())["cache"]
+    assert written == timings and not (tmp_path / "escape.best_config").exists()
+    assert sorted(p.name for p in (cache / "cache").iterdir()) == [here]
+    # not remembered as another model's import: sdxl's next bundle carries it, stamped
+    summary = fdh.export_tuning(tmp_path / "sdxl.json.gz", model="sdxl", cache_dir=cache,
+                                verbose=False)
+    assert (summary["gemm_blocks"], summary["local_entries"], summary["best_configs"]) == (
+        2, 1, 1)
+    # the committed H200 tarball is not this CPU's: nothing taken
+    assert tuning_raw.import_raw(H200_RAW, cache_dir=tmp_path / "other", verbose=False) is None
+    (tmp_path / "broken.cache-raw.tgz").write_bytes(b"\x1f\x8bnot a tarball")
+    with pytest.raises(FastdiffError, match="not a readable tarball"):
+        tuning_raw.import_raw(tmp_path / "broken.cache-raw.tgz", cache_dir=cache)
+
+
 # --- the watch ----------------------------------------------------------------------------
 
 def _watch(tmp_path, monkeypatch, **kw):
@@ -251,6 +360,28 @@ def test_the_watch_writes_as_the_tuning_grows_and_says_where_the_time_went(tmp_p
         assert key in progress
     run = _load(watch.bundle)["runs"][-1]
     assert run["state"] == "finished" and run["steps"]["+ compile"]["autotunes"] == 3
+
+
+def test_a_failing_export_is_said_once_and_the_watch_goes_on(tmp_path, monkeypatch, capsys):
+    """In the H200 slot the bundle failed at all 16 flushes and nothing said so until the
+    progress file came back: the first failure (and each new one) is printed."""
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(1)
+        raise AttributeError("'float' object has no attribute 'items'")
+
+    monkeypatch.setattr(tuning_watch, "export_tuning", broken)
+    with _watch(tmp_path, monkeypatch, every_s=600) as watch:
+        watch.tuning_seen = True  # as inductor's autotune hook sets it
+        watch.flush("running")
+        watch.flush("running")
+    err = capsys.readouterr().err
+    assert len(calls) == 3  # two flushes and the one at the end: the work went on
+    assert err.count("could not write the tuning bundle") == 1
+    assert "'float' object has no attribute 'items'" in err and str(watch.cache) in err
+    progress = json.loads((tmp_path / "out" / "toy.progress.json").read_text())
+    assert progress["last_error"].startswith("AttributeError") and progress["flushes"] == 3
 
 
 class Cut(BaseException):

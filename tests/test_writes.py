@@ -51,6 +51,7 @@ def box(tmp_path, monkeypatch):
     yield tmp_path
     tuning._IMPORTED.clear()
     tuning._IMPORTED_BEST.clear()
+    tuning._IMPORTED_LOCAL.clear()
 
 
 def _files(root: Path) -> dict[Path, tuple[int, int]]:

@@ -14,7 +14,10 @@
 # bundle of this GPU kind and torch build (results/*/tuning/<torch>/*.json.gz) before compiling,
 # and grow results/<gpu>/tuning/<torch>/<model>.json.gz while they tune (every 30 s, at the end,
 # and on the SIGTERM that `timeout` sends at T seconds), beside <model>.progress.json (where the
-# time went). Both are copied under $OUT/tuning/ after every command: commit them before the
+# time went). Both are copied under $OUT/tuning-<gpu>/ after every command, beside
+# $OUT/cache-raw.tgz (the compile cache's timings file and best configs as they are: the
+# by-hand fallback, committed as results/<gpu>/tuning/<torch>/<model>.cache-raw.tgz only when
+# the bundle could not be written; import_matching takes it first): commit them before the
 # next command starts.
 #
 # Every subcommand installs first if this machine has not been set up yet, so each command stands
@@ -22,7 +25,7 @@
 # device tool brings that folder back): the machine's pip freeze, logs, junit XML, and a tarball
 # of results/ (records, reference.json, charts, images). T= sets the time limit in seconds
 # (default 540, inside the device's 10 minutes).
-set -u
+set -u -o pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TQDM_DISABLE=1
 OUT=${OUT:-out/gpu-slot}
@@ -39,12 +42,25 @@ install() {
 bring_back() {  # what this machine measured and tuned so far, whatever happened
   cp "$LOGS"/*.log "$LOGS"/*.xml "$OUT"/ 2>/dev/null
   tar czf "$OUT/results.tgz" results 2>/dev/null
-  for dir in results/*/tuning; do  # the bundles as plain files too: small, committed as they are
-    [ -d "$dir" ] && mkdir -p "$OUT/tuning" && cp -r "$dir" "$OUT/tuning/$(basename "$(dirname "$dir")")"
+  # the bundles and progress files as plain files too (small, committed as they are), one
+  # folder down: the device tool brings back two levels and no '+' (the torch folder's name)
+  for file in results/*/tuning/*/*.json.gz results/*/tuning/*/*.progress.json; do
+    [ -f "$file" ] || continue
+    gpu=$(basename "$(dirname "$(dirname "$(dirname "$file")")")")
+    mkdir -p "$OUT/tuning-$gpu" && cp "$file" "$OUT/tuning-$gpu/"
   done
+  local cache
+  cache=$(python3 -c 'from fastdiff_helpers.techniques.compile_cache import use_course_cache
+print(use_course_cache(verbose=False))' 2>/dev/null) || return 0
+  if [ -d "$cache/cache" ]; then
+    (cd "$cache" && { find ./cache -type f; find . -name '*.best_config'; } > /tmp/raw-list.txt \
+      && tar czf "$OUT/cache-raw.tgz" -T /tmp/raw-list.txt)
+  fi
+  return 0
 }
 
 install
+status=0
 case "${1:-}" in
   install) python3 -m fastdiff_helpers env ;;
   verdict)
@@ -79,4 +95,6 @@ print(bundle_path("gpu-tests"))') timeout -k 20 "${T:-540}" python3 -m pytest te
   *) echo "usage: tools/gpu_slot.sh install | verdict GROUP [pytest args] | reference MODEL [LADDER [ARGS]] | tune MODEL STEP PART [LADDER]" >&2
      exit 2 ;;
 esac
+status=$?  # the command's own (pipefail: not tee's), whatever bring_back does
 bring_back
+exit $status

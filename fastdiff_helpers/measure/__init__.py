@@ -14,6 +14,8 @@ techniques.
     tuning_data     the bundle's format: its stamp, reading and checking it, merging timings
     tuning_watch    a command that tunes keeps its tuning: the bundle and a progress file
                     written as they grow, when cut and when stopped
+    tuning_cache    adding tuning to a cache folder; what this process imported, by model
+    tuning_raw      a GPU slot's by-hand fallback (a tarball of the cache's tuning), imported
     tuning_cpu      max-autotune's tuning on a CPU in a new process (06's experiment)
     flops           FLOPs per image, counted from the architecture; the matmul rate
     quality         image quality against the baseline: PSNR, SSIM, max abs error, NaN

@@ -7,6 +7,9 @@ cache folder (torch 2.13):
   (torch/_inductor/codecache.py, PersistentCache.lookup; the file name is a hash of the GPU
   name, triton and CUDA versions, CacheBase.get_system). A shape whose every choice is there
   is not benchmarked again: the winner is picked from the stored timings.
+- beside them in that file, single-key benchmarks (pad_mm's pad-or-not timings, the
+  scheduler's runtime benchmarks: LocalCache.set_value with one key), looked up before
+  benchmarking again (torch/_inductor/fx_passes/pad_mm.py, get_cached_should_pad).
 - the best config of each Triton kernel, coordinate descent's included: `<cache>/<xx>/<key>
   .best_config` (torch/_inductor/runtime/autotune_cache.py; the key includes torch_key(),
   AutotuneCache._make_local_cache_key), read when the kernel loads.
@@ -27,16 +30,16 @@ from typing import Any
 
 from .. import checks
 from ..errors import FastdiffError
-from ..techniques.compile_cache import use_course_cache
 from .env import gpu_folder
-from .tuning_data import (FORMAT, _blocks, _read_timings, _timings_file, differences, merge_gemm,
-                          read_bundle, read_cache, show_tuning, tuning_stamp)
+from .tuning_cache import (_IMPORTED, _IMPORTED_BEST, _IMPORTED_LOCAL, _cache_folder, _put,
+                           _write_timings)  # noqa: F401 (the tests write caches with it)
+from .tuning_data import (FORMAT, _blocks, differences, merge_gemm, merge_local, read_bundle,
+                          read_cache, read_local, show_tuning, tuning_stamp)
+from .tuning_raw import import_raw
 
 __all__ = ["export_tuning", "import_tuning", "show_tuning", "tuning_stamp", "bundle_path",
            "import_matching", "read_bundle", "read_cache"]
 
-_IMPORTED: dict[tuple[str, str, str], tuple[str | None, Any]] = {}
-_IMPORTED_BEST: dict[str, tuple[str | None, Any]] = {}
 
 
 def bundle_path(model: str, device: str | None = None, root: str | os.PathLike = "results"
@@ -66,14 +69,6 @@ def _refuse_stamp(path: Any, stamp: dict, here: dict, doing: str) -> None:
                             "or use the bundle of this GPU kind and torch build.")
 
 
-def _cache_folder(cache_dir: str | os.PathLike | None) -> Path:
-    if cache_dir is None:
-        return use_course_cache(verbose=False)
-    folder = checks.output_folder("cache_dir", cache_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder.absolute()
-
-
 def _write_gzip_json(path: Path, content: dict) -> bytes:
     data = gzip.compress(json.dumps(content, sort_keys=True).encode(), mtime=0)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -83,7 +78,8 @@ def _write_gzip_json(path: Path, content: dict) -> bytes:
     return data
 
 
-def _ours(model: str | None, gemm: dict, best: dict) -> tuple[dict, dict]:
+def _ours(model: str | None, gemm: dict, best: dict, local: dict | None = None
+          ) -> tuple[dict, dict, dict]:
     """What of a cache belongs in `model`'s bundle: all of it, less what another model's
     bundle brought into this process and is still unchanged."""
     kept: dict = {}
@@ -95,7 +91,10 @@ def _ours(model: str | None, gemm: dict, best: dict) -> tuple[dict, dict]:
     mine = {rel: c for rel, c in best.items() if not (
         model is not None and rel in _IMPORTED_BEST and _IMPORTED_BEST[rel][0] != model
         and _IMPORTED_BEST[rel][1] == c)}
-    return kept, mine
+    singles = {k: v for k, v in (local or {}).items() if not (
+        model is not None and k in _IMPORTED_LOCAL and _IMPORTED_LOCAL[k][0] != model
+        and _IMPORTED_LOCAL[k][1] == v)}
+    return kept, mine, singles
 
 
 def export_tuning(path: str | os.PathLike, model: str | None = None,
@@ -104,7 +103,8 @@ def export_tuning(path: str | os.PathLike, model: str | None = None,
                   ) -> dict[str, Any] | None:
     """Write (or grow) the tuning bundle at `path` from the compile cache (default: the
     course's, fdh.use_course_cache): the GEMM/convolution timings of this machine and the
-    Triton best configs, stamped (tuning_stamp). An existing bundle is merged with, block by
+    single-key benchmarks beside them (pad_mm's), and the Triton best configs, stamped
+    (tuning_stamp). An existing bundle is merged with, block by
     block (one (op, input key, precision) block is one run's, never mixed), and must carry
     this machine's stamp; a file that is not a bundle is never overwritten. `model`: leave
     out what another model's bundle brought unchanged. `drop`: best configs (relative paths)
@@ -117,21 +117,23 @@ def export_tuning(path: str | os.PathLike, model: str | None = None,
 
     out = check_bundle_path("path", path)
     cache = _cache_folder(cache_dir)
-    gemm, best = read_cache(cache, CacheBase.get_system()["hash"])
-    gemm, best = _ours(model, gemm, best)
+    system_hash = CacheBase.get_system()["hash"]
+    gemm, best = read_cache(cache, system_hash)
+    gemm, best, local = _ours(model, gemm, best, read_local(cache, system_hash))
     for rel in drop:
         best.pop(rel, None)
     old = read_bundle(out) if out.exists() else None
-    if old is None and not gemm and not best and if_any:
+    if old is None and not gemm and not best and not local and if_any:
         return None  # before the stamp: torch_key() hashes torch's sources (seconds)
     here = tuning_stamp()
     if old is not None:
         _refuse_stamp(out, old["stamp"], here, "this machine's tuning cannot be added to it")
-    if old is None and not gemm and not best:
+    if old is None and not gemm and not best and not local:
         raise FastdiffError(f"{cache} holds no tuning data (no GEMM timings, no Triton best "
                             "config): compile with mode='max-autotune' first (on a GPU; on a "
                             "CPU inductor tunes only with freezing and the CPP backend).")
     merged, changed = merge_gemm(old["gemm"] if old else {}, gemm)
+    singles, singles_changed = merge_local(old.get("local", {}) if old else {}, local)
     best_all = dict(old["best_configs"] if old else {})
     best_changed = sum(best_all.get(rel) != c for rel, c in best.items())
     best_all.update(best)
@@ -141,27 +143,19 @@ def export_tuning(path: str | os.PathLike, model: str | None = None,
     precisions = sorted({p for (_, _, p), _ in _blocks(merged)})
     content = {"format": FORMAT, "stamp": here, "model": model if model else
                (old or {}).get("model"), "fp32_precisions": precisions, "gemm": merged,
-               "best_configs": best_all, "runs": runs}
+               "local": singles, "best_configs": best_all, "runs": runs}
     data = _write_gzip_json(out, content)
     summary = {"path": str(out), "gemm_blocks": sum(1 for _ in _blocks(merged)),
                "best_configs": len(best_all), "blocks_added": changed,
+               "local_entries": len(singles), "local_added": singles_changed,
                "best_configs_added": best_changed, "bytes": len(data),
                "sha256": hashlib.sha256(data).hexdigest()}
     if verbose:
         print(f"fastdiff: tuning bundle {out}: {summary['gemm_blocks']} GEMM/conv shape(s) "
-              f"({changed} new), {len(best_all)} best config(s) ({best_changed} new), "
+              f"({changed} new), {len(singles)} single-key benchmark(s) ({singles_changed} new), "
+              f"{len(best_all)} best config(s) ({best_changed} new), "
               f"{len(data) / 1024:.1f} KiB, SHA-256 {summary['sha256']}")
     return summary
-
-
-def _write_timings(path: Path, gemm: dict) -> None:
-    from torch._inductor.codecache import CacheBase
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    # inductor's own layout (CacheBase.update_local_cache)
-    tmp.write_text(json.dumps({"system": CacheBase.get_system(), "cache": gemm}, indent=4))
-    os.replace(tmp, path)
 
 
 def import_tuning(path: str | os.PathLike, sha256: str | None = None,
@@ -177,55 +171,35 @@ def import_tuning(path: str | os.PathLike, sha256: str | None = None,
     here = tuning_stamp()
     _refuse_stamp(path, bundle["stamp"], here, "its timings would not describe this machine")
     cache = _cache_folder(cache_dir)
-    timings_file = _timings_file(cache, here["system_hash"])
-    local = _read_timings(timings_file)
-    added = kept = 0
-    for (op, key, precision), block in _blocks(bundle["gemm"]):
-        _IMPORTED[(op, key, precision)] = (bundle.get("model"), block)
-        slot = local.setdefault(op, {}).setdefault(key, {})
-        if precision in slot:
-            kept += 1
-            continue
-        slot[precision] = block
-        added += 1
-    if added:
-        _write_timings(timings_file, local)
-    best_added = best_kept = 0
-    root = cache.resolve()
-    for rel, config in bundle["best_configs"].items():
-        _IMPORTED_BEST[rel] = (bundle.get("model"), config)
-        target = (cache / rel).resolve()
-        if root not in target.parents:  # _safe_relative already refused; kept as a guard
-            raise FastdiffError(f"{path}: best config {rel!r} points outside {cache}.")
-        if target.exists():
-            best_kept += 1
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(config))
-        os.replace(tmp, target)
-        best_added += 1
+    counts = _put(cache, here["system_hash"], bundle, bundle.get("model"), str(path))
+    added, kept, local_added = counts["blocks_added"], counts["blocks_kept"], counts["local_added"]
+    best_added, best_kept = counts["best_configs_added"], counts["best_configs_kept"]
     summary = {"path": str(path), "cache": str(cache), "sha256": bundle["sha256"],
                "model": bundle.get("model"), "blocks_added": added, "blocks_kept": kept,
+               "local_added": local_added,
                "best_configs_added": best_added, "best_configs_kept": best_kept}
     if verbose:
         print(f"fastdiff: imported tuning {path} ({bundle.get('model') or 'no model'}, SHA-256 "
               f"{bundle['sha256'][:16]}...) into {cache}: {added} GEMM/conv shape(s) and "
-              f"{best_added} best config(s) added, {kept + best_kept} already there")
+              f"{best_added} best config(s) added ({local_added} single-key benchmark(s) "
+              f"beside them), {kept + best_kept} already there")
     return summary
 
 
 def import_matching(root: str | os.PathLike = "results", cache_dir=None, verbose: bool = True
                     ) -> list[dict[str, Any]]:
     """Import every bundle under <root>/*/tuning/<this torch>/ whose stamp is this machine's
-    (the committed ones); the others are left, and with `verbose` said, once each."""
+    (the committed ones); the others are left, and with `verbose` said, once each. Raw
+    tarballs there (`*.cache-raw.tgz`, import_raw) go first, where one is this machine's."""
     import torch
 
+    raw = sorted(Path(root).glob(f"*/tuning/{torch.__version__}/*.cache-raw.tgz"))
+    done = [d for d in (import_raw(path, cache_dir=cache_dir, verbose=verbose) for path in raw)
+            if d is not None]
     found = sorted(Path(root).glob(f"*/tuning/{torch.__version__}/*.json.gz"))
     if not found:
-        return []
+        return done
     here = tuning_stamp()
-    done = []
     for path in found:
         try:
             bundle = read_bundle(path)

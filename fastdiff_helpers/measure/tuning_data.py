@@ -5,8 +5,14 @@ how two sets of GEMM timings merge. measure/tuning.py exports and imports bundle
 Introduced in 06_cold_start.ipynb. A bundle (gzip'd JSON):
     {"format": "fastdiff-tuning 1", "stamp": {...}, "model": "sdxl",
      "fp32_precisions": ["high"], "gemm": {op: {input key: {precision: {choice: ms}}}},
-     "best_configs": {"<xx>/<key>.best_config": {...}}, "runs": [{the commands that tuned}]}
+     "local": {key: ms or bool}, "best_configs": {"<xx>/<key>.best_config": {...}},
+     "runs": [{the commands that tuned}]}
 "gemm" keeps inductor's own nesting (torch/_inductor/codecache.py, PersistentCache.lookup).
+"local" holds the single-key entries that share that file (LocalCache.set_value with one key):
+pad_mm's pad-or-not benchmarks (torch/_inductor/fx_passes/pad_mm.py, get_pad_cache: "base mm
+time: ..." -> ms, the padded key -> bool) and the scheduler's runtime benchmarks
+(scheduler.py, get_estimate_runtime_cache). A bundle without it (none was written before) reads
+as holding none.
 """
 
 from __future__ import annotations
@@ -23,16 +29,14 @@ from .. import checks
 from ..errors import FastdiffError
 from .env import _cpu_name
 
-__all__ = ["FORMAT", "MUST_MATCH", "tuning_stamp", "read_bundle", "read_cache", "differences",
-           "merge_gemm", "show_tuning"]
+__all__ = ["FORMAT", "MUST_MATCH", "tuning_stamp", "read_bundle", "read_cache", "read_local",
+           "split_timings", "differences", "merge_gemm", "merge_local", "show_tuning"]
 
 
 FORMAT = "fastdiff-tuning 1"
 # what must be equal between the machine that tuned and the one that imports
 MUST_MATCH = ("torch", "triton", "cuda", "gpu_name", "sm_count", "cpu", "system_hash",
               "torch_key")
-# (op, input key, precision) -> (model, block) of what import_tuning brought in this process:
-# export_tuning for another model leaves those out while they are unchanged
 def _triton_version() -> str | None:
     try:
         from importlib import metadata
@@ -82,15 +86,49 @@ def _read_timings(path: Path) -> dict:
         return {}
 
 
+def _is_block(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(c, str) and _is_number(t)
+                                           for c, t in value.items())
+
+
+def split_timings(cache: dict) -> tuple[dict, dict]:
+    """A timings file's "cache" object split by kind: (select_algorithm's GEMM/conv timings
+    {op: {input key: {precision: {choice: ms}}}}, the single-key entries beside them {key: ms
+    or bool}). Both share one file because both go through CacheBase.update_local_cache
+    (codecache.py): PersistentCache nests four keys deep, LocalCache.set_value with one key
+    (pad_mm.py, scheduler.py) stores a bare value; on an H200 with torch 2.11 an SDXL compile
+    wrote 26 shapes of the first kind and 14 pad_mm entries of the second
+    (results/h200/tuning/2.11.0+cu130/sdxl.cache-raw.tgz). Anything else is left out."""
+    gemm: dict = {}
+    local: dict = {}
+    for key, value in cache.items():
+        if isinstance(value, bool) or _is_number(value):
+            local[key] = value
+        elif isinstance(value, dict) and value and all(
+                isinstance(p, dict) and all(_is_block(b) for b in p.values())
+                for p in value.values()):
+            gemm[key] = value
+    return gemm, local
+
+
+def read_local(cache_dir: str | os.PathLike, system_hash: str | None = None) -> dict:
+    """The single-key entries of an inductor cache folder's timings file (split_timings):
+    pad_mm's and the scheduler's benchmarks, {key: ms or bool}."""
+    if system_hash is None:
+        system_hash = tuning_stamp()["system_hash"]
+    return split_timings(_read_timings(_timings_file(Path(cache_dir), system_hash)))[1]
+
+
 def read_cache(cache_dir: str | os.PathLike, system_hash: str | None = None
                ) -> tuple[dict, dict]:
-    """(GEMM timings, best configs) in an inductor cache folder: the timings file of this
-    system ({op: {input key: {precision: {choice: ms}}}}) and every *.best_config by its path
-    relative to the folder. A file being written at that moment is skipped."""
+    """(GEMM timings, best configs) in an inductor cache folder: select_algorithm's part of the
+    timings file of this system ({op: {input key: {precision: {choice: ms}}}}; the single-key
+    entries beside it: read_local) and every *.best_config by its path relative to the
+    folder. A file being written at that moment is skipped."""
     cache = Path(cache_dir)
     if system_hash is None:
         system_hash = tuning_stamp()["system_hash"]
-    gemm = _read_timings(_timings_file(cache, system_hash))
+    gemm = split_timings(_read_timings(_timings_file(cache, system_hash)))[0]
     best: dict = {}
     for file in sorted(cache.rglob("*.best_config")) if cache.is_dir() else []:
         try:
@@ -125,9 +163,12 @@ def _check_bundle(bundle: Any, where: str) -> dict:
         if not isinstance(keys, dict) or not all(isinstance(p, dict) for p in keys.values()):
             raise bad(f"the timings of {op} are not nested objects")
     for (op, key, precision), block in _blocks(gemm):
-        if not isinstance(block, dict) or not all(
-                isinstance(c, str) and _is_number(t) for c, t in block.items()):
+        if not _is_block(block):
             raise bad(f"the timings of {op} {key[:40]} {precision} are not choice: ms")
+    local = bundle.get("local", {})
+    if not isinstance(local, dict) or not all(
+            isinstance(v, bool) or _is_number(v) for v in local.values()):
+        raise bad("local must map keys to a number or true/false")
     for rel, config in best.items():
         if not _safe_relative(rel):
             raise bad(f"best config path {rel!r} is not a relative path inside the cache "
@@ -178,6 +219,15 @@ def merge_gemm(old: dict, new: dict) -> tuple[dict, int]:
     return merged, changed
 
 
+def merge_local(old: dict, new: dict) -> tuple[dict, int]:
+    """`old` with every single-key entry of `new` put in (the newer run's value wins). Returns
+    (merged, entries new or changed)."""
+    merged = dict(old)
+    changed = sum(merged.get(key) != value for key, value in new.items())
+    merged.update(new)
+    return merged, changed
+
+
 def show_tuning(path: str | os.PathLike) -> str:
     """What a bundle holds, as text: its stamp, shapes per op, best configs (and how many
     coordinate descent found), the commands that tuned and their seconds, its SHA-256.
@@ -195,6 +245,9 @@ def show_tuning(path: str | os.PathLike) -> str:
     lines += [f"  {key}: {bundle['stamp'].get(key)}" for key in MUST_MATCH]
     lines.append("GEMM/conv shapes: " + (", ".join(f"{op} {n}" for op, n in sorted(ops.items()))
                                          or "none"))
+    local = bundle.get("local", {})
+    pads = sum(key.startswith("base mm time: ") or key.startswith("((torch.Size") for key in local)
+    lines.append(f"single-key benchmarks: {len(local)} ({pads} of pad_mm)")
     lines.append(f"Triton best configs: {len(bundle['best_configs'])} ({coordesc} found by "
                  "coordinate descent)")
     lines.append(f"commands that tuned: {len(tuned)} of {len(runs)}, "

@@ -1,8 +1,7 @@
 """A command that tunes keeps its tuning: the bundle written as it grows (every 30 s, at the
 end, when cut by a budget or stopped by SIGTERM; a SIGKILL loses at most 30 s), beside a
-progress file that says where the time went. Introduced in 06_cold_start.ipynb; used by
-`python -m fastdiff_helpers reference` and `warm` (tools/gpu_slot.sh): a GPU machine lent for
-minutes is lost, with its compile cache, soon after its command ends.
+progress file that says where the time went (06_cold_start.ipynb; `reference` and `warm`, in
+tools/gpu_slot.sh: a lent GPU machine and its compile cache are gone soon after a command).
 
 The progress file (JSON): dynamo's compile times (torch._dynamo.utils.compilation_time_metrics),
 the two tuning counters (GEMM/conv shapes benchmarked, coordinate-descent configs timed), the
@@ -22,6 +21,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 import uuid
@@ -270,7 +270,11 @@ class TuningWatch:
                                         drop=tuple(self.in_descent), run=self.run,
                                         verbose=False, if_any=self.write != "always")
             except Exception as exc:  # noqa: BLE001 (the next flush tries again)
-                self.last_error = f"{type(exc).__name__}: {exc}"
+                error = f"{type(exc).__name__}: {exc}"
+                if error != self.last_error:  # once, not at every flush
+                    print(f"fastdiff: could not write the tuning bundle {self.bundle} ({error}); "
+                          f"trying again; the tuning stays in {self.cache}", file=sys.stderr)
+                self.last_error = error
             self.flushes += 1
             self._write_progress(state)
             return summary

@@ -162,7 +162,8 @@ def _tuning(args: argparse.Namespace, argv) -> int:
             done = import_matching(checks.existing_folder("matching", args.matching,
                                                           "a folder such as results"),
                                    cache_dir=args.cache_dir)
-            print(f"fastdiff: {len(done)} bundle(s) of this machine under {args.matching}")
+            print(f"fastdiff: {len(done)} bundle(s) or raw tarball(s) of this machine under "
+                  f"{args.matching}")
             return 0
         if args.sha256 and len(args.files) > 1:
             raise UsageError("--sha256 checks one file: import the files one at a time")
