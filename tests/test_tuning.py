@@ -311,7 +311,8 @@ def test_a_raw_tarball_of_this_machine_is_imported_first_and_goes_into_the_next_
         f"./cache/{here}": {"system": {"hash": here}, "cache": timings},
         "./cache/0123other": {"system": {}, "cache": {"mm": {"[key Z]": {"high": {"a": 1.0}}}}},
         "./ab/cabc.best_config": BEST["ab/cabc.best_config"],
-        "../escape.best_config": {"XBLOCK": 1}})
+        "../escape.best_config": {"XBLOCK": 1},
+        "./cd/cnotadict.best_config": [64, 4]})  # not inductor's: left out
     # another machine's tarball (its timings file named by another system hash): left alone
     _raw(tmp_path / "results" / "h200" / "tuning" / torch.__version__ / "sdxl.cache-raw.tgz",
          {"./cache/0123other": {"system": {}, "cache": GEMM}})

@@ -49,13 +49,18 @@ def import_raw(path: str | os.PathLike, cache_dir: str | os.PathLike | None = No
                 rel = PurePosixPath(*[part for part in rel.parts if part != "."])
                 if not member.isfile() or member.size > 64 * 2**20:
                     continue
+                data = json.loads(tar.extractfile(member).read()) if (
+                    rel == PurePosixPath("cache", system_hash)
+                    or _safe_relative(rel.as_posix())) else None
+                if not isinstance(data, dict):  # another machine's file, or not inductor's
+                    continue
                 if rel == PurePosixPath("cache", system_hash):
-                    timings = json.loads(tar.extractfile(member).read()).get("cache", {})
-                    content["gemm"], content["local"] = split_timings(timings)
+                    timings = data.get("cache")
+                    content["gemm"], content["local"] = split_timings(
+                        timings if isinstance(timings, dict) else {})
                     mine = True
-                elif _safe_relative(rel.as_posix()):
-                    content["best_configs"][rel.as_posix()] = json.loads(
-                        tar.extractfile(member).read())
+                else:
+                    content["best_configs"][rel.as_posix()] = data
     except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
         raise FastdiffError(f"{path} is not a readable tarball of an inductor cache's tuning "
                             f"({exc}).") from None
