@@ -22,7 +22,7 @@ import pytest
 
 import fastdiff_helpers as fdh
 from fastdiff_helpers.errors import FastdiffError
-from fastdiff_helpers.measure import tuning, tuning_data, tuning_raw, tuning_watch
+from fastdiff_helpers.measure import tuning, tuning_cache, tuning_data, tuning_raw, tuning_watch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -195,7 +195,7 @@ def test_a_models_bundle_leaves_out_what_another_models_bundle_brought(tmp_path)
     fdh.import_tuning(tmp_path / "sd15.json.gz", cache_dir=cache, verbose=False)
     gemm, _ = tuning_data.read_cache(cache)
     gemm["mm"]["[key S]"] = {"highest": {"aten": 5.0}}  # what this model's compile tuned
-    tuning._write_timings(cache / "cache" / tuning_data.tuning_stamp()["system_hash"], gemm)
+    tuning_cache._write_timings(cache / "cache" / tuning_data.tuning_stamp()["system_hash"], gemm)
     fdh.export_tuning(tmp_path / "sdxl.json.gz", model="sdxl", cache_dir=cache, verbose=False)
     assert list(_load(tmp_path / "sdxl.json.gz")["gemm"]["mm"]) == ["[key S]"]
 

@@ -31,10 +31,9 @@ from typing import Any
 from .. import checks
 from ..errors import FastdiffError
 from .env import gpu_folder
-from .tuning_cache import (_IMPORTED, _IMPORTED_BEST, _IMPORTED_LOCAL, _cache_folder, _put,
-                           _write_timings)  # noqa: F401 (the tests write caches with it)
+from .tuning_cache import _IMPORTED, _IMPORTED_BEST, _IMPORTED_LOCAL, _cache_folder, _put
 from .tuning_data import (FORMAT, _blocks, differences, merge_gemm, merge_local, read_bundle,
-                          read_cache, read_local, show_tuning, tuning_stamp)
+                          read_cache, read_cache_parts, show_tuning, tuning_stamp)
 from .tuning_raw import import_raw
 
 __all__ = ["export_tuning", "import_tuning", "show_tuning", "tuning_stamp", "bundle_path",
@@ -78,7 +77,13 @@ def _write_gzip_json(path: Path, content: dict) -> bytes:
     return data
 
 
-def _ours(model: str | None, gemm: dict, best: dict, local: dict | None = None
+def _theirs(model: str | None, imported: dict, key: Any, value: Any) -> bool:
+    """`value` came into this process with another model's bundle and is unchanged."""
+    return (model is not None and key in imported and imported[key][0] != model
+            and imported[key][1] == value)
+
+
+def _ours(model: str | None, gemm: dict, best: dict, local: dict
           ) -> tuple[dict, dict, dict]:
     """What of a cache belongs in `model`'s bundle: all of it, less what another model's
     bundle brought into this process and is still unchanged."""
@@ -88,12 +93,8 @@ def _ours(model: str | None, gemm: dict, best: dict, local: dict | None = None
         if model is not None and source and source[0] != model and source[1] == block:
             continue
         kept.setdefault(op, {}).setdefault(key, {})[precision] = block
-    mine = {rel: c for rel, c in best.items() if not (
-        model is not None and rel in _IMPORTED_BEST and _IMPORTED_BEST[rel][0] != model
-        and _IMPORTED_BEST[rel][1] == c)}
-    singles = {k: v for k, v in (local or {}).items() if not (
-        model is not None and k in _IMPORTED_LOCAL and _IMPORTED_LOCAL[k][0] != model
-        and _IMPORTED_LOCAL[k][1] == v)}
+    mine = {rel: c for rel, c in best.items() if not _theirs(model, _IMPORTED_BEST, rel, c)}
+    singles = {k: v for k, v in local.items() if not _theirs(model, _IMPORTED_LOCAL, k, v)}
     return kept, mine, singles
 
 
@@ -117,9 +118,8 @@ def export_tuning(path: str | os.PathLike, model: str | None = None,
 
     out = check_bundle_path("path", path)
     cache = _cache_folder(cache_dir)
-    system_hash = CacheBase.get_system()["hash"]
-    gemm, best = read_cache(cache, system_hash)
-    gemm, best, local = _ours(model, gemm, best, read_local(cache, system_hash))
+    gemm, local, best = read_cache_parts(cache, CacheBase.get_system()["hash"])
+    gemm, best, local = _ours(model, gemm, best, local)
     for rel in drop:
         best.pop(rel, None)
     old = read_bundle(out) if out.exists() else None
@@ -172,17 +172,14 @@ def import_tuning(path: str | os.PathLike, sha256: str | None = None,
     _refuse_stamp(path, bundle["stamp"], here, "its timings would not describe this machine")
     cache = _cache_folder(cache_dir)
     counts = _put(cache, here["system_hash"], bundle, bundle.get("model"), str(path))
-    added, kept, local_added = counts["blocks_added"], counts["blocks_kept"], counts["local_added"]
-    best_added, best_kept = counts["best_configs_added"], counts["best_configs_kept"]
     summary = {"path": str(path), "cache": str(cache), "sha256": bundle["sha256"],
-               "model": bundle.get("model"), "blocks_added": added, "blocks_kept": kept,
-               "local_added": local_added,
-               "best_configs_added": best_added, "best_configs_kept": best_kept}
+               "model": bundle.get("model"), **counts}
     if verbose:
         print(f"fastdiff: imported tuning {path} ({bundle.get('model') or 'no model'}, SHA-256 "
-              f"{bundle['sha256'][:16]}...) into {cache}: {added} GEMM/conv shape(s) and "
-              f"{best_added} best config(s) added ({local_added} single-key benchmark(s) "
-              f"beside them), {kept + best_kept} already there")
+              f"{bundle['sha256'][:16]}...) into {cache}: {counts['blocks_added']} GEMM/conv "
+              f"shape(s) and {counts['best_configs_added']} best config(s) added "
+              f"({counts['local_added']} single-key benchmark(s) beside them), "
+              f"{counts['blocks_kept'] + counts['best_configs_kept']} already there")
     return summary
 
 

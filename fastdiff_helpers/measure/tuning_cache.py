@@ -49,12 +49,12 @@ def _put(cache: Path, system_hash: str, content: dict, model: str | None, source
     folder lacks; what it holds is kept. `remember`: note what came from `model`'s bundle
     (export leaves it out of another model's bundle while unchanged)."""
     timings_file = _timings_file(cache, system_hash)
-    local = _read_timings(timings_file)
+    timings = _read_timings(timings_file)  # both kinds of entry, as inductor keeps them
     added = kept = 0
     for (op, key, precision), block in _blocks(content.get("gemm", {})):
         if remember:
             _IMPORTED[(op, key, precision)] = (model, block)
-        slot = local.setdefault(op, {}).setdefault(key, {})
+        slot = timings.setdefault(op, {}).setdefault(key, {})
         if precision in slot:
             kept += 1
             continue
@@ -64,13 +64,13 @@ def _put(cache: Path, system_hash: str, content: dict, model: str | None, source
     for key, value in content.get("local", {}).items():
         if remember:
             _IMPORTED_LOCAL[key] = (model, value)
-        if key in local:
+        if key in timings:
             kept += 1
             continue
-        local[key] = value
+        timings[key] = value
         local_added += 1
     if added or local_added:
-        _write_timings(timings_file, local)
+        _write_timings(timings_file, timings)
     best_added = best_kept = 0
     root = cache.resolve()
     for rel, config in content.get("best_configs", {}).items():

@@ -29,8 +29,9 @@ from .. import checks
 from ..errors import FastdiffError
 from .env import _cpu_name
 
-__all__ = ["FORMAT", "MUST_MATCH", "tuning_stamp", "read_bundle", "read_cache", "read_local",
-           "split_timings", "differences", "merge_gemm", "merge_local", "show_tuning"]
+__all__ = ["FORMAT", "MUST_MATCH", "tuning_stamp", "read_bundle", "read_cache",
+           "read_cache_parts", "split_timings", "differences", "merge_gemm", "merge_local",
+           "show_tuning"]
 
 
 FORMAT = "fastdiff-tuning 1"
@@ -111,30 +112,31 @@ def split_timings(cache: dict) -> tuple[dict, dict]:
     return gemm, local
 
 
-def read_local(cache_dir: str | os.PathLike, system_hash: str | None = None) -> dict:
-    """The single-key entries of an inductor cache folder's timings file (split_timings):
-    pad_mm's and the scheduler's benchmarks, {key: ms or bool}."""
-    if system_hash is None:
-        system_hash = tuning_stamp()["system_hash"]
-    return split_timings(_read_timings(_timings_file(Path(cache_dir), system_hash)))[1]
-
-
-def read_cache(cache_dir: str | os.PathLike, system_hash: str | None = None
-               ) -> tuple[dict, dict]:
-    """(GEMM timings, best configs) in an inductor cache folder: select_algorithm's part of the
-    timings file of this system ({op: {input key: {precision: {choice: ms}}}}; the single-key
-    entries beside it: read_local) and every *.best_config by its path relative to the
-    folder. A file being written at that moment is skipped."""
+def read_cache_parts(cache_dir: str | os.PathLike, system_hash: str | None = None
+                     ) -> tuple[dict, dict, dict]:
+    """(GEMM timings, single-key entries, best configs) in an inductor cache folder: the
+    timings file of this system read once and split (split_timings), and every *.best_config
+    by its path relative to the folder. A file being written at that moment is skipped."""
     cache = Path(cache_dir)
     if system_hash is None:
         system_hash = tuning_stamp()["system_hash"]
-    gemm = split_timings(_read_timings(_timings_file(cache, system_hash)))[0]
+    gemm, local = split_timings(_read_timings(_timings_file(cache, system_hash)))
     best: dict = {}
     for file in sorted(cache.rglob("*.best_config")) if cache.is_dir() else []:
         try:
             best[file.relative_to(cache).as_posix()] = json.loads(file.read_text())
         except (json.JSONDecodeError, OSError):
             continue
+    return gemm, local, best
+
+
+def read_cache(cache_dir: str | os.PathLike, system_hash: str | None = None
+               ) -> tuple[dict, dict]:
+    """(GEMM timings, best configs) in an inductor cache folder: select_algorithm's part of the
+    timings file of this system ({op: {input key: {precision: {choice: ms}}}}) and every
+    *.best_config by its path relative to the folder (read_cache_parts, less the single-key
+    entries)."""
+    gemm, _, best = read_cache_parts(cache_dir, system_hash)
     return gemm, best
 
 

@@ -49,12 +49,13 @@ def import_raw(path: str | os.PathLike, cache_dir: str | os.PathLike | None = No
                 rel = PurePosixPath(*[part for part in rel.parts if part != "."])
                 if not member.isfile() or member.size > 64 * 2**20:
                     continue
-                data = json.loads(tar.extractfile(member).read()) if (
-                    rel == PurePosixPath("cache", system_hash)
-                    or _safe_relative(rel.as_posix())) else None
-                if not isinstance(data, dict):  # another machine's file, or not inductor's
+                is_timings = rel == PurePosixPath("cache", system_hash)
+                if not (is_timings or _safe_relative(rel.as_posix())):
+                    continue  # another machine's timings file, or not inductor's
+                data = json.loads(tar.extractfile(member).read())
+                if not isinstance(data, dict):
                     continue
-                if rel == PurePosixPath("cache", system_hash):
+                if is_timings:
                     timings = data.get("cache")
                     content["gemm"], content["local"] = split_timings(
                         timings if isinstance(timings, dict) else {})
