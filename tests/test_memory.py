@@ -33,6 +33,26 @@ def test_weight_bytes_of_a_pipeline_is_what_it_holds():
         fdh.weight_bytes(42)
 
 
+def test_a_model_name_builds_its_meta_pipeline_once_per_dtype(monkeypatch):
+    """17's table asks what_fits once per card: the architecture's bytes are built once per
+    model and dtype, and each caller gets its own dict."""
+    import fastdiff_helpers.measure.memory as memory
+
+    built = []
+    real_load = memory.load_pipeline
+    monkeypatch.setattr(memory, "load_pipeline", lambda *a, **k: built.append(a[0]) or
+                        real_load(*a, **k))
+    memory._architecture_bytes.cache_clear()
+    rows = [fdh.what_fits("sd15", gib) for gib in fdh.CARDS.values()]
+    assert built == ["sd15"] and len(rows) == len(fdh.CARDS) > 1
+    mine = fdh.weight_bytes("sd15", "bf16")
+    mine["unet"] = 0
+    assert fdh.weight_bytes("sd15", "bf16")["unet"] > 0 and built == ["sd15"]
+    fp32 = fdh.weight_bytes("sd15", "fp32")
+    assert fp32["unet"] == 2 * fdh.weight_bytes("sd15", "bf16")["unet"]
+    assert built == ["sd15", "sd15"]
+
+
 def test_what_fits_a_card():
     # SDXL bf16: 2 x 3,468,837,867 parameters = 6.46 GiB, all of it fits 16 GB
     sdxl = {r["way"]: r for r in fdh.what_fits("sdxl", 16)}

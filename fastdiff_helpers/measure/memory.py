@@ -5,6 +5,7 @@ Introduced in 17_fitting_your_gpu.ipynb."""
 
 from __future__ import annotations
 
+import functools
 import time
 import weakref
 from typing import Any, Callable
@@ -51,13 +52,19 @@ def weight_bytes(model, dtype="bf16") -> dict[str, int]:
     counted. Introduced in 17_fitting_your_gpu.ipynb."""
     if isinstance(model, str):
         get_spec(model)  # an unknown name says which ones exist
-        dtype = _weight_dtype(dtype)
-        pipe = load_pipeline(model, weights="random", device="meta", dtype=dtype, verbose=False)
-        return _component_bytes(pipe)
+        return dict(_architecture_bytes(model, _weight_dtype(dtype)))
     if not hasattr(model, "components"):
         raise FastdiffError(f"{arg('model', type(model).__name__)} cannot work: give a model "
                             "name (e.g. 'sdxl') or a pipeline.")
     return _component_bytes(model)
+
+
+@functools.lru_cache(maxsize=None)
+def _architecture_bytes(model: str, dtype: str) -> tuple[tuple[str, int], ...]:
+    """A model name's full-size bytes per component, built once per process: the meta
+    pipeline takes about 0.5 s to build, and what_fits asks for it once per card."""
+    pipe = load_pipeline(model, weights="random", device="meta", dtype=dtype, verbose=False)
+    return tuple(_component_bytes(pipe).items())
 
 
 class _LiveBytes(TorchDispatchMode):
