@@ -176,20 +176,22 @@ def test_time_call_and_naive_time(pipe):
     assert naive_time(pipe, steps=2, runs=2) > 0
 
 
-def check_ladder_folder(out, names):
-    """A tiny SD1.5 ladder's folder: its records in ladder order, the charts, each image, and
-    each step's quality against fp32 (test_readme.py checks the README's full ladder with it)."""
+def check_ladder_folder(out, names, model="sd15"):
+    """A tiny model's ladder folder: its records in ladder order, the charts, each image, and
+    each step's quality against fp32 (test_readme.py checks the README's full SDXL ladder with
+    it)."""
     stored = load_results(out / "results.jsonl")
     assert [r.step for r in stored] == names
     assert (out / "ladder.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "memory.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for r in stored:
-        assert r.model == "sd15" and r.weights == "tiny" and r.steps == 2
+        assert r.model == model and r.weights == "tiny" and r.steps == 2
         if r.ok:
             assert (out / r.image_path).is_file()
             # fp32 is the baseline; every later step runs bf16, whose cost on the tiny sd15
             # measures 45-47 dB (bf16 ~46.6, + SDPA ~45.1; int8 on every linear 41-50 in the
-            # float images); noise of a same-math change would be above 100 dB
+            # float images), on the tiny SDXL 47-50 dB (one smoke-mode run, 2026-11-26);
+            # noise of a same-math change would be above 100 dB
             if r.step == "fp32":
                 assert r.quality["psnr"] == math.inf
             else:
@@ -288,9 +290,11 @@ def test_benchmark_notes_how_many_linears_were_quantized():
 def test_tiny_ladder_int8_step_quantizes_with_all_and_says_so():
     """The course ladder's own filter selects only linears of the real models' size, none of
     the tiny model's: its int8 step quantizes with 'all' and says so. (The blog's filter is a
-    list of excluded shapes: it selects most tiny linears, so the blog ladder keeps it.)"""
+    list of excluded shapes: it selects most tiny linears, so the blog ladder keeps it.) On the
+    tiny SDXL: in make test the README's course ladder line has compiled this very step into the
+    shared cache."""
     from fastdiff_helpers.runs.ladder import run_ladder
-    (r,) = run_ladder("sd15", weights="tiny", device="cpu", steps=2, runs=1, warmup=0,
+    (r,) = run_ladder("sdxl", weights="tiny", device="cpu", steps=2, runs=1, warmup=0,
                       steps_filter=["+ int8 dynamic"], progress=False, ladder="course")
     assert r.ok, r.error
     assert r.recipe["quant_filter"] == "all"

@@ -189,14 +189,16 @@ def cli_run(command: str, monkeypatch) -> tuple[dict, str | None] | None:
 RAN: dict[str, tuple[str, str | None]] = {}  # a run's arguments -> (the line, its --out)
 
 
-def check_sd15_ladder(scratch: Path, out: str) -> None:
-    """The blog's whole ladder on the tiny SD1.5, every compiled step through inductor on the
-    CPU (the one policy: max-autotune without its CUDA graphs, said): the end-to-end run of the
-    ladder flow that test_bench.py's own full ladder used to repeat."""
+def check_blog_ladder(scratch: Path, out: str, model: str) -> None:
+    """The blog's whole ladder on a tiny model, every compiled step through inductor on the CPU
+    (the one policy: max-autotune without its CUDA graphs, said): the end-to-end run of the
+    ladder flow that test_bench.py's own full ladder used to repeat: the README's SDXL line and
+    its smoke-mode SD1.5 example (which 14_all_models.ipynb's command repeats, taking its
+    output)."""
     from fastdiff_helpers.techniques.recipe import LADDER
     from test_bench import check_ladder_folder
 
-    stored = check_ladder_folder(scratch / out, [name for name, _ in LADDER])
+    stored = check_ladder_folder(scratch / out, [name for name, _ in LADDER], model)
     assert all(r.ok for r in stored), [r.error for r in stored]
     compiled = [r for r in stored if r.recipe["compile"]]
     ran = "max-autotune-no-cudagraphs"
@@ -231,8 +233,8 @@ def test_every_command_runs_as_written(where, command, scratch, monkeypatch):
     if command.startswith("make demo"):
         assert "-m fastdiff_helpers demo" in done.stdout
         assert [c for _, c in readme_commands() if "fastdiff_helpers demo" in c]
-    if run and run[0]["command"] == "ladder" and run[0]["model"] == "sd15":
-        check_sd15_ladder(scratch, run[1])
+    if run and run[0]["command"] == "ladder" and run[0]["ladder"] in (None, "blog"):  # None: the model's own
+        check_blog_ladder(scratch, run[1], run[0]["model"])
 
 
 @pytest.mark.slow
@@ -243,6 +245,9 @@ def test_the_python_block_runs_as_written(scratch):
                           env=_env(scratch), capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "psnr" in done.stdout and (scratch / "out" / "run.png").is_file()
+    # the recipe written out is the blog's last step, loaded as the blog's ladder loads it, so
+    # after the README's demo line it compiles nothing new (make test's shared cache)
+    assert "the blog's last step: True" in done.stdout
     import torch
 
     if not torch.cuda.is_available():
