@@ -246,7 +246,7 @@ def test_the_python_block_runs_as_written(scratch):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "psnr" in done.stdout and (scratch / "out" / "run.png").is_file()
     # the recipe written out is the blog's last step, loaded as the blog's ladder loads it, so
-    # after the README's blog-ladder line it compiles nothing new (make test's shared cache)
+    # after the README's demo line it compiles nothing new (make test's shared cache)
     assert "the blog's last step: True" in done.stdout
     import torch
 
