@@ -339,8 +339,9 @@ def test_a_recipe_without_the_flags_compiles_without_them_after_one_with_them():
     # too (torch/_inductor/codecache.py, FxGraphCache.cache_hit_post_compile calls
     # GraphLowering.save_output_code, "used by tests to check the output"), so the second run
     # of this test, all from the cache, must count the same convolutions. Channels-last as in
-    # test_techniques.py's sd15-full recipe, whose VAE decode the flagged one then is (one graph
-    # for both in make test).
+    # test_techniques.py's sd15-full recipe: the flagged VAE decode generates that recipe's code,
+    # so in make test its C++ kernels are already compiled (measured: 22 s a compile before,
+    # 6 s after).
     flagged = fdh.compile_pipeline(fdh.set_channels_last(fresh("sd15")), mode="default",
                                    inductor_flags=True, compile_vae=True)
     plain = fdh.compile_pipeline(fdh.set_channels_last(fresh("sd15")), mode="default",
