@@ -178,7 +178,7 @@ def test_time_call_and_naive_time(pipe):
 
 def check_ladder_folder(out, names, model="sd15"):
     """A tiny model's ladder folder: its records in ladder order, the charts, each image, and
-    each step's quality against fp32 (test_readme.py checks the README's full SDXL ladder with
+    each step's quality against fp32 (test_readme.py checks the README's full ladders with
     it)."""
     stored = load_results(out / "results.jsonl")
     assert [r.step for r in stored] == names
