@@ -57,6 +57,31 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+def test_the_batch_command_ends_its_process_group_before_the_process_exits(tmp_path, monkeypatch):
+    """`batch` under torchrun destroys the job's process group once the work is done (left to
+    interpreter exit, gloo can abort the process after its images are written: launch.py,
+    end_process_group)."""
+    import torch.distributed as dist
+    from fastdiff_helpers.runs import launch
+
+    during = []
+
+    def job(*args, **kwargs):  # a rank other than the main one: its work done, no summary
+        during.append(dist.is_initialized())
+        return None
+
+    monkeypatch.setattr(launch, "run_batch", job)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
+                            world_size=1)
+    try:
+        assert main(["batch", "--prompts", str(_file(tmp_path)), "--out",
+                     str(tmp_path / "out"), "--model", "sd15", "--weights", "tiny"]) == 0
+        assert during == [True] and not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 # --- input ---------------------------------------------------------------------------------
 
 def test_prompts_keep_their_line_numbers(tmp_path):

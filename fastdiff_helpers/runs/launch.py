@@ -120,6 +120,20 @@ def format_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def end_process_group() -> None:
+    """Destroy the process group a torchrun job ran on, while the interpreter is still whole.
+    Left to exit with it, a process can die of SIGABRT after writing its images (once here, in
+    make test, on the 2-process CPU line of 16_scale_out.ipynb: torchrun then reports the job
+    failed): gloo's threads can still hold work whose tensors need the GIL during interpreter
+    finalization (pytorch/pytorch#179291, where torch's fix was left aside; torch's
+    distributed docs, "Shutdown", ask every process to call destroy_process_group at the end).
+    A process that never joined a group is left as it is."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def batch_from_args(args, recipe: Recipe) -> int:
     """The `batch` subcommand (cli.py parses, this runs); prints the summary on rank 0."""
     summary = run_batch(args.prompts, args.out, recipe, model=args.model, weights=args.weights,
@@ -127,6 +141,7 @@ def batch_from_args(args, recipe: Recipe) -> int:
                         height=args.height, width=args.width, seed=args.seed,
                         warmup=args.warmup, vae=args.vae, scheduler=args.scheduler,
                         fail_lines=args.fail_line)
+    end_process_group()
     if summary is not None:
         print(format_summary(summary))
         if "per_process" in summary:
