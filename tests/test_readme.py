@@ -269,11 +269,12 @@ def test_every_command_runs_as_written(where, command, scratch, monkeypatch):
     if command.startswith("make demo"):
         assert "-m fastdiff_helpers demo" in done.stdout
         assert [c for _, c in readme_commands() if "fastdiff_helpers demo" in c]
-    if run and run[0]["command"] == "ladder" and \
-            resolve_ladder(run[0]["model"], run[0]["ladder"]) == "blog":
-        check_blog_ladder(scratch, run[1], run[0]["model"])
-    if run and run[0]["command"] == "ladder" and run[0]["ladder"] == "course":
-        check_course_ladder(scratch, run[1])
+    if run and run[0]["command"] == "ladder":
+        ladder = resolve_ladder(run[0]["model"], run[0]["ladder"])
+        if ladder == "blog":
+            check_blog_ladder(scratch, run[1], run[0]["model"])
+        elif ladder == "course":
+            check_course_ladder(scratch, run[1])
 
 
 @pytest.mark.slow
