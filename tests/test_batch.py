@@ -42,10 +42,10 @@ def _env(threads: int = 1) -> dict:
                 HF_HUB_OFFLINE="1")
 
 
-def _torchrun(prompts, out, processes=2, extra=()) -> list[str]:
+def _torchrun(prompts, out, processes=2, extra=(), target=("-m", "fastdiff_helpers")) -> list[str]:
     flags = [f"--{k}={v}" for k, v in TINY.items() if k != "device"]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc_per_node={processes}", "-m", "fastdiff_helpers", "batch",
+            f"--nproc_per_node={processes}", *target, "batch",
             "--prompts", str(prompts), "--out", str(out), *flags, *extra]
 
 
@@ -209,12 +209,31 @@ def test_a_failing_prompt_is_recorded_and_the_rest_go_on(tmp_path, one_thread):
 
 # --- many processes ------------------------------------------------------------------------
 
+# `-m fastdiff_helpers batch`, and then the names of the threads the process still runs
+EXIT_THREADS = """import os, sys
+from fastdiff_helpers.runs.cli import main
+code = main(sys.argv[1:])
+names = sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task"))
+print(f"threads at exit, rank {os.environ['RANK']}: {','.join(names)}", flush=True)
+sys.exit(code)
+"""
+
+
 def test_torchrun_two_processes_equal_one_process(tmp_path, one_thread):
+    """...and each process ends its gloo group's threads before the interpreter exits: twice in
+    make test a process died of SIGABRT at exit, after its images, when the group lived on
+    (launch.end_process_group says why it did)."""
     prompts = _file(tmp_path)
     fdh.run_batch(prompts, tmp_path / "one", batch_size=2, **TINY)
-    done = subprocess.run(_torchrun(prompts, tmp_path / "two", extra=["--batch-size", "2"]),
-                          env=_env(), capture_output=True, text=True, timeout=300)
+    (tmp_path / "exit_threads.py").write_text(EXIT_THREADS)
+    command = _torchrun(prompts, tmp_path / "two", extra=["--batch-size", "2"],
+                        target=[str(tmp_path / "exit_threads.py")])
+    done = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+    if sys.platform.startswith("linux"):  # thread names from /proc
+        at_exit = sorted(l for l in done.stdout.splitlines() if l.startswith("threads at exit"))
+        assert len(at_exit) == 2 and "python" in at_exit[0], done.stdout[-2000:]
+        assert not [l for l in at_exit if "gloo" in l], at_exit
     lines = [1, 3, 4, 6, 7, 8, 9]
     assert sorted(int(p.stem) for p in (tmp_path / "two" / "images").glob("*.png")) == lines
     records = fdb.read_records(tmp_path / "two")

@@ -242,6 +242,9 @@ def run_batch(prompts: Prompts, out: str | os.PathLike, recipe: Recipe | None = 
               "to do")
         return dict(prompts=len(every), done=0, skipped=len(every), failed=0)
     (out / IMAGES).mkdir(parents=True, exist_ok=True)
+    # imported before the group exists, or the group outlives destroy_process_group (a default
+    # argument of torch.distributed.nn.functional holds it): launch.end_process_group
+    import diffusers  # noqa: F401
     state = PartialState(cpu=not on_gpu)
     todo = broadcast_object_list([todo])[0]  # main's list: every process cuts the same calls
     if state.is_main_process:

@@ -122,11 +122,17 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 def end_process_group() -> None:
     """Destroy the process group a torchrun job ran on, while the interpreter is still whole.
-    Left to exit with it, a process can die of SIGABRT after writing its images (once here, in
-    make test, on the 2-process CPU line of 16_scale_out.ipynb: torchrun then reports the job
+    Left to exit with it, a process can die of SIGABRT after writing its images (twice in make
+    test, "terminate called without an active exception": torchrun then reports the job
     failed): gloo's threads can still hold work whose tensors need the GIL during interpreter
     finalization (pytorch/pytorch#179291, where torch's fix was left aside; torch's
     distributed docs, "Shutdown", ask every process to call destroy_process_group at the end).
+    destroy_process_group only drops torch's own references: the group, its two
+    pt_gloo_runloop threads and its gloo_tcp_loop thread end only when nothing else holds it.
+    torch/distributed/nn/functional.py gives ten functions `group=group.WORLD` as a default
+    (lines 32-267), read when the module is imported; `import diffusers` imports it (through
+    torch._dynamo and FSDP), so a pipeline loaded after the group was made keeps the group
+    alive until exit. run_batch therefore imports diffusers before it makes the group.
     A process that never joined a group is left as it is."""
     import torch.distributed as dist
 
