@@ -213,7 +213,8 @@ def test_a_failing_prompt_is_recorded_and_the_rest_go_on(tmp_path, one_thread):
 EXIT_THREADS = """import os, sys
 from fastdiff_helpers.runs.cli import main
 code = main(sys.argv[1:])
-names = sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task"))
+task = "/proc/self/task"
+names = sorted(open(f"{task}/{t}/comm").read().strip() for t in os.listdir(task))
 print(f"threads at exit, rank {os.environ['RANK']}: {','.join(names)}", flush=True)
 sys.exit(code)
 """
