@@ -17,6 +17,7 @@ import torch
 from PIL import Image
 
 import fastdiff_helpers as fdh
+from fastdiff_helpers.errors import FastdiffError
 from fastdiff_helpers.runs import batch as fdb
 from fastdiff_helpers.runs.launch import recipe_flags
 from fastdiff_helpers.runs.cli import _recipe, build_parser, main
@@ -66,17 +67,22 @@ def test_the_batch_command_ends_its_process_group_before_the_process_exits(tmp_p
 
     during = []
 
-    def job(*args, **kwargs):  # a rank other than the main one: its work done, no summary
+    def job(*args, fail_lines=(), **kwargs):  # a rank other than the main one: no summary
         during.append(dist.is_initialized())
+        if fail_lines:
+            raise FastdiffError("this rank failed")
         return None
 
     monkeypatch.setattr(launch, "run_batch", job)
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0,
-                            world_size=1)
+    argv = ["batch", "--prompts", str(_file(tmp_path)), "--out", str(tmp_path / "out"),
+            "--model", "sd15", "--weights", "tiny"]
     try:
-        assert main(["batch", "--prompts", str(_file(tmp_path)), "--out",
-                     str(tmp_path / "out"), "--model", "sd15", "--weights", "tiny"]) == 0
-        assert during == [True] and not dist.is_initialized()
+        for n, (extra, code) in enumerate([([], 0), (["--fail-line", "1"], 2)]):
+            # the work done, or failed: the group ends either way
+            dist.init_process_group("gloo", init_method=f"file://{tmp_path / f'store{n}'}",
+                                    rank=0, world_size=1)
+            assert main(argv + extra) == code
+            assert during[n] is True and not dist.is_initialized()
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -142,12 +142,14 @@ def end_process_group() -> None:
 
 def batch_from_args(args, recipe: Recipe) -> int:
     """The `batch` subcommand (cli.py parses, this runs); prints the summary on rank 0."""
-    summary = run_batch(args.prompts, args.out, recipe, model=args.model, weights=args.weights,
-                        device=args.device, batch_size=args.batch_size, steps=args.steps,
-                        height=args.height, width=args.width, seed=args.seed,
-                        warmup=args.warmup, vae=args.vae, scheduler=args.scheduler,
-                        fail_lines=args.fail_line)
-    end_process_group()
+    try:
+        summary = run_batch(args.prompts, args.out, recipe, model=args.model,
+                            weights=args.weights, device=args.device,
+                            batch_size=args.batch_size, steps=args.steps, height=args.height,
+                            width=args.width, seed=args.seed, warmup=args.warmup, vae=args.vae,
+                            scheduler=args.scheduler, fail_lines=args.fail_line)
+    finally:  # a rank that fails exits too: its error, not an abort at exit
+        end_process_group()
     if summary is not None:
         print(format_summary(summary))
         if "per_process" in summary:
