@@ -13,7 +13,7 @@ import torch
 from .. import checks
 from ..errors import FastdiffError
 from ..models.loading import call_kwargs, free_memory, load_pipeline, pipeline_device
-from ..models.presets import DEFAULT_PROMPT
+from ..models.presets import DEFAULT_PROMPT, get_spec
 from ..techniques.compile import compile_pipeline
 from ..techniques.memory_savers import MEMORY_SAVERS, OFFLOADS, apply_memory_saver
 from .compile_events import events_between, snapshot
@@ -87,7 +87,8 @@ def _measure(model: str, saver: str | None, weights: str, device: str | None, dt
 
 def memory_savers_report(model: str = "sdxl", savers: Sequence[str] = MEMORY_SAVERS,
                          weights: str = "tiny", device: str | None = None, dtype: str = "fp32",
-                         steps: int = 2, size: int | None = None, batch: int = 1,
+                         steps: int = 2, size: int | tuple[int, int] | None = None,
+                         batch: int = 1,
                          prompt: str = DEFAULT_PROMPT, compile: bool = False,
                          runs: int = 5, max_runs: int | None = None,
                          verbose: bool = True) -> list[dict[str, Any]]:
@@ -97,8 +98,9 @@ def memory_savers_report(model: str = "sdxl", savers: Sequence[str] = MEMORY_SAV
     known within +-5 %, as fdh.benchmark times: "seconds_samples", "seconds_uncertainty"),
     and the change against "none" with the range the two medians' intervals allow. A saver that cannot run here (an offload without a GPU) gets a row
     whose note says why, and so does one that does nothing at this size or batch. `batch`
-    images per prompt (VAE slicing shows from 2), `size` the image size (VAE tiling shows above
-    the VAE's tile, its config's sample_size). `compile=True` compiles the pipeline after the
+    images per prompt (VAE slicing shows from 2), `size` the image size in pixels, one number
+    for a square or (height, width) (VAE tiling shows when a side is above the VAE's tile, its
+    config's sample_size; the model's own size when left out). `compile=True` compiles the pipeline after the
     saver (fdh.compile_pipeline, default mode), calls it once, and records in
     "recompiled_frames" what the measured calls compiled again (0: the saver composes with
     compile; an error is the row's note); on a CPU the peak is then not measured (the
@@ -110,7 +112,8 @@ def memory_savers_report(model: str = "sdxl", savers: Sequence[str] = MEMORY_SAV
                             f"{', '.join(MEMORY_SAVERS)}.")
     checks.whole("runs", runs, 1)
     timing = (runs, max(runs, checks.whole("max_runs", max_runs, 1, none=True) or 4 * runs))
-    kwargs = dict(prompt=prompt, steps=steps, height=size, width=size)
+    height, width = _size(model, size)
+    kwargs = dict(prompt=prompt, steps=steps, height=height, width=width)
     rows = [_measure(model, None, weights, device, dtype, kwargs, batch, compile, timing)]
     base = rows[0]
     for saver in savers:
@@ -137,6 +140,18 @@ def memory_savers_report(model: str = "sdxl", savers: Sequence[str] = MEMORY_SAV
         for row in rows:
             print(_line(row, base))
     return rows
+
+
+def _size(model: str, size: Any) -> tuple[int | None, int | None]:
+    """(height, width) from `size`: None, a number (a square) or a (height, width) pair, each
+    a multiple of the model's latent grid (checked before any pipeline is loaded)."""
+    pair = size if isinstance(size, (tuple, list)) else (size, size)
+    if len(pair) != 2:
+        raise FastdiffError(f"size={size!r} cannot work: give one number of pixels (a square) "
+                            "or a (height, width) pair, e.g. (96, 48).")
+    multiple = get_spec(model).size_multiple
+    return (checks.image_size("height", pair[0], multiple),
+            checks.image_size("width", pair[1], multiple))
 
 
 def _change_range(samples: list[float], base: list[float]) -> tuple[float, float] | None:
