@@ -139,7 +139,7 @@ SIZES = [
     ("run_batch height=9", lambda p, x: fdh.run_batch(["x"], "out/never", model="sd15",
                                                       height=9), "height=9", "multiple of 8"),
     ("memory_savers_report size=100", lambda p, x: fdh.memory_savers_report("sd15", size=100),
-     "height=100", "multiple of 8"),
+     "size=100", "multiple of 8"),
     ("memory_savers_report size=(96, 50)",
      lambda p, x: fdh.memory_savers_report("sd15", size=(96, 50)), "width=50", "48 or 56"),
     ("memory_savers_report size=(96,)", lambda p, x: fdh.memory_savers_report("sd15", size=(96,)),

@@ -96,12 +96,13 @@ def memory_savers_report(model: str = "sdxl", savers: Sequence[str] = MEMORY_SAV
     device (fdh.peak_memory), the weights held there before it, the call's seconds (the median
     of `runs` timed calls after a warm-up, more up to `max_runs`, default 4 x runs, until it is
     known within +-5 %, as fdh.benchmark times: "seconds_samples", "seconds_uncertainty"),
-    and the change against "none" with the range the two medians' intervals allow. A saver that cannot run here (an offload without a GPU) gets a row
-    whose note says why, and so does one that does nothing at this size or batch. `batch`
+    and the change against "none" with the range the two medians' intervals allow. A saver that
+    cannot run here (an offload without a GPU) gets a row whose note says why, and so does one
+    that does nothing at this size or batch. `batch`
     images per prompt (VAE slicing shows from 2), `size` the image size in pixels, one number
     for a square or (height, width) (VAE tiling shows when a side is above the VAE's tile, its
-    config's sample_size; the model's own size when left out). `compile=True` compiles the pipeline after the
-    saver (fdh.compile_pipeline, default mode), calls it once, and records in
+    config's sample_size; the model's own size when left out). `compile=True` compiles the
+    pipeline after the saver (fdh.compile_pipeline, default mode), calls it once, and records in
     "recompiled_frames" what the measured calls compiled again (0: the saver composes with
     compile; an error is the row's note); on a CPU the peak is then not measured (the
     tracker sees eager ops only).
@@ -145,13 +146,15 @@ def memory_savers_report(model: str = "sdxl", savers: Sequence[str] = MEMORY_SAV
 def _size(model: str, size: Any) -> tuple[int | None, int | None]:
     """(height, width) from `size`: None, a number (a square) or a (height, width) pair, each
     a multiple of the model's latent grid (checked before any pipeline is loaded)."""
-    pair = size if isinstance(size, (tuple, list)) else (size, size)
-    if len(pair) != 2:
+    multiple = get_spec(model).size_multiple
+    if not isinstance(size, (tuple, list)):
+        side = checks.image_size("size", size, multiple)  # a square, named as it was given
+        return side, side
+    if len(size) != 2:
         raise FastdiffError(f"size={size!r} cannot work: give one number of pixels (a square) "
                             "or a (height, width) pair, e.g. (96, 48).")
-    multiple = get_spec(model).size_multiple
-    return (checks.image_size("height", pair[0], multiple),
-            checks.image_size("width", pair[1], multiple))
+    return (checks.image_size("height", size[0], multiple),
+            checks.image_size("width", size[1], multiple))
 
 
 def _change_range(samples: list[float], base: list[float]) -> tuple[float, float] | None:
