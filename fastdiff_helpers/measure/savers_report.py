@@ -98,11 +98,11 @@ def memory_savers_report(model: str = "sdxl", savers: Sequence[str] = MEMORY_SAV
     known within +-5 %, as fdh.benchmark times: "seconds_samples", "seconds_uncertainty"),
     and the change against "none" with the range the two medians' intervals allow. A saver that
     cannot run here (an offload without a GPU) gets a row whose note says why, and so does one
-    that does nothing at this size or batch. `batch`
-    images per prompt (VAE slicing shows from 2), `size` the image size in pixels, one number
-    for a square or (height, width) (VAE tiling shows when a side is above the VAE's tile, its
-    config's sample_size; the model's own size when left out). `compile=True` compiles the
-    pipeline after the saver (fdh.compile_pipeline, default mode), calls it once, and records in
+    that does nothing at this size or batch. `batch` images per prompt (VAE slicing shows from
+    2), `size` the image size in pixels, one number for a square or (height, width) (VAE tiling
+    shows when a side is above the VAE's tile, its config's sample_size; the model's own size
+    when left out). `compile=True` compiles the pipeline after the saver (fdh.compile_pipeline,
+    default mode), calls it once, and records in
     "recompiled_frames" what the measured calls compiled again (0: the saver composes with
     compile; an error is the row's note); on a CPU the peak is then not measured (the
     tracker sees eager ops only).
