@@ -82,7 +82,7 @@ def test_a_deleted_shape_is_tuned_again_alone_and_edited_timings_decide_the_winn
     content = _load(bundle)
     blocks = content["gemm"]["packed_linear"]
     (first, second) = sorted(blocks, key=lambda k: "256, 256" not in k)  # 64x256 first
-    del blocks[second]
+    deleted = blocks.pop(second)["highest"]
     timings = blocks[first]["highest"]
     loser = max(timings, key=timings.get)  # the choice that lost: make it win
     timings[loser] = min(timings.values()) / 10
@@ -90,9 +90,15 @@ def test_a_deleted_shape_is_tuned_again_alone_and_edited_timings_decide_the_winn
     _save(edited, content)
     again = _child(tmp_path / "bare", bundle_in=edited)
     assert again["autotunes"] == 1  # the deleted shape only
-    assert again["winners"]["64x512"] == report["winners"]["64x512"]
-    assert again["winners"]["64x256"] != report["winners"]["64x256"]
+    # the deleted shape is benchmarked afresh: its winner is one of its choices, whichever of
+    # the near-equal ones this run's timings favour (under load _mkl_linear and the C++
+    # micro-GEMM swap places, so it is not compared with the first run's winner)
     # a block's choice keys are "<kind>-<hash>" (CppMicroGemmFP32Vec-..., _mkl_linear-...)
+    kinds = {choice.split("-")[0].lower().lstrip("_") for choice in deleted}
+    assert any(kind in again["winners"]["64x512"].lower() for kind in kinds), (
+        again["winners"], sorted(kinds))
+    # the kept shape is not benchmarked: the edited timings decide its winner
+    assert again["winners"]["64x256"] != report["winners"]["64x256"]
     assert loser.split("-")[0].lower().lstrip("_") in again["winners"]["64x256"].lower()
 
 
