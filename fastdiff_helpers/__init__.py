@@ -33,11 +33,11 @@ from .techniques.recipe import (BASELINE, BLOG_LADDER, COURSE_LADDER, FLUX_LADDE
                                 Recipe, RecipeError)
 from .measure.bench import benchmark, naive_time
 from .measure.cache_hooks import cache_hooks_report
-from .measure.cold_start import first_image_in_new_process, load_artifacts, save_artifacts
+from .compiletime.cold_start import first_image_in_new_process, load_artifacts, save_artifacts
 from .measure.compile_events import recompile_reasons
-from .measure.tuning import export_tuning, import_tuning, show_tuning, tuning_stamp
-from .measure.tuning_cpu import cpu_tuning_run
-from .measure.tuning_watch import TuningWatch
+from .compiletime.tuning import export_tuning, import_tuning, show_tuning, tuning_stamp
+from .compiletime.tuning_cpu import cpu_tuning_run
+from .compiletime.tuning_watch import TuningWatch
 from .measure.cudagraphs import cudagraph_report, cudagraph_snapshot
 from .measure.env import env_report
 from .measure.lora_swaps import lora_swap_report

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.measure import bench, cold_start
+from fastdiff_helpers.compiletime import cold_start
+from fastdiff_helpers.measure import bench
 from fastdiff_helpers.results.tables import format_table
 from fastdiff_helpers.techniques import compile_cache
 
@@ -185,7 +186,7 @@ def test_warm_load_refuses_a_changed_file_before_anything_is_unpickled(tmp_path,
     import hashlib
     import pickle
 
-    import fastdiff_helpers.measure.cold_start as cc
+    import fastdiff_helpers.compiletime.cold_start as cc
     from fastdiff_helpers.runs.cli import main
 
     header = dict(cc._stamp(), model="sdxl", steps=["+ compile"])

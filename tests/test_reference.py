@@ -172,7 +172,7 @@ def test_a_step_cut_at_the_budget_gets_the_whole_budget_again_three_times(fake, 
 def test_a_compiled_step_whose_compile_tuned_is_measured_by_the_next_command(fake, tmp_path,
                                                                            monkeypatch):
     import torch
-    from fastdiff_helpers.measure import tuning_data
+    from fastdiff_helpers.compiletime import tuning_data
 
     cache = tmp_path / "cache"
     monkeypatch.setenv("FASTDIFF_CACHE_DIR", str(cache))

@@ -22,7 +22,7 @@ import pytest
 
 import fastdiff_helpers as fdh
 from fastdiff_helpers.errors import FastdiffError
-from fastdiff_helpers.measure import tuning, tuning_cache, tuning_data, tuning_raw, tuning_watch
+from fastdiff_helpers.compiletime import tuning, tuning_cache, tuning_data, tuning_raw, tuning_watch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -467,7 +467,7 @@ def test_the_next_watch_drops_what_a_killed_run_was_descending_on(tmp_path, monk
 
 WATCHED = r"""
 import os, sys, time
-from fastdiff_helpers.measure.tuning_watch import TuningWatch
+from fastdiff_helpers.compiletime.tuning_watch import TuningWatch
 with TuningWatch(sys.argv[1], "toy", command="killed", every_s=600):
     print("watching", flush=True)
     time.sleep(60)

@@ -23,9 +23,9 @@ from PIL import Image
 import fastdiff_helpers as fdh
 import fastdiff_helpers.runs.ladder as ladder_mod
 import fastdiff_helpers.runs.reference as ref
-from fastdiff_helpers.measure import cold_start, tuning, tuning_data
+from fastdiff_helpers.compiletime import cold_start, tuning, tuning_data
 from fastdiff_helpers.measure.profile import load_trace
-from fastdiff_helpers.measure.tuning_watch import TuningWatch
+from fastdiff_helpers.compiletime.tuning_watch import TuningWatch
 from fastdiff_helpers.results.store import Result
 from fastdiff_helpers.runs import demo
 from fastdiff_helpers.runs.cli import main

@@ -8,15 +8,6 @@ techniques.
     compile_events  what torch.compile did during a call (frames, cache hits, seconds)
     recompiles      what a compiled pipeline recompiles for (resolution, a weight)
     cudagraphs      CUDA graphs captured, replayed, re-recorded, skipped (and why)
-    cold_start      compile artifacts carried to another process or machine, and the time a
-                    new process takes to its first compiled image
-    tuning          max-autotune's tuning as data: a bundle exported, imported, shown
-    tuning_data     the bundle's format: its stamp, reading and checking it, merging timings
-    tuning_watch    a command that tunes keeps its tuning: the bundle and a progress file
-                    written as they grow, when cut and when stopped
-    tuning_cache    adding tuning to a cache folder; what this process imported, by model
-    tuning_raw      a GPU slot's by-hand fallback (a tarball of the cache's tuning), imported
-    tuning_cpu      max-autotune's tuning on a CPU in a new process (06's experiment)
     flops           FLOPs per image, counted from the architecture; the matmul rate
     quality         image quality against the baseline: PSNR, SSIM, max abs error, NaN
     lora_swaps      what switching LoRAs on a compiled pipeline recompiles and re-records
@@ -28,5 +19,6 @@ techniques.
     work_kinds      the kinds of work (matmul, convolution, attention...) by op and kernel name
 
 Imports the models and the techniques (a Result records the recipe a pipeline runs), nothing
-of results, course or runs.
+of compiletime, results, course or runs. What compiling costs and leaves behind (tuning, compile
+artifacts, the course clock) is compiletime/, the layer above.
 """

@@ -12,9 +12,7 @@ is not counted, as is the convention.
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
-import json
 import time
 from typing import Any
 
@@ -23,57 +21,18 @@ import torch
 from ..errors import FastdiffError
 from .. import checks
 from ..models.loading import native_resolution, pipeline_spec
+from ..models.meta import Key as _Key, denoiser_inputs as _denoiser_inputs, meta as _meta
+from ..models.meta import meta_copy as _meta_copy, module_key as _module_key, pooled_dim
+from ..models.meta import spec_key as _spec_key, vae_latents
 from ..models.noise import quiet_known_noise
 from ..models.build import build_scheduler
-from ..models.presets import Component, ModelSpec, get_spec
+from ..models.presets import ModelSpec, get_spec
 from ..techniques.cache_paths import PATHS
 from ..techniques.step_cache import cached_schedule, guided_steps, plan_settings
 
 __all__ = ["count_flops", "denoiser_calls", "flop_floor_seconds", "measure_matmul_tflops"]
 
-# (library, "module:ClassName", "module:ConfigClass" or None, config as sorted JSON)
-_Key = tuple[str, str, "str | None", str]
 _TEXT_ENCODERS = ("text_encoder", "text_encoder_2")
-
-
-def _path(cls: type) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
-
-
-def _import(path: str) -> Any:
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def _spec_key(comp: Component) -> _Key:
-    """Key of a preset component (the configs fdh.load_pipeline builds from)."""
-    lib = importlib.import_module(comp.library)
-    cls = getattr(lib, comp.class_name)
-    cfg_cls = _path(getattr(lib, comp.config_class)) if comp.config_class else None
-    return (comp.library, _path(cls), cfg_cls, json.dumps(comp.config, sort_keys=True))
-
-
-def _module_key(module: torch.nn.Module) -> _Key:
-    """Key of a live component: its class and full config (weights, dtype, device ignored)."""
-    module = getattr(module, "_orig_mod", module)  # a torch.compile(module) wrapper
-    config = module.config
-    if hasattr(config, "to_json_string"):  # transformers PretrainedConfig
-        cfg = json.dumps(config.to_dict(), sort_keys=True, default=str)
-        return ("transformers", _path(type(module)), _path(type(config)), cfg)
-    cfg = json.dumps(dict(config), sort_keys=True, default=str)
-    return ("diffusers", _path(type(module)), None, cfg)
-
-
-def _meta_copy(key: _Key) -> torch.nn.Module:
-    library, cls_path, cfg_path, cfg_json = key
-    cls = _import(cls_path)
-    config = json.loads(cfg_json)
-    with torch.device("meta"):
-        if library == "diffusers":
-            model = cls.from_config(config)
-        else:
-            model = cls(_import(cfg_path).from_dict(config))
-    return model.eval()
 
 
 def _count(fn, *args, **kwargs) -> int:
@@ -82,44 +41,6 @@ def _count(fn, *args, **kwargs) -> int:
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         fn(*args, **kwargs)
     return int(counter.get_total_flops())
-
-
-def _meta(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    return torch.empty(*shape, dtype=dtype, device="meta")
-
-
-def _denoiser_inputs(model, batch: int, height: int, width: int, tokens: int,
-                     pooled_dim: int | None) -> dict[str, Any]:
-    """Meta inputs of one denoiser call, by keyword, as the pipelines pass them."""
-    cfg = model.config
-    h, w = height // 8, width // 8
-    timestep = _meta(batch)
-    if "joint_attention_dim" in cfg:  # Flux: 2x2 latent patches packed into tokens
-        tokens_img = (h // 2) * (w // 2)
-        kwargs = dict(hidden_states=_meta(batch, tokens_img, cfg.in_channels),
-                      encoder_hidden_states=_meta(batch, tokens, cfg.joint_attention_dim),
-                      pooled_projections=_meta(batch, cfg.pooled_projection_dim),
-                      timestep=timestep, img_ids=_meta(tokens_img, 3), txt_ids=_meta(tokens, 3))
-        if cfg.guidance_embeds:  # FLUX.1-dev's guidance: an input, not a second batch
-            kwargs["guidance"] = _meta(batch)
-        return kwargs
-    sample = _meta(batch, cfg.in_channels, h, w)
-    if "caption_channels" in cfg:  # PixArt-style transformer
-        added = {"resolution": None, "aspect_ratio": None}
-        if getattr(model, "use_additional_conditions", False):
-            added = {"resolution": _meta(batch, 2), "aspect_ratio": _meta(batch, 1)}
-        text = _meta(batch, tokens, cfg.caption_channels)
-        return dict(hidden_states=sample, encoder_hidden_states=text, timestep=timestep,
-                    added_cond_kwargs=added, encoder_attention_mask=_meta(batch, tokens))
-    kwargs: dict[str, Any] = dict(sample=sample, timestep=timestep,
-                                  encoder_hidden_states=_meta(batch, tokens,
-                                                              cfg.cross_attention_dim))
-    if cfg.addition_embed_type == "text_time":  # SDXL / SSD-1B: pooled text + 6 time ids
-        if pooled_dim is None:
-            pooled_dim = cfg.projection_class_embeddings_input_dim - 6 * cfg.addition_time_embed_dim
-        kwargs["added_cond_kwargs"] = {"text_embeds": _meta(batch, pooled_dim),
-                                       "time_ids": _meta(batch, 6)}
-    return kwargs
 
 
 @functools.lru_cache(maxsize=32)
@@ -147,9 +68,7 @@ def _cached_step_flops(key: _Key, batch: int, height: int, width: int, tokens: i
 @functools.lru_cache(maxsize=32)
 def _vae_decode_flops(key: _Key, height: int, width: int) -> int:
     vae = _meta_copy(key)
-    scale = 2 ** (len(vae.config.block_out_channels) - 1)
-    latents = _meta(1, vae.config.latent_channels, height // scale, width // scale)
-    return _count(vae.decode, latents)
+    return _count(vae.decode, vae_latents(vae, height, width))
 
 
 @functools.lru_cache(maxsize=32)
@@ -224,9 +143,7 @@ def count_flops(pipe_or_model_key: Any, height: int | None = None, width: int | 
     guidance = spec.guidance if guidance is None else guidance
     cfg = spec.cfg and guidance > 1.0  # Flux: guidance is an input of the one call, batch 1
     batch = 2 if cfg else 1
-    pooled = None
-    if "text_encoder_2" in keys:
-        pooled = json.loads(keys["text_encoder_2"][3]).get("projection_dim")
+    pooled = pooled_dim(keys)
     denoiser = _denoiser_flops(keys[spec.denoiser], batch, height, width, tokens, pooled)
     vae = _vae_decode_flops(keys["vae"], height, width)
     passes = 2 if cfg and encodes_negative else 1

@@ -8,6 +8,8 @@
     pretrained  pretrained weights: are they here, what weights="auto" picks, safetensors only
     loading     load_pipeline (one path for the three weight sources), the pipeline's record
                 (pipeline_info), the arguments of a call (call_kwargs), free_memory
+    meta        meta-device copies of a pipeline's parts and their inputs: what the FLOP
+                count and the GEMM-shape count (what max-autotune benchmarks) run
     few_step    few-step distilled SDXL weights: hub files, the scheduler and steps each needs
     noise       the libraries' messages known to be harmless, silenced on the way in
 

@@ -18,8 +18,8 @@ from ..errors import FastdiffError
 from ..techniques.compile import PARTS
 from ..techniques.compile_cache import use_course_cache
 from ..techniques.recipe import LADDERS
-from ..measure.cold_start import check_artifacts_path, load_artifacts
-from ..measure.tuning import (bundle_path, export_tuning, import_matching, import_tuning,
+from ..compiletime.cold_start import check_artifacts_path, load_artifacts
+from ..compiletime.tuning import (bundle_path, export_tuning, import_matching, import_tuning,
                               show_tuning)
 from .warm import warm_ladder
 from .reference import run_reference
@@ -92,7 +92,7 @@ def add_compile_commands(sub, common, steps: list[str]) -> None:
     verbs = tuning.add_subparsers(dest="verb", required=True, parser_class=sub._parser_class)
     export = verbs.add_parser("export", help="write (or grow) a bundle from the compile cache")
     export.add_argument("--out", required=True, metavar="FILE", help="e.g. results/h100-80gb-"
-                        "hbm3/tuning/2.11.0+cu130/sdxl.json.gz (fdh.measure.tuning.bundle_path)")
+                        "hbm3/tuning/2.11.0+cu130/sdxl.json.gz (fdh.compiletime.tuning.bundle_path)")
     export.add_argument("--model", default=None, help="the model the tuning is for (leaves "
                         "out what another model's bundle brought unchanged)")
     export.add_argument("--cache-dir", default=None, help="default: the course's cache folder")

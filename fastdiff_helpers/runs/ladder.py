@@ -21,7 +21,7 @@ from ..techniques import apply
 from ..techniques.quantization import select_filter
 from ..techniques.recipe import LADDERS
 from ..measure.bench import TunedNotMeasured, benchmark
-from ..measure.cold_start import check_artifacts_path
+from ..compiletime.cold_start import check_artifacts_path
 from ..measure.env import device_name, env_report
 from ..measure.quality import compare_images
 from ..results.charts import Reference, ladder_chart, memory_chart, save_figure

@@ -3,7 +3,7 @@
 Introduced in 06_cold_start.ipynb. inductor keeps compiled kernels and graphs in
 TORCHINDUCTOR_CACHE_DIR (torch/_inductor/runtime/cache_dir_utils.py reads it on every use);
 compile_pipeline points it at the course's folder before compiling. Carrying a cache to
-another machine: measure/cold_start.py.
+another machine: compiletime/cold_start.py.
 """
 
 from __future__ import annotations

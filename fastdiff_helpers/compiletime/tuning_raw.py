@@ -1,6 +1,6 @@
 """A GPU slot's by-hand fallback, read back: a tarball of what an inductor cache folder held
 (`<model>.cache-raw.tgz`, tools/gpu_slot.sh brings one back after every command), imported
-like a bundle where its timings file is this machine's. measure/tuning.py's import_matching
+like a bundle where its timings file is this machine's. compiletime/tuning.py's import_matching
 takes these first.
 
 Introduced in 06_cold_start.ipynb (with the bundles it stands in for).

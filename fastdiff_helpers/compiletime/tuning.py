@@ -15,7 +15,7 @@ cache folder (torch 2.13):
   AutotuneCache._make_local_cache_key), read when the kernel loads.
 A bundle holds both, stamped with what they are valid for; import checks the stamp, then puts
 them into this machine's cache folder before the first compile, so a bare machine compiles
-without tuning. torch.compiler.save_cache_artifacts (the "mega-cache", measure/cold_start.py)
+without tuning. torch.compiler.save_cache_artifacts (the "mega-cache", compiletime/cold_start.py)
 lacks the GEMM timings, cannot be written by a killed process, and holds pickled code.
 """
 
@@ -30,7 +30,7 @@ from typing import Any
 
 from .. import checks
 from ..errors import FastdiffError
-from .env import gpu_folder
+from ..measure.env import gpu_folder
 from .tuning_cache import _IMPORTED, _IMPORTED_BEST, _IMPORTED_LOCAL, _cache_folder, _put
 from .tuning_data import (FORMAT, _blocks, differences, merge_gemm, merge_local, read_bundle,
                           read_cache, read_cache_parts, show_tuning, tuning_stamp)

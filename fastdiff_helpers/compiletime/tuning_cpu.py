@@ -9,7 +9,7 @@ an ATen (MKL) and a C++ choice. It reports how many shapes it benchmarked and ea
 winner, read through torch's own hook (select_algorithm.add_feedback_saver, called with the
 timings whether they were measured or came from the cache).
 
-    python -m fastdiff_helpers.measure.tuning_cpu CACHE_DIR [--import BUNDLE] [--export BUNDLE]
+    python -m fastdiff_helpers.compiletime.tuning_cpu CACHE_DIR [--import BUNDLE] [--export BUNDLE]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A tuning bundle's format: its stamp (what the tuning is valid for), how it is read and
 checked (gzip and json alone: nothing in it runs), how a cache folder's tuning is read, and
-how two sets of GEMM timings merge. measure/tuning.py exports and imports bundles with it.
+how two sets of GEMM timings merge. compiletime/tuning.py exports and imports bundles with it.
 
 Introduced in 06_cold_start.ipynb. A bundle (gzip'd JSON):
     {"format": "fastdiff-tuning 1", "stamp": {...}, "model": "sdxl",
@@ -27,7 +27,7 @@ from typing import Any
 
 from .. import checks
 from ..errors import FastdiffError
-from .env import _cpu_name
+from ..measure.env import _cpu_name
 
 __all__ = ["FORMAT", "MUST_MATCH", "tuning_stamp", "read_bundle", "read_cache",
            "read_cache_parts", "split_timings", "differences", "merge_gemm", "merge_local",

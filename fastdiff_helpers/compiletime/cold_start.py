@@ -31,7 +31,7 @@ from .. import checks
 from ..models.presets import get_spec
 from ..models.pretrained import check_weights
 from ..techniques.compile_cache import use_course_cache
-from .env import env_report
+from ..measure.env import env_report
 
 MAGIC = b"FASTDIFF-COMPILE-CACHE 1\n"
 # what must match between the machine that compiled and the one that loads

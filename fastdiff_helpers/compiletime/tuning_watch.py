@@ -31,7 +31,7 @@ from typing import Any
 
 from .. import checks
 from ..techniques.compile_cache import use_course_cache
-from .compile_events import compile_times, events_between, snapshot
+from ..measure.compile_events import compile_times, events_between, snapshot
 from .tuning import check_bundle_path, export_tuning
 
 __all__ = ["TuningWatch", "progress_path"]
