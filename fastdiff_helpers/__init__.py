@@ -25,12 +25,14 @@ from .models.few_step import FEW_STEP, few_step_file
 from .techniques.step_cache import trace_steps
 from .techniques.codegen import to_code
 from .techniques.compile_cache import default_cache_dir, use_course_cache
+from .techniques.autotune import autotune_enabled, set_autotune
+from .models.meta import gemm_shapes
 from .techniques.lora import (enable_lora_hotswap, fuse_lora, load_lora, lora_file_info,
                               make_lora_file, resolve_lora, unfuse_lora, unload_lora)
 from .techniques.memory_savers import (MEMORY_SAVERS, OFFLOADS, apply_memory_saver,
                                        encode_prompt_once)
-from .techniques.recipe import (BASELINE, BLOG_LADDER, COURSE_LADDER, FLUX_LADDER, LADDER, LADDERS,
-                                Recipe, RecipeError)
+from .techniques.recipe import BASELINE, Recipe, RecipeError
+from .techniques.ladders import BLOG_LADDER, COURSE_LADDER, FLUX_LADDER, LADDER, LADDERS
 from .measure.bench import benchmark, naive_time
 from .measure.cache_hooks import cache_hooks_report
 from .compiletime.cold_start import first_image_in_new_process, load_artifacts, save_artifacts

@@ -13,7 +13,8 @@ import torch
 
 import fastdiff_helpers as fdh
 from fastdiff_helpers.runs.ladder import run_ladder
-from fastdiff_helpers.techniques.recipe import COURSE_LADDER, LADDER, Recipe, RecipeError
+from fastdiff_helpers.techniques.recipe import Recipe, RecipeError
+from fastdiff_helpers.techniques.ladders import COURSE_LADDER, LADDER
 from fastdiff_helpers.techniques import quantization
 from fastdiff_helpers.techniques.compile import blog_inductor_flags
 from fastdiff_helpers.techniques.precision import set_tf32, tf32_state
@@ -80,7 +81,7 @@ def test_our_heuristic_is_a_filter_of_its_own_name():
     assert quantization.blog_filter(lin, "time_embedding.linear_1")
     assert not quantization.fastdiff_filter(lin, "time_embedding.linear_1")
     assert LADDER[5][1].quant_filter == "blog"
-    assert COURSE_LADDER[-2][1].quant_filter == "fastdiff"  # int8; then fp8 (test_fp8)
+    assert dict(COURSE_LADDER)["+ int8 dynamic"].quant_filter == "fastdiff"  # then fp8 (test_fp8)
 
 
 # --- int8 kernels: no filter selects what they cannot take (issue 11, item 3) ------------------
@@ -250,12 +251,38 @@ def test_course_ladder_keeps_the_pipelines_own_parts_and_true_fp32(restore_tf32)
 
 def test_course_ladder_changes_one_thing_per_step():
     expected = [["dtype"], ["dtype"], ["attention"],
-                ["channels_last", "compile", "fullgraph", "inductor_flags"], ["fuse_qkv"],
-                ["no_sync"], ["quantize", "quant_filter"], ["quantize"]]
+                ["channels_last", "compile", "fullgraph"], ["fuse_qkv"],
+                ["no_sync"], ["quantize", "quant_filter"], ["quantize"],
+                ["compile", "inductor_flags"]]
     assert len(expected) == len(COURSE_LADDER) - 1
     for (_, before), (_, after), changed in zip(COURSE_LADDER, COURSE_LADDER[1:], expected):
         assert after.changes(before) == changed
     assert COURSE_LADDER[0][1] == Recipe() and COURSE_LADDER[0][1].tf32 is None
+
+
+def test_the_course_splits_fusion_from_autotuning():
+    """Issue 44: "+ compile" is fusion (default mode with CUDA graphs, no tuning flag), and
+    autotuning is the last step, max-autotune with the blog's flags on the step before it."""
+    from fastdiff_helpers.techniques import autotune
+
+    steps = dict(COURSE_LADDER)
+    fusion, tuned = steps["+ compile"], steps["+ autotune"]
+    assert (fusion.compile, fusion.inductor_flags) == ("reduce-overhead", False)
+    assert not autotune.tunes(fusion.compile, fusion.inductor_flags)
+    assert [n for n, _ in COURSE_LADDER][-1] == "+ autotune"
+    assert (tuned.compile, tuned.inductor_flags) == ("max-autotune", True)
+    assert autotune.is_tuning_step(COURSE_LADDER[-2][1], tuned)
+    # its default-mode equivalent is the step before it: nothing left to measure untuned
+    assert autotune.without_tuning(tuned) == COURSE_LADDER[-2][1]
+    # torch's own option sets: reduce-overhead is the default options plus CUDA graphs, and
+    # max-autotune adds the GEMM search and coordinate descent to them
+    from torch._inductor import list_mode_options
+
+    assert list_mode_options("reduce-overhead") == {"triton.cudagraphs": True}
+    assert set(list_mode_options("max-autotune")) - set(list_mode_options("reduce-overhead")) \
+        >= {"max_autotune", "coordinate_descent_tuning"}
+    # the blog's ladder is still the blog's: max-autotune and its four flags
+    assert (LADDER[3][1].compile, LADDER[3][1].inductor_flags) == ("max-autotune", True)
 
 
 def test_blog_ladder_is_what_diffusion_fast_ran():

@@ -19,6 +19,7 @@ from PIL import Image
 
 import fastdiff_helpers as fdh
 import fastdiff_helpers.runs.reference as ref
+from fastdiff_helpers.runs import reference_folder
 from fastdiff_helpers.results import readme as results_readme
 from fastdiff_helpers.results.store import Result, load_results
 
@@ -72,7 +73,7 @@ class FakeSteps:
 def fake(monkeypatch):
     steps = FakeSteps()
     monkeypatch.setattr(ref, "measure_step", steps)
-    monkeypatch.setattr(ref, "measure_matmul_tflops", lambda device: 0.5)
+    monkeypatch.setattr(reference_folder, "measure_matmul_tflops", lambda device: 0.5)
     monkeypatch.setattr(ref, "draw", lambda *a, **k: None)  # charts: the slow test draws them
     return steps
 

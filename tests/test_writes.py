@@ -23,6 +23,7 @@ from PIL import Image
 import fastdiff_helpers as fdh
 import fastdiff_helpers.runs.ladder as ladder_mod
 import fastdiff_helpers.runs.reference as ref
+from fastdiff_helpers.runs import reference_folder
 from fastdiff_helpers.compiletime import cold_start, tuning, tuning_data
 from fastdiff_helpers.measure.profile import load_trace
 from fastdiff_helpers.compiletime.tuning_watch import TuningWatch
@@ -272,7 +273,7 @@ def test_run_ladder_writes_in_its_folder_only(box, monkeypatch):
 @pytest.fixture
 def fake_reference(monkeypatch):
     monkeypatch.setattr(ref, "measure_step", _fake_step)
-    monkeypatch.setattr(ref, "measure_matmul_tflops", lambda device: 0.5)
+    monkeypatch.setattr(reference_folder, "measure_matmul_tflops", lambda device: 0.5)
 
 
 def test_the_reference_run_writes_only_its_folder_unless_it_is_under_results(box,

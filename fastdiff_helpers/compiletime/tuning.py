@@ -30,11 +30,15 @@ from typing import Any
 
 from .. import checks
 from ..errors import FastdiffError
+from ..techniques.autotune import cover
 from ..measure.env import gpu_folder
 from .tuning_cache import _IMPORTED, _IMPORTED_BEST, _IMPORTED_LOCAL, _cache_folder, _put
 from .tuning_data import (FORMAT, _blocks, differences, merge_gemm, merge_local, read_bundle,
                           read_cache, read_cache_parts, show_tuning, tuning_stamp)
 from .tuning_raw import import_raw
+
+# the states of a run's step whose compile ended with its tuning in the cache
+FINISHED = ("measured", "tuned", "warmed")
 
 __all__ = ["export_tuning", "import_tuning", "show_tuning", "tuning_stamp", "bundle_path",
            "import_matching", "read_bundle", "read_cache"]
@@ -172,8 +176,9 @@ def import_tuning(path: str | os.PathLike, sha256: str | None = None,
     _refuse_stamp(path, bundle["stamp"], here, "its timings would not describe this machine")
     cache = _cache_folder(cache_dir)
     counts = _put(cache, here["system_hash"], bundle, bundle.get("model"), str(path))
+    covered = register_coverage(bundle, str(path))
     summary = {"path": str(path), "cache": str(cache), "sha256": bundle["sha256"],
-               "model": bundle.get("model"), **counts}
+               "model": bundle.get("model"), "covers": covered, **counts}
     if verbose:
         print(f"fastdiff: imported tuning {path} ({bundle.get('model') or 'no model'}, SHA-256 "
               f"{bundle['sha256'][:16]}...) into {cache}: {counts['blocks_added']} GEMM/conv "
@@ -181,6 +186,19 @@ def import_tuning(path: str | os.PathLike, sha256: str | None = None,
               f"({counts['local_added']} single-key benchmark(s) beside them), "
               f"{counts['blocks_kept'] + counts['best_configs_kept']} already there")
     return summary
+
+
+def register_coverage(bundle: dict, source: str) -> int:
+    """Tell the autotune rule (techniques/autotune.py) what `bundle` holds finished: every
+    coverage key a step of its runs recorded when its compile ended (TuningWatch.note_step's
+    covers: measured, tuned or warmed), so that a compile it covers may read its tuning on a
+    GPU with autotuning off. Returns how many keys were registered."""
+    keys = {key for run in bundle.get("runs", []) for step in run.get("steps", {}).values()
+            if isinstance(step, dict) and step.get("state") in FINISHED
+            for key in step.get("covers", []) if isinstance(key, str)}
+    for key in keys:
+        cover(key, source)
+    return len(keys)
 
 
 def import_matching(root: str | os.PathLike = "results", cache_dir=None, verbose: bool = True

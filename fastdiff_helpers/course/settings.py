@@ -17,6 +17,8 @@ from ..models.noise import quiet_known_noise
 from ..models.flux import FLUX_H100_WHERE
 from ..models.presets import BLOG_A100_WHERE, get_spec, published_ladder
 from ..models.pretrained import check_weights, resolve_weights
+from ..techniques.autotune import autotune_enabled, set_autotune
+from ..compiletime.tuning import import_matching
 from ..results.store import Result, reference_results
 from ..results.tables import format_table
 
@@ -50,6 +52,8 @@ class CourseSettings:
     # the most timed runs fdh.benchmark may add to settle a median (None: its default, 4 x
     # runs); smoke mode proves the code runs, so it times `runs` calls and no more
     max_runs: int | None = None
+    # whether compiles may tune on a GPU (techniques/autotune.py): the switch as it stands
+    autotune: bool = False
 
     def bench_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for fdh.benchmark (steps, height, width, runs, warmup, max_runs)."""
@@ -66,13 +70,22 @@ class CourseSettings:
 
 def course_settings(model: str = "sdxl", weights: str | None = None, steps: int | None = None,
                     resolution: int | None = None, runs: int | None = None,
-                    smoke: bool | None = None) -> CourseSettings:
+                    smoke: bool | None = None, autotune: bool | None = None,
+                    tuning: str | Path | None = None) -> CourseSettings:
     """The parameters cell of every notebook. Smoke mode (FASTDIFF_SMOKE=1 or smoke=True):
     tiny weights on the CPU, 2 steps, 64x64, 2 timed runs. Otherwise the model's native
     resolution and 30 steps, weights="auto" (pretrained, else random on a GPU, else tiny),
     5 timed runs after 2 warm-ups. "auto" is resolved here and the choice printed; the
     tiny model gets its tiny resolution and TINY_STEPS (10) steps: the CPU story, the same in
     the notebooks, the playground and `make demo`.
+
+    Autotuning (max-autotune's search and coordinate descent, tens of minutes a recipe on a new
+    GPU) runs only when asked for: `autotune=True` switches it on for this process
+    (fdh.set_autotune; None leaves the switch as it is: off, or FASTDIFF_AUTOTUNE=1). On a GPU
+    the matching tuning bundles are imported here, once per process: those committed under
+    results/ of this checkout and those under `tuning` (or $FASTDIFF_TUNING_DIR), a folder an
+    instructor names, laid out as results/ is (<gpu>/tuning/<torch>/<model>.json.gz); a compile
+    they cover reads its tuning with autotuning off.
     Introduced in 00_setup.ipynb."""
     spec = get_spec(model)
     checks.whole("steps", steps, 1, none=True)
@@ -83,18 +96,57 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
     if smoke not in (None, True, False):
         raise FastdiffError(f"{checks.arg('smoke', smoke)} cannot work: give True, False or "
                             "None (None reads FASTDIFF_SMOKE).")
+    if autotune not in (None, True, False):
+        raise FastdiffError(f"{checks.arg('autotune', autotune)} cannot work: give True, False "
+                            "or None (None leaves the switch as it is).")
+    tuning = tuning if tuning is not None else os.environ.get(TUNING_ENV) or None
+    if tuning is not None:
+        tuning = checks.existing_folder("tuning", tuning, "a folder of tuning bundles laid out "
+                                        "as results/ is (<gpu>/tuning/<torch>/<model>.json.gz)")
     quiet_known_noise()  # the parameters cell runs first in every notebook
     smoke = smoke_mode() if smoke is None else smoke
     device = "cpu" if smoke or not torch.cuda.is_available() else "cuda"
     weights = weights or ("tiny" if smoke else "auto")
     weights = resolve_weights(spec, weights, device)  # "auto" decided once, for every cell
+    if autotune is not None:
+        set_autotune(autotune)
+    if device == "cuda":
+        import_course_tuning(tuning)
     size = resolution or spec.resolution_for(weights)
     return CourseSettings(
         model=spec.key, weights=weights, device=device,
         steps=steps or (2 if smoke else TINY_STEPS if weights == "tiny" else spec.steps),
         height=size, width=size,
         runs=runs or (2 if smoke else 5), warmup=1 if smoke else 2, smoke=smoke,
-        max_runs=(runs or 2) if smoke else None)
+        max_runs=(runs or 2) if smoke else None, autotune=autotune_enabled())
+
+
+TUNING_ENV = "FASTDIFF_TUNING_DIR"
+RESULTS_ROOT = Path(__file__).resolve().parents[2] / "results"  # results/ of this checkout
+_IMPORTED_ROOTS: set[str] = set()
+
+
+def import_course_tuning(tuning: str | Path | None = None) -> list[dict]:
+    """Import, once per process and folder, the tuning bundles of this GPU and torch under
+    results/ of this checkout and under `tuning`; says in one line what they cover and what a
+    compile that would tune does without them. Introduced in 00_setup.ipynb."""
+    done: list[dict] = []
+    roots = [root for root in [RESULTS_ROOT] + ([Path(tuning)] if tuning is not None else [])
+             if str(root.resolve()) not in _IMPORTED_ROOTS and root.is_dir()]
+    if not roots:
+        return done  # said when this process first looked
+    for root in roots:
+        _IMPORTED_ROOTS.add(str(root.resolve()))
+        done += import_matching(root, verbose=False)
+    if done:
+        print(f"fastdiff: imported {len(done)} tuning bundle(s) of this GPU and torch "
+              f"({sum(d.get('covers', 0) for d in done)} compiled part(s) covered): "
+              + ", ".join(d["path"] for d in done))
+    if not autotune_enabled():
+        print("fastdiff: autotuning is off: a compile that would tune (max-autotune, coordinate "
+              "descent) runs without it unless a bundle covers it, and says so; switch it on "
+              "with fdh.course_settings(..., autotune=True)")
+    return done
 
 
 def needs_gpu(why: str) -> bool:

@@ -35,6 +35,7 @@ class TunedNotMeasured(FastdiffError):
     def __init__(self, message: str, events: dict[str, Any]):
         super().__init__(message)
         self.events = events
+        self.recipe: dict | None = None  # what compiled (run_ladder's measure_step sets it)
 
 MAX_EXTRA_WARMUP = 3  # untimed calls added while the call before still compiled
 STAGES = ("text_encoding", "denoising", "vae_decode")

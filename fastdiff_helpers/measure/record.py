@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+# the start of the note techniques/autotune.py gives a compile it ran without tuning (its
+# AUTOTUNE_OFF; this module imports nothing of the package, tests/test_autotune.py ties the two)
+AUTOTUNE_OFF = "autotuning is off:"
+
 __all__ = ["SCHEMA_VERSION", "Result", "ResultsFormatError", "median_interval", "STEADY"]
 
 SCHEMA_VERSION = 1
@@ -202,6 +206,9 @@ class Result:
     def flags(self) -> list[str]:
         """Warnings a reader of this result's numbers must see (tables, charts, playground)."""
         flags = ["compiled while timed"] if self.compiled_during_timing else []
+        if any(note.startswith(AUTOTUNE_OFF) for note in self.notes):
+            flags.append("not autotuned: the recipe's max-autotune ran in default mode "
+                         "(autotuning off)")
         if self.unsteady:
             low, high, coverage = self.latency_interval_s
             flags.append(f"uncertain timing (median +-{self.latency_uncertainty:.0%}: "

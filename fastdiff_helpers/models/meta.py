@@ -151,7 +151,7 @@ def _recorder():
 @functools.lru_cache(maxsize=32)
 def _shapes(key: Key, inputs: str, batch: int, height: int, width: int, tokens: int,
             pooled: int | None) -> frozenset:
-    model = meta_copy(key).to(torch.bfloat16)
+    model = torch.nn.Module.to(meta_copy(key), torch.bfloat16)  # diffusers own .to() warns
     recorder = _recorder()
     with torch.no_grad(), recorder:
         if inputs == "vae":

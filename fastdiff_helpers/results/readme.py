@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .. import checks
 from ..models.presets import BLOG_SOURCE, published_ladder
-from ..techniques.recipe import LADDERS
+from ..techniques.ladders import LADDERS
 from .store import Result, load_results
 from .text import memory_text, psnr_text, seconds_text
 

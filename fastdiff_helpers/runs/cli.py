@@ -18,8 +18,10 @@ from ..models.loading import default_device, load_pipeline
 from ..models.presets import DEFAULT_PROMPT, MODELS, SCHEDULERS, VAES, size_multiple
 from ..models.pretrained import WEIGHTS, resolve_weights
 from ..techniques import apply
-from ..techniques.recipe import (ATTENTION, COMPILE_MODES, DTYPES, LADDERS, QUANT_FILTERS, QUANTIZE,
+from ..techniques.autotune import set_autotune
+from ..techniques.recipe import (ATTENTION, COMPILE_MODES, DTYPES, QUANT_FILTERS, QUANTIZE,
                                  SCOPES, TF32_MODES, Recipe, RecipeError)
+from ..techniques.ladders import LADDERS
 from ..measure.bench import benchmark
 from ..measure.env import env_report
 from ..results.store import RESULTS_FOLDER, save_result
@@ -77,6 +79,16 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _autotune_flag(p)
+
+
+AUTOTUNE_HELP = ("let compiles tune on a GPU (max-autotune's search, coordinate descent: tens "
+                 "of minutes a recipe on a new GPU); without it they run without tuning unless "
+                 "a tuning bundle covers them, and say so")
+
+
+def _autotune_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--autotune", action="store_true", help=AUTOTUNE_HELP)
 
 
 def _recipe_flags(p: argparse.ArgumentParser) -> None:
@@ -121,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help=LADDER_HELP)
     demo_cmd.add_argument("--out", default=None, help="folder for results.jsonl, images, charts")
     demo_cmd.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _autotune_flag(demo_cmd)
 
     ladder = sub.add_parser("ladder", help="run every step of the blog's (or the course's) ladder")
     _common(ladder)
@@ -158,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--warmup", type=int, default=1, help="untimed calls per process")
     batch.add_argument("--fail-line", type=int, action="append", default=[],
                        help="testing aid: make this line's call fail")
+    _autotune_flag(batch)
     _recipe_flags(batch)
 
     sub.add_parser("env", help="print the environment report")
@@ -228,6 +242,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return 0
         if args.command != "tuning":
             _check_counts(args)
+        if getattr(args, "autotune", False):
+            set_autotune(True)  # this process's compiles may tune (techniques/autotune.py)
         if getattr(args, "ladder", None) is not None or args.command in LADDER_COMMANDS:
             args.ladder = resolve_ladder(args.model, args.ladder)  # refused before any work
         if args.command in COMPILE_COMMANDS:

@@ -17,7 +17,7 @@ from .. import checks
 from ..errors import FastdiffError
 from ..techniques.compile import PARTS
 from ..techniques.compile_cache import use_course_cache
-from ..techniques.recipe import LADDERS
+from ..techniques.ladders import LADDERS
 from ..compiletime.cold_start import check_artifacts_path, load_artifacts
 from ..compiletime.tuning import (bundle_path, export_tuning, import_matching, import_tuning,
                               show_tuning)

@@ -22,7 +22,7 @@ import torch
 
 from ..models.presets import BLOG_A100_SECONDS, BLOG_A100_WHERE, get_spec
 from ..techniques.compile_cache import use_course_cache
-from ..techniques.recipe import LADDERS
+from ..techniques.ladders import LADDERS
 from ..measure.flops import measure_matmul_tflops
 from ..measure.record import Result
 from ..results.text import seconds_text

@@ -17,9 +17,11 @@ from ..models.loading import (FastdiffError, default_device, free_memory,
                               get_denoiser, load_pipeline, resolve_weights)
 from ..models.presets import (BLOG_LOADING, DEFAULT_PROMPT, SCHEDULERS, get_spec,
                               published_ladder)
-from ..techniques import apply
+from ..techniques import apply, current_recipe
+from ..techniques.autotune import blocked, is_tuning_step
 from ..techniques.quantization import select_filter
-from ..techniques.recipe import LADDERS
+from ..techniques.recipe import RecipeError
+from ..techniques.ladders import LADDERS
 from ..measure.bench import TunedNotMeasured, benchmark
 from ..compiletime.cold_start import check_artifacts_path
 from ..measure.env import device_name, env_report
@@ -104,20 +106,26 @@ def measure_step(spec, name: str, recipe, weights: str, device: str, loading: di
                  width: int | None = None, runs: int = 5, warmup: int = 2, seed: int = 0,
                  prompt: str | None = None, progress: bool = True, fail: bool = False,
                  profile: bool = False, max_runs: int | None = None,
-                 measure_if_tuned: bool = True) -> Result:
+                 measure_if_tuned: bool = True, previous=None) -> Result:
     """One ladder step on a fresh pipeline: load (with the ladder's `loading` options), the
     recipe adapted to the device (its notes go to Result.notes), apply, benchmark with quality
     against `baseline` (a PIL image, or None). A failure (OOM, compile error, RecipeError...)
     comes back as a Result with error="Type: message", so one step never loses the others.
     The pipeline is freed before returning. `fail=True` forces a failure (a testing aid).
     `measure_if_tuned=False`: a compile that tuned raises TunedNotMeasured (benchmark).
-    Shared by run_ladder and the reference run (reference.py)."""
+    `previous`: the ladder's step before; a step that only adds tuning to it (the course's
+    "+ autotune") is not run where it may not tune (techniques/autotune.py, blocked): it would
+    run as the step before. Shared by run_ladder and the reference run (reference.py)."""
     adapted, notes = recipe.for_device(device)
     size = spec.resolution_for(weights)
     pipe = None
     started = time.perf_counter()
     try:
         adapted.check_device(device)  # hardware this machine lacks (fp8): refused before loading
+        if previous is not None and is_tuning_step(previous, recipe):
+            reason = blocked(adapted, device, spec.key, weights)
+            if reason is not None:
+                raise RecipeError(reason)
         pipe = load_pipeline(spec, weights=weights, device=device, verbose=False,
                              dtype=spec.load_dtype, **loading)
         if fail:
@@ -136,7 +144,8 @@ def measure_step(spec, name: str, recipe, weights: str, device: str, loading: di
                            measure_if_tuned=measure_if_tuned)
         result.notes = notes + result.notes
         result.load_s = load_s
-    except TunedNotMeasured:
+    except TunedNotMeasured as exc:
+        exc.recipe = current_recipe(pipe)  # what its finished tuning covers
         raise  # not a failure: the step is measured again from the tuning data
     except Exception as exc:  # one step's failure must not lose the steps already measured
         result = Result(
@@ -213,7 +222,8 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
         result = measure_step(spec, name, recipe, weights, device, loading, baseline_image,
                               steps=steps, height=height, width=width, runs=runs,
                               warmup=warmup, seed=seed, prompt=prompt, progress=progress,
-                              fail=name == fail_step, profile=profile, max_runs=max_runs)
+                              fail=name == fail_step, profile=profile, max_runs=max_runs,
+                              previous=LADDERS[ladder][idx - 1][1] if idx else None)
         if result.error is None and baseline_image is None:
             baseline_image = result.image  # the first successful step is the baseline
             result.quality = compare_images(result.image, baseline_image)

@@ -28,18 +28,17 @@ from dataclasses import dataclass, field
 from contextlib import nullcontext
 from pathlib import Path
 
-import torch
 
 from .. import checks
 from ..errors import FastdiffError
 from ..models.presets import published_ladder
 from ..models.loading import free_memory
 from ..models.pretrained import resolve_weights
-from ..techniques.recipe import LADDERS
+from ..techniques.autotune import blocked, covers, is_tuning_step
+from ..techniques.ladders import LADDERS
 from ..measure.bench import TunedNotMeasured
 from ..measure.compile_events import events_between, snapshot, tuned
 from ..measure.env import device_name
-from ..measure.flops import measure_matmul_tflops
 from ..compiletime.tuning import import_matching
 from ..compiletime.tuning_watch import TuningWatch
 from ..measure.quality import compare_images
@@ -47,7 +46,7 @@ from ..results.charts import Reference, ladder_chart, memory_chart, save_figure
 from ..results.readme import write_results_readme
 from ..results.store import RESULTS_FOLDER, rewrite_results
 from .ladder import _setup, measure_step, resolve_ladder
-from .reference_folder import (baseline_image, check_same_run, is_compiled, cuts_in_a_row, estimate,
+from .reference_folder import (baseline_image, matmul_rate, check_same_run, is_compiled, cuts_in_a_row, estimate,
                                record_tuning, results_root, tuning_bundle,
                                Folder, utc_now, slug, gpu_folder)
 
@@ -73,23 +72,6 @@ class ReferenceOutcome:
     left: list[str] = field(default_factory=list)
     message: str = ""
     exit_code: int = 0
-
-
-def _matmul(folder: Folder, device: str) -> float:
-    held = folder.state.get("matmul")
-    name = device_name(device)
-    if held and held.get("device_name") == name:
-        return float(held["tflops"])
-    is_cuda = torch.device(device).type == "cuda"
-    rate = measure_matmul_tflops(device)
-    folder.state["matmul"] = {
-        "tflops": rate, "device_name": name, "measured_at": utc_now(),
-        "what": ("bf16 8192x8192 @ 8192x8192, 20 products after 3 warm-ups, CUDA events"
-                 if is_cuda else "fp32 1024x1024 @ 1024x1024, 5 products, perf_counter")}
-    folder.save_state()
-    print(f"fastdiff: dense matmul rate of {name}: {rate:.3g} TFLOP/s "
-          f"({'bf16' if is_cuda else 'fp32'}, measured once for this folder)")
-    return rate
 
 
 def _alarm(seconds: float | None):
@@ -182,6 +164,7 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
         tiny = weights == "tiny"
         ran: list[str] = []
         tuned_now: list[str] = []
+        untuned: list[str] = []  # autotuning steps left for a command that may tune
         for n, (idx, name, recipe) in enumerate(plan, start=1):
             left = None if budget_s is None else budget_s - (time.monotonic() - started)
             compiled = is_compiled(recipe.for_device(device)[0])
@@ -218,9 +201,15 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
                            f"{len(rest)} left. Continue with: {again}")
                 print(message)
                 return ReferenceOutcome("budget", ran, rest, message, EXIT_BUDGET)
+            if idx and is_tuning_step(LADDERS[ladder][idx - 1][1], recipe):
+                reason = blocked(recipe.for_device(device)[0], device, spec.key, weights)
+                if reason is not None:  # no record: a command with --autotune measures it
+                    print(f"fastdiff: {name!r} left for later: {reason}")
+                    untuned.append(name)
+                    continue
             if rate is None:
                 out.mkdir(parents=True, exist_ok=True)
-                rate = _matmul(folder, device)
+                rate = matmul_rate(folder, device)
             print(f"[{n}/{len(plan)}] {spec.key} {name} (about {guess:.0f} s: {source})")
             attempt = {"step": name, "compiled": compiled, "started_at": utc_now(), "finished": None,
                        "seconds": None}
@@ -237,7 +226,8 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
                 _alarm(None)
             except TunedNotMeasured as exc:
                 _alarm(None)
-                record_tuning(folder, watch, attempt, name, exc.events, step_started)
+                record_tuning(folder, watch, attempt, name, exc.events, step_started,
+                              covers=covers(spec.key, weights, exc.recipe))
                 print(f"   {name}: {exc}, in {attempt['seconds']:.0f} s; the next command "
                       "compiles it from the tuning data and measures it")
                 tuned_now.append(name)
@@ -259,7 +249,9 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
                 return ReferenceOutcome("budget", ran, rest, message, EXIT_BUDGET)
             if watch is not None and compiled:
                 watch.note_step(name, time.monotonic() - step_started,
-                                events_between(before, snapshot()), "measured")
+                                events_between(before, snapshot()), "measured",
+                                covers=covers(spec.key, weights, result.recipe)
+                                if result.error is None else [])
             attempt.update(finished=result.error is None,
                            seconds=round(time.monotonic() - step_started, 1))
             if result.error is not None:
@@ -297,9 +289,15 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
                        f"{len(left_steps)} left. Continue with: {again}")
             print(message)
             return ReferenceOutcome("tuned", ran, left_steps, message, EXIT_BUDGET)
+        table = f"; table in {root / 'README.md'}." if root else "."
+        if untuned:
+            message = (f"fastdiff: {out} holds {len(folder.records)} of the "
+                       f"{len(folder.names)} steps of the {ladder} ladder ({len(ran)} measured "
+                       f"now); left for a command with --autotune: {', '.join(untuned)}{table}")
+            print(message)
+            return ReferenceOutcome("complete", ran, left_steps, message)
         message = (f"fastdiff: {out} holds all {len(folder.names)} steps of the {ladder} ladder "
-                   f"({len(ran)} measured now)" + (f"; table in {root / 'README.md'}." if root
-                                                   else "."))
+                   f"({len(ran)} measured now){table}")
         print(message)
         return ReferenceOutcome("complete", ran, left_steps, message)
 

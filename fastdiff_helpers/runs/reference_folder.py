@@ -14,9 +14,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ..errors import FastdiffError
-from ..techniques.recipe import LADDERS
-from ..measure.env import gpu_folder  # noqa: F401 (reference.py imports it from here)
+from ..techniques.ladders import LADDERS
+from ..measure.env import device_name, gpu_folder  # gpu_folder: reference.py imports it here
+from ..measure.flops import measure_matmul_tflops
 from ..results.readme import STATE, check_results_readme
 from ..results.store import Result, load_results
 
@@ -173,9 +176,11 @@ def cuts_in_a_row(folder: Folder, name: str, without_progress: bool = False) -> 
 
 
 def record_tuning(folder: Folder, watch, attempt: dict, name: str, events: dict,
-                  step_started: float, finished: Any = "tuned") -> None:
+                  step_started: float, finished: Any = "tuned", covers: list | None = None
+                  ) -> None:
     """Record an attempt that tuned (finished "tuned") or was cut at the budget (False): its
-    seconds and tuning counters, in reference.json and in the tuning bundle's run record."""
+    seconds and tuning counters, in reference.json and in the tuning bundle's run record
+    (with what a finished one covers: techniques/autotune.py covers)."""
     import time
 
     seconds = round(time.monotonic() - step_started, 1)
@@ -183,9 +188,28 @@ def record_tuning(folder: Folder, watch, attempt: dict, name: str, events: dict,
                    coordesc_benches=events["coordesc_benches"])
     folder.save_state()
     if watch is not None:
-        watch.note_step(name, seconds, events, "tuned" if finished == "tuned" else "cut")
+        watch.note_step(name, seconds, events, "tuned" if finished == "tuned" else "cut",
+                        covers=(covers or []) if finished == "tuned" else [])
         watch.flush("running")
 
 
 def compiled_record(r: Result) -> bool:
     return bool((r.recipe or {}).get("compile"))
+
+
+def matmul_rate(folder: Folder, device: str) -> float:
+    """The device's dense matmul rate, measured once per folder (reference.json)."""
+    held = folder.state.get("matmul")
+    name = device_name(device)
+    if held and held.get("device_name") == name:
+        return float(held["tflops"])
+    is_cuda = torch.device(device).type == "cuda"
+    rate = measure_matmul_tflops(device)
+    folder.state["matmul"] = {
+        "tflops": rate, "device_name": name, "measured_at": utc_now(),
+        "what": ("bf16 8192x8192 @ 8192x8192, 20 products after 3 warm-ups, CUDA events"
+                 if is_cuda else "fp32 1024x1024 @ 1024x1024, 5 products, perf_counter")}
+    folder.save_state()
+    print(f"fastdiff: dense matmul rate of {name}: {rate:.3g} TFLOP/s "
+          f"({'bf16' if is_cuda else 'fp32'}, measured once for this folder)")
+    return rate

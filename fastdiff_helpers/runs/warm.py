@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Iterable
 
 from ..models.loading import FastdiffError, free_memory, load_pipeline, resolve_weights
-from ..techniques import apply
+from ..techniques import apply, current_recipe
+from ..techniques.autotune import covers
 from ..techniques.compile import PARTS, compile_part
-from ..techniques.recipe import LADDERS, RecipeError
+from ..techniques.recipe import RecipeError
+from ..techniques.ladders import LADDERS
 from ..compiletime.cold_start import save_artifacts
 from ..measure.compile_events import events_between, snapshot
 from ..compiletime.tuning import check_bundle_path
@@ -66,7 +68,9 @@ def warm_ladder(model: str = "sdxl", weights: str = "auto", ladder: str | None =
             if row is not None:
                 rows.append(row)
                 if bundle is not None:
-                    watch.note_step(name, row["first_call_s"], row, "warmed", part=part)
+                    parts = None if part == "all" else (part,)
+                    watch.note_step(name, row["first_call_s"], row, "warmed", part=part,
+                                    covers=covers(spec.key, weights, row["recipe"], parts))
     if out is not None:
         header = save_artifacts(out, model=spec.key, weights=weights, ladder=ladder,
                                 steps=[r["step"] for r in rows])
@@ -95,6 +99,7 @@ def _warm_step(spec, name, recipe, weights, device, loading, part, call) -> dict
     compile_part(pipe, part, **call)
     first = time.perf_counter() - started
     events = events_between(before, snapshot())
+    recipe_run = current_recipe(pipe)  # what it compiled, after the autotune rule
     print(f"fastdiff: warmed {spec.key} {name}{'' if part == 'all' else ' (' + part + ')'}: "
           f"load {load_s:.1f} s, first call {first:.1f} s (compile {events['compile_s']:.1f} s, "
           f"{events['frames']} frame(s), {events['graph_cache_hits']} graph-cache hit(s), "
@@ -102,4 +107,5 @@ def _warm_step(spec, name, recipe, weights, device, loading, part, call) -> dict
           "coordinate-descent config(s) timed)")
     del pipe
     free_memory()  # dynamo's caches (the artifacts to save are kept apart by torch)
-    return {"step": name, "part": part, "load_s": load_s, "first_call_s": first, **events}
+    return {"step": name, "part": part, "load_s": load_s, "first_call_s": first,
+            "recipe": recipe_run, **events}

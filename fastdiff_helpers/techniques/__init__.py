@@ -1,12 +1,14 @@
 """techniques: the recipe and the surgery, one function per technique, and apply(pipe, recipe)
 to compose them. Introduced in 01_baseline.ipynb (apply) and one notebook per technique.
 
-    recipe         Recipe (the course's toggles, validated on construction), the blog's LADDER
-                   and the COURSE_LADDER
+    recipe         Recipe (the course's toggles, validated on construction), the one policy
+    ladders        the blog's LADDER, the COURSE_LADDER and the FLUX_LADDER
     precision      fp32, TF32, bf16, fp16
     attention      the classic processor, SDPA and its pinned backends
     compile        torch.compile: modes, inductor flags, channels_last, regional, graph breaks
     compile_cache  the course's one folder for compiled kernels and graphs
+    autotune       whether a compile may tune on a GPU (the switch, what imported bundles
+                   cover, the default-mode equivalent) and coordinate descent's mark kept
     fusion         fused QKV projections
     syncs          finding and removing device-to-host syncs in the loop
     quantization   dynamic int8, weight-only int8, fp8 with torchao; the 1x1-conv swap
@@ -29,6 +31,7 @@ course or runs.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import torch
@@ -157,8 +160,18 @@ def apply(pipe, recipe: Recipe):
     if recipe.guidance_stop is not None:
         stop_guidance(pipe, recipe.guidance_stop)
     if recipe.compile:
-        compile_pipeline(pipe, recipe.compile, recipe.compile_scope, recipe.compile_vae,
-                         recipe.fullgraph, recipe.dynamic, recipe.inductor_flags)
+        info["applying"] = recipe  # what an imported tuning bundle covers (autotune.py)
+        try:
+            compile_pipeline(pipe, recipe.compile, recipe.compile_scope, recipe.compile_vae,
+                             recipe.fullgraph, recipe.dynamic, recipe.inductor_flags)
+        finally:
+            info.pop("applying", None)
+        gated = info["applied"].get("autotune")
+        if gated is not None:  # the rule changed or confirmed the tuning: the record says so
+            notes = [*notes, gated["note"]]
+            recipe = dataclasses.replace(recipe, compile=info["applied"]["compile"]["mode"],
+                                         inductor_flags=bool(info["applied"].get(
+                                             "inductor_flags")))
     info["recipe"], info["requested"], info["notes"] = recipe, requested, notes
     return pipe
 

@@ -11,8 +11,10 @@ from typing import Any
 
 import torch
 
-from ..models.loading import call_kwargs, denoiser_kind, get_denoiser, pipeline_device
+from ..models.loading import (call_kwargs, denoiser_kind, get_denoiser, pipeline_device,
+                              pipeline_info)
 from ..models.noise import quiet_known_noise
+from .autotune import compile_line, gate_compile, keep_coordesc_marks, tunes
 from .compile_cache import use_course_cache
 from .flux import refuse
 from ._state import applied, modules, record
@@ -119,8 +121,19 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
     check_scope(pipe, scope)
     if scope == "regional-accelerate" and step_plan(pipe) is not None:
         raise RecipeError(ACCELERATE_COPIES)
-    if note is not None:
-        print(f"fastdiff: {note}")
+    # on a GPU a compile that would tune runs without tuning unless asked for or covered by a
+    # bundle (techniques/autotune.py); fdh.apply hands over its whole recipe for the bundles
+    asked = (mode, inductor_flags)
+    mode, inductor_flags, tuning_note = gate_compile(pipe, mode, inductor_flags, compile_vae,
+                                                     pipeline_info(pipe).get("applying"))
+    for said in (note, tuning_note, compile_line(pipe, mode, scope, compile_vae,
+                                                 tunes(mode, inductor_flags))):
+        if said is not None:
+            print(f"fastdiff: {said}")
+    if tuning_note is not None:
+        record(pipe, "autotune", {"asked": list(asked), "note": tuning_note})
+    if tunes(mode, inductor_flags) and str(pipeline_device(pipe)).startswith("cuda"):
+        keep_coordesc_marks()  # coordinate descent runs once per kernel (pytorch#172819)
     use_course_cache()  # one cache folder for the course, said once
     quiet_known_noise()
     kwargs: dict[str, Any] = dict(mode=mode, fullgraph=fullgraph, dynamic=dynamic)

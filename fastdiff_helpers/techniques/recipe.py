@@ -1,7 +1,5 @@
-"""Recipe: the toggles of the course, validated on construction; LADDER: the blog's recipe on
-today's stack (its steps, filters, flags, TF32, VAE and scheduler as diffusion-fast set them;
-what differs, the stack, torchao's API, fused QKV's dropped copies, per-compile flags and the
-timing, is listed in 01_baseline.ipynb); COURSE_LADDER: the course's own ladder beside it.
+"""Recipe: the toggles of the course, validated on construction, and BASELINE, the course's
+true fp32 baseline. The ladders built from recipes are in ladders.py.
 
 Introduced in 01_baseline.ipynb. Imports nothing of the package but errors.py (techniques
 import it; the code writer, fdh.to_code(recipe), lives above them in codegen.py).
@@ -129,7 +127,10 @@ class Recipe:
       "default"), on a CPU, and on a GPU with a regional compile_scope (pytorch#152887);
     - what names hardware the machine lacks is refused, naming what to use instead: a CUDA
       attention kernel ("sdpa-flash", "sdpa-efficient", "sdpa-cudnn") off CUDA, and
-      fp8 ("fp8-dynamic", "fp8-dynamic-row") below compute capability 8.9.
+      fp8 ("fp8-dynamic", "fp8-dynamic-row") below compute capability 8.9;
+    - what would tune for minutes on a GPU (max-autotune, the blog's coordinate descent) runs
+      its default-mode equivalent, said in one line, unless autotuning is switched on or an
+      imported tuning bundle covers it (techniques/autotune.py; fdh.set_autotune).
 
     Introduced in 01_baseline.ipynb.
     """
@@ -264,57 +265,3 @@ class Recipe:
 
 
 BASELINE = Recipe()  # the course's true fp32 baseline: TF32 off, classic attention
-
-# The blog's ladder, its recipe as diffusion-fast set it (utils/pipeline_utils.py,
-# run_benchmark.py and experiment-scripts/run_sd.sh in huggingface/diffusion-fast), on today's
-# stack (what differs: 01_baseline.ipynb): every step under
-# torch.set_float32_matmul_precision("high"); its compile step (--compile_unet --compile_vae
-# --compile_mode=max-autotune --change_comp_config) sets channels_last, swaps the 1x1 convs with
-# its conv_filter_fn, sets its four inductor flags and compiles with fullgraph=True; its int8 step
-# quantizes with its dynamic_quant_filter_fn. The blog's VAE and scheduler are loading choices
-# (presets.BLOG_LOADING), applied by run_ladder(ladder="blog").
-_B_FP32 = Recipe(tf32="blog")
-_B_BF16 = replace(_B_FP32, dtype="bf16")
-_B_SDPA = replace(_B_BF16, attention="sdpa")
-_B_COMPILED = replace(_B_SDPA, compile="max-autotune", fullgraph=True, inductor_flags=True,
-                      channels_last=True, compile_vae=True, conv1x1_to_linear="blog")
-_B_FUSED = replace(_B_COMPILED, fuse_qkv=True)
-_B_INT8 = replace(_B_FUSED, quantize="int8-dynamic", quant_filter="blog")
-
-LADDER: list[tuple[str, Recipe]] = [
-    ("fp32", _B_FP32), ("bf16", _B_BF16), ("+ SDPA", _B_SDPA), ("+ compile", _B_COMPILED),
-    ("+ fused QKV", _B_FUSED), ("+ int8 dynamic", _B_INT8)]
-BLOG_LADDER = LADDER
-
-# The course's own ladder, beside the blog's: a true fp32 baseline with TF32 as its own step,
-# the pipeline's own VAE and scheduler, no 1x1-conv swap, sync removal as its own step, and the
-# course's own int8 filter. Each step changes one thing of the one before (tested).
-_C_TF32 = replace(BASELINE, dtype="tf32")
-_C_BF16 = replace(BASELINE, dtype="bf16")
-_C_SDPA = replace(_C_BF16, attention="sdpa")
-_C_COMPILED = replace(_C_SDPA, compile="max-autotune", fullgraph=True, inductor_flags=True,
-                      channels_last=True, compile_vae=True)
-_C_FUSED = replace(_C_COMPILED, fuse_qkv=True)
-_C_NO_SYNC = replace(_C_FUSED, no_sync=True)
-_C_INT8 = replace(_C_NO_SYNC, quantize="int8-dynamic", quant_filter="fastdiff")
-# past the blog (12_fp8_hopper.ipynb): fp8 in place of int8, on GPUs with fp8 tensor cores
-# (compute capability 8.9+: L4, H100, H200); per row, the faster of torchao's two on FLUX
-# (diffusers-torchao's README, H100, both unfused with an eager VAE: 3.039 s against 3.243 s
-# per tensor). Refused elsewhere.
-_C_FP8 = replace(_C_INT8, quantize="fp8-dynamic-row")
-
-COURSE_LADDER: list[tuple[str, Recipe]] = [
-    ("fp32, TF32 off", BASELINE), ("+ TF32", _C_TF32), ("bf16", _C_BF16), ("+ SDPA", _C_SDPA),
-    ("+ compile", _C_COMPILED), ("+ fused QKV", _C_FUSED), ("+ no sync", _C_NO_SYNC),
-    ("+ int8 dynamic", _C_INT8), ("+ fp8 dynamic", _C_FP8)]
-# Flux's ladder (18_flux.ipynb), the course's own (the blog ran no Flux): the steps
-# diffusers-torchao timed on FLUX.1-dev (models/flux.py), each changing one thing. Its
-# transformer.to(channels_last) is left out: no tensor of Flux's transformer is 4-D (tested).
-_F_BF16 = Recipe(dtype="bf16", attention="sdpa", tf32="blog")
-_F_COMPILED = replace(_F_BF16, compile="max-autotune", fullgraph=True, compile_vae=False)
-_F_FP8 = replace(_F_COMPILED, quantize="fp8-dynamic", quant_filter="flux")
-FLUX_LADDER: list[tuple[str, Recipe]] = [
-    ("bf16", _F_BF16), ("+ compile", _F_COMPILED), ("+ fp8 dynamic", _F_FP8),
-    ("+ fp8 dynamic row", replace(_F_FP8, quantize="fp8-dynamic-row"))]
-LADDERS: dict[str, list[tuple[str, Recipe]]] = {"blog": LADDER, "course": COURSE_LADDER,
-                                                "flux": FLUX_LADDER}

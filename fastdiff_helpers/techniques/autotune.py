@@ -1,0 +1,293 @@
+"""Whether a compile may tune: fusion and autotuning are two ideas with two waits.
+
+Introduced in 05_torch_compile.ipynb (the split) and 06_cold_start.ipynb (tuning's cost).
+On a CUDA GPU, compile="max-autotune" (and "max-autotune-no-cudagraphs") benchmarks the
+candidate kernels of every GEMM and convolution shape (GPUs with 68+ SMs only: torch/_inductor/
+utils.py, is_big_gpu) and, with coordinate_descent_tuning (which those modes set, and which is
+one of the blog's four inductor flags), tunes every generated Triton kernel's launch
+configuration: on this project's H200, SDXL's UNet took 4-41 s a shape, 28 shapes in 480 s,
+before any coordinate descent (results/h200/slot-2026-11-26.md). The course starts that only
+- when the learner switched autotuning on (set_autotune(True), fdh.course_settings(...,
+  autotune=True), FASTDIFF_AUTOTUNE=1, --autotune on the command line), or
+- where an imported tuning bundle of this GPU and torch covers the compile (the bundles'
+  import registers what each covers, compiletime/tuning.py): the tuning is read, not run.
+Otherwise the compile runs its default-mode equivalent (the same CUDA graphs, no tuning) and
+says so in one line with the tuning it skipped. A CPU tunes nothing in these modes (inductor's
+C++ GEMM templates tune only with freezing, torch/_inductor/config.py), so nothing changes there.
+
+Imports the models (the shape count runs a meta copy) and the recipe, nothing of measure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+from typing import Any
+
+import torch
+
+from ..models.loading import get_denoiser, pipeline_info
+from ..models.meta import gemm_shapes
+from .recipe import Recipe, RecipeError
+
+# The modes whose options tune (torch._inductor.list_mode_options: both set max_autotune and
+# coordinate_descent_tuning), and the mode with the same CUDA-graph choice that tunes nothing
+# ("reduce-overhead" sets only triton.cudagraphs; "default" sets nothing).
+WITHOUT_TUNING = {"max-autotune": "reduce-overhead", "max-autotune-no-cudagraphs": "default"}
+# The blog's flags that tune (coordinate descent); its other two (conv_1x1_as_mm,
+# epilogue_fusion=False) change what inductor generates, and go with them (Recipe has one
+# switch for the four: inductor_flags).
+TUNING_FLAGS = ("coordinate_descent_tuning", "coordinate_descent_check_all_directions")
+BIG_GPU_SMS = 68  # torch/_inductor/utils.py, is_big_gpu: fewer SMs, no GEMM/conv templates
+# Measured: SDXL's UNet, bf16, 1024x1024, batch 2, on an H200 with torch 2.11: 28 shapes
+# autotuned in 347.6 s of benchmarking, 4.2 to 40.8 s a shape (results/h200/slot-2026-11-26.md)
+SHAPE_S = 347.6 / 28
+SHAPE_S_RANGE = (4.2, 40.8)
+SHAPES_WHERE = "results/h200/slot-2026-11-26.md: 28 SDXL shapes in 347.6 s on an H200"
+# A default-mode compile of one graph, estimated from the one published whole-model figure:
+# FLUX.1-dev's transformer, 67.4 s on an H100 (PyTorch devlog "torch.compile and Diffusers",
+# 2026-05). No SDXL default-mode compile has been measured on a GPU yet.
+DEFAULT_GRAPH_S = 67.4
+REGIONAL_S = 9.6  # the same devlog: FLUX.1-dev's transformer compiled regionally
+DEFAULT_GRAPH_WHERE = ("about a minute a graph: FLUX.1-dev's whole transformer compiled in "
+                       "67.4 s on an H100, published; not yet measured for this model")
+
+ENV = "FASTDIFF_AUTOTUNE"
+_SWITCH: dict[str, bool] = {}
+# coverage key -> where it came from (a bundle's path): what imported bundles hold finished
+_COVERED: dict[str, str] = {}
+
+
+def set_autotune(on: bool | None) -> None:
+    """Switch autotuning on (True) or off (False) for this process's compiles on a GPU; None
+    goes back to the environment (FASTDIFF_AUTOTUNE=1 means on). Off, the default: a compile
+    that would tune runs its default-mode equivalent and says what it skipped.
+    Introduced in 05_torch_compile.ipynb."""
+    if on is None:
+        _SWITCH.clear()
+    elif isinstance(on, bool):
+        _SWITCH["on"] = on
+    else:
+        raise RecipeError(f"set_autotune({on!r}): give True, False or None.")
+
+
+def autotune_enabled() -> bool:
+    """Whether the learner asked for autotuning (set_autotune, else FASTDIFF_AUTOTUNE)."""
+    if "on" in _SWITCH:
+        return _SWITCH["on"]
+    return os.environ.get(ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def tunes(mode: str | None, inductor_flags: bool) -> bool:
+    """Whether a compile with this mode and the blog's flags tunes on a GPU."""
+    return mode in WITHOUT_TUNING or bool(mode and inductor_flags)
+
+
+def without_tuning(recipe: Recipe) -> Recipe:
+    """The recipe's default-mode equivalent: the same CUDA-graph choice, no tuning (and
+    without the blog's flags, two of which tune)."""
+    return dataclasses.replace(recipe, compile=WITHOUT_TUNING.get(recipe.compile,
+                                                                  recipe.compile),
+                               inductor_flags=False)
+
+
+# --- what imported bundles cover ---------------------------------------------------------
+
+def coverage_key(model: str, weights: str, recipe: dict, part: str) -> str:
+    """One compiled part (denoiser or vae) of one recipe on one model: the full-size
+    architectures share their kernels whatever the weights; the tiny ones are another model."""
+    return json.dumps({"model": model, "size": "tiny" if weights == "tiny" else "full",
+                       "recipe": recipe, "part": part}, sort_keys=True, default=str)
+
+
+def covers(model: str, weights: str, recipe: Recipe | dict | None,
+           parts: tuple[str, ...] | None = None) -> list[str]:
+    """The coverage keys a finished compile of `recipe` leaves in a tuning bundle (what a
+    TuningWatch step records): none when the recipe tunes nothing (or is unknown: None).
+    `parts`: the parts that compiled (default: the denoiser, and the VAE decode when
+    compile_vae)."""
+    if recipe is None:
+        return []
+    if isinstance(recipe, dict):
+        try:
+            recipe = Recipe.from_dict(recipe)
+        except (RecipeError, TypeError):  # a callable filter, recorded by name: not a bundle's
+            return []
+    if not tunes(recipe.compile, recipe.inductor_flags):
+        return []
+    parts = parts or ("denoiser",) + (("vae",) if recipe.compile_vae else ())
+    return [coverage_key(model, weights, recipe.to_dict(), part) for part in parts]
+
+
+def cover(key: str, source: str) -> None:
+    """Note that `source` (a bundle) holds the finished tuning of `key` (coverage_key)."""
+    _COVERED.setdefault(key, source)
+
+
+def covered_by(model: str, weights: str, recipe: Recipe) -> str | None:
+    """The bundle that covers every part this recipe compiles, or None."""
+    parts = ["denoiser"] + (["vae"] if recipe.compile_vae else [])
+    sources = [_COVERED.get(coverage_key(model, weights, recipe.to_dict(), p)) for p in parts]
+    return sources[0] if all(sources) else None
+
+
+def forget_coverage() -> None:
+    """Forget what imported bundles cover (a test aid, and a fresh start)."""
+    _COVERED.clear()
+
+
+# --- the decision --------------------------------------------------------------------------
+
+def _gpu(device: str) -> tuple[str, int] | None:
+    """(name, SM count) of a CUDA device, None off CUDA."""
+    if not str(device).startswith("cuda") or not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(torch.device(device))
+    return props.name, props.multi_processor_count
+
+
+def tuning_words(pipe: Any, compile_vae: bool, sms: int) -> str:
+    """What max-autotune would tune for this pipeline on a GPU with `sms` SMs, in words, with
+    the measured cost of a shape (an estimate of the whole)."""
+    descent = "then coordinate descent on each generated Triton kernel (its time not measured yet)"
+    if sms < BIG_GPU_SMS:
+        return (f"no GEMM/convolution templates on {sms} SMs (inductor needs {BIG_GPU_SMS}: "
+                f"torch/_inductor/utils.py is_big_gpu), only {descent.removeprefix('then ')}")
+    count = gemm_shapes(pipe, vae=compile_vae)
+    low, high = (count * s / 60 for s in SHAPE_S_RANGE)
+    return (f"{count} GEMM/convolution shapes to benchmark, about {count * SHAPE_S / 60:.0f} min "
+            f"({low:.0f}-{high:.0f} min; {SHAPES_WHERE}), {descent}")
+
+
+def is_tuning_step(before: Recipe, after: Recipe) -> bool:
+    """True for a ladder step that adds tuning and nothing else (the course's "+ autotune")."""
+    changed = set(after.changes(before))
+    return (bool(changed) and changed <= {"compile", "inductor_flags"}
+            and tunes(after.compile, after.inductor_flags)
+            and not tunes(before.compile, before.inductor_flags))
+
+
+def blocked(recipe: Recipe, device: str, model: str, weights: str) -> str | None:
+    """Why `recipe` may not tune here (autotuning off and no bundle covers it), or None (it
+    tunes nothing here, or it may). What run_ladder says of a "+ autotune" step it does not run."""
+    gpu = _gpu(device)
+    if gpu is None or not tunes(recipe.compile, recipe.inductor_flags) or autotune_enabled():
+        return None
+    if covered_by(model, weights, recipe) is not None:
+        return None
+    return (f"autotuning is off and no tuning bundle of this {gpu[0]} covers {model} with this "
+            "recipe: this step is autotuning alone, so it is not run (switch autotuning on with "
+            "fdh.set_autotune(True), fdh.course_settings(..., autotune=True) or --autotune)")
+
+
+def gate_compile(pipe: Any, mode: str, inductor_flags: bool, compile_vae: bool,
+                 recipe: Recipe | None = None) -> tuple[str, bool, str | None]:
+    """The (mode, inductor_flags) a compile of `pipe` runs under the rule of this module's
+    docstring, and the line that says why when they change or when the compile tunes.
+    `recipe`: the whole recipe being applied (fdh.apply), which is what a bundle covers; a
+    compile without one (fdh.compile_pipeline alone) is covered by no bundle."""
+    device = str(next(get_denoiser(pipe).parameters()).device)
+    gpu = _gpu(device)
+    if gpu is None or not tunes(mode, inductor_flags):
+        return mode, inductor_flags, None
+    name, sms = gpu
+    if autotune_enabled():
+        return mode, inductor_flags, (f"autotuning is on: compile={mode!r} tunes on this {name}: "
+                                      f"{tuning_words(pipe, compile_vae, sms)}")
+    info = pipeline_info(pipe)
+    source = covered_by(info["model"], info["weights"], recipe) if recipe else None
+    if source is not None:
+        return mode, inductor_flags, (f"compile={mode!r} reads its tuning from {source} (a "
+                                      "bundle of this GPU and torch that covers it)")
+    plain = WITHOUT_TUNING.get(mode, mode)
+    return plain, False, (
+        f"{AUTOTUNE_OFF} ran compile={plain!r} in place of compile={mode!r}"
+        + (" and without the blog's inductor flags" if inductor_flags else "")
+        + f": fusion and the same CUDA graphs, no tuning (skipped: "
+        f"{tuning_words(pipe, compile_vae, sms)}). Switch it on with fdh.set_autotune(True) "
+        "(--autotune), or import a tuning bundle of this GPU (fdh.course_settings does).")
+
+
+# the start of the note of a compile the rule changed (measure/record.py flags its Result)
+AUTOTUNE_OFF = "autotuning is off:"
+
+
+def compile_line(pipe: Any, mode: str, scope: str, compile_vae: bool, tuning: bool) -> str | None:
+    """What a compile will compile and an estimate of the wait on this GPU, said before the
+    first call starts it (None off CUDA)."""
+    gpu = _gpu(str(next(get_denoiser(pipe).parameters()).device))
+    if gpu is None:
+        return None
+    name, sms = gpu
+    model = pipeline_info(pipe)["model"]
+    what = f"{model}'s {denoiser_name(pipe)}" + (" and VAE decode" if compile_vae else "")
+    graphs = 1 + int(compile_vae)
+    wait = graphs * DEFAULT_GRAPH_S
+    if scope != "full":  # one compile per kind of block, reused for its repeats
+        what += f" ({scope}: its blocks)"
+        wait += REGIONAL_S - DEFAULT_GRAPH_S
+    line = (f"compiling {what} with mode={mode!r} at the first call; estimated wait on this "
+            f"{name}: about {wait / 60:.0f} min for {graphs} graph(s) ({DEFAULT_GRAPH_WHERE})")
+    if tuning:
+        line += f", plus the tuning: {tuning_words(pipe, compile_vae, sms)}"
+    return line
+
+
+# --- coordinate descent's mark, kept through the compile worker --------------------------
+
+@functools.cache
+def _config_class() -> type | None:
+    try:
+        from triton import Config
+    except ImportError:  # a CPU build of torch: no Triton, no coordinate descent
+        return None
+    return Config
+
+
+def marks_lost(config_class: type) -> bool:
+    """Whether a config's found_by_coordesc survives a pickle round trip of this class."""
+    import pickle
+
+    config = config_class({"XBLOCK": 8}, num_warps=2)
+    config.found_by_coordesc = True
+    return not getattr(pickle.loads(pickle.dumps(config)), "found_by_coordesc", False)
+
+
+def keep_coordesc_marks(config_class: type | None = None) -> bool:
+    """Make `config_class` (Triton's Config) keep found_by_coordesc through a pickle round
+    trip, where it loses it; returns whether a patch is in place.
+
+    Why: inductor compiles Triton kernels in worker processes and pickles each kernel back
+    (torch/_inductor/runtime/compile_tasks.py, _worker_compile_triton). A kernel whose best
+    config the autotune cache holds from coordinate descent comes back marked
+    found_by_coordesc=True (autotune_cache.py, check_autotune_cache), but Triton's
+    Config.__setstate__ restores only its own fields (triton PR 6595), so the mark is gone in
+    the parent and CachingAutotuner.run descends again (triton_heuristics.py, run: `if not
+    getattr(self.launchers[0].config, "found_by_coordesc", False)`): pytorch/pytorch#172819,
+    open; #181292 proposes a flag that survives the pickle. The patch is applied only where
+    the round trip loses the mark, and is a no-op once Triton or torch keep it."""
+    config_class = config_class or _config_class()
+    if config_class is None:
+        return False
+    if getattr(getattr(config_class, "__setstate__", None), "_fastdiff_keeps_mark", False):
+        return True
+    if not marks_lost(config_class):
+        return False
+    original = config_class.__setstate__
+
+    def __setstate__(self, state):
+        original(self, state)
+        if isinstance(state, dict) and state.get("found_by_coordesc"):
+            self.found_by_coordesc = True
+
+    __setstate__._fastdiff_keeps_mark = True
+    __setstate__._fastdiff_original = original
+    config_class.__setstate__ = __setstate__
+    return True
+
+
+def denoiser_name(pipe) -> str:
+    """'UNet' or 'transformer', for the lines that say what compiles."""
+    return "UNet" if type(get_denoiser(pipe)).__name__.startswith("UNet") else "transformer"

@@ -1,0 +1,269 @@
+"""The autotune rule (issue 44): on a GPU no compile tunes unless autotuning is switched on or an
+imported tuning bundle covers it; coordinate descent's mark survives the compile worker's pickle.
+
+There is no GPU here: the rule reads the device through techniques.autotune._gpu, which the
+tests answer as a GPU of a given name and SM count would; the rest (the recipe it runs, the
+notes, the records, the bundles' coverage) is the package's own code on the tiny models."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import pickle
+
+import pytest
+
+import fastdiff_helpers as fdh
+from fastdiff_helpers.compiletime import tuning, tuning_data
+from fastdiff_helpers.measure import record
+from fastdiff_helpers.techniques import autotune
+from fastdiff_helpers.techniques.ladders import COURSE_LADDER, LADDER
+
+H100 = ("NVIDIA H100 80GB HBM3", 132)
+L4 = ("NVIDIA L4", 58)
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch):
+    """Each test starts with the switch unset, no FASTDIFF_AUTOTUNE and nothing covered, and
+    leaves TF32 off (the blog's recipes set it process-wide)."""
+    monkeypatch.delenv(autotune.ENV, raising=False)
+    autotune.set_autotune(None)
+    autotune.forget_coverage()
+    yield
+    autotune.set_autotune(None)
+    autotune.forget_coverage()
+    fdh.set_tf32("off")
+
+
+def on_gpu(monkeypatch, gpu=H100):
+    monkeypatch.setattr(autotune, "_gpu", lambda device: gpu)
+
+
+def tiny(model="sd15"):
+    return fdh.load_pipeline(model, weights="tiny", device="cpu", verbose=False)
+
+
+def test_the_switch_is_off_by_default_and_set_by_call_or_environment(monkeypatch):
+    assert autotune.autotune_enabled() is False
+    monkeypatch.setenv(autotune.ENV, "1")
+    assert autotune.autotune_enabled() is True
+    fdh.set_autotune(False)  # a call wins over the environment
+    assert autotune.autotune_enabled() is False
+    fdh.set_autotune(None)
+    assert autotune.autotune_enabled() is True
+    with pytest.raises(fdh.RecipeError, match="True, False or None"):
+        fdh.set_autotune("yes")
+
+
+def test_what_tunes_and_its_default_mode_equivalent():
+    assert autotune.tunes("max-autotune", False) and autotune.tunes("max-autotune-no-cudagraphs",
+                                                                     False)
+    assert autotune.tunes("default", True)  # the blog's flags: coordinate descent
+    assert not autotune.tunes("reduce-overhead", False) and not autotune.tunes(None, False)
+    blog = LADDER[3][1]
+    plain = autotune.without_tuning(blog)
+    # the same CUDA-graph choice (torch's option sets differ by the tuning alone)
+    assert (plain.compile, plain.inductor_flags) == ("reduce-overhead", False)
+    assert plain.changes(blog) == ["compile", "inductor_flags"]
+    assert autotune.without_tuning(dataclasses.replace(blog, compile="max-autotune-no-cudagraphs")
+                                   ).compile == "default"
+
+
+def test_a_cpu_compile_is_left_as_it_is(monkeypatch):
+    """A CPU tunes nothing in these modes: the rule changes nothing there (no GPU here)."""
+    pipe = fdh.apply(tiny(), dataclasses.replace(LADDER[3][1], compile_vae=False))
+    done = fdh.pipeline_info(pipe)
+    assert done["applied"]["compile"]["mode"] == "max-autotune-no-cudagraphs"
+    assert "autotune" not in done["applied"]
+    assert not any(n.startswith(autotune.AUTOTUNE_OFF) for n in done["notes"])
+
+
+def test_on_a_gpu_with_autotuning_off_the_blogs_compile_runs_its_default_mode_equivalent(
+        monkeypatch, capsys):
+    on_gpu(monkeypatch)
+    # the tiny pipeline stays on the CPU, so for_device drops the CUDA graphs first: the rule
+    # then turns max-autotune-no-cudagraphs into default
+    pipe = fdh.apply(tiny(), dataclasses.replace(LADDER[3][1], compile_vae=False))
+    done = fdh.pipeline_info(pipe)
+    ran = done["recipe"]
+    assert (ran.compile, ran.inductor_flags) == ("default", False)
+    assert done["requested"] == dataclasses.replace(LADDER[3][1], compile_vae=False)
+    assert fdh.techniques.current_recipe(pipe)["compile"] == "default"
+    assert done["applied"]["compile"]["mode"] == "default"
+    assert "inductor_flags" not in done["applied"]  # none of the four reached inductor
+    note = next(n for n in done["notes"] if n.startswith(autotune.AUTOTUNE_OFF))
+    assert "compile='max-autotune-no-cudagraphs'" in note and "GEMM/convolution shapes" in note
+    out = capsys.readouterr().out
+    assert note in out  # said in one line, before any compile
+    assert "estimated wait on this NVIDIA H100 80GB HBM3" in out
+    # a Result with that note is flagged wherever its numbers are shown
+    flagged = fdh.Result(model="sd15", weights="tiny", step="+ compile", recipe=ran.to_dict(),
+                         device_name="NVIDIA H100 80GB HBM3", height=64, width=64, steps=2,
+                         notes=[note])
+    assert any(f.startswith("not autotuned") for f in flagged.flags)
+    assert record.AUTOTUNE_OFF == autotune.AUTOTUNE_OFF
+
+
+def test_switched_on_it_tunes_and_says_what_it_will_tune(monkeypatch, capsys):
+    on_gpu(monkeypatch)
+    fdh.set_autotune(True)
+    pipe = fdh.apply(tiny(), dataclasses.replace(LADDER[3][1], compile_vae=False))
+    done = fdh.pipeline_info(pipe)
+    assert done["recipe"].compile == "max-autotune-no-cudagraphs" and done["recipe"].inductor_flags
+    assert done["applied"]["inductor_flags"]["coordinate_descent_tuning"] is True
+    out = capsys.readouterr().out
+    assert "autotuning is on" in out and "plus the tuning" in out
+
+
+def test_under_68_sms_it_says_no_gemm_template_tunes(monkeypatch):
+    on_gpu(monkeypatch, L4)
+    words = autotune.tuning_words(tiny(), False, L4[1])
+    assert "no GEMM/convolution templates on 58 SMs" in words and "is_big_gpu" in words
+
+
+def test_a_fusion_step_is_never_touched(monkeypatch, capsys):
+    on_gpu(monkeypatch)
+    pipe = fdh.apply(tiny(), dataclasses.replace(dict(COURSE_LADDER)["+ compile"],
+                                                 compile_vae=False))
+    assert fdh.pipeline_info(pipe)["recipe"].compile == "default"  # the CPU's reduce-overhead
+    assert "autotune" not in fdh.pipeline_info(pipe)["applied"]
+    assert autotune.AUTOTUNE_OFF not in capsys.readouterr().out
+
+
+def test_a_bundle_that_covers_the_recipe_lets_it_read_its_tuning(monkeypatch, tmp_path, capsys):
+    """What a finished tuning step records (its coverage keys) travels in the bundle; importing
+    the bundle registers it, and the same recipe on the same model then keeps max-autotune."""
+    recipe = dataclasses.replace(LADDER[3][1], compile_vae=False).for_device("cpu")[0]
+    keys = autotune.covers("sd15", "tiny", recipe)
+    assert len(keys) == 1 and autotune.covers("sd15", "tiny", dict(COURSE_LADDER)["+ compile"]) \
+        == []  # fusion leaves nothing to cover
+    cache = tmp_path / "cache"
+    timings = cache / "cache" / tuning_data.tuning_stamp()["system_hash"]
+    timings.parent.mkdir(parents=True)
+    timings.write_text(json.dumps({"system": {}, "cache": {"mm": {"[k]": {"highest": {"a": 1.0}}}}}))
+    run = {"id": "r1", "steps": {"+ compile": {"state": "measured", "covers": keys},
+                                 "+ int8 dynamic": {"state": "cut", "covers": ["not finished"]}}}
+    bundle = tmp_path / "sd15.json.gz"
+    fdh.export_tuning(bundle, model="sd15", cache_dir=cache, run=run, verbose=False)
+    on_gpu(monkeypatch)
+    assert autotune.covered_by("sd15", "tiny", recipe) is None
+    done = fdh.import_tuning(bundle, cache_dir=tmp_path / "bare", verbose=False)
+    assert done["covers"] == 1  # the cut step covers nothing
+    assert autotune.covered_by("sd15", "tiny", recipe) == str(bundle)
+    assert autotune.covered_by("sd15", "random", recipe) is None  # another architecture
+    pipe = fdh.apply(tiny(), dataclasses.replace(LADDER[3][1], compile_vae=False))
+    assert fdh.pipeline_info(pipe)["recipe"].compile == "max-autotune-no-cudagraphs"
+    assert f"reads its tuning from {bundle}" in capsys.readouterr().out
+    # a compile that is not the covered recipe (here with the VAE) still runs untuned
+    other = fdh.apply(tiny(), LADDER[3][1])
+    assert fdh.pipeline_info(other)["recipe"].compile == "default"
+    tuning._IMPORTED.clear()
+    tuning._IMPORTED_BEST.clear()
+    tuning._IMPORTED_LOCAL.clear()
+
+
+def test_a_step_that_is_autotuning_alone_is_not_run_where_it_may_not_tune(monkeypatch):
+    fp8, tuned = COURSE_LADDER[-2][1], COURSE_LADDER[-1][1]
+    assert autotune.is_tuning_step(fp8, tuned)
+    assert not autotune.is_tuning_step(COURSE_LADDER[3][1], COURSE_LADDER[4][1])  # fusion
+    assert autotune.blocked(tuned, "cuda", "sdxl", "random") is None  # no GPU here
+    on_gpu(monkeypatch)
+    reason = autotune.blocked(tuned, "cuda", "sdxl", "random")
+    assert "autotuning is off" in reason and "--autotune" in reason
+    fdh.set_autotune(True)
+    assert autotune.blocked(tuned, "cuda", "sdxl", "random") is None
+
+
+def test_the_course_settings_switch_autotuning(monkeypatch):
+    settings = fdh.course_settings("sd15", smoke=True)
+    assert settings.autotune is False
+    assert fdh.course_settings("sd15", smoke=True, autotune=True).autotune is True
+    assert autotune.autotune_enabled() is True
+    with pytest.raises(fdh.FastdiffError, match="autotune='on' cannot work"):
+        fdh.course_settings("sd15", smoke=True, autotune="on")
+
+
+def test_the_cli_switch(monkeypatch, capsys):
+    from fastdiff_helpers.runs import cli
+
+    parser = cli.build_parser()
+    for command in (["ladder"], ["bench"], ["warm"], ["reference"], ["demo"]):
+        assert parser.parse_args(command + ["--autotune"]).autotune is True
+        assert parser.parse_args(command).autotune is False
+
+
+# --- coordinate descent's mark through the compile worker's pickle ---------------------------
+
+class FieldsOnly:
+    """A config class that restores only its own fields when unpickled, as Triton's Config
+    does since triton-lang/triton#6595 (python/triton/runtime/autotuner.py): what inductor's
+    compile workers pickle back to the parent (torch/_inductor/runtime/compile_tasks.py)."""
+
+    FIELDS = ("kwargs", "num_warps")
+
+    def __init__(self, kwargs, num_warps=4):
+        self.kwargs, self.num_warps = kwargs, num_warps
+
+    def __setstate__(self, state):
+        for name in self.FIELDS:
+            setattr(self, name, state.get(name))
+
+
+class KeepsAll:
+    def __init__(self, kwargs, num_warps=4):
+        self.kwargs, self.num_warps = kwargs, num_warps
+
+
+def test_the_mark_is_lost_through_a_fields_only_pickle_and_kept_once_patched(monkeypatch):
+    cls = type("Config", (FieldsOnly,), {"__module__": __name__})
+    globals()["Config"] = cls  # picklable by name
+    try:
+        assert autotune.marks_lost(cls)
+        assert autotune.keep_coordesc_marks(cls) is True
+        config = cls({"XBLOCK": 64}, num_warps=8)
+        config.found_by_coordesc = True
+        back = pickle.loads(pickle.dumps(config))
+        assert back.found_by_coordesc is True and back.kwargs == {"XBLOCK": 64}
+        plain = pickle.loads(pickle.dumps(cls({"XBLOCK": 8})))
+        assert not getattr(plain, "found_by_coordesc", False)  # only a mark that was there
+        assert autotune.keep_coordesc_marks(cls) is True  # once: not wrapped twice
+        assert cls.__setstate__._fastdiff_original is FieldsOnly.__setstate__
+    finally:
+        del globals()["Config"]
+
+
+def test_no_patch_where_the_mark_survives_or_there_is_no_triton():
+    cls = type("Keeps", (KeepsAll,), {"__module__": __name__})
+    globals()["Keeps"] = cls
+    try:
+        assert not autotune.marks_lost(cls)
+        assert autotune.keep_coordesc_marks(cls) is False
+        assert "__setstate__" not in cls.__dict__
+    finally:
+        del globals()["Keeps"]
+    # this CPU build of torch has no Triton: nothing to patch, nothing imported
+    assert autotune._config_class() is None and autotune.keep_coordesc_marks() is False
+
+
+def test_the_run_that_decides_a_redescent_reads_the_mark_the_patch_keeps():
+    """Where torch decides: CachingAutotuner.run descends again unless the launcher's config is
+    marked (the line this patch serves); check_autotune_cache marks a cached coordesc config."""
+    import inspect
+
+    from torch._inductor.runtime import autotune_cache, triton_heuristics
+
+    run = inspect.getsource(triton_heuristics.CachingAutotuner.run)
+    assert 'getattr(\n            self.launchers[0].config, "found_by_coordesc", False' in run
+    assert "triton_config.found_by_coordesc = True" in inspect.getsource(autotune_cache)
+
+
+# --- the shapes max-autotune benchmarks ------------------------------------------------------
+
+def test_sdxls_unet_has_the_42_shapes_the_h100_autotuned():
+    """Counted on a meta copy: SDXL's UNet at 1024x1024, batch 2, bf16 has 42 distinct GEMM and
+    convolution shapes, the number max-autotune autotuned on this project's H100
+    (results/h100-80gb-hbm3/sdxl/compile-attempts.log)."""
+    assert fdh.gemm_shapes("sdxl", vae=False) == 42
+    assert fdh.gemm_shapes("sdxl") > 42  # the VAE decode adds its convolutions
