@@ -451,6 +451,57 @@ def test_a_kernel_cut_mid_descent_leaves_no_provisional_best_config(tmp_path, mo
     assert CachingAutotuner.coordinate_descent_tuning is descent  # restored
 
 
+@pytest.mark.parametrize("source", ["cache", "bundle"])
+def test_a_cut_redescent_keeps_the_finished_best_config(tmp_path, monkeypatch, source):
+    """Issue 44: torch without the mark's fix descends again from a finished best config (one an
+    earlier run's descent left in the cache, or one a bundle brought). Cut, that descent must
+    leave the file as it was: it is not provisional, and neither this watch, its bundle nor the
+    next watch drops it (before: the watch deleted it as if the cut descent had saved it)."""
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    rel = "zz/czzkernel.best_config"
+    finished = {"XBLOCK": 64, "found_by_coordesc": True}
+    box: list = []
+
+    class AutotuneCache:
+        local_cache = (None, str(tmp_path / "cache" / rel))
+
+        def save(self, *args, **kwargs):
+            pass
+
+    class Autotuner:
+        save_cache_hook = AutotuneCache().save
+        _should_coordesc_tune = True
+
+    def descent(autotuner, launcher):  # the re-descent: it saves nothing before its end
+        box[0].flush("running")
+        raise Cut()
+
+    monkeypatch.setattr(CachingAutotuner, "coordinate_descent_tuning", descent)
+    if source == "cache":
+        _cache(tmp_path, GEMM, {rel: finished})
+    else:
+        _cache(tmp_path, GEMM)
+        bundle = tmp_path / "given.json.gz"
+        fdh.export_tuning(bundle, model="toy", cache_dir=_cache(tmp_path / "other", {},
+                                                                {rel: finished}), verbose=False)
+    with _watch(tmp_path, monkeypatch, every_s=600) as watch:
+        box.append(watch)
+        if source == "bundle":  # imported while the watch runs, as reference does
+            fdh.import_tuning(bundle, verbose=False)
+        with pytest.raises(Cut):
+            CachingAutotuner.coordinate_descent_tuning(Autotuner(), None)
+    assert json.loads((tmp_path / "cache" / rel).read_text()) == finished
+    progress = json.loads(watch.progress.read_text())
+    assert progress["dropped_from_cache"] == [] and progress["coordesc_in_progress"] == []
+    assert progress["coordesc_redescents"] == 1
+    if source == "cache":  # the watch's own bundle keeps it (a bundle's import is another's)
+        assert _load(watch.bundle)["best_configs"][rel] == finished
+    with _watch(tmp_path, monkeypatch) as again:  # the next watch leaves it too
+        assert again.dropped_from_cache == []
+    assert (tmp_path / "cache" / rel).exists()
+
+
 def test_the_next_watch_drops_what_a_killed_run_was_descending_on(tmp_path, monkeypatch):
     _cache(tmp_path, GEMM, {"zz/czzkernel.best_config": {"XBLOCK": 32, "found_by_coordesc": True},
                             "zz/cfinal.best_config": {"XBLOCK": 8, "found_by_coordesc": True}})

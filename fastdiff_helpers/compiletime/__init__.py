@@ -7,6 +7,8 @@
     tuning_raw      a GPU slot's by-hand fallback (a tarball of the cache's tuning), imported
     tuning_watch    a command that tunes keeps its tuning: the bundle and a progress file
                     written as they grow, when cut and when stopped
+    tuning_hooks    the hooks a watch puts into torch (choices made, coordinate descent
+                    followed, a provisional best config told from a finished one)
     tuning_cpu      max-autotune's tuning on a CPU in a new process (06's experiment)
     cold_start      compile artifacts carried to another process or machine, and the time a
                     new process takes to its first compiled image

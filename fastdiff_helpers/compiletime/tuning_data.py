@@ -121,13 +121,20 @@ def read_cache_parts(cache_dir: str | os.PathLike, system_hash: str | None = Non
     if system_hash is None:
         system_hash = tuning_stamp()["system_hash"]
     gemm, local = split_timings(_read_timings(_timings_file(cache, system_hash)))
+    return gemm, local, read_best_configs(cache)
+
+
+def read_best_configs(cache_dir: str | os.PathLike) -> dict:
+    """Every *.best_config in an inductor cache folder, by its path relative to the folder (a
+    file being written at that moment is skipped)."""
+    cache = Path(cache_dir)
     best: dict = {}
     for file in sorted(cache.rglob("*.best_config")) if cache.is_dir() else []:
         try:
             best[file.relative_to(cache).as_posix()] = json.loads(file.read_text())
         except (json.JSONDecodeError, OSError):
             continue
-    return gemm, local, best
+    return best
 
 
 def read_cache(cache_dir: str | os.PathLike, system_hash: str | None = None

@@ -18,7 +18,6 @@ cache when cut here or by the next watch that finds the progress file of an unfi
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import sys
@@ -33,13 +32,13 @@ from .. import checks
 from ..techniques.compile_cache import use_course_cache
 from ..measure.compile_events import compile_times, events_between, snapshot
 from .tuning import check_bundle_path, export_tuning
+from .tuning_hooks import _ACTIVE, install_hooks
+from .tuning_cache import _IMPORTED_BEST
+from .tuning_data import read_best_configs
 
 __all__ = ["TuningWatch", "progress_path"]
 
 EVERY_S = 30.0
-_LOGGER = "torch._inductor.select_algorithm"
-_ACTIVE: list["TuningWatch"] = []  # the watch that hooks report to (one at a time)
-_SAVER_ADDED: list[bool] = []
 
 
 def progress_path(bundle: str | os.PathLike) -> Path:
@@ -60,36 +59,6 @@ def _write_json(path: Path, content: dict) -> None:
     os.replace(tmp, path)
 
 
-def _feedback(timings, name, input_nodes, choices, profiled, precompile_times) -> None:
-    """torch's feedback hook (select_algorithm.add_feedback_saver): called for every GEMM/conv
-    choice made, from stored timings or after benchmarking them."""
-    if not _ACTIVE or not timings:
-        return
-    try:
-        shapes = ", ".join("x".join(str(s) for s in node.get_size()) for node in input_nodes)
-        best = min(timings, key=timings.get)
-        _ACTIVE[-1].saw_choice(f"{name}({shapes}): {len(timings)} choices, best "
-                               f"{getattr(best, 'name', best)} {timings[best]:.4f} ms")
-    except Exception:  # a report must never break a compile
-        pass
-
-
-class _PrecompileLog(logging.Handler):
-    """Keeps inductor's "Multithreaded precompilation for N choices using W worker threads"
-    lines; passes what the logger would have shown anyway on to its parent."""
-
-    def __init__(self, watch: "TuningWatch", shown_from: int):
-        super().__init__(logging.DEBUG)
-        self.watch, self.shown_from = watch, shown_from
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if str(record.msg).startswith("Multithreaded precompilation"):
-            self.watch.precompile_lines += 1
-            self.watch.precompile_last = record.getMessage()
-        if record.levelno >= self.shown_from:
-            logging.getLogger(_LOGGER).parent.handle(record)
-
-
 class TuningWatch:
     """Context manager around work that may tune (a compile with max-autotune): writes the
     bundle `bundle` (fdh.export_tuning, model `model`) and its progress file as it grows, and
@@ -107,7 +76,8 @@ class TuningWatch:
                            file_starts(p, b"{", b'"best_config_files"'), "a progress file")
         self.run: dict[str, Any] = {"id": uuid.uuid4().hex, "command": command,
                                     "started_at": _utc(), "state": "running", "steps": {}}
-        self.in_descent: set[str] = set()
+        self.in_descent: set[str] = set()  # provisional best configs being descended on
+        self.redescents = 0  # descents from a finished best config (pytorch#172819)
         self.last_autotune: str | None = None
         self.precompile_lines, self.precompile_last = 0, None
         self.dropped_from_cache: list[str] = []
@@ -134,49 +104,7 @@ class TuningWatch:
             return None
 
     def _install(self) -> None:
-        from torch._inductor import select_algorithm
-        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
-
-        if not _SAVER_ADDED:  # torch keeps its feedback savers for the process
-            select_algorithm.add_feedback_saver(_feedback)
-            _SAVER_ADDED.append(True)
-        original = CachingAutotuner.coordinate_descent_tuning
-        watch = self
-
-        def coordinate_descent_tuning(autotuner, launcher, *args, **kwargs):
-            hook = getattr(autotuner, "save_cache_hook", None)
-            local = getattr(getattr(hook, "__self__", None), "local_cache", None)
-            rel = watch._relative(local[1]) if local else None
-            if rel is None or not getattr(autotuner, "_should_coordesc_tune", True):
-                return original(autotuner, launcher, *args, **kwargs)
-            watch.in_descent.add(rel)
-            watch.tuning_seen = True
-            watch._write_progress()  # at once: a SIGKILL in the descent must find it
-            try:
-                return original(autotuner, launcher, *args, **kwargs)
-            except BaseException:  # cut mid-descent (budget, SIGTERM): its entry is provisional
-                watch._drop(rel)
-                raise
-            finally:
-                watch.in_descent.discard(rel)
-
-        CachingAutotuner.coordinate_descent_tuning = coordinate_descent_tuning
-        self._restore.append(lambda: setattr(CachingAutotuner, "coordinate_descent_tuning",
-                                             original))
-        logger = logging.getLogger(_LOGGER)
-        level, propagate = logger.level, logger.propagate
-        shown_from = logger.getEffectiveLevel()
-        handler = _PrecompileLog(self, shown_from)
-        logger.addHandler(handler)
-        if shown_from > logging.INFO:  # let the INFO line be made, shown only to us
-            logger.setLevel(logging.INFO)
-            logger.propagate = False
-
-        def restore_logger():
-            logger.removeHandler(handler)
-            logger.setLevel(level)
-            logger.propagate = propagate
-        self._restore.append(restore_logger)
+        self._restore.extend(install_hooks(self))
         if threading.current_thread() is threading.main_thread():
             previous = signal.getsignal(signal.SIGTERM)
 
@@ -190,6 +118,21 @@ class TuningWatch:
             self._restore.append(lambda: signal.signal(signal.SIGTERM, previous))
 
     # --- what a cut run left ----------------------------------------------------------------
+    def _finished_config(self, rel: str) -> bool:
+        """Whether the kernel's best config on disk is one a finished descent left: as it was
+        when the watch began (a previous unfinished run's were dropped first), or as a bundle
+        imported in this process brought it; a provisional one, saved by inductor as the
+        descent starts (triton_heuristics.py, autotune_to_one_config), is neither."""
+        try:
+            now = json.loads((self.cache / rel).read_text())
+        except (OSError, json.JSONDecodeError):
+            return False
+        if not now.get("found_by_coordesc"):
+            return False
+        imported = _IMPORTED_BEST.get(rel)
+        return self._finished_at_start.get(rel) == now or (imported is not None and
+                                                           imported[1] == now)
+
     def _drop(self, rel: str) -> None:
         """Remove one provisional best config (found_by_coordesc before its descent ended)."""
         target = (self.cache / rel).resolve()
@@ -242,6 +185,7 @@ class TuningWatch:
                 "last_autotune": self.last_autotune,
                 "precompiled_in_parallel": parallel, "precompile_last": self.precompile_last,
                 "coordesc_in_progress": sorted(self.in_descent),
+                "coordesc_redescents": self.redescents,
                 "dropped_from_cache": self.dropped_from_cache,
                 "compile_times": compile_times(), "steps": self.run["steps"],
                 "flushes": self.flushes, "last_error": self.last_error}
@@ -298,6 +242,9 @@ class TuningWatch:
     def __enter__(self) -> "TuningWatch":
         self.cache = use_course_cache(verbose=False)
         self._drop_provisional()
+        self._finished_at_start = {
+            rel: config for rel, config in read_best_configs(self.cache).items()
+            if isinstance(config, dict) and config.get("found_by_coordesc")}
         self.before = snapshot()
         self._started, self._finished = time.monotonic(), False
         self._install()
