@@ -25,7 +25,7 @@ from .models.few_step import FEW_STEP, few_step_file
 from .techniques.step_cache import trace_steps
 from .techniques.codegen import to_code
 from .techniques.compile_cache import default_cache_dir, use_course_cache
-from .techniques.autotune import autotune_enabled, set_autotune
+from .techniques.autotune import autotune_enabled, set_autotune, tuning_estimate
 from .models.meta import gemm_shapes
 from .techniques.lora import (enable_lora_hotswap, fuse_lora, load_lora, lora_file_info,
                               make_lora_file, resolve_lora, unfuse_lora, unload_lora)

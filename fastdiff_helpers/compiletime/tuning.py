@@ -30,11 +30,12 @@ from typing import Any
 
 from .. import checks
 from ..errors import FastdiffError
-from ..techniques.autotune import cover
+from ..techniques.autotune import cover, seed, seeded_from
 from ..measure.env import gpu_folder
 from .tuning_cache import _IMPORTED, _IMPORTED_BEST, _IMPORTED_LOCAL, _cache_folder, _put
-from .tuning_data import (FORMAT, _blocks, differences, merge_gemm, merge_local, read_bundle,
-                          read_cache, read_cache_parts, show_tuning, tuning_stamp)
+from .tuning_kinds import cross_kind_problems
+from .tuning_data import (FORMAT, MUST_MATCH, _blocks, differences, merge_gemm, merge_local,
+                          read_bundle, read_cache, read_cache_parts, show_tuning, tuning_stamp)
 from .tuning_raw import import_raw
 
 # the states of a run's step whose compile ended with its tuning in the cache
@@ -145,9 +146,12 @@ def export_tuning(path: str | os.PathLike, model: str | None = None,
     if run:
         runs.append(run)
     precisions = sorted({p for (_, _, p), _ in _blocks(merged)})
+    seeds = [dict(e) for e in (old or {}).get("seeded_from", [])]
+    seeds += [e for e in seeded_from(model) if e not in seeds]
     content = {"format": FORMAT, "stamp": here, "model": model if model else
                (old or {}).get("model"), "fp32_precisions": precisions, "gemm": merged,
-               "local": singles, "best_configs": best_all, "runs": runs}
+               "local": singles, "best_configs": best_all, "runs": runs,
+               "seeded_from": seeds}
     data = _write_gzip_json(out, content)
     summary = {"path": str(out), "gemm_blocks": sum(1 for _ in _blocks(merged)),
                "best_configs": len(best_all), "blocks_added": changed,
@@ -163,24 +167,43 @@ def export_tuning(path: str | os.PathLike, model: str | None = None,
 
 
 def import_tuning(path: str | os.PathLike, sha256: str | None = None,
-                  cache_dir: str | os.PathLike | None = None, verbose: bool = True
-                  ) -> dict[str, Any]:
+                  cache_dir: str | os.PathLike | None = None, verbose: bool = True,
+                  from_kind: str | None = None) -> dict[str, Any]:
     """Put a bundle's tuning into the compile cache (default: the course's folder, chosen
     first) before the first compile: shapes and kernels this cache does not hold yet are
     added, what it holds is kept. Refused, before anything is written, when `sha256` is given
     and does not match, or when the bundle's stamp is not this machine's (each difference
     named). Every path stays inside the cache folder. Returns what was imported.
+
+    `from_kind`: the GPU the bundle was tuned on, when it is another kind of the same design as
+    this one (an H200's bundle on an H100 SXM: the same SM count and compute capability, every
+    other part of the stamp equal; compiletime/tuning_kinds.py says why that holds). Its
+    tuning is taken and recorded: a bundle exported here lists it in "seeded_from", and every
+    result measured from it says "tuned on the <kind>". Never implied: a bundle of another kind
+    without from_kind is refused, and from_kind is refused across SM counts or capabilities.
     Introduced in 06_cold_start.ipynb."""
     bundle = read_bundle(path, sha256)
     here = tuning_stamp()
-    _refuse_stamp(path, bundle["stamp"], here, "its timings would not describe this machine")
+    source = str(path)
+    if from_kind is None:
+        _refuse_stamp(path, bundle["stamp"], here, "its timings would not describe this machine")
+    else:
+        problems = cross_kind_problems(bundle["stamp"], here, MUST_MATCH)
+        if bundle["stamp"].get("gpu_name") != from_kind:
+            problems.insert(0, f"it was tuned on {bundle['stamp'].get('gpu_name')!r}, not "
+                               f"{from_kind!r}")
+        if problems:
+            raise FastdiffError(f"{path} cannot seed this GPU from {from_kind}: "
+                                f"{'; '.join(problems)}. Nothing was imported.")
+        source = f"{path} (tuned on the {from_kind})"
+        seed(bundle.get("model"), from_kind, str(path))
     cache = _cache_folder(cache_dir)
-    counts = _put(cache, here["system_hash"], bundle, bundle.get("model"), str(path))
-    covered = register_coverage(bundle, str(path))
+    counts = _put(cache, here["system_hash"], bundle, bundle.get("model"), source)
+    covered = register_coverage(bundle, source)
     summary = {"path": str(path), "cache": str(cache), "sha256": bundle["sha256"],
                "model": bundle.get("model"), "covers": covered, **counts}
     if verbose:
-        print(f"fastdiff: imported tuning {path} ({bundle.get('model') or 'no model'}, SHA-256 "
+        print(f"fastdiff: imported tuning {source} ({bundle.get('model') or 'no model'}, SHA-256 "
               f"{bundle['sha256'][:16]}...) into {cache}: {counts['blocks_added']} GEMM/conv "
               f"shape(s) and {counts['best_configs_added']} best config(s) added "
               f"({counts['local_added']} single-key benchmark(s) beside them), "

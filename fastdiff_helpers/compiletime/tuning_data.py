@@ -36,8 +36,8 @@ __all__ = ["FORMAT", "MUST_MATCH", "tuning_stamp", "read_bundle", "read_cache",
 
 FORMAT = "fastdiff-tuning 1"
 # what must be equal between the machine that tuned and the one that imports
-MUST_MATCH = ("torch", "triton", "cuda", "gpu_name", "sm_count", "cpu", "system_hash",
-              "torch_key")
+MUST_MATCH = ("torch", "triton", "cuda", "gpu_name", "sm_count", "capability", "cpu",
+              "system_hash", "torch_key")
 def _triton_version() -> str | None:
     try:
         from importlib import metadata
@@ -47,9 +47,10 @@ def _triton_version() -> str | None:
 
 
 def tuning_stamp() -> dict[str, Any]:
-    """What this machine's tuning is valid for: torch, triton, CUDA, the GPU's name and SM
-    count (the CPU's name without a GPU), inductor's system hash (the timings file's name) and
-    torch_key (part of every best-config key). Introduced in 06_cold_start.ipynb."""
+    """What this machine's tuning is valid for: torch, triton, CUDA, the GPU's name, SM count
+    and compute capability (the CPU's name without a GPU), inductor's system hash (the timings
+    file's name) and torch_key (part of every best-config key).
+    Introduced in 06_cold_start.ipynb."""
     import torch
     from torch._inductor.codecache import CacheBase, torch_key
 
@@ -59,6 +60,7 @@ def tuning_stamp() -> dict[str, Any]:
     return {"torch": torch.__version__, "triton": _triton_version(), "cuda": torch.version.cuda,
             "gpu_name": props.name if props else None,
             "sm_count": props.multi_processor_count if props else None,
+            "capability": [props.major, props.minor] if props else None,
             "cpu": None if props else _cpu_name(),
             "system_hash": CacheBase.get_system()["hash"], "torch_key": torch_key().hex()}
 
@@ -259,6 +261,9 @@ def show_tuning(path: str | os.PathLike) -> str:
     lines.append(f"single-key benchmarks: {len(local)} ({pads} of pad_mm)")
     lines.append(f"Triton best configs: {len(bundle['best_configs'])} ({coordesc} found by "
                  "coordinate descent)")
+    for seed in bundle.get("seeded_from", []):
+        lines.append(f"seeded from another GPU kind: tuned on the {seed.get('gpu_name')} "
+                     f"({seed.get('source')})")
     lines.append(f"commands that tuned: {len(tuned)} of {len(runs)}, "
                  f"{sum(r.get('wall_s') or 0 for r in tuned):.0f} s in all")
     for r in runs:

@@ -16,12 +16,13 @@ from .. import checks
 from ..models.loading import FastdiffError, call_kwargs, pipeline_device, pipeline_info
 from ..models.presets import DEFAULT_PROMPT
 from ..techniques import current_recipe, tf32_state
+from ..techniques.autotune import seeded_from, tunes
 from .compile_events import compiled, events_between, snapshot, tuned
 from .cudagraphs import cudagraph_report, cudagraph_snapshot
 from .env import device_name, env_report
 from .flops import count_flops
 from .quality import compare_images
-from .record import Result
+from .record import TUNED_ON, Result
 from .timing import (_peak_rss_bytes, _stage_marks, _ticking, profile_ops, progress_bar,
                      steady_note, until_steady)
 
@@ -232,6 +233,11 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
         peak, kind = _peak_rss_bytes(), "process_peak_rss"
         notes.append("peak memory is the process-lifetime peak RSS (it includes everything "
                      "this process did before, not only this benchmark)")
+    compiled_as = info["applied"].get("compile", {})
+    if compiled_as and tunes(compiled_as.get("mode"), bool(info["applied"].get("inductor_flags"))):
+        for seed in seeded_from(info["model"]):  # tuning another GPU kind made (06)
+            notes.append(f"{TUNED_ON}{seed['gpu_name']}: this compile read tuning imported from "
+                         f"another GPU kind of the same design ({seed['source']})")
     if "quantize" in info["applied"]:
         quant = info["applied"]["quantize"]
         notes.append(f"{quant['kind']}: {quant['linears']} linear layers quantized")

@@ -16,6 +16,8 @@ from typing import Any
 # the start of the note techniques/autotune.py gives a compile it ran without tuning (its
 # AUTOTUNE_OFF; this module imports nothing of the package, tests/test_autotune.py ties the two)
 AUTOTUNE_OFF = "autotuning is off:"
+# the start of benchmark()'s note of a compile that read tuning of another GPU kind
+TUNED_ON = "tuned on the "
 
 __all__ = ["SCHEMA_VERSION", "Result", "ResultsFormatError", "median_interval", "STEADY"]
 
@@ -209,6 +211,7 @@ class Result:
         if any(note.startswith(AUTOTUNE_OFF) for note in self.notes):
             flags.append("not autotuned: the recipe's max-autotune ran in default mode "
                          "(autotuning off)")
+        flags += [note.partition(":")[0] for note in self.notes if note.startswith(TUNED_ON)]
         if self.unsteady:
             low, high, coverage = self.latency_interval_s
             flags.append(f"uncertain timing (median +-{self.latency_uncertainty:.0%}: "

@@ -19,6 +19,7 @@ from ..techniques.compile import PARTS
 from ..techniques.compile_cache import use_course_cache
 from ..techniques.ladders import LADDERS
 from ..compiletime.cold_start import check_artifacts_path, load_artifacts
+from ..compiletime.tuning_raw import import_raw
 from ..compiletime.tuning import (bundle_path, export_tuning, import_matching, import_tuning,
                               show_tuning)
 from .warm import warm_ladder
@@ -104,6 +105,11 @@ def add_compile_commands(sub, common, steps: list[str]) -> None:
     imp.add_argument("--sha256", default=None, metavar="HEX",
                      help="the SHA-256 that export printed (one FILE); refused if it differs")
     imp.add_argument("--cache-dir", default=None, help="default: the course's cache folder")
+    imp.add_argument("--from-kind", default=None, metavar="GPU",
+                     help="the FILE(s) were tuned on this other GPU kind of the same design "
+                          "(e.g. 'NVIDIA H200' on an H100 SXM: the same SM count and compute "
+                          "capability, checked): take its tuning, say so, and mark every result "
+                          "measured from it 'tuned on the GPU'")
     show = verbs.add_parser("show", help="what a bundle holds")
     show.add_argument("file", metavar="FILE")
 
@@ -168,7 +174,15 @@ def _tuning(args: argparse.Namespace, argv) -> int:
         if args.sha256 and len(args.files) > 1:
             raise UsageError("--sha256 checks one file: import the files one at a time")
         for file in args.files:
-            import_tuning(file, sha256=args.sha256, cache_dir=args.cache_dir)
+            if str(file).endswith(".cache-raw.tgz"):
+                if args.from_kind is None:
+                    raise UsageError(f"{file} is a raw tarball: import_matching takes this "
+                                     "GPU's (--matching DIR); --from-kind KIND takes another "
+                                     "kind's")
+                import_raw(file, cache_dir=args.cache_dir, from_kind=args.from_kind)
+            else:
+                import_tuning(file, sha256=args.sha256, cache_dir=args.cache_dir,
+                              from_kind=args.from_kind)
     else:
         print(show_tuning(Path(args.file)))
     return 0

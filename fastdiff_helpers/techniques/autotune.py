@@ -74,7 +74,8 @@ def set_autotune(on: bool | None) -> None:
 
 
 def autotune_enabled() -> bool:
-    """Whether the learner asked for autotuning (set_autotune, else FASTDIFF_AUTOTUNE)."""
+    """Whether the learner asked for autotuning (set_autotune, else FASTDIFF_AUTOTUNE).
+    Introduced in 05_torch_compile.ipynb."""
     if "on" in _SWITCH:
         return _SWITCH["on"]
     return os.environ.get(ENV, "").strip().lower() in ("1", "true", "yes")
@@ -134,8 +135,30 @@ def covered_by(model: str, weights: str, recipe: Recipe) -> str | None:
 
 
 def forget_coverage() -> None:
-    """Forget what imported bundles cover (a test aid, and a fresh start)."""
+    """Forget what imported bundles cover and which were seeded from another GPU kind (a test
+    aid, and a fresh start)."""
     _COVERED.clear()
+    _SEEDED.clear()
+
+
+# tuning imported from another GPU kind of one design (compiletime/tuning_kinds.py), by model
+# (None: a bundle of no model): [{"gpu_name", "source"}]
+_SEEDED: dict[str | None, list[dict[str, str]]] = {}
+
+
+def seed(model: str | None, gpu_name: str, source: str) -> None:
+    """Note that `source`, tuned on `gpu_name`, was imported on this GPU (explicitly)."""
+    entry = {"gpu_name": gpu_name, "source": source}
+    if entry not in _SEEDED.setdefault(model, []):
+        _SEEDED[model].append(entry)
+
+
+def seeded_from(model: str | None = None) -> list[dict[str, str]]:
+    """The imports from another GPU kind that tuning of `model` may read (its own and those of
+    no model), or every one with model None."""
+    if model is None:
+        return [e for entries in _SEEDED.values() for e in entries]
+    return _SEEDED.get(model, []) + _SEEDED.get(None, [])
 
 
 # --- the decision --------------------------------------------------------------------------
@@ -148,17 +171,33 @@ def _gpu(device: str) -> tuple[str, int] | None:
     return props.name, props.multi_processor_count
 
 
+def tuning_estimate(pipe_or_model: Any, compile_vae: bool = True, sms: int = 132
+                    ) -> dict[str, Any]:
+    """What max-autotune would tune for a pipeline (or a model key: its full-size architecture)
+    on a GPU with `sms` SMs (default: an H100's or H200's 132): its GEMM/convolution shapes
+    (fdh.gemm_shapes; none on a GPU under 68 SMs, which has no templates), their estimated
+    benchmarking seconds at the H200's measured cost a shape (and the range its shapes took),
+    and the words that say it. Coordinate descent comes on top and is not measured yet.
+    Introduced in 05_torch_compile.ipynb."""
+    big = sms >= BIG_GPU_SMS
+    shapes = gemm_shapes(pipe_or_model, vae=compile_vae) if big else 0
+    seconds = shapes * SHAPE_S
+    low, high = (shapes * s for s in SHAPE_S_RANGE)
+    descent = ("then coordinate descent on each generated Triton kernel (its time not measured "
+               "yet)")
+    if big:
+        words = (f"{shapes} GEMM/convolution shapes to benchmark, about {seconds / 60:.0f} min "
+                 f"({low / 60:.0f}-{high / 60:.0f} min; {SHAPES_WHERE}), {descent}")
+    else:
+        words = (f"no GEMM/convolution templates on {sms} SMs (inductor needs {BIG_GPU_SMS}: "
+                 f"torch/_inductor/utils.py is_big_gpu), only {descent.removeprefix('then ')}")
+    return {"shapes": shapes, "seconds": seconds, "range_s": (low, high), "big_gpu": big,
+            "words": words}
+
+
 def tuning_words(pipe: Any, compile_vae: bool, sms: int) -> str:
-    """What max-autotune would tune for this pipeline on a GPU with `sms` SMs, in words, with
-    the measured cost of a shape (an estimate of the whole)."""
-    descent = "then coordinate descent on each generated Triton kernel (its time not measured yet)"
-    if sms < BIG_GPU_SMS:
-        return (f"no GEMM/convolution templates on {sms} SMs (inductor needs {BIG_GPU_SMS}: "
-                f"torch/_inductor/utils.py is_big_gpu), only {descent.removeprefix('then ')}")
-    count = gemm_shapes(pipe, vae=compile_vae)
-    low, high = (count * s / 60 for s in SHAPE_S_RANGE)
-    return (f"{count} GEMM/convolution shapes to benchmark, about {count * SHAPE_S / 60:.0f} min "
-            f"({low:.0f}-{high:.0f} min; {SHAPES_WHERE}), {descent}")
+    """tuning_estimate's words: what max-autotune would tune here, with its estimated cost."""
+    return tuning_estimate(pipe, compile_vae, sms)["words"]
 
 
 def is_tuning_step(before: Recipe, after: Recipe) -> bool:
