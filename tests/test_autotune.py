@@ -17,7 +17,7 @@ import pytest
 import fastdiff_helpers as fdh
 from fastdiff_helpers.compiletime import tuning, tuning_data
 from fastdiff_helpers.measure import record
-from fastdiff_helpers.techniques import autotune
+from fastdiff_helpers.techniques import autotune, coordesc
 from fastdiff_helpers.techniques.ladders import COURSE_LADDER, LADDER
 
 H100 = ("NVIDIA H100 80GB HBM3", 132)
@@ -220,15 +220,15 @@ def test_the_mark_is_lost_through_a_fields_only_pickle_and_kept_once_patched(mon
     cls = type("Config", (FieldsOnly,), {"__module__": __name__})
     globals()["Config"] = cls  # picklable by name
     try:
-        assert autotune.marks_lost(cls)
-        assert autotune.keep_coordesc_marks(cls) is True
+        assert coordesc.marks_lost(cls)
+        assert coordesc.keep_coordesc_marks(cls) is True
         config = cls({"XBLOCK": 64}, num_warps=8)
         config.found_by_coordesc = True
         back = pickle.loads(pickle.dumps(config))
         assert back.found_by_coordesc is True and back.kwargs == {"XBLOCK": 64}
         plain = pickle.loads(pickle.dumps(cls({"XBLOCK": 8})))
         assert not getattr(plain, "found_by_coordesc", False)  # only a mark that was there
-        assert autotune.keep_coordesc_marks(cls) is True  # once: not wrapped twice
+        assert coordesc.keep_coordesc_marks(cls) is True  # once: not wrapped twice
         assert cls.__setstate__._fastdiff_original is FieldsOnly.__setstate__
     finally:
         del globals()["Config"]
@@ -238,13 +238,13 @@ def test_no_patch_where_the_mark_survives_or_there_is_no_triton():
     cls = type("Keeps", (KeepsAll,), {"__module__": __name__})
     globals()["Keeps"] = cls
     try:
-        assert not autotune.marks_lost(cls)
-        assert autotune.keep_coordesc_marks(cls) is False
+        assert not coordesc.marks_lost(cls)
+        assert coordesc.keep_coordesc_marks(cls) is False
         assert "__setstate__" not in cls.__dict__
     finally:
         del globals()["Keeps"]
     # this CPU build of torch has no Triton: nothing to patch, nothing imported
-    assert autotune._config_class() is None and autotune.keep_coordesc_marks() is False
+    assert coordesc._config_class() is None and coordesc.keep_coordesc_marks() is False
 
 
 def test_the_run_that_decides_a_redescent_reads_the_mark_the_patch_keeps():

@@ -5,6 +5,7 @@
     tuning_data     the bundle's format: its stamp, reading and checking it, merging timings
     tuning_cache    adding tuning to a cache folder; what this process imported, by model
     tuning_raw      a GPU slot's by-hand fallback (a tarball of the cache's tuning), imported
+    tuning_kinds    tuning seeded across GPU kinds of one design (same SMs and capability)
     tuning_watch    a command that tunes keeps its tuning: the bundle and a progress file
                     written as they grow, when cut and when stopped
     tuning_hooks    the hooks a watch puts into torch (choices made, coordinate descent

@@ -8,7 +8,8 @@ to compose them. Introduced in 01_baseline.ipynb (apply) and one notebook per te
     compile        torch.compile: modes, inductor flags, channels_last, regional, graph breaks
     compile_cache  the course's one folder for compiled kernels and graphs
     autotune       whether a compile may tune on a GPU (the switch, what imported bundles
-                   cover, the default-mode equivalent) and coordinate descent's mark kept
+                   cover, the default-mode equivalent, the estimate said before compiling)
+    coordesc       coordinate descent's mark kept through the compile worker's pickle
     fusion         fused QKV projections
     syncs          finding and removing device-to-host syncs in the loop
     quantization   dynamic int8, weight-only int8, fp8 with torchao; the 1x1-conv swap

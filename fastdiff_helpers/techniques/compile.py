@@ -14,7 +14,8 @@ import torch
 from ..models.loading import (call_kwargs, denoiser_kind, get_denoiser, pipeline_device,
                               pipeline_info)
 from ..models.noise import quiet_known_noise
-from .autotune import compile_line, gate_compile, keep_coordesc_marks, tunes
+from .autotune import compile_line, gate_compile, tunes
+from .coordesc import keep_coordesc_marks
 from .compile_cache import use_course_cache
 from .flux import refuse
 from ._state import applied, modules, record
