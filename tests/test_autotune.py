@@ -267,3 +267,29 @@ def test_sdxls_unet_has_the_42_shapes_the_h100_autotuned():
     (results/h100-80gb-hbm3/sdxl/compile-attempts.log)."""
     assert fdh.gemm_shapes("sdxl", vae=False) == 42
     assert fdh.gemm_shapes("sdxl") > 42  # the VAE decode adds its convolutions
+
+
+def test_make_demo_on_a_gpu_runs_the_blogs_ladder_only_when_it_need_not_wait_for_tuning():
+    """Issue 44, item 7: on a GPU the blog's compiled steps tune for tens of minutes, so the demo
+    runs them only with autotuning on or from bundles that cover all three; otherwise the
+    course's fusion-only ladder beside the blog's published figures, and it says which."""
+    from fastdiff_helpers.runs import demo
+
+    assert demo.demo_ladder("sdxl", "tiny", "cpu")[0] == "blog"  # a CPU tunes nothing
+    ladder, why = demo.demo_ladder("sdxl", "random", "cuda")
+    assert ladder == "course" and "--autotune" in why and "fusion alone" in why
+    compiled = [r.for_device("cuda")[0] for _, r in LADDER if r.compile]
+    for recipe in compiled[:2]:  # two of the three covered: still the course's
+        for key in autotune.covers("sdxl", "random", recipe):
+            autotune.cover(key, "results/h100/tuning/sdxl.json.gz")
+    assert demo.demo_ladder("sdxl", "random", "cuda")[0] == "course"
+    for key in autotune.covers("sdxl", "random", compiled[2]):
+        autotune.cover(key, "results/h100/tuning/sdxl.json.gz")
+    ladder, why = demo.demo_ladder("sdxl", "random", "cuda")
+    assert ladder == "blog" and "results/h100/tuning/sdxl.json.gz" in why
+    autotune.forget_coverage()
+    fdh.set_autotune(True)
+    assert demo.demo_ladder("sdxl", "random", "cuda")[0] == "blog"
+    # what the course's ladder shows beside the blog's figures is said
+    course = demo.before("sdxl", "random", "cuda", "course")
+    assert "about" in course and "graphs" in course and "+ autotune: autotuning on top" in course

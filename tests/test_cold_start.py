@@ -260,3 +260,23 @@ def test_a_fresh_process_compiles_into_the_course_cache_and_says_so(tmp_path):
     assert f"fastdiff: torch.compile cache in {course} (TORCHINDUCTOR_CACHE_DIR" in said
     assert len([p for p in _kernels(course) if p.suffix == ".so"]) >= 10
     assert any((course / "fxgraph").rglob("*")) and not _kernels(default)
+
+
+def test_a_new_process_streams_its_output_and_the_time_while_it_is_silent(monkeypatch, capsys):
+    """Issue 44, item 6: the cold start in a new process takes minutes on a GPU; its lines are
+    printed as they come, and while it says nothing the time elapsed, so the cell never looks
+    hung (before: one subprocess.run, silent to the end)."""
+    import os
+    import sys
+
+    monkeypatch.setattr(cold_start, "HEARTBEAT_S", 0.3)
+    script = ("import sys, time; print('first', flush=True); time.sleep(1.2); "
+              "print('second', flush=True); print('to stderr', file=sys.stderr)")
+    out, err, code = cold_start._streamed([sys.executable, "-c", script], dict(os.environ), True)
+    shown = capsys.readouterr().out
+    assert code == 0 and out == "first\nsecond\n" and err == "to stderr\n"
+    lines = shown.splitlines()
+    assert lines[0] == "  | first" and lines[-1] == "  | second"
+    assert any("elapsed, the new process is still working" in line for line in lines[1:-1])
+    cold_start._streamed([sys.executable, "-c", script], dict(os.environ), False)
+    assert capsys.readouterr().out == ""  # progress=False: nothing shown

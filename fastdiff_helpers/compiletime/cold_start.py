@@ -125,14 +125,16 @@ def first_image_in_new_process(cache_dir: str | os.PathLike, model: str = "sdxl"
                                steps: int | None = None, ladder: str = "course",
                                step: str = "+ compile", out: str | os.PathLike | None = None,
                                load: str | os.PathLike | None = None,
-                               tuning_root: str | os.PathLike | None = None
-                               ) -> tuple[float, str]:
+                               tuning_root: str | os.PathLike | None = None,
+                               progress: bool = True) -> tuple[float, str]:
     """Seconds a new Python process takes to its first compiled image (import, load, compile
     and call: `python -m fastdiff_helpers warm` for one ladder step) with `cache_dir` as its
     compile cache, and what it printed. `out`: also write the artifacts; `load`: only load an
     artifact file into `cache_dir` (no image). `tuning_root`: the process imports the tuning
     bundles of this machine under it first (warm --tuning-root; default: none, so nothing but
-    `cache_dir` helps it). What 06_cold_start.ipynb measures.
+    `cache_dir` helps it). `progress`: the process's output is printed as it comes, and the
+    time elapsed while it is silent (a compile there takes minutes on a GPU). What
+    06_cold_start.ipynb measures.
     Introduced in 06_cold_start.ipynb."""
     checks.output_folder("cache_dir", cache_dir)
     if load is not None:
@@ -157,10 +159,56 @@ def first_image_in_new_process(cache_dir: str | os.PathLike, model: str = "sdxl"
                   ["--no-tuning"])]
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache_dir))
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "fastdiff_helpers", "warm", *args], env=env,
-                          capture_output=True, text=True)
+    out, err, code = _streamed([sys.executable, "-m", "fastdiff_helpers", "warm", *args], env,
+                               progress)
     seconds = time.perf_counter() - started
-    if done.returncode != 0:
-        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+    if code != 0:
+        tail = (err.strip().splitlines() or ["(no output)"])[-1]
         raise FastdiffError(f"`python -m fastdiff_helpers warm {' '.join(args)}` failed: {tail}")
-    return seconds, done.stdout
+    return seconds, out
+
+
+HEARTBEAT_S = 30.0
+
+
+def _streamed(command: list[str], env: dict, progress: bool) -> tuple[str, str, int]:
+    """Run `command`; with `progress`, print each line of its output as it comes (indented)
+    and, while it says nothing, the time elapsed every HEARTBEAT_S seconds: a compile in a new
+    process takes minutes on a GPU, and a cell that shows nothing for that long looks hung.
+    Returns (stdout, stderr, exit code)."""
+    import queue
+    import threading
+
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    lines: queue.Queue = queue.Queue()
+    kept: dict[str, list[str]] = {"out": [], "err": []}
+
+    def read(stream, name):
+        for line in stream:
+            kept[name].append(line)
+            lines.put((name, line))
+        lines.put((name, None))
+
+    readers = [threading.Thread(target=read, args=(proc.stdout, "out"), daemon=True),
+               threading.Thread(target=read, args=(proc.stderr, "err"), daemon=True)]
+    for reader in readers:
+        reader.start()
+    started = last = time.monotonic()
+    open_streams = 2
+    while open_streams:
+        try:
+            name, line = lines.get(timeout=1.0)
+        except queue.Empty:
+            if progress and time.monotonic() - last >= HEARTBEAT_S:
+                last = time.monotonic()
+                elapsed = last - started
+                print(f"  ... {int(elapsed // 60)}:{int(elapsed % 60):02d} elapsed, the new "
+                      "process is still working", flush=True)
+            continue
+        if line is None:
+            open_streams -= 1
+        elif progress and name == "out":
+            last = time.monotonic()
+            print("  | " + line.rstrip("\n"), flush=True)
+    return "".join(kept["out"]), "".join(kept["err"]), proc.wait()

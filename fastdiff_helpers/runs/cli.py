@@ -122,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
                      description="fastdiff: benchmark fast diffusion inference recipes.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    demo_cmd = sub.add_parser("demo", help="what `make demo` runs: the blog's ladder with this "
+    demo_cmd = sub.add_parser("demo", help="what `make demo` runs: the blog's ladder (on a GPU "
+                              "without autotuning or a tuning bundle, the course's) with this "
                               "machine's course settings, said before and explained after")
     demo_cmd.add_argument("--model", default="sdxl", choices=sorted(MODELS))
     demo_cmd.add_argument("--weights", default="auto", choices=WEIGHTS,
@@ -244,7 +245,8 @@ def _main(argv: Sequence[str] | None) -> int:
             _check_counts(args)
         if getattr(args, "autotune", False):
             set_autotune(True)  # this process's compiles may tune (techniques/autotune.py)
-        if getattr(args, "ladder", None) is not None or args.command in LADDER_COMMANDS:
+        if getattr(args, "ladder", None) is not None or (args.command in LADDER_COMMANDS
+                                                          and args.command != "demo"):
             args.ladder = resolve_ladder(args.model, args.ladder)  # refused before any work
         if args.command in COMPILE_COMMANDS:
             return COMPILE_COMMANDS[args.command](args, argv)

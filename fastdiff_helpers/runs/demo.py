@@ -1,6 +1,7 @@
-"""`make demo` (python -m fastdiff_helpers demo): the blog's ladder with the course's settings
-for this machine (fdh.course_settings, the same as the notebooks and the playground), said up
-front with how long it will take here; on a CPU its compiled steps compiled ahead, in parallel;
+"""`make demo` (python -m fastdiff_helpers demo): the blog's ladder (on a GPU with autotuning
+off and no tuning bundle that covers its compiled steps, the course's, which compiles without
+tuning: demo_ladder) with the course's settings for this machine (fdh.course_settings, the same
+as the notebooks and the playground), said up front with how long it will take here; on a CPU its compiled steps compiled ahead, in parallel;
 and afterwards, each step's change explained from what was measured (its stages, its profile,
 this CPU's measured matmul rates), beside the published GPU figures.
 
@@ -21,6 +22,8 @@ from typing import Sequence
 import torch
 
 from ..models.presets import BLOG_A100_SECONDS, BLOG_A100_WHERE, get_spec
+from ..techniques.autotune import (DEFAULT_GRAPH_S, DEFAULT_GRAPH_WHERE, autotune_enabled,
+                                   covered_by, is_tuning_step, tunes)
 from ..techniques.compile_cache import use_course_cache
 from ..techniques.ladders import LADDERS
 from ..measure.flops import measure_matmul_tflops
@@ -100,9 +103,46 @@ def before(model: str, weights: str, device: str, ladder: str, steps: int | None
         lines.append("  Full-size architecture with random weights: real speed and memory, "
                      "meaningless images.")
     if device != "cpu":
-        lines.append(f"  Each of the {compiled} compiled steps compiles first: minutes on a GPU "
-                     "(max-autotune tunes its kernels); no estimate was measured here.")
+        tuned = [name for name, r in LADDERS[ladder]
+                 if r.compile and tunes(r.compile, r.inductor_flags)]
+        rungs = [r for _, r in LADDERS[ladder]]
+        skipped = not autotune_enabled()  # a step that is tuning alone runs only when on
+        graphs = sum(1 + int(r.compile_vae) for i, r in enumerate(rungs) if r.compile and not (
+            skipped and i and is_tuning_step(rungs[i - 1], r)))
+        lines.append(f"  The compiled steps compile at their first call: {graphs} graphs, "
+                     f"about {graphs * DEFAULT_GRAPH_S / 60:.0f} min in all on this GPU (an "
+                     f"estimate: {DEFAULT_GRAPH_WHERE}).")
+        if tuned:
+            lines.append(f"  {', '.join(tuned)}: autotuning on top"
+                         + (" (switched on)." if autotune_enabled() else
+                            " only where a tuning bundle covers it: autotuning is off, so the "
+                            "others compile without it (a step that is autotuning alone is "
+                            "not run)."))
     return "\n".join(lines)
+
+
+def demo_ladder(model: str, weights: str, device: str) -> tuple[str, str]:
+    """The ladder `make demo` runs here, and the line that says why. A CPU tunes nothing: the
+    blog's ladder. On a GPU the blog's compiled steps tune for tens of minutes (max-autotune,
+    its flags), so the blog's ladder runs only with autotuning switched on or where imported
+    tuning bundles cover all of them; otherwise the course's ladder, whose compiled steps are
+    fusion alone, beside the blog's published figures."""
+    if not str(device).startswith("cuda"):
+        return "blog", "fastdiff demo: the blog's ladder (a CPU tunes nothing: no wait for it)."
+    steps = [r.for_device(device)[0] for _, r in LADDERS["blog"] if r.compile]
+    if autotune_enabled():
+        return "blog", ("fastdiff demo: the blog's ladder, autotuning switched on: its compiled "
+                        "steps tune their kernels first (tens of minutes on a new GPU).")
+    sources = [covered_by(get_spec(model).key, weights, r) for r in steps]
+    if all(sources):
+        return "blog", ("fastdiff demo: the blog's ladder, its tuning read from "
+                        f"{', '.join(sorted(set(sources)))}.")
+    return "course", ("fastdiff demo: the course's ladder, not the blog's: no tuning bundle of "
+                      "this GPU covers the blog's compiled steps and autotuning is off, so they "
+                      "would tune for tens of minutes first. The course's compiled steps are "
+                      "fusion alone (about a minute a graph); the blog's A100 figures are shown "
+                      "beside them. `--autotune` (or a bundle in results/<gpu>/tuning/) runs the "
+                      "blog's ladder.")
 
 
 def precompile(model: str, weights: str, device: str, ladder: str,
@@ -211,9 +251,10 @@ def why(prev: Result, r: Result, device: str, rates: dict[str, float] | None = N
 
 def after(results: Sequence[Result], device: str, out: str | None,
           rates: dict[str, float] | None = None,
-          compiled_ahead: dict[str, float] | None = None) -> str:
+          compiled_ahead: dict[str, float] | None = None, ladder: str = "blog") -> str:
     """The measured ladder beside the published A100 one, each step explained against the
-    one before (why), and what to do next."""
+    one before (why), and what to do next. For the course's ladder the blog's figure stands
+    beside the step of the same name, which the blog ran its own way (said)."""
     ok = [r for r in results if r.ok and r.latency_s]
     lines = []
     if ok and ok[0].model in BLOG_A100_SECONDS:
@@ -229,6 +270,10 @@ def after(results: Sequence[Result], device: str, out: str | None,
                          f"{(f'{u:.0%}' if u is not None else '-'):>5} "
                          f"{base / r.latency_s:8.2f}x   {ref_text}")
         lines.append(f"Published: {BLOG_A100_WHERE[ok[0].model]}.")
+        if ladder != "blog":
+            lines.append("The blog ran its own recipe for each of its steps: its fp32 with TF32 "
+                         "on, its compiled steps with max-autotune and its four inductor flags; "
+                         "the course's compiled steps here are fusion alone (notebook 05).")
         if ok[0].steps != 30:
             lines.append(f"Here each image has {ok[0].steps} denoising steps, the blog's 30: "
                          "compare the speed-ups, not the seconds.")
@@ -251,13 +296,18 @@ def after(results: Sequence[Result], device: str, out: str | None,
 
 
 def run_demo(out: str | Path | None = None, model: str = "sdxl", weights: str = "auto",
-             device: str | None = None, ladder: str = "blog", progress: bool = True
+             device: str | None = None, ladder: str | None = None, progress: bool = True
              ) -> list[Result]:
-    """The blog's ladder with the course's settings for this machine (fdh.course_settings:
-    on a CPU the tiny model, CPU_STEPS steps, 64x64), said before; on a CPU compiled ahead in
-    parallel; every step profiled once (Result.ops) and explained after."""
+    """A ladder with the course's settings for this machine (fdh.course_settings: on a CPU the
+    tiny model, TINY_STEPS steps, 64x64), said before; on a CPU compiled ahead in parallel;
+    every step profiled once (Result.ops) and explained after. `ladder` None: the blog's on a
+    CPU, and on a GPU where autotuning is on or bundles cover its compiled steps, else the
+    course's (demo_ladder)."""
     settings = course_settings(model, weights=None if weights == "auto" else weights)
     device = device or settings.device
+    if ladder is None:
+        ladder, why = demo_ladder(model, settings.weights, device)
+        print(why, flush=True)
     cache = use_course_cache(verbose=False)
     print(before(model, settings.weights, device, ladder, settings.steps, cache), flush=True)
     use_course_cache()  # said once, where the kernels go
@@ -270,5 +320,5 @@ def run_demo(out: str | Path | None = None, model: str = "sdxl", weights: str = 
                          ladder=ladder, profile=True, max_runs=settings.max_runs)
     rates = matmul_rates([r.recipe.get("dtype", "fp32") for r in results if r.ok]) \
         if device == "cpu" else None
-    print(after(results, device, None if out is None else str(out), rates, ahead))
+    print(after(results, device, None if out is None else str(out), rates, ahead, ladder))
     return results

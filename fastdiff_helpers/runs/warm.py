@@ -14,7 +14,7 @@ from typing import Iterable
 
 from ..models.loading import FastdiffError, free_memory, load_pipeline, resolve_weights
 from ..techniques import apply, current_recipe
-from ..techniques.autotune import covers
+from ..techniques.autotune import blocked, covers, is_tuning_step
 from ..techniques.compile import PARTS, compile_part
 from ..techniques.recipe import RecipeError
 from ..techniques.ladders import LADDERS
@@ -54,7 +54,9 @@ def warm_ladder(model: str = "sdxl", weights: str = "auto", ladder: str | None =
     if bundle is not None:
         check_bundle_path("bundle", bundle)
     weights = resolve_weights(spec, weights, device)
-    plan = [(n, r) for n, r in LADDERS[ladder] if r.compile and (wanted is None or n in wanted)]
+    rungs = LADDERS[ladder]
+    plan = [(n, r, rungs[i - 1][1] if i else None) for i, (n, r) in enumerate(rungs)
+            if r.compile and (wanted is None or n in wanted)]
     if not plan:
         raise FastdiffError(f"No compiled step to warm in the {ladder} ladder"
                             f"{' among ' + ', '.join(sorted(wanted)) if wanted else ''}.")
@@ -62,9 +64,9 @@ def warm_ladder(model: str = "sdxl", weights: str = "auto", ladder: str | None =
     watch = (TuningWatch(bundle, spec.key, command=f"warm {spec.key} {ladder} part={part}")
              if bundle is not None else nullcontext())
     with watch:
-        for name, recipe in plan:
+        for name, recipe, previous in plan:
             row = _warm_step(spec, name, recipe, weights, device, loading, part,
-                             dict(steps=steps, height=height, width=width))
+                             dict(steps=steps, height=height, width=width), previous)
             if row is not None:
                 rows.append(row)
                 if bundle is not None:
@@ -82,11 +84,18 @@ def warm_ladder(model: str = "sdxl", weights: str = "auto", ladder: str | None =
     return rows
 
 
-def _warm_step(spec, name, recipe, weights, device, loading, part, call) -> dict | None:
-    """One compiled step warmed: load, apply, the part compiled; its row (None: not here)."""
+def _warm_step(spec, name, recipe, weights, device, loading, part, call, previous=None
+               ) -> dict | None:
+    """One compiled step warmed: load, apply, the part compiled; its row (None: not here,
+    or a step that is autotuning alone where it may not tune: it would compile the step
+    before it again)."""
     adapted, _ = recipe.for_device(device)
     try:
         adapted.check_device(device)
+        reason = (blocked(adapted, device, spec.key, weights)
+                  if previous is not None and is_tuning_step(previous, recipe) else None)
+        if reason is not None:
+            raise RecipeError(reason)
     except RecipeError as exc:  # nothing to warm where the step cannot run
         print(f"fastdiff: not warming {spec.key} {name}: {exc}")
         return None
