@@ -391,7 +391,7 @@ TEACHES = {
     "02": ("profile", "host-side"),
     "03": ("bf16", "fp16", "TF32", "precision"),
     "04": ("attention", "SDPA"),
-    "05": ("compile", "inductor", "channels_last", "CUDA graph"),
+    "05": ("compile", "inductor", "channels_last", "CUDA graph", "autotuning"),
     "06": ("cold start", "cache", "recompile", "regional", "tuning"),
     "07": ("CUDA graph", "re-record", "capture"),
     "08": ("LoRA",),

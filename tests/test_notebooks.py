@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 EXECUTED_DIR = ROOT / "out" / "notebooks"
+CLOCK_DIR = ROOT / "out" / "clock"
 CELL_TIMEOUT_S = 900
 
 
@@ -266,12 +267,24 @@ def test_notebook_runs_in_smoke_mode(path, monkeypatch):
     """Execute a copy on the tiny model (FASTDIFF_SMOKE=1, CPU, offline); no cell may error."""
     from nbclient import NotebookClient
 
+    # the course clock's record of this run (fastdiff_helpers/compiletime/clock.py): what each
+    # cell loads, compiles and calls, checked below against the committed record
+    CLOCK_DIR.mkdir(parents=True, exist_ok=True)
+    log = CLOCK_DIR / f"{path.stem}.jsonl"
+    log.unlink(missing_ok=True)
     for name, value in {"FASTDIFF_SMOKE": "1", "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
-                        "MPLBACKEND": "Agg", "TQDM_DISABLE": "1"}.items():
+                        "MPLBACKEND": "Agg", "TQDM_DISABLE": "1",
+                        "FASTDIFF_CLOCK_LOG": str(log)}.items():
         monkeypatch.setenv(name, value)
     nb = _read(path)  # a copy in memory: the committed file is never written
+
+    def mark(cell, cell_index, **_):  # before the kernel runs the cell: its events follow
+        with open(log, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"event": "cell", "id": cell.get("id")}) + "\n")
+
     client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", allow_errors=True,
-                            resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
+                            resources={"metadata": {"path": str(NOTEBOOK_DIR)}},
+                            on_cell_execute=mark)
     start = time.perf_counter()
     try:
         client.execute()
@@ -294,3 +307,10 @@ def test_notebook_runs_in_smoke_mode(path, monkeypatch):
                               f"{out.get('evalue', '')[:300]}")
     assert not errors, (f"{path.name} ({seconds:.0f} s): " + "\n".join(errors)
                         + f"\nExecuted copy: {EXECUTED_DIR / path.name}")
+    from fastdiff_helpers.compiletime import clock, clock_record
+
+    recorded = clock.summarize(clock.read_log(log))
+    assert recorded == clock_record.RECORDED.get(path.name, {}), (
+        f"{path.name} loads, compiles or calls other than the course clock's record says: after "
+        "make test, refresh it with `.venv/bin/python -m fastdiff_helpers clock --refresh "
+        f"out/clock` and read the diff (what changed, and its estimate in the README)")

@@ -5,10 +5,12 @@
 #   tools/gpu_slot.sh install                       install the wheelhouse once, print env
 #   tools/gpu_slot.sh verdict GROUP [pytest args]   bf16 matmul rate, pytest tests/gpu -m gpu ARGS
 #   tools/gpu_slot.sh reference MODEL [LADDER [ARGS]]  python -m fastdiff_helpers reference, budgeted
-#                                                   (ARGS: e.g. --ignore-estimate)
+#                                                   (ARGS: e.g. --ignore-estimate; --autotune to
+#                                                   let its compiled steps tune: without it they
+#                                                   compile in default mode, issue 44)
 #   tools/gpu_slot.sh tune MODEL STEP PART [LADDER] python -m fastdiff_helpers warm --only STEP
-#                                                   --part PART (denoiser | vae | all): tune one
-#                                                   part of one compiled step
+#                                                   --part PART (denoiser | vae | all) --autotune:
+#                                                   tune one part of one compiled step
 #
 # Tuning is data (fastdiff_helpers/compiletime/tuning.py): warm and reference import every committed
 # bundle of this GPU kind and torch build (results/*/tuning/<torch>/*.json.gz) before compiling,
@@ -89,7 +91,7 @@ print(bundle_path("gpu-tests"))') timeout -k 20 "${T:-540}" python3 -m pytest te
     model=$2 step=$3 part=$4 ladder=${5:-}
     timeout -k 20 "${T:-540}" python3 -m fastdiff_helpers warm --model "$model" \
       ${ladder:+--ladder "$ladder"} --weights random --device cuda --no-progress \
-      --only "$step" --part "$part" \
+      --only "$step" --part "$part" --autotune \
       2>&1 | tee -a "$LOGS/tune-$model.log"
     ;;
   *) echo "usage: tools/gpu_slot.sh install | verdict GROUP [pytest args] | reference MODEL [LADDER [ARGS]] | tune MODEL STEP PART [LADDER]" >&2

@@ -13,6 +13,10 @@
     tuning_cpu      max-autotune's tuning on a CPU in a new process (06's experiment)
     cold_start      compile artifacts carried to another process or machine, and the time a
                     new process takes to its first compiled image
+    clock           the course clock: what each notebook compiles and runs on a GPU, and the
+                    estimated wait (`python -m fastdiff_helpers clock`)
+    clock_record    what each notebook's smoke run did, cell by cell (written by clock)
+    clock_gpu       what the cells that do more on a GPU than in smoke mode do there
 
 The compile path's own part lives with the compile technique: where the kernels go
 (techniques/compile_cache.py) and whether a compile may tune (techniques/autotune.py).

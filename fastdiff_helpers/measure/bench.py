@@ -14,6 +14,7 @@ import torch
 
 from .. import checks
 from ..models.loading import FastdiffError, call_kwargs, pipeline_device, pipeline_info
+from ..models.clock_log import kind as clock_kind, record as clock_record
 from ..models.presets import DEFAULT_PROMPT
 from ..techniques import current_recipe, tf32_state
 from ..techniques.autotune import seeded_from, tunes
@@ -159,6 +160,8 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
         out = fn()
         return out, events_between(before, snapshot())
 
+    clock_record({"event": "benchmark", "model": info["model"], "kind": clock_kind(info),
+                  "profile": profile})
     try:
         with _stage_marks(pipe, device) as marks:
             with _ticking(bar):  # a compile takes minutes: the bar's clock keeps moving
@@ -211,6 +214,7 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
         ops = profile_ops(call, device) if profile else {}
     finally:
         bar.close()
+        clock_record({"event": "benchmark_end"})
 
     notes: list[str] = list(info.get("notes", []))  # what fdh.apply changed for this device
     if compiles["extra_warmup"]:

@@ -7,9 +7,11 @@
     reference_folder  a reference run's folder: its records, state file and fp32 image
     batch             run_batch: one image per prompt, over the processes of a launcher
     launch            launch_batch: `torchrun` for a notebook cell, the `batch` command
-    demo              `make demo`: the blog's ladder with the course's settings, explained
+    demo              `make demo`: the blog's ladder (on a GPU without autotuning, the
+                      course's) with the course's settings, said before and explained after
+    demo_explain      what the demo says after its ladder: each step, from what was measured
     cli               `python -m fastdiff_helpers ...`: the command line over all of these
-    cli_compile       its compile commands: warm (a part at a time), reference, tuning
+    cli_compile       its compile commands: warm (a part at a time), reference, tuning, clock
 
 Imports every layer below it; the course's settings too (the demo runs with them).
 """

@@ -241,7 +241,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "env":
             print(env_report(as_text=True))
             return 0
-        if args.command != "tuning":
+        if args.command not in ("tuning", "clock"):
             _check_counts(args)
         if getattr(args, "autotune", False):
             set_autotune(True)  # this process's compiles may tune (techniques/autotune.py)

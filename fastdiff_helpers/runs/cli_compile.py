@@ -19,6 +19,7 @@ from ..techniques.compile import PARTS
 from ..techniques.compile_cache import use_course_cache
 from ..techniques.ladders import LADDERS
 from ..compiletime.cold_start import check_artifacts_path, load_artifacts
+from ..compiletime import clock
 from ..compiletime.tuning_raw import import_raw
 from ..compiletime.tuning import (bundle_path, export_tuning, import_matching, import_tuning,
                               show_tuning)
@@ -113,6 +114,12 @@ def add_compile_commands(sub, common, steps: list[str]) -> None:
     show = verbs.add_parser("show", help="what a bundle holds")
     show.add_argument("file", metavar="FILE")
 
+    clock = sub.add_parser("clock", help="the course clock: what each notebook compiles and "
+                           "runs on a GPU, and the estimated wait (README: the course on a GPU)")
+    clock.add_argument("--refresh", default=None, metavar="DIR",
+                       help="rewrite its record from the smoke runs' logs in DIR (out/clock "
+                            "after make test)")
+
 
 def _warm(args: argparse.Namespace, argv) -> int:
     if args.load:
@@ -188,4 +195,12 @@ def _tuning(args: argparse.Namespace, argv) -> int:
     return 0
 
 
-COMPILE_COMMANDS = {"warm": _warm, "reference": _reference, "tuning": _tuning}
+def _clock(args: argparse.Namespace, argv) -> int:
+    if args.refresh:
+        print(f"fastdiff: wrote {clock.refresh(args.refresh)}")
+        return 0
+    print(clock.course_table())
+    return 0
+
+
+COMPILE_COMMANDS = {"warm": _warm, "reference": _reference, "tuning": _tuning, "clock": _clock}

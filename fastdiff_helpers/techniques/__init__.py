@@ -161,12 +161,15 @@ def apply(pipe, recipe: Recipe):
     if recipe.guidance_stop is not None:
         stop_guidance(pipe, recipe.guidance_stop)
     if recipe.compile:
-        info["applying"] = recipe  # what an imported tuning bundle covers (autotune.py)
+        # what an imported tuning bundle covers (autotune.py), and what was asked for (the
+        # course clock records it as a GPU would run it: models/clock_log.py)
+        info["applying"], info["asked"] = recipe, requested
         try:
             compile_pipeline(pipe, recipe.compile, recipe.compile_scope, recipe.compile_vae,
                              recipe.fullgraph, recipe.dynamic, recipe.inductor_flags)
         finally:
             info.pop("applying", None)
+            info.pop("asked", None)
         gated = info["applied"].get("autotune")
         if gated is not None:  # the rule changed or confirmed the tuning: the record says so
             notes = [*notes, gated["note"]]

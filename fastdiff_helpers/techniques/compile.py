@@ -13,6 +13,7 @@ import torch
 
 from ..models.loading import (call_kwargs, denoiser_kind, get_denoiser, pipeline_device,
                               pipeline_info)
+from ..models.clock_log import recipe_id, record as clock_record
 from ..models.noise import quiet_known_noise
 from .autotune import compile_line, gate_compile, tunes
 from .coordesc import keep_coordesc_marks
@@ -115,6 +116,7 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
             raise RecipeError(f"{name} must be True or False, not {value!r}.")
     if dynamic not in (None, True, False):
         raise RecipeError(f"dynamic must be None, True or False, not {dynamic!r}.")
+    gpu_mode = compile_mode_for(mode, scope, "cuda")[0]  # what a GPU runs (the course clock)
     mode, note = compile_mode_for(mode, scope, str(pipeline_device(pipe)))
     if "compile" in applied(pipe):
         raise RecipeError("This pipeline is already compiled; load a fresh pipeline to compile "
@@ -125,6 +127,14 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
     # on a GPU a compile that would tune runs without tuning unless asked for or covered by a
     # bundle (techniques/autotune.py); fdh.apply hands over its whole recipe for the bundles
     asked = (mode, inductor_flags)
+    on_gpu = pipeline_info(pipe).get("asked")  # fdh.apply's recipe, as a GPU would run it
+    on_gpu = on_gpu.for_device("cuda")[0] if on_gpu is not None else None
+    clock_record({"event": "compile", "model": pipeline_info(pipe)["model"],
+                  "mode": on_gpu.compile if on_gpu else gpu_mode, "scope": scope,
+                  "vae": compile_vae,
+                  "tunes": tunes(on_gpu.compile, on_gpu.inductor_flags) if on_gpu else
+                  tunes(gpu_mode, inductor_flags),
+                  "recipe": recipe_id(on_gpu.to_dict() if on_gpu is not None else None)})
     mode, inductor_flags, tuning_note = gate_compile(pipe, mode, inductor_flags, compile_vae,
                                                      pipeline_info(pipe).get("applying"))
     for said in (note, tuning_note, compile_line(pipe, mode, scope, compile_vae,
@@ -263,11 +273,13 @@ def graph_breaks(pipe, verbose: bool = True, **kwargs) -> dict[str, Any]:
         return forward(*a, **k)
 
     explainer = ExplainWithBackend("eager")
+    clock_record({"event": "explain"})  # a trace, not a compile: the course clock skips it
     try:
         with torch.no_grad():
             torch.compile(traced, backend=explainer)(*args, **kw)
     finally:
         remove_from_cache(traced)
+        clock_record({"event": "explain_end"})
     explained = explainer.output()
     reasons = [str(getattr(r, "reason", r)) for r in explained.break_reasons]
     report = {"graphs": explained.graph_count, "graph_breaks": explained.graph_break_count,

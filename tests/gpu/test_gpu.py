@@ -93,13 +93,14 @@ def bf16_reference():
     return _image(sd15(fdh.Recipe(dtype="bf16", attention="sdpa")))
 
 
-def test_max_autotune_captures_cuda_graphs_without_skipping(bf16_reference):
+def test_reduce_overhead_captures_cuda_graphs_without_skipping(bf16_reference):
+    """The course's compile step (issue 44: fusion with CUDA graphs, no tuning)."""
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
     counters.clear()
-    recipe = fdh.Recipe(dtype="bf16", attention="sdpa", compile="max-autotune", fullgraph=True,
-                        compile_vae=False)
+    recipe = fdh.Recipe(dtype="bf16", attention="sdpa", compile="reduce-overhead",
+                        fullgraph=True, compile_vae=False)
     image = _image(sd15(recipe))
     # torch/_inductor/cudagraph_utils.py log_cudagraph_skip_and_bump_counter
     assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
@@ -108,7 +109,7 @@ def test_max_autotune_captures_cuda_graphs_without_skipping(bf16_reference):
 
 def test_int8_dynamic_compiled_runs_and_stays_close(bf16_reference):
     torch._dynamo.reset()
-    recipe = fdh.Recipe(dtype="bf16", attention="sdpa", compile="max-autotune", fuse_qkv=True,
+    recipe = fdh.Recipe(dtype="bf16", attention="sdpa", compile="reduce-overhead", fuse_qkv=True,
                         quantize="int8-dynamic", compile_vae=False)
     pipe = sd15(recipe)
     assert fdh.pipeline_info(pipe)["applied"]["quantize"]["linears"] > 50

@@ -1,7 +1,7 @@
 """GPU checks of issue 26 (fewer denoiser calls), on a CUDA machine:
 `pytest tests/gpu/test_gpu_fewer_calls.py -m gpu -v`.
 
-What the CPU tests cannot show: CUDA graphs (max-autotune) captured for both paths of the step
+What the CPU tests cannot show: CUDA graphs (reduce-overhead) captured for both paths of the step
 cache, no device-to-host sync added to the loop, and the time the cache and the guidance stop
 save on the full-size SD1.5 (random weights, 512x512, bf16, compiled)."""
 
@@ -19,8 +19,8 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 BF16 = fdh.Recipe(dtype="bf16", attention="sdpa")
-COMPILED = fdh.Recipe(dtype="bf16", attention="sdpa", compile="max-autotune", fullgraph=True,
-                      compile_vae=False)
+COMPILED = fdh.Recipe(dtype="bf16", attention="sdpa", compile="reduce-overhead", fullgraph=True,
+                      compile_vae=False)  # the course's compile step: CUDA graphs, no tuning
 
 
 def sd15(recipe, model="sd15"):
@@ -58,7 +58,7 @@ def test_a_unet_guidance_stop_compiles_a_cuda_graph_per_batch_then_nothing():
     """13_fewer_denoiser_calls: compiled, a UNet's guidance stop (diffusers' callback) hands the
     UNet batch 2 then batch 1 in one call: the first call compiles two graphs (the CPU test
     tests/test_fewer_calls.py pins the guard that fails), each captured as a CUDA graph under
-    max-autotune without a skip; later calls compile nothing."""
+    reduce-overhead without a skip; later calls compile nothing."""
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()

@@ -1,0 +1,282 @@
+"""The course clock: what each notebook compiles and runs on a GPU, and the wait it means,
+estimated from constants measured on GPUs or published (each named), never measured as a
+whole.
+
+Introduced in the README ("The course on a GPU"); `python -m fastdiff_helpers clock` prints it.
+What a notebook does is counted, not guessed: its smoke run on the CPU records every pipeline
+load and call, every benchmark and every compile (models/clock_log.py), per cell, and
+clock_record.py holds that record, which tests/test_notebooks.py checks against each smoke run.
+A cell that does more on a GPU than in smoke mode (tagged "gpu", or with a smoke branch) has
+its GPU work declared in clock_gpu.py instead, which a test ties to the cells that need it.
+
+The course runs top to bottom in one compile cache (fdh.use_course_cache): a graph compiled by
+an earlier cell is a cache hit later (dynamo traces again, inductor loads).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..errors import FastdiffError
+from ..models.presets import BLOG_A100_SECONDS
+from ..models.flux import FLUX_H100_SECONDS
+from ..techniques.autotune import (DEFAULT_GRAPH_S, REGIONAL_S, SHAPE_S, WITHOUT_TUNING)
+from ..models.meta import gemm_shapes
+from .clock_gpu import GPU_WORK
+from .clock_record import RECORDED
+
+__all__ = ["summarize", "estimate", "course_table"]
+
+# --- the constants (H100 SXM, the course's native sizes, 30 steps) --------------------------
+# dynamo traces a graph again on a cache hit: SDXL's UNet traced in 9.9 s on the H200
+# (results/h200/slot-2026-11-26.md, dynamo's compile times)
+CACHE_HIT_S = 9.9
+# load + apply of a full-size pipeline on the H100 (results/h100-80gb-hbm3/sdxl/results.jsonl,
+# load_s): 17.3 s the first in a process, 0.9-1.1 s after
+FIRST_LOAD_S, LOAD_S = 17.3, 1.1
+# per image, eager bf16 with SDPA: SDXL measured on the H100 (2.30 s, the same file); the other
+# models from the blog's A100 figures at the ratio SDXL's H100 figure has to its A100 one
+H100_OVER_A100 = 2.30 / 3.31
+FP32_TFLOPS = 67.0  # H100 SXM's FP32 rate without tensor cores (NVIDIA's data sheet)
+CALLS_PER_BENCHMARK = 7  # the cold start, one warm-up, 5 timed runs (course_settings on a GPU)
+IMAGE_FLOPS = {"sdxl": 416.3e12, "sd15": 52.3e12, "ssd1b": 263.0e12, "pixart": 403.3e12,
+               "flux": 2098.1e12}  # fdh.count_flops(model)["per_image"], counted on meta copies
+
+
+def image_s(model: str, kind: str) -> float:
+    """Estimated seconds of one image on an H100 (native size, 30 steps; Flux's 28)."""
+    model = "flux" if model.startswith("flux") else model
+    if kind == "fp32":
+        return IMAGE_FLOPS[model] / (FP32_TFLOPS * 1e12)
+    if model == "flux":
+        return FLUX_H100_SECONDS["+ compile" if kind == "compiled" else "bf16"]
+    step = "+ compile" if kind == "compiled" else "+ SDPA"
+    return BLOG_A100_SECONDS[model][step] * H100_OVER_A100
+
+
+# --- a notebook's record -----------------------------------------------------------------------
+
+def summarize(events: Iterable[dict]) -> dict[str, dict[str, Any]]:
+    """One smoke run's events (clock_log's JSON lines, with the test's {"event": "cell"} marks)
+    per cell: its loads, compiles, the frames dynamo compiled (a trace for fdh.graph_breaks left
+    out), benchmarks and the calls outside them, in the form clock_record.py keeps. Cells that
+    did none of these are left out."""
+    cells: dict[str, dict[str, Any]] = {}
+    cell, depth, explaining = None, 0, False
+    for event in events:
+        kind = event.get("event")
+        if kind == "cell":
+            cell, depth, explaining = event["id"], 0, False
+            continue
+        if cell is None:
+            continue
+        work = cells.setdefault(cell, {"loads": [], "compiles": [], "frames": 0,
+                                       "benchmarks": [], "calls": []})
+        if kind == "load":
+            work["loads"].append(event["model"])
+        elif kind == "compile":
+            work["compiles"].append([event["model"], event["mode"], event["scope"],
+                                     event["vae"], event["tunes"], event["recipe"]])
+        elif kind in ("explain", "explain_end"):
+            explaining = kind == "explain"
+        elif kind == "frame" and not explaining:
+            work["frames"] += 1
+        elif kind == "benchmark":
+            depth += 1
+            work["benchmarks"].append([event["model"], event["kind"], event["profile"]])
+        elif kind == "benchmark_end":
+            depth = max(depth - 1, 0)
+        elif kind == "call" and depth == 0:
+            work["calls"].append([event["model"], event["kind"]])
+    return {c: w for c, w in cells.items() if any(w.values())}
+
+
+# the recipe fields a compiled VAE decode's graph depends on (the denoiser-only ones, a step
+# cache, a guidance stop, sync removal, the compile scope, do not reach it)
+VAE_FIELDS = ("dtype", "tf32", "attention", "channels_last", "fullgraph", "dynamic",
+              "inductor_flags", "fuse_qkv", "quantize", "quant_filter", "conv1x1_to_linear")
+
+
+def _vae_part(recipe: str) -> str:
+    try:
+        fields = json.loads(recipe)
+    except (json.JSONDecodeError, TypeError):
+        return recipe
+    return json.dumps({k: v for k, v in fields.items() if k in VAE_FIELDS}, sort_keys=True)
+
+
+def read_log(path: str | Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+# --- the estimate ------------------------------------------------------------------------------
+
+def _cell_work(notebook: str) -> list[tuple[str, dict]]:
+    """(cell, work) in notebook order: the recorded smoke work, with the declared GPU work in
+    place of the cells that do more on a GPU."""
+    recorded = dict(RECORDED.get(notebook, {}))
+    declared = GPU_WORK.get(notebook, {})
+    order = list(recorded) + [c for c in declared if c not in recorded]
+    return [(c, recorded.get(c, {}) if declared.get(c, {}).get("as_recorded") else
+             declared[c] if c in declared else recorded[c]) for c in order]
+
+
+def estimate(notebooks: Iterable[str] | None = None, autotune: bool = False,
+             committed: frozenset = frozenset(), sms: int = 132) -> dict[str, Any]:
+    """The estimated GPU wait of `notebooks` (default: all, in order), run top to bottom in one
+    compile cache on an H100-class GPU (`sms` SMs): per notebook and cell, compile seconds,
+    tuning seconds, image seconds (loads, benchmarks, calls), and the longest cell.
+
+    A compile's graphs are compiled by the first call after it (the frames dynamo compiles,
+    counted in the cell they happen in): a graph of a recipe compiled earlier in the course is
+    a cache hit (CACHE_HIT_S), a new one costs DEFAULT_GRAPH_S (REGIONAL_S / 2 a block kind for
+    a regional compile), and frames beyond the compiled parts are recompiles (new shapes,
+    guards), each a new graph. A compile that would tune runs its default-mode equivalent
+    (the autotune rule) unless `autotune` (the learner switched it on) or `committed` (recipe
+    ids a tuning bundle covers: read, not tuned); tuning costs the model's GEMM/conv shapes at
+    the H200's measured seconds a shape, once per model and recipe, plus coordinate descent,
+    not measured (left out). Every figure is an estimate."""
+    seen: set = set()
+    tuned: set = set()
+    shapes: dict[str, int] = {}
+    out: dict[str, Any] = {"notebooks": {}, "autotune": autotune}
+    for notebook in notebooks or sorted(RECORDED.keys() | GPU_WORK.keys()):
+        cells, loads, pending, steps = {}, 0, [], []
+        for cell, work in _cell_work(notebook):
+            if work.get("if_autotune") and not autotune:
+                continue
+            tune_s = 0.0
+            for model, mode, scope, vae, tunes, recipe in work.get("compiles", []):
+                run_tuned = tunes and (autotune or recipe in committed)
+                ran = mode if run_tuned else WITHOUT_TUNING.get(mode, mode)
+                keys = [(model, "denoiser", recipe, ran, scope)]
+                if vae:  # the decode's graph depends on fewer of the recipe's fields
+                    keys.append((model, "vae", _vae_part(recipe), ran))
+                for key in keys:
+                    pending.append((key in seen, 1, scope))
+                    seen.add(key)
+                steps.append(len(keys))
+                if run_tuned and recipe not in committed and (model, recipe) not in tuned:
+                    tuned.add((model, recipe))
+                    if sms >= 68:
+                        shapes.setdefault(model, gemm_shapes(model))
+                        tune_s += shapes[model] * SHAPE_S
+            frames, graphs, hits, compile_s = work.get("frames", 0), 0, 0, 0.0
+            costs: list[float] = []  # each compiled part first called here, in order
+            regional = any(scope != "full" for _, _, scope in pending)
+            per_graph = REGIONAL_S / 2 if regional else DEFAULT_GRAPH_S
+            while frames and pending:  # the compiled parts, first called here
+                hit, parts, _ = pending[0]
+                used = min(parts, frames)
+                frames -= used
+                if hit:
+                    hits += used
+                else:
+                    graphs += used
+                costs += [CACHE_HIT_S if hit else per_graph] * used
+                pending[0] = (hit, parts - used, _)
+                if pending[0][1] == 0:
+                    pending.pop(0)
+            graphs += frames  # recompiles: new shapes or guards, new graphs
+            costs += [per_graph] * frames
+            compile_s = graphs * per_graph + hits * CACHE_HIT_S
+            load_s = 0.0
+            for _ in work.get("loads", []):
+                load_s += FIRST_LOAD_S if loads == 0 else LOAD_S
+                loads += 1
+            images = sum((CALLS_PER_BENCHMARK + int(profile)) * image_s(model, kind)
+                         for model, kind, profile in work.get("benchmarks", []))
+            images += sum(image_s(model, kind) for model, kind in work.get("calls", []))
+            # the longest step: one compile (its parts, said before by fdh.compile_pipeline,
+            # the progress bar's clock moving) and its timed calls; the helpers print per step
+            longest = max([sum(costs[i:i + n]) for i, n in _spans(steps, len(costs))] or [0.0])
+            step_images = max([CALLS_PER_BENCHMARK * image_s(m, k) for m, k, _ in
+                               work.get("benchmarks", [])] or [0.0])
+            cells[cell] = {"compile_s": compile_s, "tune_s": tune_s, "images_s": images,
+                           "load_s": load_s, "graphs": graphs, "cache_hits": hits,
+                           "total_s": compile_s + tune_s + images + load_s,
+                           "longest_step_s": longest + step_images + (tune_s if steps else 0)}
+            steps = []
+        out["notebooks"][notebook] = {
+            "cells": cells, **{k: sum(c[k] for c in cells.values()) for k in
+                               ("compile_s", "tune_s", "images_s", "load_s", "graphs",
+                                "cache_hits", "total_s")},
+            "longest_cell": max(cells.items(), key=lambda kv: kv[1]["total_s"],
+                                default=(None, {"total_s": 0.0}))}
+    out["total_s"] = sum(n["total_s"] for n in out["notebooks"].values())
+    return out
+
+
+def _spans(steps: list[int], total: int):
+    """(start, length) of each step's parts among `total` costs; what is left, one span."""
+    start = 0
+    for n in steps:
+        if start >= total:
+            return
+        yield start, n
+        start += n
+    if start < total:
+        yield start, total - start
+
+
+def _m(seconds: float) -> str:
+    return f"{seconds / 60:.0f}" if seconds >= 60 else f"{seconds / 60:.1f}"
+
+
+def course_table(sms: int = 132) -> str:
+    """The README's table: per notebook the graphs it compiles new and the estimated minutes on
+    an H100 from an empty compile cache, with autotuning off (the course's default) and
+    switched on, and with the committed tuning (none of the H100's yet)."""
+    off, on = estimate(sms=sms), estimate(autotune=True, sms=sms)
+    lines = ["| notebook | new graphs (cache hits) | est. minutes, autotuning off | "
+             "of it compiling | longest cell (min) | longest step (min) | "
+             "est. minutes, autotuning on |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, n in off["notebooks"].items():
+        cell, longest = n["longest_cell"]
+        step = max([c["longest_step_s"] for c in n["cells"].values()] or [0.0])
+        lines.append(f"| {name} | {n['graphs']} ({n['cache_hits']}) | {_m(n['total_s'])} | "
+                     f"{_m(n['compile_s'])} | {_m(longest['total_s'])} ({cell}) | {_m(step)} | "
+                     f"{_m(on['notebooks'][name]['total_s'])} |")
+    lines.append(f"| **all** | {sum(n['graphs'] for n in off['notebooks'].values())} | "
+                 f"**{_m(off['total_s'])}** | "
+                 f"{_m(sum(n['compile_s'] for n in off['notebooks'].values()))} | | | "
+                 f"{_m(on['total_s'])} + coordinate descent |")
+    return "\n".join(lines)
+
+
+def counts(notebook: str) -> Counter:
+    """What a notebook's record holds, counted (a test aid)."""
+    c: Counter = Counter()
+    for _, work in _cell_work(notebook):
+        for key, items in work.items():
+            if isinstance(items, list):
+                c[key] += len(items)
+    return c
+
+
+def refresh(folder: str | Path, target: str | Path | None = None) -> Path:
+    """Write clock_record.py from the smoke runs' logs in `folder` (out/clock after a make
+    test: one <notebook>.jsonl each). Returns the file written."""
+    logs = sorted(Path(folder).glob("*.jsonl"))
+    if not logs:
+        raise FastdiffError(f"{folder} holds no <notebook>.jsonl: run the notebooks' smoke test "
+                            "first (make test, or pytest tests/test_notebooks.py -k smoke).")
+    recorded = {f"{log.stem}.ipynb": summarize(read_log(log)) for log in logs}
+    target = Path(target) if target else Path(__file__).with_name("clock_record.py")
+    head = target.read_text().split("RECORDED", 1)[0] if target.exists() else ""
+    lines = ["RECORDED: dict = {"]
+    for notebook, cells in sorted(recorded.items()):  # a cell a line: diffs say which changed
+        lines.append(f"    {notebook!r}: {{")
+        lines += [f"        {cell!r}: {_literal(work)}," for cell, work in cells.items()]
+        lines.append("    },")
+    target.write_text(head + "\n".join(lines) + "\n}\n")
+    return target
+
+
+def _literal(value: Any) -> str:
+    """A Python literal of JSON-like data, on one line."""
+    return (json.dumps(value, sort_keys=True).replace("true", "True").replace("false", "False")
+            .replace("null", "None"))

@@ -1,0 +1,208 @@
+"""What the cells that do more on a GPU than in smoke mode do there, for the course clock
+(compiletime/clock.py): declared here, in the form of clock_record.py, cell by cell. A cell is
+here when it is tagged "gpu" or branches on smoke mode or the device; tests/test_clock.py ties
+this list to the notebooks (every such cell is here, with its reason when it does nothing).
+
+Each entry is built from the recipes the cell runs, as a GPU runs them (Recipe.for_device).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..models.clock_log import recipe_id
+from ..techniques.autotune import is_tuning_step, tunes
+from ..techniques.ladders import LADDERS
+from ..techniques.recipe import Recipe
+
+__all__ = ["GPU_WORK", "NOTHING"]
+
+COURSE = dict(LADDERS["course"])
+BLOG = dict(LADDERS["blog"])
+FLUX = dict(LADDERS["flux"])
+NOTHING = "nothing that takes GPU time to speak of"
+
+
+def _kind(recipe: Recipe) -> str:
+    return ("compiled" if recipe.compile else
+            "fp32" if recipe.dtype in ("fp32", "tf32") else "half")
+
+
+def run(model: str, recipe: Recipe, benchmarks: int = 1, calls: int = 0, profile: bool = False,
+        frames: int | None = None, load: bool = True) -> dict[str, Any]:
+    """A fresh pipeline with `recipe`: loaded, compiled (its parts first called here, plus
+    `frames` beyond them: recompiles), benchmarked and called."""
+    gpu = recipe.for_device("cuda")[0]
+    work: dict[str, Any] = {"loads": [model] if load else [], "compiles": [], "frames": 0,
+                            "benchmarks": [[model, _kind(gpu), profile]] * benchmarks,
+                            "calls": [[model, _kind(gpu)]] * calls}
+    if gpu.compile:
+        work["compiles"].append([model, gpu.compile, gpu.compile_scope, gpu.compile_vae,
+                                 tunes(gpu.compile, gpu.inductor_flags),
+                                 recipe_id(gpu.to_dict())])
+        work["frames"] = (1 + int(gpu.compile_vae)) if frames is None else frames
+    return work
+
+
+def merge(*works: dict[str, Any], frames: int = 0, calls: list | None = None,
+          loads: list | None = None, if_autotune: bool = False, why: str = ""
+          ) -> dict[str, Any]:
+    """The work of `works` together, plus `frames` compiled (recompiles), `calls` and `loads`
+    of their own."""
+    out: dict[str, Any] = {"loads": list(loads or []), "compiles": [], "frames": frames,
+                           "benchmarks": [], "calls": list(calls or [])}
+    for work in works:
+        for key in ("loads", "compiles", "benchmarks", "calls"):
+            out[key] += work.get(key, [])
+        out["frames"] += work.get("frames", 0)
+    if if_autotune:
+        out["if_autotune"] = True
+    if why:
+        out["why"] = why
+    return out
+
+
+def nothing(why: str = NOTHING) -> dict[str, Any]:
+    return merge(why=why)
+
+
+def as_recorded(why: str) -> dict[str, Any]:
+    """A cell that branches on the device or smoke mode but whose smoke record counts what it
+    does on a GPU (the sizes and modes differ, not the work)."""
+    return {"as_recorded": True, "why": why}
+
+
+def ladder(model: str, name: str, steps: list[str] | None = None, profile: bool = False,
+           autotuning: bool = False) -> dict[str, Any]:
+    """run_ladder on a GPU: every step (or `steps`) on a fresh pipeline. A step that is
+    autotuning alone runs only with autotuning on: `autotuning=True` gives those alone."""
+    rungs = LADDERS[name]
+    works = []
+    for i, (step, recipe) in enumerate(rungs):
+        if steps is not None and step not in steps:
+            continue
+        alone = bool(i) and is_tuning_step(rungs[i - 1][1], recipe)
+        if alone == autotuning:
+            works.append(run(model, recipe, profile=profile))
+    return merge(*works, if_autotune=autotuning)
+
+
+def _sized(recipe: Recipe, **change: Any) -> Recipe:
+    return dataclasses.replace(recipe, **change)
+
+
+M = "sdxl"
+GPU_WORK: dict[str, dict[str, dict[str, Any]]] = {
+    "00_setup.ipynb": {"nb00-07": nothing("reads the device's properties")},
+    "01_baseline.ipynb": {"nb01-15": nothing("one bf16 matmul rate: seconds")},
+    "02_where_the_time_goes.ipynb": {
+        "nb14-12": merge(*(run(M, COURSE[s], calls=2) for s in
+                           ("+ fused QKV", "+ no sync", "+ int8 dynamic", "+ fp8 dynamic"))),
+        "nb14-12+autotune": merge(run(M, COURSE["+ autotune"], calls=2), if_autotune=True),
+    },
+    "03_precision.ipynb": {"nb02-21": run(M, Recipe(dtype="fp16"), benchmarks=0, calls=1)},
+    "04_attention.ipynb": {"nb03-11": merge(*(run(M, Recipe(dtype="bf16", attention=a))
+                                              for a in ("sdpa", "sdpa-flash", "sdpa-efficient",
+                                                        "sdpa-cudnn", "sdpa-math")))},
+    "05_torch_compile.ipynb": {
+        "nb04-09": as_recorded("builds the recipe; the cell below compiles it"),
+        # on a GPU the compile step compiles the VAE decode too (the CPU, the denoiser only)
+        "nb04-11": run(M, COURSE["+ compile"]),
+        "nb04-21": merge(*(run(M, _sized(COURSE["+ compile"], compile=m))
+                           for m in ("default", "reduce-overhead"))),
+        "autotune-gpu": merge(run(M, _sized(COURSE["+ compile"], compile="max-autotune",
+                                            inductor_flags=True)), if_autotune=True),
+    },
+    "06_cold_start.ipynb": {
+        "compile-bench": run(M, COURSE["+ compile"]),  # the whole denoiser, not its blocks
+        "nb04-13": run(M, COURSE["+ compile"]),        # after dynamo's reset: the cache's
+        "nb04-15": nothing("error_on_recompile: the 1.5x size raises before it compiles"),
+        "recompile-report": merge(frames=2, calls=[[M, "compiled"]] * 4),  # 1.5x: a recompile
+        "dynamic-compile": run(M, _sized(COURSE["+ compile"], dynamic=True), benchmarks=0,
+                               calls=3, frames=4),
+        # three new processes: an empty cache (2 graphs), the warm cache, loaded artifacts
+        "three-caches": merge(run(M, COURSE["+ compile"], benchmarks=0, calls=1),
+                              run(M, COURSE["+ compile"], benchmarks=0, calls=1),
+                              run(M, COURSE["+ compile"], benchmarks=0, calls=1)),
+        "tuning-gpu": merge(run(M, BLOG["+ compile"], benchmarks=0, calls=1),
+                            run(M, BLOG["+ compile"], benchmarks=0, calls=1), if_autotune=True),
+        "full-vs-regional": merge(*(run(M, _sized(COURSE["+ compile"], compile_scope=s))
+                                    for s in ("full", "regional", "regional-extended"))),
+        "gpu-warm": merge(*(run(M, r, benchmarks=0, calls=1)
+                            for n, r in LADDERS["course"] if r.compile and n != "+ autotune")),
+    },
+    "07_cuda_graphs.ipynb": {
+        "nb16-07": merge(frames=1, calls=[[M, "compiled"]] * 2),  # a new shape: a recompile
+        "nb16-09": run(M, _sized(COURSE["+ compile"], compile_vae=False,
+                                 compile_scope="regional"), benchmarks=0, calls=1),
+    },
+    "08_lora_hotswap.ipynb": {
+        "eager": as_recorded("bf16 on a GPU, fp32 on a CPU: the same calls"),
+        # smoke mode switches to one LoRA, a GPU to two and back: one more recompile
+        "without": as_recorded("one switch fewer in smoke mode than on a GPU"),
+    },
+    "09_fused_qkv.ipynb": {"nb05-11": merge(*(run(M, r) for r in (
+        BLOG["+ compile"], BLOG["+ fused QKV"], _sized(BLOG["+ int8 dynamic"], fuse_qkv=False),
+        BLOG["+ int8 dynamic"])))},
+    "10_gpu_syncs.ipynb": {
+        "nb06-04": merge(calls=[["sd15", "half"]]),
+        "nb06-06": merge(calls=[["sd15", "half"]]),
+        "nb06-09": merge(calls=[["sd15", "half"]]),
+        "nb06-12": merge(run("sd15", BLOG["+ compile"]),
+                         run("sd15", _sized(BLOG["+ compile"], no_sync=True))),
+    },
+    "11_int8_quantization.ipynb": {"nb07-15": ladder(M, "blog",
+                                                     ["+ fused QKV", "+ int8 dynamic"])},
+    "12_fp8_hopper.ipynb": {
+        "nb15-12": ladder(M, "course", ["+ no sync", "+ int8 dynamic", "+ fp8 dynamic"]),
+        "nb15-14": merge(run(M, Recipe(dtype="bf16", attention="sdpa", fuse_qkv=True)),
+                         run(M, Recipe(dtype="bf16", attention="sdpa", fuse_qkv=True,
+                                       quantize="fp8-dynamic-row", quant_filter="fastdiff"))),
+    },
+    "13_fewer_denoiser_calls.ipynb": {
+        "nb12-05": as_recorded("bf16 and SDPA on a GPU, fp32 on a CPU: the same calls"),
+        "nb12-15": as_recorded("reduce-overhead on a GPU, default on a CPU: the same graphs"),
+        "nb12-11": nothing("runs only with pretrained SDXL and the few-step LoRA files cached"),
+        # the step cache compiles two paths; the guidance stop a second batch size
+        "nb12-21": merge(*(run(M, _sized(COURSE["+ compile"], **c), frames=f)
+                           for c, f in (({}, 2), ({"cache_every": 3}, 3),
+                                        ({"guidance_stop": 0.5}, 3),
+                                        ({"cache_every": 3, "guidance_stop": 0.5}, 4)))),
+    },
+    "14_all_models.ipynb": {
+        "nb08-03": nothing("lists the steps; the next cells run them"),
+        "nb08-05": ladder("sdxl", "blog"), "nb08-07": ladder("sd15", "blog"),
+        "nb08-09": ladder("ssd1b", "blog"), "nb08-11": ladder("pixart", "blog"),
+        "nb08-17": ladder("sdxl", "course"),
+        "nb08-17+autotune": ladder("sdxl", "course", autotuning=True),
+    },
+    "16_scale_out.ipynb": {
+        "prompts": nothing("builds the prompts and the recipe"),
+        "launch": nothing("one GPU: nothing to split (on K GPUs, K processes)"),
+        # batch sizes 1, 2, 4 and 8 over the 8 prompts: 8 + 4 + 2 + 1 calls, a load each
+        "gpu-sweep": merge(calls=[["sd15", "half"]] * 15, loads=["sd15"] * 4),
+    },
+    "17_fitting_your_gpu.ipynb": {
+        "peak": as_recorded("bf16 on a GPU, fp32 on a CPU: the same call"),
+        "savers": as_recorded("the memory savers' report at twice the smoke size; its calls "
+                              "are the GPU's"),
+        "compile-cpu": merge(*(run(M, Recipe(dtype="bf16", compile="default"), benchmarks=1)
+                               for _ in range(3))),
+        "compile-gpu": merge(*(run(M, Recipe(dtype="bf16", compile="default"), benchmarks=1)
+                               for _ in range(3))),
+    },
+    "18_flux.ipynb": {
+        "ladder-steps": ladder("flux", "flux"),
+        "regional-cpu": nothing("skipped on a GPU (the cell below)"),
+        "hooks-cpu": nothing("the tiny model on the CPU, on any machine"),
+        "regional-gpu": merge(*(run("flux", _sized(FLUX["bf16"], compile="default",
+                                                   compile_scope=s, compile_vae=False),
+                                    frames=1 if s == "full" else 2)
+                                for s in ("full", "regional"))),
+        "hooks-gpu": merge(run("flux", FLUX["bf16"], benchmarks=0, calls=1),
+                           *(run("flux", _sized(FLUX["+ compile"], compile="reduce-overhead",
+                                                cache_every=e), frames=1 if e == 1 else 2)
+                             for e in (1, 3))),
+    },
+}

@@ -1,0 +1,104 @@
+"""What each notebook's smoke run did, per cell (compiletime/clock.py summarize): written by
+`python -m fastdiff_helpers clock --refresh out/clock` after a make test, checked against every
+smoke run by tests/test_notebooks.py. Do not edit by hand."""
+
+RECORDED: dict = {
+    '00_setup.ipynb': {
+        'nb00-11': {"benchmarks": [], "calls": [], "compiles": [], "frames": 0, "loads": ["sdxl"]},
+        'nb00-15': {"benchmarks": [], "calls": [], "compiles": [], "frames": 0, "loads": ["sdxl"]},
+        'nb00-17': {"benchmarks": [], "calls": [["sdxl", "fp32"]], "compiles": [], "frames": 0, "loads": []},
+    },
+    '01_baseline.ipynb': {
+        'nb01-07': {"benchmarks": [], "calls": [], "compiles": [], "frames": 0, "loads": ["sdxl"]},
+        'nb01-09': {"benchmarks": [["sdxl", "fp32", False]], "calls": [], "compiles": [], "frames": 0, "loads": []},
+        'nb01-17': {"benchmarks": [], "calls": [["sdxl", "fp32"], ["sdxl", "fp32"], ["sdxl", "fp32"]], "compiles": [], "frames": 0, "loads": []},
+        'nb01-19': {"benchmarks": [], "calls": [["sdxl", "fp32"]], "compiles": [], "frames": 0, "loads": []},
+    },
+    '02_where_the_time_goes.ipynb': {
+        'nb14-03': {"benchmarks": [], "calls": [["sdxl", "fp32"], ["sdxl", "fp32"], ["sdxl", "fp32"], ["sdxl", "fp32"], ["sdxl", "fp32"]], "compiles": [], "frames": 0, "loads": ["sdxl"]},
+        'nb14-09': {"benchmarks": [], "calls": [["sdxl", "half"], ["sdxl", "half"], ["sdxl", "half"], ["sdxl", "half"], ["sdxl", "half"], ["sdxl", "half"], ["sdxl", "half"], ["sdxl", "half"], ["sdxl", "half"], ["sdxl", "half"], ["sdxl", "compiled"], ["sdxl", "compiled"], ["sdxl", "compiled"], ["sdxl", "compiled"], ["sdxl", "compiled"]], "compiles": [["sdxl", "reduce-overhead", "full", True, False, "{\"attention\": \"sdpa\", \"channels_last\": True, \"compile\": \"reduce-overhead\", \"dtype\": \"bf16\", \"fullgraph\": True}"]], "frames": 2, "loads": ["sdxl", "sdxl", "sdxl"]},
+    },
+    '03_precision.ipynb': {
+        'nb02-05': {"benchmarks": [["sdxl", "fp32", False]], "calls": [], "compiles": [], "frames": 0, "loads": ["sdxl"]},
+        'nb02-07': {"benchmarks": [["sdxl", "half", False]], "calls": [], "compiles": [], "frames": 0, "loads": ["sdxl"]},
+        'nb02-09': {"benchmarks": [["sdxl", "fp32", False], ["sdxl", "half", False]], "calls": [], "compiles": [], "frames": 0, "loads": ["sdxl", "sdxl"]},
+    },
+    '04_attention.ipynb': {
+        'nb03-05': {"benchmarks": [["sdxl", "half", False]], "calls": [], "compiles": [], "frames": 0, "loads": ["sdxl"]},
+        'nb03-07': {"benchmarks": [["sdxl", "half", False]], "calls": [], "compiles": [], "frames": 0, "loads": ["sdxl"]},
+        'nb03-09': {"benchmarks": [["sdxl", "half", False]], "calls": [], "compiles": [], "frames": 0, "loads": ["sdxl"]},
+    },
+    '05_torch_compile.ipynb': {
+        'nb04-03': {"benchmarks": [], "calls": [["sdxl", "half"]], "compiles": [], "frames": 0, "loads": ["sdxl"]},
+        'nb04-05': {"benchmarks": [["sdxl", "half", False]], "calls": [], "compiles": [], "frames": 0, "loads": []},
+        'nb04-11': {"benchmarks": [["sdxl", "compiled", False]], "calls": [], "compiles": [["sdxl", "default", "full", False, False, "{\"attention\": \"sdpa\", \"channels_last\": True, \"compile\": \"default\", \"compile_vae\": False, \"dtype\": \"bf16\", \"fullgraph\": True}"]], "frames": 1, "loads": ["sdxl"]},
+    },
+    '06_cold_start.ipynb': {
+        'compile-bench': {"benchmarks": [["sdxl", "compiled", False]], "calls": [], "compiles": [["sdxl", "default", "regional", True, False, "{\"attention\": \"sdpa\", \"channels_last\": True, \"compile\": \"default\", \"compile_scope\": \"regional\", \"dtype\": \"bf16\", \"fullgraph\": True}"]], "frames": 2, "loads": ["sdxl"]},
+        'nb04-13': {"benchmarks": [["sdxl", "compiled", False]], "calls": [], "compiles": [["sdxl", "default", "regional", True, False, "{\"attention\": \"sdpa\", \"channels_last\": True, \"compile\": \"default\", \"compile_scope\": \"regional\", \"dtype\": \"bf16\", \"fullgraph\": True}"]], "frames": 0, "loads": ["sdxl"]},
+        'nb04-15': {"benchmarks": [["sdxl", "compiled", False]], "calls": [], "compiles": [], "frames": 0, "loads": []},
+        'recompile-report': {"benchmarks": [], "calls": [["sdxl", "compiled"], ["sdxl", "compiled"], ["sdxl", "compiled"], ["sdxl", "compiled"]], "compiles": [], "frames": 0, "loads": []},
+    },
+    '07_cuda_graphs.ipynb': {
+        'nb16-05': {"benchmarks": [["sdxl", "compiled", False]], "calls": [], "compiles": [["sdxl", "reduce-overhead", "full", False, False, "{\"attention\": \"sdpa\", \"channels_last\": True, \"compile\": \"reduce-overhead\", \"compile_vae\": False, \"dtype\": \"bf16\", \"fullgraph\": True}"]], "frames": 1, "loads": ["sdxl"]},
+    },
+    '08_lora_hotswap.ipynb': {
+        'lora-files': {"benchmarks": [], "calls": [], "compiles": [], "frames": 0, "loads": ["sdxl"]},
+        'eager': {"benchmarks": [["sdxl", "fp32", False], ["sdxl", "fp32", False], ["sdxl", "fp32", False], ["sdxl", "fp32", False]], "calls": [], "compiles": [], "frames": 0, "loads": []},
+        'hotswap': {"benchmarks": [], "calls": [["sdxl", "compiled"], ["sdxl", "compiled"], ["sdxl", "compiled"], ["sdxl", "compiled"], ["sdxl", "compiled"], ["sdxl", "compiled"], ["sdxl", "compiled"], ["sdxl", "compiled"], ["sdxl", "compiled"], ["sdxl", "compiled"], ["sdxl", "compiled"], ["sdxl", "compiled"]], "compiles": [["sdxl", "reduce-overhead", "full", False, False, "compile_pipeline"]], "frames": 1, "loads": ["sdxl"]},
+        'without': {"benchmarks": [], "calls": [["sdxl", "compiled"], ["sdxl", "compiled"], ["sdxl", "compiled"], ["sdxl", "compiled"], ["sdxl", "compiled"], ["sdxl", "compiled"], ["sdxl", "compiled"], ["sdxl", "compiled"]], "compiles": [["sdxl", "reduce-overhead", "full", False, False, "compile_pipeline"]], "frames": 2, "loads": ["sdxl"]},
+    },
+    '09_fused_qkv.ipynb': {
+        'nb05-03': {"benchmarks": [], "calls": [], "compiles": [], "frames": 0, "loads": ["sdxl"]},
+        'nb05-05': {"benchmarks": [["sdxl", "half", False]], "calls": [], "compiles": [], "frames": 0, "loads": ["sdxl"]},
+        'nb05-07': {"benchmarks": [["sdxl", "half", False]], "calls": [], "compiles": [], "frames": 0, "loads": ["sdxl"]},
+    },
+    '10_gpu_syncs.ipynb': {
+        'nb06-03': {"benchmarks": [["sd15", "half", False]], "calls": [], "compiles": [], "frames": 0, "loads": ["sd15"]},
+        'nb06-08': {"benchmarks": [["sd15", "half", False]], "calls": [], "compiles": [], "frames": 0, "loads": ["sd15"]},
+    },
+    '11_int8_quantization.ipynb': {
+        'nb07-05': {"benchmarks": [], "calls": [], "compiles": [], "frames": 0, "loads": ["sdxl"]},
+        'nb07-07': {"benchmarks": [], "calls": [], "compiles": [], "frames": 0, "loads": ["sdxl", "sdxl"]},
+        'nb07-09': {"benchmarks": [["sdxl", "half", False]], "calls": [], "compiles": [], "frames": 0, "loads": ["sdxl"]},
+        'nb07-11': {"benchmarks": [["sdxl", "half", False]], "calls": [], "compiles": [], "frames": 0, "loads": ["sdxl"]},
+    },
+    '12_fp8_hopper.ipynb': {
+        'nb15-05': {"benchmarks": [], "calls": [], "compiles": [], "frames": 0, "loads": ["sdxl"]},
+    },
+    '13_fewer_denoiser_calls.ipynb': {
+        'nb12-03': {"benchmarks": [], "calls": [], "compiles": [], "frames": 0, "loads": ["sdxl", "sdxl", "sdxl", "sdxl"]},
+        'nb12-05': {"benchmarks": [["sdxl", "fp32", False]], "calls": [], "compiles": [], "frames": 0, "loads": ["sdxl"]},
+        'nb12-07': {"benchmarks": [["sdxl", "fp32", False], ["sdxl", "fp32", False], ["sdxl", "fp32", False]], "calls": [], "compiles": [], "frames": 0, "loads": ["sdxl", "sdxl", "sdxl"]},
+        'nb12-13': {"benchmarks": [["sdxl", "fp32", False]], "calls": [["sdxl", "fp32"]], "compiles": [], "frames": 0, "loads": ["sdxl"]},
+        'nb12-15': {"benchmarks": [["sdxl", "compiled", False]], "calls": [], "compiles": [["sdxl", "default", "full", False, False, "{\"cache_every\": 2, \"compile\": \"default\", \"compile_vae\": False, \"fullgraph\": True}"]], "frames": 2, "loads": ["sdxl"]},
+        'nb12-17': {"benchmarks": [["sdxl", "fp32", False]], "calls": [["sdxl", "fp32"]], "compiles": [], "frames": 0, "loads": ["sdxl"]},
+        'nb12-19': {"benchmarks": [["sdxl", "fp32", False]], "calls": [], "compiles": [], "frames": 0, "loads": ["sdxl"]},
+    },
+    '14_all_models.ipynb': {
+        'nb08-05': {"benchmarks": [["sdxl", "fp32", False], ["sdxl", "half", False], ["sdxl", "half", False]], "calls": [], "compiles": [], "frames": 0, "loads": ["sdxl", "sdxl", "sdxl"]},
+        'nb08-07': {"benchmarks": [["sd15", "fp32", False], ["sd15", "half", False], ["sd15", "half", False]], "calls": [], "compiles": [], "frames": 0, "loads": ["sd15", "sd15", "sd15"]},
+        'nb08-09': {"benchmarks": [["ssd1b", "fp32", False], ["ssd1b", "half", False], ["ssd1b", "half", False]], "calls": [], "compiles": [], "frames": 0, "loads": ["ssd1b", "ssd1b", "ssd1b"]},
+        'nb08-11': {"benchmarks": [["pixart", "fp32", False], ["pixart", "half", False], ["pixart", "half", False]], "calls": [], "compiles": [], "frames": 0, "loads": ["pixart", "pixart", "pixart"]},
+        'nb08-17': {"benchmarks": [["sdxl", "fp32", False], ["sdxl", "fp32", False], ["sdxl", "half", False]], "calls": [], "compiles": [], "frames": 0, "loads": ["sdxl", "sdxl", "sdxl"]},
+    },
+    '15_playground.ipynb': {
+    },
+    '16_scale_out.ipynb': {
+        'batch-1': {"benchmarks": [], "calls": [["sd15", "fp32"], ["sd15", "fp32"], ["sd15", "fp32"], ["sd15", "fp32"], ["sd15", "fp32"], ["sd15", "fp32"], ["sd15", "fp32"], ["sd15", "fp32"], ["sd15", "fp32"]], "compiles": [], "frames": 0, "loads": ["sd15"]},
+        'batch-4': {"benchmarks": [], "calls": [["sd15", "fp32"], ["sd15", "fp32"], ["sd15", "fp32"]], "compiles": [], "frames": 0, "loads": ["sd15"]},
+        'launch': {"benchmarks": [], "calls": [["sd15", "fp32"], ["sd15", "fp32"], ["sd15", "fp32"], ["sd15", "fp32"], ["sd15", "fp32"], ["sd15", "fp32"], ["sd15", "fp32"], ["sd15", "fp32"], ["sd15", "fp32"], ["sd15", "fp32"], ["sd15", "fp32"], ["sd15", "fp32"], ["sd15", "fp32"], ["sd15", "fp32"], ["sd15", "fp32"], ["sd15", "fp32"], ["sd15", "fp32"], ["sd15", "fp32"], ["sd15", "fp32"]], "compiles": [], "frames": 0, "loads": ["sd15", "sd15", "sd15"]},
+    },
+    '17_fitting_your_gpu.ipynb': {
+        'weights': {"benchmarks": [], "calls": [], "compiles": [], "frames": 0, "loads": ["sdxl", "sd15", "ssd1b", "pixart", "flux", "flux-schnell"]},
+        'peak': {"benchmarks": [], "calls": [["sdxl", "fp32"]], "compiles": [], "frames": 0, "loads": ["sdxl"]},
+        'savers': {"benchmarks": [], "calls": [["sdxl", "fp32"], ["sdxl", "fp32"], ["sdxl", "fp32"], ["sdxl", "fp32"], ["sdxl", "fp32"], ["sdxl", "fp32"], ["sdxl", "fp32"], ["sdxl", "fp32"], ["sdxl", "fp32"], ["sdxl", "fp32"], ["sdxl", "fp32"], ["sdxl", "fp32"], ["sdxl", "fp32"], ["sdxl", "fp32"], ["sdxl", "fp32"], ["sdxl", "fp32"]], "compiles": [], "frames": 0, "loads": ["sdxl", "sdxl", "sdxl", "sdxl", "sdxl", "sdxl", "sdxl"]},
+    },
+    '18_flux.ipynb': {
+        'sizes': {"benchmarks": [], "calls": [], "compiles": [], "frames": 0, "loads": ["flux"]},
+        'load': {"benchmarks": [["flux", "half", False]], "calls": [["flux", "half"]], "compiles": [], "frames": 0, "loads": ["flux"]},
+        'refusals': {"benchmarks": [], "calls": [], "compiles": [], "frames": 0, "loads": ["flux", "flux", "flux", "flux"]},
+        'ladder-steps': {"benchmarks": [["flux", "half", False]], "calls": [], "compiles": [], "frames": 0, "loads": ["flux"]},
+        'hooks-cpu': {"benchmarks": [], "calls": [["flux", "fp32"], ["flux", "fp32"], ["flux", "fp32"], ["flux", "fp32"], ["flux", "fp32"], ["flux", "fp32"], ["flux", "fp32"], ["flux", "fp32"]], "compiles": [], "frames": 0, "loads": ["flux", "flux", "flux", "flux"]},
+    },
+}

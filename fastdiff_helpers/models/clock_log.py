@@ -1,0 +1,91 @@
+"""The course clock's recorder: with FASTDIFF_CLOCK_LOG set, what a process does that takes GPU
+time (each pipeline call, each compile, each benchmark) is appended to that file as JSON lines.
+The notebook smoke runs set it (tests/test_notebooks.py), and compiletime/clock.py turns the
+record into what each notebook would do on a GPU. Off (no variable), nothing is recorded.
+
+Introduced with the course clock (README: "The course on a GPU").
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from typing import Any
+
+ENV = "FASTDIFF_CLOCK_LOG"
+
+
+def recording() -> bool:
+    return bool(os.environ.get(ENV))
+
+
+def record(event: dict[str, Any]) -> None:
+    """Append one event to the clock's log (nothing when FASTDIFF_CLOCK_LOG is unset)."""
+    path = os.environ.get(ENV)
+    if not path:
+        return
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(event, sort_keys=True, default=str) + "\n")
+
+
+def recipe_id(recipe: dict | None) -> str:
+    """A short, stable name of a compiled recipe (the fields it sets away from the defaults),
+    for telling its graphs from another recipe's; "compile_pipeline" for a compile outside
+    fdh.apply."""
+    if recipe is None:
+        return "compile_pipeline"
+    defaults = {"dtype": "fp32", "tf32": None, "attention": "classic", "channels_last": False,
+                "compile_scope": "full", "compile_vae": True, "fullgraph": False,
+                "dynamic": None, "inductor_flags": False, "fuse_qkv": False, "no_sync": False,
+                "quantize": None, "quant_filter": "blog", "conv1x1_to_linear": False,
+                "cache_every": 1, "cache_branch": 1, "guidance_stop": None}
+    return json.dumps({k: v for k, v in sorted(recipe.items()) if defaults.get(k, "?") != v},
+                      sort_keys=True, default=str)
+
+
+def kind(info: dict[str, Any]) -> str:
+    """What a pipeline's calls cost on a GPU, in the clock's three kinds: "compiled", else
+    "fp32" (TF32 included) or "half" (bf16, fp16), from the helpers' record of it."""
+    if "compile" in info.get("applied", {}):
+        return "compiled"
+    recipe = info.get("applying") or info.get("recipe")
+    dtype = getattr(recipe, "dtype", None) or str(info.get("dtype", ""))
+    return "fp32" if dtype in ("fp32", "tf32", "torch.float32") else "half"
+
+
+_WATCHING: list[bool] = []
+
+
+def watch_compiles() -> None:
+    """Record every frame dynamo compiles (a graph for inductor; a recompile is one more), once
+    per process, while recording (torch._dynamo.callback's start callbacks run once per frame
+    compiled, convert_frame.py)."""
+    if _WATCHING:
+        return
+    from torch._dynamo.callback import CallbackTrigger, on_compile_start
+
+    def frame(args) -> None:
+        if args.callback_trigger == CallbackTrigger.DYNAMO:
+            record({"event": "frame"})
+
+    on_compile_start(frame)
+    _WATCHING.append(True)
+
+
+def watch_calls(pipe: Any) -> None:
+    """Record every call of this pipeline's class (model, weight dtype, whether compiled). A
+    pipeline class's __call__ is wrapped once, and only while recording (a test run)."""
+    cls = type(pipe)
+    if getattr(cls.__call__, "_fastdiff_clock", False):
+        return
+    original = cls.__call__
+
+    @functools.wraps(original)
+    def __call__(self, *args, **kwargs):
+        info = getattr(self, "_fastdiff", None) or {}
+        record({"event": "call", "model": info.get("model"), "kind": kind(info)})
+        return original(self, *args, **kwargs)
+
+    __call__._fastdiff_clock = True
+    cls.__call__ = __call__

@@ -1,0 +1,172 @@
+"""The course clock (issue 44, item 5): what each notebook compiles and runs on a GPU, counted on
+the CPU, and no notebook that starts a tuning on a GPU without the switch or a bundle.
+
+What the smoke runs record is checked against clock_record.py by tests/test_notebooks.py; here:
+the GPU declarations are tied to the cells that need them, the notebooks' code is read for any
+way around the autotune rule, and the estimate is checked on records made by hand."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from fastdiff_helpers.compiletime import clock, clock_gpu
+from fastdiff_helpers.models import clock_log
+from fastdiff_helpers.techniques import autotune
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def _code_cells(path: Path):
+    nb = json.loads(path.read_text())
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            yield cell["id"], "".join(cell["source"]), cell.get("metadata", {}).get("tags", [])
+
+
+def test_every_cell_that_does_more_on_a_gpu_is_declared_and_every_declaration_is_a_cell():
+    """A cell tagged "gpu", or one that branches on smoke mode or the device, does on a GPU what
+    its smoke run does not show: its GPU work is declared in clock_gpu.py (or said to be as
+    recorded). A declared cell id that no notebook has is stale."""
+    missing, stale = [], []
+    for path in NOTEBOOKS:
+        declared = clock_gpu.GPU_WORK.get(path.name, {})
+        ids = set()
+        for cell_id, source, tags in _code_cells(path):
+            ids.add(cell_id)
+            branches = re.search(r"\bif\b[^\n]*settings\.(smoke|device)\b|\bsettings\.smoke\b",
+                                 source)
+            if ("gpu" in tags or branches) and cell_id not in declared:
+                missing.append(f"{path.name}:{cell_id}")
+        stale += [f"{path.name}:{c}" for c in declared if c.split("+")[0] not in ids]
+    assert not missing, f"cells whose GPU work clock_gpu.py does not declare: {missing}"
+    assert not stale, f"clock_gpu.py declares cells that no notebook has: {stale}"
+    assert set(clock_gpu.GPU_WORK) <= {p.name for p in NOTEBOOKS}
+
+
+TUNING_IN_CODE = [
+    (re.compile(r"set_autotune\(\s*True"), "switches autotuning on"),
+    (re.compile(r"course_settings\([^)]*autotune\s*=\s*True"), "switches autotuning on"),
+    (re.compile(r"FASTDIFF_AUTOTUNE"), "sets the autotuning switch's variable"),
+    (re.compile(r"torch\.compile\([^)]*max-autotune"), "calls torch.compile with max-autotune"),
+    (re.compile(r"\.compile\([^)]*options\s*="), "compiles with inductor options of its own"),
+    (re.compile(r"(inductor_config|_inductor\.config)\.(max_autotune\w*|coordinate_descent\w*)"
+                r"\s*="), "sets inductor's tuning options"),
+]
+
+
+def test_no_notebook_starts_a_tuning_on_a_gpu_without_the_switch_or_a_bundle():
+    """Every compile through the helpers obeys the autotune rule (techniques/autotune.py, pinned
+    in tests/test_autotune.py); what could go around it is a notebook's own code: switching
+    autotuning on, or compiling with tuning by hand. None does. A declared GPU cell that tunes
+    runs only with the switch on, and its code checks the switch (or runs a ladder, whose
+    autotuning step run_ladder leaves out without it)."""
+    found = [f"{path.name}:{cell_id}: {why}" for path in NOTEBOOKS
+             for cell_id, source, _ in _code_cells(path)
+             for pattern, why in TUNING_IN_CODE if pattern.search(source)]
+    assert not found, found
+    sources = {(p.name, c): s for p in NOTEBOOKS for c, s, _ in _code_cells(p)}
+    unguarded = []
+    for notebook, cells in clock_gpu.GPU_WORK.items():
+        for cell_id, work in cells.items():
+            if not work.get("if_autotune"):
+                continue
+            source = sources[(notebook, cell_id.split("+")[0])]
+            if not re.search(r"autotune_enabled\(\)|settings\.autotune|run_ladder\(", source):
+                unguarded.append(f"{notebook}:{cell_id}")
+    assert not unguarded, f"tuning cells that do not check the switch: {unguarded}"
+    assert any(w.get("if_autotune") for cells in clock_gpu.GPU_WORK.values()
+               for w in cells.values())
+
+
+def test_the_checks_catch_what_they_look_for():
+    """The patterns above find what they are for (a test that cannot fail would prove nothing)."""
+    bad = ['settings = fdh.course_settings("sdxl", autotune=True)', "fdh.set_autotune(True)",
+           'pipe.unet = torch.compile(pipe.unet, mode="max-autotune")',
+           "torch._inductor.config.coordinate_descent_tuning = True",
+           "denoiser.compile(options=options, fullgraph=True)"]
+    for line in bad:
+        assert any(p.search(line) for p, _ in TUNING_IN_CODE), line
+    assert not any(p.search('print(fdh.tuning_estimate("sdxl")["words"])')
+                   for p, _ in TUNING_IN_CODE)
+
+
+EVENTS = [{"event": "cell", "id": "a"}, {"event": "load", "model": "sdxl"},
+          {"event": "compile", "model": "sdxl", "mode": "reduce-overhead", "scope": "full",
+           "vae": True, "tunes": False, "recipe": "r1"},
+          {"event": "benchmark", "model": "sdxl", "kind": "compiled", "profile": False},
+          {"event": "frame"}, {"event": "frame"}, {"event": "call", "model": "sdxl",
+                                                    "kind": "compiled"},
+          {"event": "benchmark_end"},
+          {"event": "cell", "id": "b"}, {"event": "explain"}, {"event": "frame"},
+          {"event": "explain_end"}, {"event": "call", "model": "sdxl", "kind": "half"},
+          {"event": "cell", "id": "quiet"}]
+
+
+def test_a_smoke_run_is_summed_up_per_cell():
+    summary = clock.summarize(EVENTS)
+    assert set(summary) == {"a", "b"}  # a cell that did nothing is left out
+    assert summary["a"] == {"loads": ["sdxl"], "frames": 2, "benchmarks": [
+        ["sdxl", "compiled", False]], "calls": [], "compiles": [
+        ["sdxl", "reduce-overhead", "full", True, False, "r1"]]}  # its call was the benchmark's
+    assert summary["b"] == {"loads": [], "compiles": [], "frames": 0, "benchmarks": [],
+                            "calls": [["sdxl", "half"]]}  # graph_breaks' trace is no compile
+
+
+def test_the_estimate_counts_new_graphs_cache_hits_recompiles_and_tuning(monkeypatch):
+    compile_ = ["sdxl", "max-autotune", "full", True, True, "blog"]
+    monkeypatch.setattr(clock, "RECORDED", {"x.ipynb": {
+        "first": {"loads": ["sdxl"], "compiles": [compile_], "frames": 2,
+                  "benchmarks": [["sdxl", "compiled", False]], "calls": []},
+        "again": {"loads": ["sdxl"], "compiles": [compile_], "frames": 3, "benchmarks": [],
+                  "calls": [["sdxl", "half"]]}}})
+    monkeypatch.setattr(clock, "GPU_WORK", {})
+    monkeypatch.setattr(clock, "gemm_shapes", lambda model: 42)
+    off = clock.estimate()["notebooks"]["x.ipynb"]["cells"]
+    assert (off["first"]["graphs"], off["first"]["cache_hits"]) == (2, 0)
+    assert off["first"]["compile_s"] == pytest.approx(2 * autotune.DEFAULT_GRAPH_S)
+    assert off["first"]["tune_s"] == 0  # autotuning off: its default-mode equivalent
+    assert off["first"]["load_s"] == clock.FIRST_LOAD_S
+    assert off["first"]["images_s"] == pytest.approx(7 * clock.image_s("sdxl", "compiled"))
+    # the same recipe again: two cache hits and one recompile (a new graph)
+    assert (off["again"]["graphs"], off["again"]["cache_hits"]) == (1, 2)
+    assert off["again"]["load_s"] == clock.LOAD_S
+    on = clock.estimate(autotune=True)["notebooks"]["x.ipynb"]["cells"]
+    assert on["first"]["tune_s"] == pytest.approx(42 * autotune.SHAPE_S)
+    assert on["again"]["tune_s"] == 0  # tuned once per model and recipe
+    covered = clock.estimate(autotune=True, committed=frozenset({"blog"}))
+    assert covered["notebooks"]["x.ipynb"]["tune_s"] == 0  # read from the bundle
+    # under 68 SMs no GEMM template tunes
+    assert clock.estimate(autotune=True, sms=58)["notebooks"]["x.ipynb"]["tune_s"] == 0
+
+
+def test_images_are_estimated_from_the_h100s_measured_sdxl_and_the_blogs_a100_rows():
+    assert clock.image_s("sdxl", "half") == pytest.approx(2.30)  # measured on the H100
+    assert clock.image_s("sd15", "compiled") == pytest.approx(0.5 * 2.30 / 3.31)
+    assert clock.image_s("flux", "compiled") == 4.209  # diffusers-torchao's H100 figure
+    # fp32 from the FLOPs at the H100's fp32 rate (no tensor cores): 416 TFLOP / 67 TFLOP/s
+    assert clock.image_s("sdxl", "fp32") == pytest.approx(416.3 / 67.0)
+
+
+def test_the_recorder_writes_nothing_unless_asked(tmp_path, monkeypatch):
+    monkeypatch.delenv(clock_log.ENV, raising=False)
+    clock_log.record({"event": "call"})
+    log = tmp_path / "clock.jsonl"
+    monkeypatch.setenv(clock_log.ENV, str(log))
+    clock_log.record({"event": "call", "model": "sdxl"})
+    assert clock.read_log(log) == [{"event": "call", "model": "sdxl"}]
+    assert clock_log.recipe_id(None) == "compile_pipeline"
+    assert clock_log.recipe_id({"dtype": "bf16", "compile": "reduce-overhead",
+                                "compile_vae": True}) == \
+        '{"compile": "reduce-overhead", "dtype": "bf16"}'
+
+
+def test_the_readme_table_is_the_clocks():
+    """The README shows the course clock's table as `python -m fastdiff_helpers clock` prints
+    it, from the committed record."""
+    readme = (ROOT / "README.md").read_text()
+    assert clock.course_table() in readme
