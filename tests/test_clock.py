@@ -127,13 +127,19 @@ def test_the_estimate_counts_new_graphs_cache_hits_recompiles_and_tuning(monkeyp
     monkeypatch.setattr(clock, "GPU_WORK", {})
     monkeypatch.setattr(clock, "gemm_shapes", lambda model: 42)
     off = clock.estimate()["notebooks"]["x.ipynb"]["cells"]
+    unet, vae = clock.ops("sdxl", "denoiser"), clock.ops("sdxl", "vae")
+    assert (unet, vae) == (2222, 149)
     assert (off["first"]["graphs"], off["first"]["cache_hits"]) == (2, 0)
-    assert off["first"]["compile_s"] == pytest.approx(2 * autotune.DEFAULT_GRAPH_S)
+    # a new graph costs its ops at FLUX.1-dev's published seconds an op (67.4 s, 3517 ops)
+    assert off["first"]["compile_s"] == pytest.approx((unet + vae) * 67.4 / 3517)
     assert off["first"]["tune_s"] == 0  # autotuning off: its default-mode equivalent
     assert off["first"]["load_s"] == clock.FIRST_LOAD_S
     assert off["first"]["images_s"] == pytest.approx(7 * clock.image_s("sdxl", "compiled"))
-    # the same recipe again: two cache hits and one recompile (a new graph)
+    # the same recipe again: two cache hits (dynamo traces them again: SDXL's UNet 9.9 s on
+    # the H200) and one recompile, a new graph of the UNet
     assert (off["again"]["graphs"], off["again"]["cache_hits"]) == (1, 2)
+    assert off["again"]["compile_s"] == pytest.approx((unet + vae) * 9.9 / unet
+                                                      + unet * 67.4 / 3517)
     assert off["again"]["load_s"] == clock.LOAD_S
     on = clock.estimate(autotune=True)["notebooks"]["x.ipynb"]["cells"]
     assert on["first"]["tune_s"] == pytest.approx(42 * autotune.SHAPE_S)
@@ -142,6 +148,16 @@ def test_the_estimate_counts_new_graphs_cache_hits_recompiles_and_tuning(monkeyp
     assert covered["notebooks"]["x.ipynb"]["tune_s"] == 0  # read from the bundle
     # under 68 SMs no GEMM template tunes
     assert clock.estimate(autotune=True, sms=58)["notebooks"]["x.ipynb"]["tune_s"] == 0
+
+
+@pytest.mark.slow
+def test_the_graph_sizes_are_the_ones_dynamo_counts():
+    """The clock's op counts come from fdh.models.meta.graph_ops (dynamo on meta copies); a
+    count depends a little on what dynamo traced before in the process, so within 10 %."""
+    from fastdiff_helpers.models.meta import graph_ops
+
+    assert graph_ops("sd15") == pytest.approx(clock.ops("sd15", "denoiser"), rel=0.1)
+    assert graph_ops("sd15", "vae") == pytest.approx(clock.VAE_OPS, rel=0.1)
 
 
 def test_images_are_estimated_from_the_h100s_measured_sdxl_and_the_blogs_a100_rows():

@@ -65,8 +65,10 @@ def test_the_first_lines_say_how_long_it_takes_here_and_why(monkeypatch, tmp_pat
     monkeypatch.setattr(demo, "cores", lambda: 8)  # scaled by the cores here
     assert "about 1 minutes here" in demo.before("sdxl", "tiny", "cpu", "blog", 10, tmp_path)
     gpu = demo.before("sdxl", "random", "cuda", "blog", 30)
-    # on a GPU: the graphs to compile and an estimate, labelled as one (issue 44)
-    assert "6 graphs, about 7 min in all on this GPU (an estimate" in gpu and "How long" not in gpu
+    # on a GPU: the course clock's estimate, labelled as one, with the graphs it compiles
+    # (issue 44: the blog's three compiled steps, a denoiser and a VAE decode each)
+    assert "the course clock's estimate" in gpu and "compiling 6 graphs" in gpu
+    assert "here for a first run" not in gpu  # the CPU's own figures
 
 
 def test_after_shows_the_uncertainty_and_the_steps_explained(monkeypatch):

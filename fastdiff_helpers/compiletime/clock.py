@@ -23,17 +23,37 @@ from typing import Any, Iterable
 from ..errors import FastdiffError
 from ..models.presets import BLOG_A100_SECONDS
 from ..models.flux import FLUX_H100_SECONDS
-from ..techniques.autotune import (DEFAULT_GRAPH_S, REGIONAL_S, SHAPE_S, WITHOUT_TUNING)
+from ..techniques.autotune import DEFAULT_GRAPH_S, REGIONAL_S, SHAPE_S, WITHOUT_TUNING
 from ..models.meta import gemm_shapes
+from . import clock_gpu
 from .clock_gpu import GPU_WORK
 from .clock_record import RECORDED
 
 __all__ = ["summarize", "estimate", "course_table"]
 
 # --- the constants (H100 SXM, the course's native sizes, 30 steps) --------------------------
-# dynamo traces a graph again on a cache hit: SDXL's UNet traced in 9.9 s on the H200
+# A graph's compile and a cache hit's tracing scale with its size: the ops dynamo captures in
+# one call of each full-size part at its native size (fdh.models.meta.graph_ops, counted on
+# meta copies, each in a fresh process: `python -c "from fastdiff_helpers.models.meta import
+# graph_ops; print(graph_ops('sdxl'), graph_ops('sdxl', 'vae'))"`, within a few % of another
+# process's count, which depends on what dynamo traced before)
+GRAPH_OPS = {("sdxl", "denoiser"): 2222, ("sd15", "denoiser"): 839,
+             ("ssd1b", "denoiser"): 1233, ("pixart", "denoiser"): 1165,
+             ("flux", "denoiser"): 3517, ("flux", "vae"): 148}
+VAE_OPS = 149  # the AutoencoderKL decode of the four models the blog ran
+# a new graph: FLUX.1-dev's whole transformer (3517 ops) compiled in 67.4 s in default mode on
+# an H100 (the PyTorch devlog, techniques/autotune.py DEFAULT_GRAPH_S), so about 19 ms an op
+SECONDS_PER_OP = DEFAULT_GRAPH_S / GRAPH_OPS["flux", "denoiser"]
+# a cache hit: dynamo traces the graph again; SDXL's UNet traced in 9.9 s on the H200
 # (results/h200/slot-2026-11-26.md, dynamo's compile times)
 CACHE_HIT_S = 9.9
+CACHE_HIT_PER_OP = CACHE_HIT_S / GRAPH_OPS["sdxl", "denoiser"]
+
+
+def ops(model: str, part: str) -> int:
+    model = "flux" if model.startswith("flux") else model
+    return GRAPH_OPS.get((model, part), VAE_OPS if part == "vae" else
+                         GRAPH_OPS["sdxl", "denoiser"])
 # load + apply of a full-size pipeline on the H100 (results/h100-80gb-hbm3/sdxl/results.jsonl,
 # load_s): 17.3 s the first in a process, 0.9-1.1 s after
 FIRST_LOAD_S, LOAD_S = 17.3, 1.1
@@ -125,7 +145,8 @@ def _cell_work(notebook: str) -> list[tuple[str, dict]]:
 
 
 def estimate(notebooks: Iterable[str] | None = None, autotune: bool = False,
-             committed: frozenset = frozenset(), sms: int = 132) -> dict[str, Any]:
+             committed: frozenset = frozenset(), sms: int = 132,
+             works: dict[str, list[tuple[str, dict]]] | None = None) -> dict[str, Any]:
     """The estimated GPU wait of `notebooks` (default: all, in order), run top to bottom in one
     compile cache on an H100-class GPU (`sms` SMs): per notebook and cell, compile seconds,
     tuning seconds, image seconds (loads, benchmarks, calls), and the longest cell.
@@ -138,14 +159,16 @@ def estimate(notebooks: Iterable[str] | None = None, autotune: bool = False,
     (the autotune rule) unless `autotune` (the learner switched it on) or `committed` (recipe
     ids a tuning bundle covers: read, not tuned); tuning costs the model's GEMM/conv shapes at
     the H200's measured seconds a shape, once per model and recipe, plus coordinate descent,
-    not measured (left out). Every figure is an estimate."""
+    not measured (left out). `works`: {name: [(cell, work)]} in place of the notebooks (a
+    ladder's work, for `make demo`). Every figure is an estimate."""
     seen: set = set()
     tuned: set = set()
     shapes: dict[str, int] = {}
     out: dict[str, Any] = {"notebooks": {}, "autotune": autotune}
-    for notebook in notebooks or sorted(RECORDED.keys() | GPU_WORK.keys()):
+    for notebook in works or notebooks or sorted(RECORDED.keys() | GPU_WORK.keys()):
         cells, loads, pending, steps = {}, 0, [], []
-        for cell, work in _cell_work(notebook):
+        last_model = "sdxl"
+        for cell, work in (works[notebook] if works else _cell_work(notebook)):
             if work.get("if_autotune") and not autotune:
                 continue
             tune_s = 0.0
@@ -156,33 +179,29 @@ def estimate(notebooks: Iterable[str] | None = None, autotune: bool = False,
                 if vae:  # the decode's graph depends on fewer of the recipe's fields
                     keys.append((model, "vae", _vae_part(recipe), ran))
                 for key in keys:
-                    pending.append((key in seen, 1, scope))
+                    size = ops(model, key[1])
+                    pending.append((key in seen, size, scope))
                     seen.add(key)
                 steps.append(len(keys))
+                last_model = model
                 if run_tuned and recipe not in committed and (model, recipe) not in tuned:
                     tuned.add((model, recipe))
                     if sms >= 68:
                         shapes.setdefault(model, gemm_shapes(model))
                         tune_s += shapes[model] * SHAPE_S
-            frames, graphs, hits, compile_s = work.get("frames", 0), 0, 0, 0.0
+            frames, graphs, hits = work.get("frames", 0), 0, 0
             costs: list[float] = []  # each compiled part first called here, in order
-            regional = any(scope != "full" for _, _, scope in pending)
-            per_graph = REGIONAL_S / 2 if regional else DEFAULT_GRAPH_S
-            while frames and pending:  # the compiled parts, first called here
-                hit, parts, _ = pending[0]
-                used = min(parts, frames)
-                frames -= used
-                if hit:
-                    hits += used
-                else:
-                    graphs += used
-                costs += [CACHE_HIT_S if hit else per_graph] * used
-                pending[0] = (hit, parts - used, _)
-                if pending[0][1] == 0:
-                    pending.pop(0)
-            graphs += frames  # recompiles: new shapes or guards, new graphs
-            costs += [per_graph] * frames
-            compile_s = graphs * per_graph + hits * CACHE_HIT_S
+            while frames and pending:  # the compiled parts, first called here, one frame each
+                hit, size, scope = pending.pop(0)
+                frames -= 1
+                hits, graphs = hits + hit, graphs + (not hit)
+                costs.append(size * CACHE_HIT_PER_OP if hit else
+                             REGIONAL_S / 2 if scope != "full" else size * SECONDS_PER_OP)
+            # recompiles (new shapes, guards: new graphs), of the cell's or notebook's denoiser
+            model = next((m for m, *_ in work.get("compiles", [])), last_model)
+            costs += [ops(model, "denoiser") * SECONDS_PER_OP] * frames
+            graphs += frames
+            compile_s = sum(costs)
             load_s = 0.0
             for _ in work.get("loads", []):
                 load_s += FIRST_LOAD_S if loads == 0 else LOAD_S
@@ -208,6 +227,15 @@ def estimate(notebooks: Iterable[str] | None = None, autotune: bool = False,
                                 default=(None, {"total_s": 0.0}))}
     out["total_s"] = sum(n["total_s"] for n in out["notebooks"].values())
     return out
+
+
+def ladder_estimate(model: str, ladder: str, autotune: bool = False) -> dict[str, Any]:
+    """A ladder run once on a GPU from an empty cache (each step loaded, compiled, benchmarked
+    and profiled, as `make demo` runs it): the estimate's totals (estimate())."""
+    work = clock_gpu.ladder(model, ladder, profile=True)
+    tuning = clock_gpu.ladder(model, ladder, profile=True, autotuning=True)
+    return estimate(autotune=autotune, works={ladder: [("steps", work),
+                                                      ("autotuning", tuning)]})["notebooks"][ladder]
 
 
 def _spans(steps: list[int], total: int):
@@ -277,6 +305,9 @@ def refresh(folder: str | Path, target: str | Path | None = None) -> Path:
 
 
 def _literal(value: Any) -> str:
-    """A Python literal of JSON-like data, on one line."""
-    return (json.dumps(value, sort_keys=True).replace("true", "True").replace("false", "False")
-            .replace("null", "None"))
+    """A Python literal of JSON-like data, on one line, its keys sorted."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {_literal(value[k])}" for k in sorted(value)) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_literal(v) for v in value) + "]"
+    return repr(value)

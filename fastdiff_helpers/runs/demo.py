@@ -22,12 +22,12 @@ from typing import Sequence
 import torch
 
 from ..models.presets import get_spec
-from ..techniques.autotune import (DEFAULT_GRAPH_S, DEFAULT_GRAPH_WHERE, autotune_enabled,
-                                   covered_by, is_tuning_step, tunes)
+from ..techniques.autotune import autotune_enabled, covered_by, tunes
 from ..techniques.compile_cache import use_course_cache
 from ..techniques.ladders import LADDERS
 from ..measure.flops import measure_matmul_tflops
 from ..measure.record import Result
+from ..compiletime.clock import ladder_estimate
 from ..course.settings import course_settings
 from .demo_explain import after, cpu_flags, why  # noqa: F401 (read as demo.why, ...)
 from .ladder import run_ladder
@@ -94,13 +94,12 @@ def before(model: str, weights: str, device: str, ladder: str, steps: int | None
     if device != "cpu":
         tuned = [name for name, r in LADDERS[ladder]
                  if r.compile and tunes(r.compile, r.inductor_flags)]
-        rungs = [r for _, r in LADDERS[ladder]]
-        skipped = not autotune_enabled()  # a step that is tuning alone runs only when on
-        graphs = sum(1 + int(r.compile_vae) for i, r in enumerate(rungs) if r.compile and not (
-            skipped and i and is_tuning_step(rungs[i - 1], r)))
-        lines.append(f"  The compiled steps compile at their first call: {graphs} graphs, "
-                     f"about {graphs * DEFAULT_GRAPH_S / 60:.0f} min in all on this GPU (an "
-                     f"estimate: {DEFAULT_GRAPH_WHERE}).")
+        clock = ladder_estimate(model, ladder, autotune_enabled())
+        lines.append(f"  How long, on an H100 from an empty compile cache (the course clock's "
+                     f"estimate, README): about {clock['total_s'] / 60:.0f} minutes, "
+                     f"{clock['compile_s'] / 60:.0f} of them compiling {clock['graphs']} "
+                     "graphs" + (f", {clock['tune_s'] / 60:.0f} tuning" if clock['tune_s']
+                                 else "") + "; a warm cache is quicker.")
         if tuned:
             lines.append(f"  {', '.join(tuned)}: autotuning on top"
                          + (" (switched on)." if autotune_enabled() else

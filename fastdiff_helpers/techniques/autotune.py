@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from ..models.clock_log import recipe_id, record as clock_record
 from ..models.loading import get_denoiser, pipeline_info
 from ..models.meta import gemm_shapes
 from .recipe import Recipe, RecipeError
@@ -271,6 +272,20 @@ def compile_line(pipe: Any, mode: str, scope: str, compile_vae: bool, tuning: bo
     if tuning:
         line += f", plus the tuning: {tuning_words(pipe, compile_vae, sms)}"
     return line
+
+
+def record_for_clock(pipe: Any, gpu_mode: str, scope: str, compile_vae: bool,
+                     inductor_flags: bool) -> None:
+    """Tell the course clock's recorder (models/clock_log.py; a test run only) what this
+    compile is on a GPU: fdh.apply's recipe as a GPU would run it, else the mode asked for."""
+    info = pipeline_info(pipe)
+    asked = info.get("asked")
+    on_gpu = asked.for_device("cuda")[0] if asked is not None else None
+    mode = on_gpu.compile if on_gpu is not None else gpu_mode
+    clock_record({"event": "compile", "model": info["model"], "mode": mode, "scope": scope,
+                  "vae": compile_vae,
+                  "tunes": tunes(mode, on_gpu.inductor_flags if on_gpu else inductor_flags),
+                  "recipe": recipe_id(on_gpu.to_dict() if on_gpu is not None else None)})
 
 
 def denoiser_name(pipe) -> str:

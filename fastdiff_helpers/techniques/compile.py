@@ -13,9 +13,9 @@ import torch
 
 from ..models.loading import (call_kwargs, denoiser_kind, get_denoiser, pipeline_device,
                               pipeline_info)
-from ..models.clock_log import recipe_id, record as clock_record
+from ..models.clock_log import record as clock_record
 from ..models.noise import quiet_known_noise
-from .autotune import compile_line, gate_compile, tunes
+from .autotune import compile_line, gate_compile, record_for_clock, tunes
 from .coordesc import keep_coordesc_marks
 from .compile_cache import use_course_cache
 from .flux import refuse
@@ -127,14 +127,7 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
     # on a GPU a compile that would tune runs without tuning unless asked for or covered by a
     # bundle (techniques/autotune.py); fdh.apply hands over its whole recipe for the bundles
     asked = (mode, inductor_flags)
-    on_gpu = pipeline_info(pipe).get("asked")  # fdh.apply's recipe, as a GPU would run it
-    on_gpu = on_gpu.for_device("cuda")[0] if on_gpu is not None else None
-    clock_record({"event": "compile", "model": pipeline_info(pipe)["model"],
-                  "mode": on_gpu.compile if on_gpu else gpu_mode, "scope": scope,
-                  "vae": compile_vae,
-                  "tunes": tunes(on_gpu.compile, on_gpu.inductor_flags) if on_gpu else
-                  tunes(gpu_mode, inductor_flags),
-                  "recipe": recipe_id(on_gpu.to_dict() if on_gpu is not None else None)})
+    record_for_clock(pipe, gpu_mode, scope, compile_vae, inductor_flags)
     mode, inductor_flags, tuning_note = gate_compile(pipe, mode, inductor_flags, compile_vae,
                                                      pipeline_info(pipe).get("applying"))
     for said in (note, tuning_note, compile_line(pipe, mode, scope, compile_vae,
