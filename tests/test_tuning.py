@@ -395,13 +395,10 @@ class Cut(BaseException):
     pass
 
 
-def _descending_kernel(tmp_path, watch_box, end):
-    """A stand-in for CachingAutotuner.coordinate_descent_tuning: inductor has already saved
-    the kernel's best config as found_by_coordesc; mid-descent the watch flushes; then the
-    descent ends (a final config) or is cut."""
-    rel = "zz/czzkernel.best_config"
-
-    class AutotuneCache:  # what inductor's save_cache_hook is bound to (autotune_cache.py)
+def _autotuner(tmp_path, rel):
+    """A stand-in for one kernel's CachingAutotuner: its save_cache_hook is bound to an
+    AutotuneCache whose local_cache names the kernel's best config (autotune_cache.py)."""
+    class AutotuneCache:
         local_cache = (None, str(tmp_path / "cache" / rel))
 
         def save(self, *args, **kwargs):
@@ -410,6 +407,15 @@ def _descending_kernel(tmp_path, watch_box, end):
     class Autotuner:
         save_cache_hook = AutotuneCache().save
         _should_coordesc_tune = True
+
+    return Autotuner()
+
+
+def _descending_kernel(tmp_path, watch_box, end):
+    """A stand-in for CachingAutotuner.coordinate_descent_tuning: inductor has already saved
+    the kernel's best config as found_by_coordesc; mid-descent the watch flushes; then the
+    descent ends (a final config) or is cut."""
+    rel = "zz/czzkernel.best_config"
 
     def descent(autotuner, launcher):
         target = tmp_path / "cache" / rel
@@ -422,7 +428,7 @@ def _descending_kernel(tmp_path, watch_box, end):
         target.write_text(json.dumps({"XBLOCK": 128, "found_by_coordesc": True}))
         return seen
 
-    return rel, Autotuner(), descent
+    return rel, _autotuner(tmp_path, rel), descent
 
 
 @pytest.mark.parametrize("end", ["finished", "cut"])
@@ -463,16 +469,6 @@ def test_a_cut_redescent_keeps_the_finished_best_config(tmp_path, monkeypatch, s
     finished = {"XBLOCK": 64, "found_by_coordesc": True}
     box: list = []
 
-    class AutotuneCache:
-        local_cache = (None, str(tmp_path / "cache" / rel))
-
-        def save(self, *args, **kwargs):
-            pass
-
-    class Autotuner:
-        save_cache_hook = AutotuneCache().save
-        _should_coordesc_tune = True
-
     def descent(autotuner, launcher):  # the re-descent: it saves nothing before its end
         box[0].flush("running")
         raise Cut()
@@ -490,7 +486,7 @@ def test_a_cut_redescent_keeps_the_finished_best_config(tmp_path, monkeypatch, s
         if source == "bundle":  # imported while the watch runs, as reference does
             fdh.import_tuning(bundle, verbose=False)
         with pytest.raises(Cut):
-            CachingAutotuner.coordinate_descent_tuning(Autotuner(), None)
+            CachingAutotuner.coordinate_descent_tuning(_autotuner(tmp_path, rel), None)
     assert json.loads((tmp_path / "cache" / rel).read_text()) == finished
     progress = json.loads(watch.progress.read_text())
     assert progress["dropped_from_cache"] == [] and progress["coordesc_in_progress"] == []

@@ -7,9 +7,7 @@ torch, triton and system hash."""
 from __future__ import annotations
 
 import gzip
-import io
 import json
-import tarfile
 
 import pytest
 import torch
@@ -18,6 +16,7 @@ import fastdiff_helpers as fdh
 from fastdiff_helpers.compiletime import tuning, tuning_data, tuning_raw
 from fastdiff_helpers.errors import FastdiffError
 from fastdiff_helpers.techniques import autotune
+from test_tuning import _raw  # the slot's by-hand tarball, as tools/gpu_slot.sh makes it
 
 GEMM = {"mm": {"[key A]": {"highest": {"aten": 1.0, "triton_a": 0.5}}}}
 BEST = {"ab/cabc.best_config": {"XBLOCK": 64, "num_warps": 4, "found_by_coordesc": True}}
@@ -133,16 +132,9 @@ def raw_of(tmp_path, name: str) -> str:
     from torch._inductor.codecache import CacheBase
 
     system = dict(CacheBase.get_system(), device={"name": name}, hash=f"hash-of-{name}")
-    members = {f"./cache/hash-of-{name}": {"system": system, "cache": GEMM},
-               "./ab/cabc.best_config": BEST["ab/cabc.best_config"]}
-    path = tmp_path / "sdxl.cache-raw.tgz"
-    with tarfile.open(path, "w:gz") as tar:
-        for member, content in members.items():
-            data = json.dumps(content).encode()
-            info = tarfile.TarInfo(member)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return str(path)
+    return str(_raw(tmp_path / "sdxl.cache-raw.tgz",
+                    {f"./cache/hash-of-{name}": {"system": system, "cache": GEMM},
+                     "./ab/cabc.best_config": BEST["ab/cabc.best_config"]}))
 
 
 def test_a_raw_tarball_of_a_known_kind_seeds_a_gpu_of_the_same_design(tmp_path, monkeypatch):
