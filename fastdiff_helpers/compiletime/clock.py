@@ -23,7 +23,8 @@ from typing import Any, Iterable
 from ..errors import FastdiffError
 from ..models.presets import BLOG_A100_SECONDS
 from ..models.flux import FLUX_H100_SECONDS
-from ..techniques.autotune import DEFAULT_GRAPH_S, REGIONAL_S, SHAPE_S, WITHOUT_TUNING
+from ..techniques.autotune import (GRAPH_OPS, REGIONAL_S, SECONDS_PER_OP, SHAPE_S,
+                                   WITHOUT_TUNING, graph_ops_of)
 from ..models.meta import gemm_shapes
 from . import clock_gpu
 from .clock_gpu import GPU_WORK
@@ -32,28 +33,11 @@ from .clock_record import RECORDED
 __all__ = ["summarize", "estimate", "course_table"]
 
 # --- the constants (H100 SXM, the course's native sizes, 30 steps) --------------------------
-# A graph's compile and a cache hit's tracing scale with its size: the ops dynamo captures in
-# one call of each full-size part at its native size (fdh.models.meta.graph_ops, counted on
-# meta copies, each in a fresh process: `python -c "from fastdiff_helpers.models.meta import
-# graph_ops; print(graph_ops('sdxl'), graph_ops('sdxl', 'vae'))"`, within a few % of another
-# process's count, which depends on what dynamo traced before)
-GRAPH_OPS = {("sdxl", "denoiser"): 2222, ("sd15", "denoiser"): 839,
-             ("ssd1b", "denoiser"): 1233, ("pixart", "denoiser"): 1165,
-             ("flux", "denoiser"): 3517, ("flux", "vae"): 148}
-VAE_OPS = 149  # the AutoencoderKL decode of the four models the blog ran
-# a new graph: FLUX.1-dev's whole transformer (3517 ops) compiled in 67.4 s in default mode on
-# an H100 (the PyTorch devlog, techniques/autotune.py DEFAULT_GRAPH_S), so about 19 ms an op
-SECONDS_PER_OP = DEFAULT_GRAPH_S / GRAPH_OPS["flux", "denoiser"]
 # a cache hit: dynamo traces the graph again; SDXL's UNet traced in 9.9 s on the H200
 # (results/h200/slot-2026-11-26.md, dynamo's compile times)
 CACHE_HIT_S = 9.9
 CACHE_HIT_PER_OP = CACHE_HIT_S / GRAPH_OPS["sdxl", "denoiser"]
-
-
-def ops(model: str, part: str) -> int:
-    model = "flux" if model.startswith("flux") else model
-    return GRAPH_OPS.get((model, part), VAE_OPS if part == "vae" else
-                         GRAPH_OPS["sdxl", "denoiser"])
+ops = graph_ops_of  # a graph's compile and a cache hit's tracing scale with its ops
 # load + apply of a full-size pipeline on the H100 (results/h100-80gb-hbm3/sdxl/results.jsonl,
 # load_s): 17.3 s the first in a process, 0.9-1.1 s after
 FIRST_LOAD_S, LOAD_S = 17.3, 1.1

@@ -51,8 +51,26 @@ SHAPES_WHERE = "results/h200/slot-2026-11-26.md: 28 SDXL shapes in 347.6 s on an
 # 2026-05). No SDXL default-mode compile has been measured on a GPU yet.
 DEFAULT_GRAPH_S = 67.4
 REGIONAL_S = 9.6  # the same devlog: FLUX.1-dev's transformer compiled regionally
-DEFAULT_GRAPH_WHERE = ("about a minute a graph: FLUX.1-dev's whole transformer compiled in "
-                       "67.4 s on an H100, published; not yet measured for this model")
+# A graph's compile time scales with its size: the ops dynamo captures in one call of each
+# full-size part at its native size (fdh.models.meta.graph_ops, counted on meta copies, each in
+# a fresh process: a count moves a few % with what dynamo traced before in the process)
+GRAPH_OPS = {("sdxl", "denoiser"): 2222, ("sd15", "denoiser"): 839,
+             ("ssd1b", "denoiser"): 1233, ("pixart", "denoiser"): 1165,
+             ("flux", "denoiser"): 3517, ("flux", "vae"): 148}
+VAE_OPS = 149  # the AutoencoderKL decode of the four models the blog ran
+SECONDS_PER_OP = DEFAULT_GRAPH_S / GRAPH_OPS["flux", "denoiser"]  # about 19 ms an op
+
+
+def graph_ops_of(model: str, part: str) -> int:
+    """GRAPH_OPS of a model's part (Flux.1-schnell's are Flux.1-dev's)."""
+    model = "flux" if model.startswith("flux") else model
+    return GRAPH_OPS.get((model, part), VAE_OPS if part == "vae" else
+                         GRAPH_OPS["sdxl", "denoiser"])
+
+
+DEFAULT_GRAPH_WHERE = ("scaled by the graphs' sizes from FLUX.1-dev's whole transformer, "
+                       "compiled in 67.4 s on an H100, published; not yet measured for this "
+                       "model")
 
 ENV = "FASTDIFF_AUTOTUNE"
 _SWITCH: dict[str, bool] = {}
@@ -260,15 +278,19 @@ def compile_line(pipe: Any, mode: str, scope: str, compile_vae: bool, tuning: bo
     if gpu is None:
         return None
     name, sms = gpu
-    model = pipeline_info(pipe)["model"]
+    info = pipeline_info(pipe)
+    model = info["model"]
     what = f"{model}'s {denoiser_name(pipe)}" + (" and VAE decode" if compile_vae else "")
     graphs = 1 + int(compile_vae)
-    wait = graphs * DEFAULT_GRAPH_S
+    wait = sum(graph_ops_of(model, part) * SECONDS_PER_OP
+               for part in ("denoiser", "vae")[:graphs])
     if scope != "full":  # one compile per kind of block, reused for its repeats
         what += f" ({scope}: its blocks)"
-        wait += REGIONAL_S - DEFAULT_GRAPH_S
+        wait = REGIONAL_S + (graph_ops_of(model, "vae") * SECONDS_PER_OP if compile_vae else 0)
+    size = " for the full-size model (the tiny one takes seconds)" if info["weights"] == "tiny" \
+        else ""
     line = (f"compiling {what} with mode={mode!r} at the first call; estimated wait on this "
-            f"{name}: about {wait / 60:.0f} min for {graphs} graph(s) ({DEFAULT_GRAPH_WHERE})")
+            f"{name}: about {wait:.0f} s for {graphs} graph(s){size} ({DEFAULT_GRAPH_WHERE})")
     if tuning:
         line += f", plus the tuning: {tuning_words(pipe, compile_vae, sms)}"
     return line
