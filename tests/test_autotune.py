@@ -119,7 +119,7 @@ def test_switched_on_it_tunes_and_says_what_it_will_tune(monkeypatch, capsys):
 
 def test_under_68_sms_it_says_no_gemm_template_tunes(monkeypatch):
     on_gpu(monkeypatch, L4)
-    words = autotune.tuning_words(tiny(), False, L4[1])
+    words = autotune.tuning_estimate(tiny(), False, L4[1])["words"]
     assert "no GEMM/convolution templates on 58 SMs" in words and "is_big_gpu" in words
 
 

@@ -18,7 +18,7 @@ from ..models.loading import (FastdiffError, default_device, free_memory,
 from ..models.presets import (BLOG_LOADING, DEFAULT_PROMPT, SCHEDULERS, get_spec,
                               published_ladder)
 from ..techniques import apply, current_recipe
-from ..techniques.autotune import blocked, is_tuning_step
+from ..techniques.autotune import step_blocked
 from ..techniques.quantization import select_filter
 from ..techniques.recipe import RecipeError
 from ..techniques.ladders import LADDERS
@@ -122,10 +122,9 @@ def measure_step(spec, name: str, recipe, weights: str, device: str, loading: di
     started = time.perf_counter()
     try:
         adapted.check_device(device)  # hardware this machine lacks (fp8): refused before loading
-        if previous is not None and is_tuning_step(previous, recipe):
-            reason = blocked(adapted, device, spec.key, weights)
-            if reason is not None:
-                raise RecipeError(reason)
+        reason = step_blocked(previous, recipe, device, spec.key, weights)
+        if reason is not None:
+            raise RecipeError(reason)
         pipe = load_pipeline(spec, weights=weights, device=device, verbose=False,
                              dtype=spec.load_dtype, **loading)
         if fail:

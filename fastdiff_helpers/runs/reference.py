@@ -34,7 +34,7 @@ from ..errors import FastdiffError
 from ..models.presets import published_ladder
 from ..models.loading import free_memory
 from ..models.pretrained import resolve_weights
-from ..techniques.autotune import blocked, covers, is_tuning_step
+from ..techniques.autotune import covers, step_blocked
 from ..techniques.ladders import LADDERS
 from ..measure.bench import TunedNotMeasured
 from ..measure.compile_events import events_between, snapshot, tuned
@@ -201,12 +201,12 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
                            f"{len(rest)} left. Continue with: {again}")
                 print(message)
                 return ReferenceOutcome("budget", ran, rest, message, EXIT_BUDGET)
-            if idx and is_tuning_step(LADDERS[ladder][idx - 1][1], recipe):
-                reason = blocked(recipe.for_device(device)[0], device, spec.key, weights)
-                if reason is not None:  # no record: a command with --autotune measures it
-                    print(f"fastdiff: {name!r} left for later: {reason}")
-                    untuned.append(name)
-                    continue
+            reason = step_blocked(LADDERS[ladder][idx - 1][1] if idx else None, recipe,
+                                  device, spec.key, weights)
+            if reason is not None:  # no record: a command with --autotune measures it
+                print(f"fastdiff: {name!r} left for later: {reason}")
+                untuned.append(name)
+                continue
             if rate is None:
                 out.mkdir(parents=True, exist_ok=True)
                 rate = matmul_rate(folder, device)

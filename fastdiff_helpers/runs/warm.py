@@ -14,7 +14,7 @@ from typing import Iterable
 
 from ..models.loading import FastdiffError, free_memory, load_pipeline, resolve_weights
 from ..techniques import apply, current_recipe
-from ..techniques.autotune import blocked, covers, is_tuning_step
+from ..techniques.autotune import covers, step_blocked
 from ..techniques.compile import PARTS, compile_part
 from ..techniques.recipe import RecipeError
 from ..techniques.ladders import LADDERS
@@ -92,8 +92,7 @@ def _warm_step(spec, name, recipe, weights, device, loading, part, call, previou
     adapted, _ = recipe.for_device(device)
     try:
         adapted.check_device(device)
-        reason = (blocked(adapted, device, spec.key, weights)
-                  if previous is not None and is_tuning_step(previous, recipe) else None)
+        reason = step_blocked(previous, recipe, device, spec.key, weights)
         if reason is not None:
             raise RecipeError(reason)
     except RecipeError as exc:  # nothing to warm where the step cannot run

@@ -36,10 +36,6 @@ from .recipe import Recipe, RecipeError
 # coordinate_descent_tuning), and the mode with the same CUDA-graph choice that tunes nothing
 # ("reduce-overhead" sets only triton.cudagraphs; "default" sets nothing).
 WITHOUT_TUNING = {"max-autotune": "reduce-overhead", "max-autotune-no-cudagraphs": "default"}
-# The blog's flags that tune (coordinate descent); its other two (conv_1x1_as_mm,
-# epilogue_fusion=False) change what inductor generates, and go with them (Recipe has one
-# switch for the four: inductor_flags).
-TUNING_FLAGS = ("coordinate_descent_tuning", "coordinate_descent_check_all_directions")
 BIG_GPU_SMS = 68  # torch/_inductor/utils.py, is_big_gpu: fewer SMs, no GEMM/conv templates
 # Measured: SDXL's UNet, bf16, 1024x1024, batch 2, on an H200 with torch 2.11: 28 shapes
 # autotuned in 347.6 s of benchmarking, 4.2 to 40.8 s a shape (results/h200/slot-2026-11-26.md)
@@ -213,11 +209,6 @@ def tuning_estimate(pipe_or_model: Any, compile_vae: bool = True, sms: int = 132
             "words": words}
 
 
-def tuning_words(pipe: Any, compile_vae: bool, sms: int) -> str:
-    """tuning_estimate's words: what max-autotune would tune here, with its estimated cost."""
-    return tuning_estimate(pipe, compile_vae, sms)["words"]
-
-
 def is_tuning_step(before: Recipe, after: Recipe) -> bool:
     """True for a ladder step that adds tuning and nothing else (the course's "+ autotune")."""
     changed = set(after.changes(before))
@@ -239,6 +230,16 @@ def blocked(recipe: Recipe, device: str, model: str, weights: str) -> str | None
             "fdh.set_autotune(True), fdh.course_settings(..., autotune=True) or --autotune)")
 
 
+def step_blocked(previous: Recipe | None, recipe: Recipe, device: str, model: str,
+                 weights: str) -> str | None:
+    """Why a ladder step is not run here: it is autotuning alone on top of `previous` (the
+    ladder's step before) and may not tune on this device (blocked); None otherwise. What
+    run_ladder, reference and warm ask before a step."""
+    if previous is None or not is_tuning_step(previous, recipe):
+        return None
+    return blocked(recipe.for_device(device)[0], device, model, weights)
+
+
 def gate_compile(pipe: Any, mode: str, inductor_flags: bool, compile_vae: bool,
                  recipe: Recipe | None = None) -> tuple[str, bool, str | None]:
     """The (mode, inductor_flags) a compile of `pipe` runs under the rule of this module's
@@ -252,7 +253,7 @@ def gate_compile(pipe: Any, mode: str, inductor_flags: bool, compile_vae: bool,
     name, sms = gpu
     if autotune_enabled():
         return mode, inductor_flags, (f"autotuning is on: compile={mode!r} tunes on this {name}: "
-                                      f"{tuning_words(pipe, compile_vae, sms)}")
+                                      f"{tuning_estimate(pipe, compile_vae, sms)['words']}")
     info = pipeline_info(pipe)
     source = covered_by(info["model"], info["weights"], recipe) if recipe else None
     if source is not None:
@@ -263,7 +264,7 @@ def gate_compile(pipe: Any, mode: str, inductor_flags: bool, compile_vae: bool,
         f"{AUTOTUNE_OFF} ran compile={plain!r} in place of compile={mode!r}"
         + (" and without the blog's inductor flags" if inductor_flags else "")
         + f": fusion and the same CUDA graphs, no tuning (skipped: "
-        f"{tuning_words(pipe, compile_vae, sms)}). Switch it on with fdh.set_autotune(True) "
+        f"{tuning_estimate(pipe, compile_vae, sms)['words']}). Switch it on with fdh.set_autotune(True) "
         "(--autotune), or import a tuning bundle of this GPU (fdh.course_settings does).")
 
 
@@ -292,7 +293,7 @@ def compile_line(pipe: Any, mode: str, scope: str, compile_vae: bool, tuning: bo
     line = (f"compiling {what} with mode={mode!r} at the first call; estimated wait on this "
             f"{name}: about {wait:.0f} s for {graphs} graph(s){size} ({DEFAULT_GRAPH_WHERE})")
     if tuning:
-        line += f", plus the tuning: {tuning_words(pipe, compile_vae, sms)}"
+        line += f", plus the tuning: {tuning_estimate(pipe, compile_vae, sms)['words']}"
     return line
 
 
