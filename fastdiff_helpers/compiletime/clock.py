@@ -16,6 +16,7 @@ an earlier cell is a cache hit later (dynamo traces again, inductor loads).
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -256,3 +257,41 @@ def course_table(sms: int = 132) -> str:
                  f"{_m(sum(n['compile_s'] for n in off['notebooks'].values()))} | | | "
                  f"{_m(on['total_s'])} + coordinate descent |")
     return "\n".join(lines)
+
+
+def counts(notebook: str) -> Counter:
+    """What a notebook's record holds, counted (a test aid)."""
+    c: Counter = Counter()
+    for _, work in _cell_work(notebook):
+        for key, items in work.items():
+            if isinstance(items, list):
+                c[key] += len(items)
+    return c
+
+
+def refresh(folder: str | Path, target: str | Path | None = None) -> Path:
+    """Write clock_record.py from the smoke runs' logs in `folder` (out/clock after a make
+    test: one <notebook>.jsonl each). Returns the file written."""
+    logs = sorted(Path(folder).glob("*.jsonl"))
+    if not logs:
+        raise FastdiffError(f"{folder} holds no <notebook>.jsonl: run the notebooks' smoke test "
+                            "first (make test, or pytest tests/test_notebooks.py -k smoke).")
+    recorded = {f"{log.stem}.ipynb": summarize(read_log(log)) for log in logs}
+    target = Path(target) if target else Path(__file__).with_name("clock_record.py")
+    head = target.read_text().split("RECORDED", 1)[0] if target.exists() else ""
+    lines = ["RECORDED: dict = {"]
+    for notebook, cells in sorted(recorded.items()):  # a cell a line: diffs say which changed
+        lines.append(f"    {notebook!r}: {{")
+        lines += [f"        {cell!r}: {_literal(work)}," for cell, work in cells.items()]
+        lines.append("    },")
+    target.write_text(head + "\n".join(lines) + "\n}\n")
+    return target
+
+
+def _literal(value: Any) -> str:
+    """A Python literal of JSON-like data, on one line, its keys sorted."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {_literal(value[k])}" for k in sorted(value)) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_literal(v) for v in value) + "]"
+    return repr(value)
