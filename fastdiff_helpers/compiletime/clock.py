@@ -16,7 +16,6 @@ an earlier cell is a cache hit later (dynamo traces again, inductor loads).
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -257,16 +256,6 @@ def course_table(sms: int = 132) -> str:
                  f"{_m(sum(n['compile_s'] for n in off['notebooks'].values()))} | | | "
                  f"{_m(on['total_s'])} + coordinate descent |")
     return "\n".join(lines)
-
-
-def counts(notebook: str) -> Counter:
-    """What a notebook's record holds, counted (a test aid)."""
-    c: Counter = Counter()
-    for _, work in _cell_work(notebook):
-        for key, items in work.items():
-            if isinstance(items, list):
-                c[key] += len(items)
-    return c
 
 
 def refresh(folder: str | Path, target: str | Path | None = None) -> Path:
