@@ -16,11 +16,13 @@ from .. import checks
 from ..models.noise import quiet_known_noise
 from ..models.flux import FLUX_H100_WHERE
 from ..models.presets import BLOG_A100_WHERE, get_spec, published_ladder
+from ..models.gpus import gpu_profile
 from ..models.pretrained import check_weights, resolve_weights
 from ..techniques.autotune import autotune_enabled, set_autotune
 from ..compiletime.tuning import import_matching
 from ..results.store import Result, reference_results
 from ..results.tables import format_table
+from .sizing import card_fit
 
 
 # The tiny model's denoising steps outside smoke mode (the CPU story: the notebooks, the
@@ -54,6 +56,10 @@ class CourseSettings:
     max_runs: int | None = None
     # whether compiles may tune on a GPU (techniques/autotune.py): the switch as it stands
     autotune: bool = False
+    # on a GPU: the largest batch that fits at this size (course/sizing.py), and the card's
+    # profile key ("t4", "h100", "other"; None without a GPU)
+    max_batch: int = 1
+    gpu: str | None = None
 
     def bench_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for fdh.benchmark (steps, height, width, runs, warmup, max_runs)."""
@@ -75,7 +81,9 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
     """The parameters cell of every notebook. Smoke mode (FASTDIFF_SMOKE=1 or smoke=True):
     tiny weights on the CPU, 2 steps, 64x64, 2 timed runs. Otherwise the model's native
     resolution and 30 steps, weights="auto" (pretrained, else random on a GPU, else tiny),
-    5 timed runs after 2 warm-ups. "auto" is resolved here and the choice printed; the
+    5 timed runs after 2 warm-ups. On a GPU the size, timed runs and warm-ups are sized for
+    the card (course/sizing.py card_fit: the native size where it fits in half precision, fewer
+    timed runs where an image takes long) and said in one line; what you pass is kept. "auto" is resolved here and the choice printed; the
     tiny model gets its tiny resolution and TINY_STEPS (10) steps: the CPU story, the same in
     the notebooks, the playground and `make demo`.
 
@@ -113,12 +121,19 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
     if device == "cuda":
         import_course_tuning(tuning)
     size = resolution or spec.resolution_for(weights)
+    steps = steps or (2 if smoke else TINY_STEPS if weights == "tiny" else spec.steps)
+    warmup, max_batch, profile = (1 if smoke else 2), 1, None
+    if device == "cuda" and weights != "tiny":  # sized for this card, said in one line
+        profile = gpu_profile()
+        fit = card_fit(profile, spec.key, resolution)
+        print(fit.line(profile, spec.key, steps))
+        size, warmup, max_batch = resolution or fit.size or size, fit.warmup, fit.max_batch
+        runs = runs or fit.runs
     return CourseSettings(
-        model=spec.key, weights=weights, device=device,
-        steps=steps or (2 if smoke else TINY_STEPS if weights == "tiny" else spec.steps),
-        height=size, width=size,
-        runs=runs or (2 if smoke else 5), warmup=1 if smoke else 2, smoke=smoke,
-        max_runs=(runs or 2) if smoke else None, autotune=autotune_enabled())
+        model=spec.key, weights=weights, device=device, steps=steps, height=size, width=size,
+        runs=runs or (2 if smoke else 5), warmup=warmup, smoke=smoke,
+        max_runs=(runs or 2) if smoke else None, autotune=autotune_enabled(),
+        max_batch=max_batch, gpu=profile.key if profile else None)
 
 
 TUNING_ENV = "FASTDIFF_TUNING_DIR"

@@ -16,6 +16,7 @@ from ..errors import FastdiffError
 from .. import checks
 from .build import build_component, build_pipeline
 from .clock_log import record, recording, watch_calls, watch_compiles
+from .fit import check_fits
 from .noise import quiet_known_noise
 from .presets import DEFAULT_PROMPT, MODELS, SCHEDULERS, VAES, ModelSpec, get_spec
 from .pretrained import check_weights, load_pretrained, require_pretrained, resolve_weights
@@ -23,6 +24,7 @@ from .pretrained import check_weights, load_pretrained, require_pretrained, reso
 # the weight dtypes a pipeline loads in (a Recipe's "tf32" is fp32 weights with TF32 math:
 # recipe.WEIGHT_DTYPES maps it here)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -104,6 +106,8 @@ def load_pipeline(model: str | ModelSpec = "sdxl", weights: str = "auto", device
         weights = "pretrained"
     quiet_known_noise()  # before diffusers (and torchao through it) is first imported
     weights = resolve_weights(spec, weights, device, path, verbose)
+    if device.startswith("cuda") and weights != "tiny":  # an out-of-memory said before loading
+        check_fits(spec.key, DTYPE_NAMES[torch_dtype], device)
     if weights == "pretrained":
         require_pretrained(spec, path)  # what is missing, said before any loading
         pipe = load_pretrained(spec, path, torch_dtype, check=False)

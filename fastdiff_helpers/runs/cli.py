@@ -31,6 +31,7 @@ from . import demo
 from .ladder import resolve_ladder, run_ladder
 from .launch import batch_from_args
 from .cli_compile import COMPILE_COMMANDS, UsageError, add_compile_commands
+from .plan import add_plan_command, run_plan
 
 __all__ = ["main", "build_parser"]
 
@@ -176,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     _recipe_flags(batch)
 
     sub.add_parser("env", help="print the environment report")
+    add_plan_command(sub)
     return parser
 
 
@@ -241,6 +243,8 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "env":
             print(env_report(as_text=True))
             return 0
+        if args.command == "plan":
+            return run_plan(args)
         if args.command not in ("tuning", "clock"):
             _check_counts(args)
         if getattr(args, "autotune", False):

@@ -1,8 +1,8 @@
 """Recipe: the toggles of the course, validated on construction, and BASELINE, the course's
 true fp32 baseline. The ladders built from recipes are in ladders.py.
 
-Introduced in 01_baseline.ipynb. Imports nothing of the package but errors.py (techniques
-import it; the code writer, fdh.to_code(recipe), lives above them in codegen.py).
+Introduced in 01_baseline.ipynb. Imports nothing of the package but errors.py and the GPU
+profiles' thresholds (models/gpus.py) (techniques import it; the code writer, fdh.to_code(recipe), lives above them in codegen.py).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any, Callable
 import torch
 
 from ..errors import FastdiffError
+from ..models.gpus import BF16_FROM, FLASH_FROM, FP8_FROM
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16")
 # the weight dtype of each (TF32 is fp32 weights with TF32 math)
@@ -231,20 +232,44 @@ class Recipe:
         if not cuda and self.attention in CUDA_ONLY_ATTENTION:
             raise RecipeError(f"attention={self.attention!r} is a CUDA kernel; on {device} use "
                               "'sdpa' or 'sdpa-math'.")
+        if cuda and self.attention == "sdpa-flash":
+            if capability is None and torch.cuda.is_available():
+                capability = torch.cuda.get_device_capability(device)
+            if capability is not None and tuple(capability) < FLASH_FROM:
+                raise RecipeError(f"attention='sdpa-flash' needs compute capability 8.0+ (torch's "
+                                  "sdp_utils.cpp check_flash_attention_hardware_support: sm80 "
+                                  f"to sm121); this GPU has {tuple(capability)}. Use 'sdpa' "
+                                  "(torch picks memory-efficient attention here) or "
+                                  "'sdpa-efficient'.")
         if self.quantize in FP8:
-            if not cuda or capability is None or capability < (8, 9):
+            if not cuda or capability is None or capability < FP8_FROM:
                 have = f"compute capability {capability}" if cuda else device
                 raise RecipeError(f"{self.quantize} needs a GPU with fp8 tensor cores (compute "
                                   f"capability 8.9+: L4, H100, H200...); this has {have}. Use "
                                   "quantize='int8-dynamic'.")
 
-    def for_device(self, device: str) -> tuple["Recipe", list[str]]:
+    def for_device(self, device: str, capability: tuple[int, int] | None = None
+                   ) -> tuple["Recipe", list[str]]:
         """The recipe this device runs under the policy (class docstring), and a note for each
-        change made: CUDA graphs dropped off CUDA, and on CUDA with a regional scope."""
+        change made: CUDA graphs dropped off CUDA, and on CUDA with a regional scope; bf16 run
+        as fp16 below compute capability 8.0 (`capability`: read from this machine's GPU when
+        not given, e.g. (7, 5) for a T4), where inductor would skip every bf16 graph."""
+        recipe, notes = self, []
         mode, note = compile_mode_for(self.compile, self.compile_scope, str(device))
-        if note is None:
-            return self, []
-        return replace(self, compile=mode), [note]
+        if note is not None:
+            recipe, notes = replace(recipe, compile=mode), [note]
+        if str(device).startswith("cuda") and self.dtype == "bf16" and self.quantize not in FP8:
+            # (fp8 is refused below sm89 by check_device, with its own reason)
+            if capability is None and torch.cuda.is_available():
+                capability = torch.cuda.get_device_capability(device)
+            if capability is not None and tuple(capability) < BF16_FROM:
+                recipe = replace(recipe, dtype="fp16")
+                notes.append(f"dtype='bf16' on compute capability {tuple(capability)}: ran "
+                             "dtype='fp16', the same half precision in the format this GPU's "
+                             "tensor cores have; inductor skips a bf16 graph below 8.0 (torch/"
+                             "_inductor/compile_fx.py _check_triton_bf16_support), so a "
+                             f"compiled bf16 rung would run eager ({POLICY})")
+        return recipe, notes
 
     # -- records ------------------------------------------------------------------------
 

@@ -1,0 +1,117 @@
+"""The course sized for the card it runs on: one policy that course_settings, run_ladder and
+`python -m fastdiff_helpers plan` all ask. For a card (fdh.gpu_profile) and a model: the size,
+steps, timed runs and largest batch that fit; for a recipe, whether it runs as written, runs
+swapped (bf16 as fp16 below sm80), or is skipped, with the reason, before anything loads.
+
+Introduced in 00_setup.ipynb."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..models.fit import fits
+from ..models.gpus import TEMPLATE_SMS, GpuProfile
+from ..models.presets import get_spec
+from ..techniques.recipe import Recipe, RecipeError
+from ..compiletime.clock import image_s
+
+H100_TFLOPS, H100_FP32_TFLOPS = 989.0, 67.0  # the course clock's card (models/gpus.py, clock.py)
+# timed runs a benchmark takes on a GPU: 5 where an image takes under TIMED_S / 5 seconds, fewer
+# on slower cards (never under 2: a median needs them), so a benchmark cell answers in about a
+# minute; one warm-up where an image takes over SLOW_IMAGE_S
+RUNS, MIN_RUNS, TIMED_S, SLOW_IMAGE_S = 5, 2, 60.0, 10.0
+SIZES = (1024, 896, 768, 640, 512)  # what a card too small for the native size tries, in order
+MAX_BATCH = 8
+
+
+def card_image_s(profile: GpuProfile, model: str, kind: str, size: int | None = None) -> float:
+    """Estimated seconds of one image on `profile`: the course clock's H100 figure (clock.image_s)
+    scaled by the datasheets' tensor TFLOPS (fp32: plain FP32 TFLOPS) and by pixels."""
+    spec = get_spec(model)
+    pixels = ((size or spec.resolution) / spec.resolution) ** 2
+    ratio = (H100_FP32_TFLOPS / profile.fp32_tflops if kind == "fp32"
+             else H100_TFLOPS / profile.tflops)
+    return image_s(spec.key, kind) * ratio * pixels
+
+
+@dataclass(frozen=True)
+class CardFit:
+    """What a card gets for a model: size, timed runs, warm-ups, the largest batch that fits at
+    that size in half precision, and whether the fp32 rungs fit (with the estimates)."""
+
+    size: int | None
+    runs: int
+    warmup: int
+    max_batch: int
+    half: str
+    half_need: str
+    fp32_fits: bool
+    fp32_need: str
+
+    def line(self, profile: GpuProfile, model: str, steps: int) -> str:
+        """The one line course_settings prints."""
+        spec = get_spec(model)
+        if self.size is None:
+            return (f"fastdiff: {spec.key} does not fit {profile.name} ({profile.gib:.1f} GiB) "
+                    f"even at {SIZES[-1]} px in {self.half} ({self.half_need}): its cells are "
+                    "skipped on this card; the plan (python -m fastdiff_helpers plan) says "
+                    "which card runs it")
+        swapped = "" if self.half == "bf16" else (" (bf16 runs as fp16 here: inductor compiles "
+                                                  "no bf16 graph below sm80)")
+        smaller = "" if self.size == spec.resolution else f" (native {spec.resolution} does not fit)"
+        fp32 = ("fp32 fits" if self.fp32_fits else "fp32 rungs do not fit and are skipped")
+        return (f"fastdiff: sized for {profile.name} ({profile.gib:.1f} GiB, sm"
+                f"{profile.capability[0]}{profile.capability[1]}, {profile.sms} SMs): "
+                f"{spec.key} at {self.size}x{self.size}{smaller} in {self.half}{swapped} "
+                f"({self.half_need}), {steps} steps, {self.runs} timed runs after "
+                f"{self.warmup} warm-up(s), batch up to {self.max_batch}; {fp32} "
+                f"({self.fp32_need})")
+
+
+def card_fit(profile: GpuProfile, model: str, size: int | None = None) -> CardFit:
+    """The policy for `model` on `profile` (a given `size` is kept, and judged)."""
+    spec = get_spec(model)
+    tried = [size] if size else [s for s in SIZES if s <= spec.resolution] or [spec.resolution]
+    half = profile.half
+    chosen = next((s for s in tried if fits(profile, spec.key, half, s, s)[0]), None)
+    judged = chosen or tried[-1]
+    batch = max([b for b in range(1, MAX_BATCH + 1)
+                 if fits(profile, spec.key, half, judged, judged, b)[0]] or [0])
+    one = card_image_s(profile, spec.key, "half", judged)
+    runs = max(MIN_RUNS, min(RUNS, int(TIMED_S // max(one, 1e-9))))
+    fp32_ok, fp32_need = fits(profile, spec.key, "fp32", judged, judged)
+    return CardFit(size=chosen, runs=runs, warmup=1 if one > SLOW_IMAGE_S else 2,
+                   max_batch=batch, half=half, half_need=fits(profile, spec.key, half, judged,
+                                                              judged)[1],
+                   fp32_fits=fp32_ok, fp32_need=fp32_need)
+
+
+def rung_verdict(profile: GpuProfile, model: str, recipe: Recipe, size: int | None = None,
+                 batch: int = 1) -> tuple[str, Recipe, list[str]]:
+    """("runs" | "swapped" | "skipped", the recipe the card runs, the reasons): the recipe as
+    fdh.apply adapts it on this card (Recipe.for_device with its compute capability), refused
+    where it names hardware the card lacks (Recipe.check_device: fp8 below sm89, flash
+    attention below sm80), skipped where its estimated peak does not fit the card's memory;
+    and a word where max-autotune tunes no GEMM/conv template (under 68 SMs)."""
+    adapted, notes = recipe.for_device("cuda", profile.capability)
+    try:
+        adapted.check_device("cuda", profile.capability)
+    except RecipeError as exc:
+        return "skipped", adapted, [str(exc)]
+    dtype = "fp32" if adapted.dtype in ("fp32", "tf32") else adapted.dtype
+    ok, need = fits(profile, model, dtype, size, size, batch)
+    if not ok:
+        return "skipped", adapted, [no_fit(profile, model, dtype, need)]
+    if adapted.compile and adapted.compile.startswith("max-autotune") and \
+            not profile.gemm_templates:
+        notes.append(f"with autotuning on, max-autotune tunes no GEMM or convolution template "
+                     f"on {profile.sms} SMs "
+                     f"(torch/_inductor/utils.py is_big_gpu needs {TEMPLATE_SMS}): only its "
+                     "pointwise/reduction kernels' configs are searched")
+    return ("swapped" if adapted.dtype != recipe.dtype else "runs"), adapted, notes
+
+
+def no_fit(profile: GpuProfile, model: str, dtype: str, need: str) -> str:
+    """The one wording of a model that does not fit a card (the plan and the ladder say it)."""
+    return f"{model} in {dtype} does not fit {profile.name}: {need} (models/fit.py peak_bytes)"
+

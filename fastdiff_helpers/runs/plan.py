@@ -1,0 +1,135 @@
+"""`python -m fastdiff_helpers plan --gpu t4`: per notebook, on a card, what runs, what is
+swapped or skipped and why, the memory fit, the downloads and the estimated wait, decided by the
+functions the notebooks themselves call (course/sizing.py card_fit and rung_verdict, Recipe's
+policy, models/fit.py), read from the course clock's record of what each cell does
+(compiletime/clock_record.py, with the GPU work of clock_gpu.py).
+
+Introduced in 00_setup.ipynb (README: preparing a workshop)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable
+
+from ..errors import FastdiffError
+from ..models.fit import fits
+from ..models.gpus import PROFILES, GpuProfile, gpu_profile
+from ..compiletime import clock
+from ..compiletime.clock_record import RECORDED
+from ..course.sizing import H100_TFLOPS, card_fit, no_fit, rung_verdict
+from ..techniques.recipe import Recipe
+
+__all__ = ["plan", "plan_table"]
+
+
+def _work(notebook: str) -> tuple[set[tuple[str, str]], list[tuple[str, dict]]]:
+    """The (model, "fp32" | "half") a notebook's cells run, and its compiles (model, recipe)."""
+    runs: set[tuple[str, str]] = set()
+    compiles: list[tuple[str, dict]] = []
+    for _, work in clock._cell_work(notebook):
+        for entry in work.get("benchmarks", []) + work.get("calls", []):
+            runs.add((entry[0], "fp32" if entry[1] == "fp32" else "half"))
+        for model, mode, *_, rid in work.get("compiles", []):
+            # a compile outside fdh.apply (fdh.compile_pipeline) records no recipe: the course
+            # compiles its half-precision pipelines so
+            fields = (json.loads(rid) if rid != "compile_pipeline"
+                      else {"dtype": "bf16", "attention": "sdpa", "compile": mode})
+            if str(fields.get("quant_filter", "")).startswith("callable:"):
+                fields.pop("quant_filter")  # the filter does not change what a card can run
+            compiles.append((model, fields))
+            runs.add((model, "fp32" if fields.get("dtype", "fp32") in ("fp32", "tf32")
+                      else "half"))
+    return runs, compiles
+
+
+def plan(profile: GpuProfile, notebooks: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """One row per notebook: models, "runs" / "swapped" / "skipped" with reasons, the memory
+    fit of each model in each precision it runs, and the estimated wait in minutes (the course
+    clock's H100 estimate, image time scaled by the card's TFLOPS; compile time as the H100's
+    16-core host measured it). Introduced in 00_setup.ipynb."""
+    names = list(notebooks) if notebooks is not None else list(RECORDED)
+    est = clock.estimate(names, sms=profile.sms)
+    rows = []
+    for name in names:
+        runs, compiles = _work(name)
+        swapped, skipped, notes, fit_cells, fitting = [], [], [], [], 0
+        for model, kind in sorted(runs):
+            dtype = "fp32" if kind == "fp32" else profile.half
+            size = card_fit(profile, model).size
+            ok, need = fits(profile, model, dtype, size, size)
+            fit_cells.append(f"{model} {dtype} {need.replace('est. ', '')}")
+            fitting += ok
+            if not ok:
+                skipped.append(no_fit(profile, model, dtype, need))
+            elif kind == "half" and dtype != "bf16":
+                swapped.append(f"{model}: bf16 runs as fp16 (inductor compiles no bf16 graph "
+                               "below sm80)")
+        for model, fields in compiles:
+            status, _, why = rung_verdict(profile, model, Recipe(**fields))
+            if status == "skipped":
+                skipped.extend(w.split(". Use")[0] for w in why)
+            notes.extend(w for w in why if w.startswith("max-autotune"))
+        n = est["notebooks"][name]
+        minutes = (n["compile_s"] + n["tune_s"] + n["load_s"]
+                   + n["images_s"] * H100_TFLOPS / profile.tflops) / 60
+        rows.append({"notebook": name, "models": sorted({m for m, _ in runs}),
+                     "verdict": "skipped" if runs and not fitting else
+                     "partly skipped" if skipped else "swapped" if swapped else "runs",
+                     "swapped": sorted(set(swapped)), "skipped": sorted(set(skipped)),
+                     "notes": sorted(set(notes)), "fit": fit_cells, "minutes": minutes})
+    return rows
+
+
+def plan_table(gpu: str | None = None, notebooks: Iterable[str] | None = None) -> str:
+    """The plan as a Markdown table with its reasons below, for `gpu` (a profile key) or this
+    machine's GPU. Introduced in 00_setup.ipynb."""
+    profile = gpu_profile(gpu)
+    if profile is None:
+        raise FastdiffError(f"This machine has no CUDA GPU: name the card to plan for, one of "
+                            f"{', '.join(PROFILES)} (--gpu t4).")
+    rows = plan(profile, notebooks)
+    can = ", ".join(f"{k}: {'yes' if v else 'no'}" for k, v in profile.can().items())
+    lines = [f"Plan for {profile.name}: {profile.gib:.1f} GiB ({profile.total_source}), "
+             f"sm{profile.capability[0]}{profile.capability[1]}, {profile.sms} SMs; {can}.",
+             "", "| notebook | verdict | est. peak / card (model, dtype) | est. wait (min) |",
+             "|---|---|---|---:|"]
+    reasons: list[str] = []
+    for row in rows:
+        marks = []
+        for text in row["skipped"] + row["swapped"] + row["notes"]:
+            if text not in reasons:
+                reasons.append(text)
+            marks.append(str(reasons.index(text) + 1))
+        mark = f" [{','.join(sorted(set(marks), key=int))}]" if marks else ""
+        lines.append(f"| {row['notebook'].removesuffix('.ipynb')} | {row['verdict']}{mark} | "
+                     f"{'; '.join(row['fit']) or '-'} | {row['minutes']:.0f} |")
+    lines.append(f"| **all** | | | **{sum(r['minutes'] for r in rows):.0f}** |")
+    lines += [""] + [f"[{i}] {text}" for i, text in enumerate(reasons, 1)]
+    lines += ["", "Estimates: peaks from models/fit.py (weights exact, activations scaled from "
+              "SDXL measured on the H100, plus a margin); waits from the course clock (H100, "
+              "empty compile cache, autotuning off), image time scaled by the datasheets' "
+              "TFLOPS; compiles timed on a 16-core host (a 2-core host compiles slower)."]
+    return "\n".join(lines)
+
+
+def add_plan_command(sub) -> None:
+    """`plan [--gpu KEY] [--notebooks NN ...]` on the command line."""
+    cmd = sub.add_parser("plan", help="per notebook, on a card: what runs, what is swapped or "
+                         "skipped and why, memory fit and the estimated wait")
+    cmd.add_argument("--gpu", choices=list(PROFILES), default=None,
+                     help="the card to plan for (default: this machine's GPU)")
+    cmd.add_argument("--notebooks", nargs="+", default=None, metavar="NN",
+                     help="only these notebooks, by number (00 05 ...)")
+
+
+def run_plan(args) -> int:
+    names = None
+    if args.notebooks is not None:
+        by_number = {name[:2]: name for name in RECORDED}
+        unknown = [n for n in args.notebooks if n not in by_number]
+        if unknown:
+            raise FastdiffError(f"--notebooks {' '.join(unknown)}: no such notebook; use "
+                                f"numbers from {min(by_number)} to {max(by_number)}.")
+        names = [by_number[n] for n in args.notebooks]
+    print(plan_table(args.gpu, names))
+    return 0
