@@ -14,6 +14,8 @@ from .models.presets import (BLOG_A100_SECONDS, BLOG_A100_WHERE, BLOG_LOADING, B
 from .models.flux import (FLUX_COMPILE_SECONDS, FLUX_H100_BEST, FLUX_H100_SECONDS,
                           FLUX_H100_WHERE, FLUX_SOURCE)
 from .models.pretrained import choose_weights, resolve_weights
+from .models.gpus import PROFILES as GPU_PROFILES, GpuProfile, gpu_profile
+from .models.fit import peak_bytes
 from .techniques import (apply, capture_denoiser_inputs, compile_part, compile_pipeline,
                          conv1x1_to_linear,
                          current_recipe, count_syncs, fuse_qkv, graph_breaks, quantize,
@@ -59,8 +61,10 @@ from .results.store import (Result, ResultsFormatError, load_results, reference_
 from .course.playground import playground
 from .course.settings import CourseSettings, course_settings, needs_gpu, smoke_mode
 from .course.settings import reference_numbers
+from .course.sizing import card_fit, rung_verdict
 from .runs.batch import read_prompts, run_batch
 from .runs.ladder import run_ladder
+from .runs.plan import plan_table
 from .runs.warm import warm_ladder
 from .runs.launch import format_summary, launch_batch
 

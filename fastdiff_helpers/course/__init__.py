@@ -2,6 +2,8 @@
 
     settings          the parameters cell (smoke mode, fdh.course_settings), GPU-only cells,
                       the reference numbers a notebook quotes
+    sizing            the course sized for the card: size, runs and batch that fit, and
+                      each recipe's verdict (runs, swapped, skipped) with its reason
     playground        fdh.playground(): the ipywidgets panel to try recipes and compare runs
     playground_parts  the playground's controls, phases and small formatters
     nbclean           the pre-save hook of `make lab`: notebooks saved as they are committed

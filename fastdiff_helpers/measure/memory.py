@@ -23,10 +23,12 @@ from ..techniques.recipe import Recipe
 __all__ = ["weight_bytes", "peak_memory", "what_fits", "CARDS", "GIB"]
 
 GIB = 1024 ** 3
-# card memory as sold (GiB; the CUDA context and the allocator take a few hundred MiB of it)
-CARDS = {"8 GB (RTX 3070, RTX 4060)": 8, "12 GB (RTX 3060, RTX 4070)": 12,
-         "16 GB (T4, RTX 4060 Ti 16GB, RTX 4080)": 16, "24 GB (A10G, L4, RTX 3090, RTX 4090)": 24,
-         "48 GB (L40S, RTX 6000 Ada)": 48, "80 GB (A100 80GB, H100)": 80}
+# card memory as sold, in GiB: a "16 GB" card is sold as 16e9 bytes, 14.9 GiB (a T4's driver
+# reports 14.76: models/gpus.py); the CUDA context and the allocator take a few hundred MiB more
+CARDS = {label: gb * 1e9 / 1024 ** 3 for label, gb in (
+    ("8 GB (RTX 3070, RTX 4060)", 8), ("12 GB (RTX 3060, RTX 4070)", 12),
+    ("16 GB (T4, RTX 4060 Ti 16GB, RTX 4080)", 16), ("24 GB (A10G, L4, RTX 3090, RTX 4090)", 24),
+    ("48 GB (L40S, RTX 6000 Ada)", 48), ("80 GB (A100 80GB, H100)", 80))}
 
 
 def _component_bytes(pipe) -> dict[str, int]:

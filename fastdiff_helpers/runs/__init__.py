@@ -10,6 +10,8 @@
     demo              `make demo`: the blog's ladder (on a GPU without autotuning, the
                       course's) with the course's settings, said before and explained after
     demo_explain      what the demo says after its ladder: each step, from what was measured
+    plan              `plan --gpu`: per notebook, on a card, what runs, is swapped or skipped,
+                      memory fit and the estimated wait (the notebooks' own policy)
     cli               `python -m fastdiff_helpers ...`: the command line over all of these
     cli_compile       its compile commands: warm (a part at a time), reference, tuning, clock
 

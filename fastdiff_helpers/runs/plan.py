@@ -68,7 +68,7 @@ def plan(profile: GpuProfile, notebooks: Iterable[str] | None = None) -> list[di
             status, _, why = rung_verdict(profile, model, Recipe(**fields))
             if status == "skipped":
                 skipped.extend(w.split(". Use")[0] for w in why)
-            notes.extend(w for w in why if w.startswith("max-autotune"))
+            notes.extend(w for w in why if "is_big_gpu" in w)
         n = est["notebooks"][name]
         minutes = (n["compile_s"] + n["tune_s"] + n["load_s"]
                    + n["images_s"] * H100_TFLOPS / profile.tflops) / 60

@@ -1,0 +1,121 @@
+"""The course sized for the card (issue 46): one policy that course_settings, fdh.apply's recipe
+adaptation, the load check and `plan` share, checked on the CPU against each profile (the
+card's properties and free memory faked)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fastdiff_helpers as fdh
+from fastdiff_helpers.runs.cli import main
+from fastdiff_helpers.course import sizing
+from fastdiff_helpers.models import fit, gpus
+from fastdiff_helpers.runs import plan as plan_mod
+
+T4, L4, A100, H100 = (gpus.PROFILES[k] for k in ("t4", "l4", "a100-40", "h100"))
+COURSE = dict(fdh.COURSE_LADDER)
+
+
+def test_bf16_runs_as_fp16_below_sm80_and_says_why():
+    recipe, notes = COURSE["+ compile"].for_device("cuda", T4.capability)
+    assert recipe.dtype == "fp16" and recipe.compile == COURSE["+ compile"].compile
+    assert "_check_triton_bf16_support" in notes[-1]
+    assert COURSE["+ compile"].for_device("cuda", A100.capability) == (COURSE["+ compile"], [])
+    # on a CPU nothing is swapped (the tiny model's bf16 runs eager there, by design)
+    assert COURSE["bf16"].for_device("cpu")[0].dtype == "bf16"
+
+
+def test_flash_attention_refused_below_sm80():
+    recipe = fdh.Recipe(dtype="fp16", attention="sdpa-flash")
+    with pytest.raises(fdh.RecipeError, match="check_flash_attention_hardware_support"):
+        recipe.check_device("cuda", T4.capability)
+    recipe.check_device("cuda", A100.capability)
+
+
+def test_rung_verdicts_per_card():
+    """What each card does with the course's ladder, before anything loads."""
+    def verdicts(profile):
+        return {name: sizing.rung_verdict(profile, "sdxl", r)[0] for name, r in COURSE.items()}
+
+    t4 = verdicts(T4)
+    assert t4["fp32, TF32 off"] == "skipped" and t4["+ compile"] == "swapped"
+    assert t4["+ fp8 dynamic"] == "skipped" and t4["+ int8 dynamic"] == "swapped"
+    assert set(verdicts(H100).values()) == {"runs"}
+    a100 = verdicts(A100)
+    assert a100["+ fp8 dynamic"] == a100["+ autotune"] == "skipped"
+    assert {v for k, v in a100.items() if "fp8" not in k and "autotune" not in k} == {"runs"}
+    status, _, why = sizing.rung_verdict(T4, "sdxl", COURSE["fp32, TF32 off"])
+    assert "does not fit Tesla T4" in why[0]
+    # under 68 SMs the autotuning step says that max-autotune tunes no GEMM template there
+    status, _, why = sizing.rung_verdict(L4, "sdxl", COURSE["+ autotune"])
+    assert status == "runs" and any("is_big_gpu" in w for w in why)
+    assert not any("is_big_gpu" in w for w in sizing.rung_verdict(H100, "sdxl",
+                                                                  COURSE["+ autotune"])[2])
+
+
+def test_card_fit_sizes_runs_and_batch():
+    t4, h100 = sizing.card_fit(T4, "sdxl"), sizing.card_fit(H100, "sdxl")
+    assert t4.size == h100.size == 1024 and t4.half == "fp16" and h100.half == "bf16"
+    assert not t4.fp32_fits and h100.fp32_fits
+    assert h100.runs == 5 and h100.warmup == 2 and t4.runs < h100.runs and t4.warmup == 1
+    assert h100.max_batch > t4.max_batch >= 1
+    assert fit.peak_bytes("sdxl", "fp16", 1024, 1024, t4.max_batch) <= T4.total_bytes
+    assert fit.peak_bytes("sdxl", "fp16", 1024, 1024, t4.max_batch + 1) > T4.total_bytes
+    flux = sizing.card_fit(L4, "flux")
+    assert flux.size is None and "does not fit" in flux.line(L4, "flux", 28)
+
+
+def _fake_gpu(monkeypatch, profile, free=None):
+    props = profile.properties()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a, **k: props)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, **k: profile.capability)
+    monkeypatch.setattr(torch.cuda, "mem_get_info",
+                        lambda *a, **k: (profile.total_bytes if free is None else free,
+                                         profile.total_bytes))
+
+
+def test_course_settings_on_a_t4_says_its_sizing(monkeypatch, capsys):
+    _fake_gpu(monkeypatch, T4)
+    monkeypatch.setattr("fastdiff_helpers.course.settings.import_course_tuning", lambda t: [])
+    settings = fdh.course_settings("sdxl", weights="random", smoke=False)
+    said = capsys.readouterr().out
+    assert "sized for Tesla T4" in said and "fp16" in said and "fp32 rungs do not fit" in said
+    assert (settings.device, settings.gpu, settings.height) == ("cuda", "t4", 1024)
+    assert settings.runs == sizing.card_fit(T4, "sdxl").runs < 5 and settings.warmup == 1
+    kept = fdh.course_settings("sdxl", weights="random", smoke=False, runs=7, resolution=768)
+    assert (kept.runs, kept.height) == (7, 768)
+
+
+def test_a_load_that_cannot_fit_is_refused_before_loading(monkeypatch):
+    _fake_gpu(monkeypatch, A100, free=A100.total_bytes - 30 * 2**30)  # a pipeline still alive
+    with pytest.raises(fdh.FastdiffError, match="del pipe; fdh.free_memory"):
+        fit.check_fits("flux", "bf16", "cuda")
+    _fake_gpu(monkeypatch, A100)
+    fit.check_fits("flux", "bf16", "cuda")
+    _fake_gpu(monkeypatch, T4)
+    with pytest.raises(fdh.FastdiffError, match="Nothing was loaded"):
+        fit.check_fits("sdxl", "fp32", "cuda")
+
+
+def test_the_plan_decides_as_the_notebooks_do():
+    """plan() asks rung_verdict and fits, the functions the notebooks' paths call: a notebook
+    whose every model fits runs; fp8 lessons are skipped below sm89; 18 does not fit an L4."""
+    rows = {r["notebook"][:2]: r for r in plan_mod.plan(L4, ["05_torch_compile.ipynb",
+                                                            "12_fp8_hopper.ipynb",
+                                                            "18_flux.ipynb"])}
+    assert rows["18"]["verdict"] == "skipped" and "does not fit NVIDIA L4" in rows["18"]["skipped"][0]
+    assert rows["12"]["verdict"] == "runs" and rows["12"]["minutes"] > 0
+    assert any("is_big_gpu" in n for n in rows["05"]["notes"])
+    a100 = plan_mod.plan(A100, ["12_fp8_hopper.ipynb"])[0]
+    assert a100["verdict"] == "partly skipped" and any("fp8" in s for s in a100["skipped"])
+
+
+def test_plan_command(capsys):
+    assert main(["plan", "--gpu", "t4", "--notebooks", "01", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "Plan for Tesla T4" in out and "| 01_baseline | skipped" in out
+    assert "| 10_gpu_syncs | swapped" in out and "sdxl in fp32 does not fit Tesla T4" in out
+    assert main(["plan", "--gpu", "t4", "--notebooks", "99"]) == 2
+    assert "no such notebook" in capsys.readouterr().err
