@@ -81,7 +81,9 @@ def test_no_import_circle():
 # The model data is three floor modules: the records (spec), the blog's four models (presets)
 # and Flux.1 (flux); presets gathers them into fdh.MODELS.
 FLOOR_DATA = {"models.presets": {"fastdiff_helpers.models.spec", "fastdiff_helpers.models.flux"},
-              "models.flux": {"fastdiff_helpers.models.spec"}}
+              "models.flux": {"fastdiff_helpers.models.spec"},
+              # the recipe's hardware thresholds are the GPU profiles' (one rule, issue 46)
+              "techniques.recipe": {"fastdiff_helpers.models.gpus"}}
 
 
 def test_lower_floors_import_nothing_of_the_package():
@@ -89,7 +91,7 @@ def test_lower_floors_import_nothing_of_the_package():
     (errors.py, which imports nothing) and, for the model data, the other data floors."""
     for name in ("models.presets", "models.spec", "models.flux", "techniques.recipe",
                  "measure.record", "measure.quality", "measure.env", "errors", "results.text",
-                 "models.noise", "measure.compile_events"):
+                 "models.noise", "measure.compile_events", "models.gpus"):
         imported = {t for t, _, _ in _imports(f"fastdiff_helpers.{name}")}
         imported.discard("fastdiff_helpers.errors")
         imported -= FLOOR_DATA.get(name, set())
