@@ -121,6 +121,7 @@ def hf_cache(tmp_path, monkeypatch):
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("FASTDIFF_WEIGHTS_FILE", str(tmp_path / "weights.json"))  # none carried
     monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path))  # read once at import
     return tmp_path
 
@@ -133,7 +134,8 @@ def test_auto_falls_back_when_only_model_index_is_cached(hf_cache):
     weights, why = choose_weights(fdh.MODELS["sdxl"], None, "cpu")
     assert weights == "tiny"
     assert "only partly cached" in why and "unet, text_encoder, text_encoder_2" in why
-    assert choose_weights(fdh.MODELS["sdxl"], None, "cuda")[0] == "random"
+    # on a GPU "auto" stops rather than pick random weights unasked (test_weights_choice.py)
+    assert choose_weights(fdh.MODELS["sdxl"], None, "cuda")[0] == "none"
 
 
 def test_auto_picks_pretrained_when_every_component_is_cached(hf_cache):

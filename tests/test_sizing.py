@@ -76,7 +76,8 @@ def _fake_gpu(monkeypatch, profile, free=None):
                                          profile.total_bytes))
 
 
-def test_course_settings_on_a_t4_says_its_sizing(monkeypatch, capsys):
+def test_course_settings_on_a_t4_says_its_sizing(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("FASTDIFF_WEIGHTS_FILE", str(tmp_path / "weights.json"))
     _fake_gpu(monkeypatch, T4)
     monkeypatch.setattr("fastdiff_helpers.course.settings.import_course_tuning", lambda t: [])
     settings = fdh.course_settings("sdxl", weights="random", smoke=False)

@@ -17,7 +17,7 @@ from ..models.noise import quiet_known_noise
 from ..models.flux import FLUX_H100_WHERE
 from ..models.presets import BLOG_A100_WHERE, get_spec, published_ladder
 from ..models.gpus import gpu_profile
-from ..models.pretrained import check_weights, resolve_weights
+from ..models.pretrained import check_weights, course_weights
 from ..techniques.autotune import autotune_enabled, set_autotune
 from ..compiletime.tuning import import_matching
 from ..results.store import Result, reference_results
@@ -80,10 +80,11 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
                     tuning: str | Path | None = None) -> CourseSettings:
     """The parameters cell of every notebook. Smoke mode (FASTDIFF_SMOKE=1 or smoke=True):
     tiny weights on the CPU, 2 steps, 64x64, 2 timed runs. Otherwise the model's native
-    resolution and 30 steps, weights="auto" (pretrained, else random on a GPU, else tiny),
+    resolution and 30 steps, weights="auto" (fdh.choose_weights: on a GPU never random unasked),
     5 timed runs after 2 warm-ups. On a GPU the size, timed runs and warm-ups are sized for
     the card (course/sizing.py card_fit: the native size where it fits in half precision, fewer
-    timed runs where an image takes long) and said in one line; what you pass is kept. "auto" is resolved here and the choice printed; the
+    timed runs where an image takes long) and said in one line; what you pass is kept.
+    "auto" is resolved here and the choice printed; the
     tiny model gets its tiny resolution and TINY_STEPS (10) steps: the CPU story, the same in
     the notebooks, the playground and `make demo`.
 
@@ -115,7 +116,7 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
     smoke = smoke_mode() if smoke is None else smoke
     device = "cpu" if smoke or not torch.cuda.is_available() else "cuda"
     weights = weights or ("tiny" if smoke else "auto")
-    weights = resolve_weights(spec, weights, device)  # "auto" decided once, for every cell
+    weights = course_weights(spec, weights, device)  # decided once, carried on a GPU
     if autotune is not None:
         set_autotune(autotune)
     if device == "cuda":

@@ -5,7 +5,9 @@
                 blog's published figures and loading choices (the blog's four here)
     flux        Flux.1 (dev and schnell): configs and the published figures of its ladder
     build       pipelines built in code: the full-size architecture with random weights, or tiny
-    pretrained  pretrained weights: are they here, what weights="auto" picks, safetensors only
+    pretrained  pretrained weights: are they here (a gated repository: may this token in?),
+                what weights="auto" picks (never random unasked on a GPU), safetensors only
+    weights_choice  the weights a parameters cell chose on a GPU, carried to later notebooks
     loading     load_pipeline (one path for the three weight sources), the pipeline's record
                 (pipeline_info), the arguments of a call (call_kwargs), free_memory
     gpus        the GPUs workshops get, as data: memory, SMs, compute capability, and

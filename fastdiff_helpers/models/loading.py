@@ -79,7 +79,9 @@ def load_pipeline(model: str | ModelSpec = "sdxl", weights: str = "auto", device
     weights: "pretrained" (hub id, or `path`, safetensors only), "random" (full-size
     architecture, seeded random weights, built on the meta device and initialised on
     `device`; device="meta" allocates nothing), "tiny" (small configs for CPUs) or "auto"
-    (pretrained if available, else random on a GPU, else tiny; prints its choice).
+    (prints its choice: fdh.choose_weights; on a CPU pretrained if available, else tiny; on
+    a GPU the choice a parameters cell carried, else pretrained, else a FastdiffError saying
+    what to do: never random weights unasked).
     vae: None (the pipeline's own) or "fp16-fix" (madebyollin/sdxl-vae-fp16-fix: its weights
     when pretrained, its config otherwise), the VAE diffusion-fast used for SDXL and SSD-1B.
     scheduler: None (the pipeline's own) or "dpm-solver" (DPMSolverMultistepScheduler from the

@@ -1,5 +1,15 @@
-"""Pretrained weights: is a model available (local folder, hub cache, reachable hub), which
-weight source "auto" picks, and from_pretrained with safetensors only.
+"""Pretrained weights: are they here (a local folder, the hub cache, a reachable hub whose
+gate lets this machine's token in), which weight source "auto" picks, and from_pretrained with
+safetensors only.
+
+The rule of weights="auto" (choose_weights):
+- on a CPU: pretrained when available, else the tiny model (as CI's smoke mode and `make demo`);
+- on a GPU: the choice a parameters cell carried (models/weights_choice.py) wins: "random" (asked
+  for by name in fdh.course_settings) gives random weights, said loudly each time; "pretrained"
+  gives pretrained weights, or stops when they are not available. Without a carried choice:
+  pretrained when available, else it stops. It never picks random weights on its own: it stops
+  with a FastdiffError saying why and what to do (reconnect, `hf download`, get access to a
+  gated repository, or weights="random" by name).
 
 Introduced in 00_setup.ipynb. huggingface_hub and diffusers are imported inside the functions
 (cost at import; see build.py).
@@ -8,6 +18,7 @@ Introduced in 00_setup.ipynb. huggingface_hub and diffusers are imported inside 
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 import torch
@@ -15,8 +26,11 @@ import torch
 from ..errors import FastdiffError
 from .. import checks
 from .presets import ModelSpec, get_spec
+from .weights_choice import CARRIED, carried_choice, carry_choice, weights_file
 
 WEIGHTS = ("auto", "pretrained", "random", "tiny")
+HUB_TIMEOUT_S = 5  # each question to the hub (model_info, the gate's access check)
+NOISE = "real speed, memory and FLOPs; every image is noise"
 
 
 def _hub_offline() -> bool:
@@ -24,11 +38,20 @@ def _hub_offline() -> bool:
 
 
 def pretrained_status(spec: ModelSpec, path: str | None = None) -> tuple[bool, str]:
-    """(available, why): a local pipeline folder, the local hub cache, or a reachable hub."""
+    """(available, why): a local pipeline folder, the local hub cache, or a reachable hub that
+    lets this machine's token download the weights (a gated repository says "gated: needs
+    access" when it does not)."""
+    ok, why, _ = _status(spec, path)
+    return ok, why
+
+
+def _status(spec: ModelSpec, path: str | None) -> tuple[bool, str, str | None]:
+    """pretrained_status, and the repository's gate ("auto" or "manual") when the token is not
+    let in, else None."""
     if path is not None:
         if os.path.isfile(os.path.join(path, "model_index.json")):
-            return True, f"local pipeline folder {path}"
-        return False, f"{path} is not a pipeline folder (no model_index.json)"
+            return True, f"local pipeline folder {path}", None
+        return False, f"{path} is not a pipeline folder (no model_index.json)", None
     from huggingface_hub import try_to_load_from_cache
 
     cached = try_to_load_from_cache(spec.hub_id, "model_index.json")
@@ -36,21 +59,77 @@ def pretrained_status(spec: ModelSpec, path: str | None = None) -> tuple[bool, s
     if isinstance(cached, str):
         missing = _uncached_weights(spec, os.path.dirname(cached))
         if not missing:
-            return True, f"{spec.hub_id} is in the local Hugging Face cache"
+            return True, f"{spec.hub_id} is in the local Hugging Face cache", None
         partly = (f"{spec.hub_id} is only partly cached (model_index.json, but no safetensors "
                   f"weights for {', '.join(missing)})")
     if _hub_offline():
-        return False, partly or f"{spec.hub_id} is not cached and HF_HUB_OFFLINE is set"
+        return False, partly or f"{spec.hub_id} is not cached and HF_HUB_OFFLINE is set", None
     from huggingface_hub import model_info
 
     try:
-        model_info(spec.hub_id, timeout=5)
+        info = model_info(spec.hub_id, timeout=HUB_TIMEOUT_S)
     except Exception as exc:  # any network or hub failure means: not reachable now
         return False, (partly or f"{spec.hub_id} is not cached") + \
-            f" and the hub is unreachable ({type(exc).__name__})"
+            f" and the hub is unreachable ({type(exc).__name__})", None
+    # ModelInfo.gated: False, "auto" or "manual" (huggingface_hub/hf_api.py, ModelInfo); a gated
+    # repository answers model_info to anyone, its files only to a token that was let in
+    gated = getattr(info, "gated", None) or None
+    if gated:
+        access, said = _gate_access(spec.hub_id)
+        where = partly or f"{spec.hub_id} is not cached"
+        if access is None:
+            return False, f"{where} and the hub did not answer its access check ({said})", None
+        if not access:
+            return False, (f"{spec.hub_id} is gated: needs access ({gated} approval; {said})"
+                           + (f"; {partly}" if partly else "")), gated
+    let_in = " (gated: the token here has access)" if gated else ""
     if partly:
-        return True, f"{partly}; the hub is reachable, from_pretrained downloads the rest"
-    return True, f"{spec.hub_id} is reachable on the Hugging Face hub"
+        return True, (f"{partly}; the hub is reachable{let_in}, from_pretrained downloads "
+                      "the rest"), None
+    return True, f"{spec.hub_id} is reachable on the Hugging Face hub{let_in}", None
+
+
+def _gate_access(hub_id: str) -> tuple[bool | None, str]:
+    """Whether this machine's token may download the gated `hub_id` (True, False, or None when
+    the hub did not answer), and in words. huggingface_hub's auth_check (hf_api.py,
+    HfApi.auth_check) returns None with access and raises GatedRepoError without it
+    (utils/_http.py, hf_raise_for_status: X-Error-Code "GatedRepo"), or RepositoryNotFoundError
+    for a request without a valid token (the hub's 401, same function); GatedRepoError is a
+    RepositoryNotFoundError (errors.py). It takes no timeout and its client has none
+    (utils/_http.py, default_client_factory: timeout=None): it is asked in a thread, waited for
+    HUB_TIMEOUT_S seconds."""
+    from huggingface_hub import auth_check, get_token
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    answer: list[BaseException | None] = []
+
+    def ask() -> None:
+        try:
+            auth_check(hub_id)
+            answer.append(None)
+        except Exception as exc:  # kept, judged below
+            answer.append(exc)
+
+    thread = threading.Thread(target=ask, name="fastdiff-auth-check", daemon=True)
+    thread.start()
+    thread.join(HUB_TIMEOUT_S)
+    if not answer:
+        return None, f"no answer in {HUB_TIMEOUT_S} s"
+    if answer[0] is None:
+        return True, "the token here has access"
+    if not isinstance(answer[0], RepositoryNotFoundError):
+        return None, type(answer[0]).__name__
+    token = ("no Hugging Face token on this machine" if get_token() is None else
+             "the token on this machine has no access" if isinstance(answer[0], GatedRepoError)
+             else "the token on this machine was refused")
+    return False, token
+
+
+def gate_todo(hub_id: str, gated: str | None = None) -> str:
+    """How to get into a gated repository, said before any download."""
+    wait = (" and wait for its authors to approve the request" if gated == "manual" else "")
+    return (f"accept its licence on https://huggingface.co/{hub_id} (logged in){wait}, then "
+            "`hf auth login` or set HF_TOKEN to a token of that account")
 
 
 def _uncached_weights(spec: ModelSpec, snapshot: str) -> list[str]:
@@ -70,22 +149,24 @@ def _uncached_weights(spec: ModelSpec, snapshot: str) -> list[str]:
 
 def require_pretrained(spec: ModelSpec, path: str | None) -> None:
     """Refuse, before any loading, pretrained weights that are not there, saying what to do."""
-    ok, why = pretrained_status(spec, path)
+    ok, why, gated = _status(spec, path)
     if not ok:
         if path is not None:
             raise FastdiffError(f"Cannot load {spec.key!r} from {path!r}: {why}. Pass a folder "
                                 "written by pipe.save_pretrained() or by `hf download "
                                 f"{spec.hub_id} --local-dir DIR`.")
         local = "" if checks.in_command_line() else f" (or pass {checks.arg('path')} a local copy)"
+        fetch = (f"To get access: {gate_todo(spec.hub_id, gated)}; then run this again" if gated
+                 else f"On a machine with network run `hf download {spec.hub_id}`{local}")
         raise FastdiffError(
-            f"Pretrained weights for {spec.key!r} are not available: {why}. On a machine with "
-            f"network run `hf download {spec.hub_id}`{local}, or use "
+            f"Pretrained weights for {spec.key!r} are not available: {why}. {fetch}, or use "
             f"{checks.arg('weights', 'random')} (full-size architecture, random weights: real "
             f"speed and memory) or {checks.arg('weights', 'tiny')} (small CPU model).")
 
 
 def load_pretrained(spec: ModelSpec, path: str | None, dtype: torch.dtype, check: bool = True):
     import diffusers
+    from huggingface_hub.errors import GatedRepoError
 
     if check:  # load_pipeline checked already
         require_pretrained(spec, path)
@@ -96,6 +177,11 @@ def load_pretrained(spec: ModelSpec, path: str | None, dtype: torch.dtype, check
     try:
         return cls.from_pretrained(path or spec.hub_id, **kwargs)
     except OSError as exc:
+        # diffusers re-raises a refused gate as an EnvironmentError from it
+        # (pipelines/pipeline_utils.py, DiffusionPipeline.download)
+        if isinstance(exc, GatedRepoError) or isinstance(exc.__cause__, GatedRepoError):
+            raise FastdiffError(f"{spec.hub_id} is gated and the hub refused this machine's "
+                                f"token: {gate_todo(spec.hub_id)}.") from None
         raise FastdiffError(f"Loading {spec.key!r} from {path or spec.hub_id} failed: {exc}. "
                             "Only safetensors weights are loaded; check the folder holds "
                             "*.safetensors files for every component.") from None
@@ -109,24 +195,62 @@ def check_weights(weights: str) -> str:
 
 def resolve_weights(model: str | ModelSpec, weights: str, device: str,
                     path: str | None = None, verbose: bool = True) -> str:
-    """`weights` itself, or for "auto" the source choose_weights picks, printing why."""
+    """`weights` itself, or for "auto" the source choose_weights picks, printing why (random
+    weights always, whatever `verbose`); where "auto" stops (on a GPU without the pretrained
+    weights and without random weights asked for) a FastdiffError says why and what to do."""
     check_weights(weights)
     if weights != "auto":
         return weights
     spec = get_spec(model)
     weights, why = choose_weights(spec, path, device)
-    if verbose:
+    if weights == "none":
+        raise FastdiffError(f"No weights for {spec.key!r} on this GPU: {why}.")
+    if weights == "random":
+        print(f"fastdiff: weights='random' for {spec.key}: RANDOM WEIGHTS ({why})")
+    elif verbose:
         print(f"fastdiff: weights='{weights}' for {spec.key} ({why})")
     return weights
 
 
 def choose_weights(spec: ModelSpec, path: str | None, device: str) -> tuple[str, str]:
-    """What weights="auto" picks for `spec` on `device`, and why: pretrained when the weights
-    are at `path`, in the local Hugging Face cache or reachable, else random on a GPU, else
-    tiny. Introduced in 00_setup.ipynb."""
-    ok, why = pretrained_status(spec, path)
+    """What weights="auto" picks for `spec` on `device`, and why: on a CPU pretrained when the
+    weights are at `path`, in the local Hugging Face cache or reachable (and a gated
+    repository lets this machine's token in), else tiny; on a GPU the choice a parameters cell
+    carried ("random" asked for by name, or "pretrained"), else pretrained when available,
+    else "none": "auto" stops there, and why says what to do. Introduced in 00_setup.ipynb."""
+    carried = carried_choice(spec.key) if path is None and device.startswith("cuda") else None
+    if carried and carried["weights"] == "random":  # asked for by name: no hub question
+        return "random", (f"asked for in a parameters cell on {carried['when']}, carried in "
+                          f"{weights_file()}: {NOISE}; for the pretrained weights put "
+                          f"{checks.arg('weights', 'pretrained')} in the parameters cell")
+    ok, why, gated = _status(spec, path)
     if ok:
         return "pretrained", why
-    if device.startswith("cuda"):
-        return "random", f"{why}; on a GPU the full-size architecture with random weights"
-    return "tiny", f"{why}; no GPU, so the tiny model"
+    if not device.startswith("cuda"):
+        return "tiny", f"{why}; no GPU, so the tiny model"
+    before = (f"a parameters cell chose pretrained weights for {spec.key} on "
+              f"{carried['when']}, and they are not here now; " if carried else "")
+    fetch = (gate_todo(spec.hub_id, gated) if gated else
+             ("unset HF_HUB_OFFLINE and reconnect" if _hub_offline() else "reconnect")
+             + f", or run `hf download {spec.hub_id}` (here, or on a machine with network "
+             "and copy its Hugging Face cache)")
+    return "none", (f"{why}; {before}on a GPU \"auto\" stops rather than pick random weights: "
+                    f"{fetch}, then run the cell again; or ask for random weights by name, "
+                    f"{checks.arg('weights', 'random')} ({NOISE})")
+
+
+def course_weights(model: str | ModelSpec, weights: str, device: str) -> str:
+    """course_settings' weights: resolve_weights' choice; on a GPU, pretrained or random
+    weights are carried to the later notebooks (models/weights_choice.py), and random weights
+    asked for by name are said loudly."""
+    spec = get_spec(model)
+    chosen = resolve_weights(spec, weights, device)
+    if not device.startswith("cuda") or chosen not in CARRIED:
+        return chosen
+    if weights == "random":
+        print(f"fastdiff: weights='random' for {spec.key}, as asked: RANDOM WEIGHTS, {NOISE}. "
+              f"Carried to the later notebooks ({weights_file()}): their weights='auto' for "
+              f"{spec.key} is random too, until a parameters cell asks for "
+              f"{checks.arg('weights', 'pretrained')}")
+    carry_choice(spec.key, chosen, "asked for by name" if weights != "auto" else "auto: available")
+    return chosen

@@ -1,0 +1,82 @@
+"""The weights a parameters cell chose on a GPU, per model, carried to the later notebooks.
+
+Each notebook is its own kernel process: what `fdh.course_settings` chose there ("pretrained",
+or "random" asked for by name) is kept in one small JSON file, read back by weights="auto" in
+every later notebook and process (models/pretrained.py decides with it). The file is
+$FASTDIFF_WEIGHTS_FILE, else ~/.cache/fastdiff/weights.json (beside the course's compile cache,
+techniques/compile_cache.py): per user and machine, as the Hugging Face cache is. It is written
+whole into a temporary file of the same folder and moved over the old one (os.replace), so a
+kernel that reads it meanwhile sees the old choices or the new, never half a file. Only a
+GPU's choices are kept: on a CPU "auto" decides as it always did (pretrained, else tiny).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+WEIGHTS_FILE_ENV = "FASTDIFF_WEIGHTS_FILE"
+CARRIED = ("pretrained", "random")  # the choices a later notebook's "auto" reads back
+
+
+def weights_file() -> Path:
+    """Where the course's weight choices are carried: $FASTDIFF_WEIGHTS_FILE, else
+    ~/.cache/fastdiff/weights.json."""
+    named = os.environ.get(WEIGHTS_FILE_ENV, "").strip()
+    return Path(named) if named else Path.home() / ".cache" / "fastdiff" / "weights.json"
+
+
+def carried_choices() -> dict[str, dict]:
+    """{model: {"weights", "why", "when"}} as the file holds them; {} when there is none. A
+    file that is not what this module writes counts as none (said once, by its path)."""
+    path = weights_file()
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        print(f"fastdiff: the carried weight choices in {path} cannot be read "
+              f"({type(exc).__name__}): ignored; delete the file to start afresh")
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {model: entry for model, entry in data.items()
+            if isinstance(entry, dict) and entry.get("weights") in CARRIED}
+
+
+def carried_choice(model: str) -> dict | None:
+    """The choice carried for `model` ({"weights", "why", "when"}), or None."""
+    return carried_choices().get(model)
+
+
+def carry_choice(model: str, weights: str, why: str) -> bool:
+    """Keep `weights` as the course's choice for `model`, for the later notebooks. Returns
+    whether the file now holds it (a folder that cannot be written is said, not raised: the
+    parameters cell still runs, and the next notebook decides afresh)."""
+    if weights not in CARRIED:
+        raise ValueError(f"only {CARRIED} are carried, not {weights!r}")
+    choices = carried_choices()
+    if choices.get(model, {}).get("weights") == weights:
+        return True  # the first choice's date and reason stay
+    choices[model] = {"weights": weights, "why": why, "when": time.strftime("%Y-%m-%d %H:%M")}
+    path = weights_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(prefix=".weights-", suffix=".json", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump(choices, fh, indent=1, sort_keys=True)
+                fh.write("\n")
+            os.replace(temporary, path)  # atomic on one file system (POSIX rename)
+        except BaseException:
+            os.unlink(temporary)
+            raise
+    except OSError as exc:
+        print(f"fastdiff: could not carry weights={weights!r} for {model} to the later "
+              f"notebooks ({type(exc).__name__}: {exc}); set {WEIGHTS_FILE_ENV} to a file in "
+              "a folder you can write")
+        return False
+    return True
