@@ -12,6 +12,7 @@ import dataclasses
 from typing import Any
 
 from ..models.clock_log import recipe_id
+from ..models.gpus import PROFILES
 from ..techniques.autotune import is_tuning_step, tunes
 from ..techniques.ladders import LADDERS
 from ..techniques.recipe import Recipe
@@ -33,7 +34,7 @@ def run(model: str, recipe: Recipe, benchmarks: int = 1, calls: int = 0, profile
         frames: int | None = None, load: bool = True) -> dict[str, Any]:
     """A fresh pipeline with `recipe`: loaded, compiled (its parts first called here, plus
     `frames` beyond them: recompiles), benchmarked and called."""
-    gpu = recipe.for_device("cuda")[0]
+    gpu = recipe.for_device("cuda", PROFILES["h100"].capability)[0]  # the clock's card
     work: dict[str, Any] = {"loads": [model] if load else [], "compiles": [], "frames": 0,
                             "benchmarks": [[model, _kind(gpu), profile]] * benchmarks,
                             "calls": [[model, _kind(gpu)]] * calls}

@@ -29,6 +29,7 @@ import torch
 
 from ..models.clock_log import recipe_id, record as clock_record
 from ..models.loading import get_denoiser, pipeline_info
+from ..models.gpus import PROFILES
 from ..models.meta import gemm_shapes
 from .recipe import Recipe, RecipeError
 
@@ -303,7 +304,9 @@ def record_for_clock(pipe: Any, gpu_mode: str, scope: str, compile_vae: bool,
     compile is on a GPU: fdh.apply's recipe as a GPU would run it, else the mode asked for."""
     info = pipeline_info(pipe)
     asked = info.get("asked")
-    on_gpu = asked.for_device("cuda")[0] if asked is not None else None
+    # as the course clock's card (an H100) runs it, whatever this machine is
+    on_gpu = (asked.for_device("cuda", PROFILES["h100"].capability)[0] if asked is not None
+              else None)
     mode = on_gpu.compile if on_gpu is not None else gpu_mode
     clock_record({"event": "compile", "model": info["model"], "mode": mode, "scope": scope,
                   "vae": compile_vae,
