@@ -6,7 +6,7 @@ HASH_FILE := $(VENV)/.requirements.sha256
 # each run of make demo gets its own folder (a second run never mixes with the first)
 DEMO_OUT ?= out/demo/$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: venv demo test lab browser-deps clean wheelhouse
+.PHONY: venv demo test lab nbfilter browser-deps clean wheelhouse
 
 venv:
 	@h=$$(cat requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1); \
@@ -47,14 +47,35 @@ test: venv browser-deps
 # every page otherwise) with no, as does news_url=None on the server; Settings can change it.
 LAB_IP ?= 127.0.0.1
 LAB_PORT ?= 8888
-# fastdiff_helpers.course.nbclean.pre_save saves the course's notebooks as they are committed (no
-# outputs), so running them leaves `git status` clean.
-lab: venv
+# A notebook run and saved keeps its outputs in its file; git stores it without them (nbfilter),
+# and the post-save hook keeps `git status` clean while only outputs changed (course/nbclean.py).
+lab: venv nbfilter
 	$(VENV)/bin/jupyter lab --no-browser --ip $(LAB_IP) --port $(LAB_PORT) \
 		--LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
 		--LabApp.app_settings_dir=$(CURDIR)/tools/jupyterlab \
-		--ContentsManager.pre_save_hook=fastdiff_helpers.course.nbclean.pre_save \
+		--ContentsManager.post_save_hook=fastdiff_helpers.course.nbclean.post_save \
 		$$([ "$$(id -u)" = 0 ] && echo --allow-root) notebooks/
+
+# .gitattributes sends notebooks/*.ipynb through the filter fastdiff-notebook; this defines it in
+# the clone's git config (a clone never gets config from upstream): `git add` stores a notebook
+# cleaned by fastdiff_helpers/course/nbclean.py (python3 and its standard library, no .venv),
+# `git diff` compares through it. `required`: a notebook the filter cannot read stops `git add`
+# instead of going in as it is; a required filter also needs a smudge command, else every
+# checkout of a notebook fails (git's convert.c), so `cat` writes it out as stored. Only at the
+# top of a git work tree; idempotent.
+NBFILTER_CLEAN := $(PYTHON) fastdiff_helpers/course/nbclean.py
+nbfilter:
+	@if command -v git >/dev/null && cdup=$$(git rev-parse --show-cdup 2>/dev/null) && \
+		[ -z "$$cdup" ] && [ "$$(git rev-parse --is-inside-work-tree)" = true ]; then \
+		if [ "$$(git config --get filter.fastdiff-notebook.clean)" != "$(NBFILTER_CLEAN)" ] || \
+			[ "$$(git config --get filter.fastdiff-notebook.smudge)" != cat ] || \
+			[ "$$(git config --type=bool --get filter.fastdiff-notebook.required)" != true ]; then \
+			git config filter.fastdiff-notebook.clean "$(NBFILTER_CLEAN)" && \
+			git config filter.fastdiff-notebook.smudge cat && \
+			git config filter.fastdiff-notebook.required true && \
+			echo "fastdiff: git now stores notebooks/*.ipynb without outputs; your files keep them"; \
+		fi; \
+	fi
 
 # Wheels for an offline GPU machine that has its own torch (README: "On an offline GPU machine").
 # HAVE: that machine's `python3 -m pip freeze` file, or a list "torch==2.11.0 ..."; needs only

@@ -294,29 +294,32 @@ def test_the_python_block_runs_as_written(scratch):
         assert "ran compile='max-autotune-no-cudagraphs'" in done.stdout  # the policy, said
 
 
-def test_make_lab_asks_no_news_question_and_saves_notebooks_clean(tmp_path):
+def test_make_lab_asks_no_news_question_and_keeps_the_participants_outputs(tmp_path):
     """Issue 24: JupyterLab asked "Would you like to get notified about official Jupyter news?"
     in a pop-up over every page (its announcements plugin asks while the setting fetchNews is
-    "none"), and running the notebooks left them modified in `git status` (JupyterLab saves
-    outputs; it autosaves every two minutes). `make lab` gives JupyterLab
-    tools/jupyterlab/overrides.json, which answers "false", and the server a pre-save hook
-    (fastdiff_helpers.course.nbclean.pre_save) that saves the course's notebooks as committed. The
-    server is started with the recipe's own flags (not through make, which would first check
-    .venv) on a copy of the notebooks, and asked through its REST API as JupyterLab does."""
+    "none"); `make lab` gives JupyterLab tools/jupyterlab/overrides.json, which answers "false".
+    Issue 46: a pre-save hook then saved the course's notebooks without outputs, so a browser
+    reload lost a participant's results. Now the file keeps them, git stores the notebook clean
+    (the filter of `make nbfilter`, tests/test_nbclean.py) and the post-save hook
+    (fastdiff_helpers.course.nbclean.post_save) keeps `git status` clean. The server is started
+    with the recipe's own flags (not through make, which would first check .venv) on a clone-like
+    copy, and asked through its REST API as JupyterLab does."""
     import json
     import signal
     import socket
     import time
     import urllib.request
 
-    recipe = re.search(r"^lab: venv\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M)[1]
+    from test_nbclean import course_clone, git
+
+    recipe = re.search(r"^lab: venv nbfilter\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(),
+                       re.M)[1]
     flags = ["--LabApp.news_url=None",
              "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
              "--LabApp.app_settings_dir=$(CURDIR)/tools/jupyterlab",
-             "--ContentsManager.pre_save_hook=fastdiff_helpers.course.nbclean.pre_save"]
-    assert all(flag in recipe for flag in flags), recipe
-    served = tmp_path / "notebooks"
-    shutil.copytree(ROOT / "notebooks", served)
+             "--ContentsManager.post_save_hook=fastdiff_helpers.course.nbclean.post_save"]
+    assert all(flag in recipe for flag in flags) and "pre_save_hook" not in recipe, recipe
+    served = course_clone(tmp_path) / "notebooks"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -360,6 +363,9 @@ def test_make_lab_asks_no_news_question_and_saves_notebooks_clean(tmp_path):
     defaults = {k: v.get("default") for k, v in settings["schema"]["properties"].items()}
     assert defaults["fetchNews"] == "false" and defaults["checkForUpdates"] is False
     assert settings["raw"] in ("{}", {}, "")  # no user choice: the page asks nothing
-    committed = (ROOT / "notebooks" / "00_setup.ipynb").read_bytes()
-    assert (served / "00_setup.ipynb").read_bytes() == committed  # git status: clean
-    assert "hello" in (served / "00_setup-Copy1.ipynb").read_text()  # a copy keeps its outputs
+    assert "hello" in (served / "00_setup.ipynb").read_text()  # the participant's file keeps it
+    assert "hello" in (served / "00_setup-Copy1.ipynb").read_text()  # and so does a copy
+    repo = served.parent
+    assert git(repo, "status", "--porcelain").stdout == "?? notebooks/00_setup-Copy1.ipynb\n"
+    committed = (ROOT / "notebooks" / "00_setup.ipynb").read_text(encoding="utf-8")
+    assert git(repo, "show", ":notebooks/00_setup.ipynb").stdout == committed  # what git stores

@@ -6,7 +6,8 @@
                       each recipe's verdict (runs, swapped, skipped) with its reason
     playground        fdh.playground(): the ipywidgets panel to try recipes and compare runs
     playground_parts  the playground's controls, phases and small formatters
-    nbclean           the pre-save hook of `make lab`: notebooks saved as they are committed
+    nbclean           git's clean filter for the notebooks (committed without outputs, which
+                      the files keep) and `make lab`'s post-save hook
 
 Imports the layers below it (models to results), nothing of runs.
 """
