@@ -120,3 +120,13 @@ def test_plan_command(capsys):
     assert "| 10_gpu_syncs | swapped" in out and "sdxl in fp32 does not fit Tesla T4" in out
     assert main(["plan", "--gpu", "t4", "--notebooks", "99"]) == 2
     assert "no such notebook" in capsys.readouterr().err
+
+
+def test_sizes_that_fit_the_card(capsys):
+    """06's dynamic-shape cell asks for 1x, 1.5x and 2x the native size: a T4 keeps 1024 only,
+    saying what it left out; an H100 keeps all three."""
+    assert sizing.fitting_sizes(T4, "sdxl", [1024, 1536, 2048]) == [1024]
+    assert "left out on Tesla T4: 1536x1536" in capsys.readouterr().out
+    assert sizing.fitting_sizes(H100, "sdxl", [1024, 1536, 2048]) == [1024, 1536, 2048]
+    cpu = fdh.course_settings("sdxl", smoke=True)
+    assert cpu.sizes_that_fit([64, 4096]) == [64, 4096]

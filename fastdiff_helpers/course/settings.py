@@ -22,7 +22,7 @@ from ..techniques.autotune import autotune_enabled, set_autotune
 from ..compiletime.tuning import import_matching
 from ..results.store import Result, reference_results
 from ..results.tables import format_table
-from .sizing import card_fit
+from .sizing import card_fit, fitting_sizes
 
 
 # The tiny model's denoising steps outside smoke mode (the CPU story: the notebooks, the
@@ -69,6 +69,14 @@ class CourseSettings:
     def ladder_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for fdh.run_ladder(model, ...): weights, device and bench_kwargs."""
         return dict(self.bench_kwargs(), weights=self.weights, device=self.device)
+
+    def sizes_that_fit(self, sizes: Sequence[int]) -> list[int]:
+        """The `sizes` (square, in pixels) whose estimated peak in half precision fits this
+        card (course/sizing.py; every size off a GPU), saying which were left out and why.
+        Introduced in 06_cold_start.ipynb."""
+        if self.gpu is None or self.weights == "tiny":
+            return list(sizes)
+        return fitting_sizes(gpu_profile(), self.model, sizes)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -115,3 +115,16 @@ def no_fit(profile: GpuProfile, model: str, dtype: str, need: str) -> str:
     """The one wording of a model that does not fit a card (the plan and the ladder say it)."""
     return f"{model} in {dtype} does not fit {profile.name}: {need} (models/fit.py peak_bytes)"
 
+
+
+def fitting_sizes(profile: GpuProfile, model: str, sizes) -> list[int]:
+    """The square `sizes` whose estimated peak in the card's half precision fits it; those left
+    out are said in one line."""
+    kept, left = [], []
+    for size in sizes:
+        ok, need = fits(profile, model, profile.half, size, size)
+        (kept if ok else left).append((size, need))
+    if left:
+        print(f"fastdiff: left out on {profile.name}: " + ", ".join(
+            f"{size}x{size} ({need})" for size, need in left))
+    return [size for size, _ in kept]
