@@ -14,6 +14,8 @@ from .models.presets import (BLOG_A100_SECONDS, BLOG_A100_WHERE, BLOG_LOADING, B
 from .models.flux import (FLUX_COMPILE_SECONDS, FLUX_H100_BEST, FLUX_H100_SECONDS,
                           FLUX_H100_WHERE, FLUX_SOURCE)
 from .models.pretrained import choose_weights, resolve_weights
+from .models.downloads import download_bytes
+from .compiletime.downloads import course_downloads
 from .techniques import (apply, capture_denoiser_inputs, compile_part, compile_pipeline,
                          conv1x1_to_linear,
                          current_recipe, count_syncs, fuse_qkv, graph_breaks, quantize,

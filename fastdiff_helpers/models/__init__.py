@@ -6,6 +6,8 @@
     flux        Flux.1 (dev and schnell): configs and the published figures of its ladder
     build       pipelines built in code: the full-size architecture with random weights, or tiny
     pretrained  pretrained weights: are they here, what weights="auto" picks, safetensors only
+    downloads   which files a load fetches in its dtype (fp16 ones for half precision),
+                their bytes (download_bytes), said and the disk checked before it starts
     loading     load_pipeline (one path for the three weight sources), the pipeline's record
                 (pipeline_info), the arguments of a call (call_kwargs), free_memory
     meta        meta-device copies of a pipeline's parts and their inputs: what the FLOP

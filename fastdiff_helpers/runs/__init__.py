@@ -12,6 +12,7 @@
     demo_explain      what the demo says after its ladder: each step, from what was measured
     cli               `python -m fastdiff_helpers ...`: the command line over all of these
     cli_compile       its compile commands: warm (a part at a time), reference, tuning, clock
+    cli_download      its download command: the course's weights fetched ahead of a workshop
 
 Imports every layer below it; the course's settings too (the demo runs with them).
 """
