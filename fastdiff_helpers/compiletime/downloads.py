@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Iterable
 
+from ..errors import FastdiffError
 from ..models.downloads import download_bytes, files_dtype
 from ..models.presets import BLOG_LOADING, MODELS
 from .clock import _cell_work  # the clock's own reading: the record, GPU cells in place
@@ -83,8 +84,6 @@ def course_downloads(notebooks: Iterable[str] | None = None,
 
 
 def _notebook(name: str, known: list[str]) -> str:
-    from ..errors import FastdiffError
-
     found = [n for n in known if n == name or n.split("_")[0] == str(name).zfill(2)]
     if not found:
         raise FastdiffError(f"Unknown notebook {name!r}: give a name or its number, one of "

@@ -80,8 +80,8 @@ def download_bytes(model: str, dtype: str) -> int:
     """The bytes of the safetensors files from_pretrained fetches for `model` (a key of
     fdh.MODELS, or "fp16-fix" for that VAE) loaded in `dtype`: parameters of the full-size
     architecture times the bytes per element of the files' dtype (a safetensors file is the
-    raw tensors plus a header of a few hundred kB, left out). Offline, from the meta device.
-    Introduced in 00_setup.ipynb."""
+    raw tensors plus a header of a few hundred kB, left out). Offline, from the meta device;
+    what the download command and the plan count."""
     per = BYTES_PER[files_dtype(model, dtype)]
     return per * sum(component_parameters(model).values())
 

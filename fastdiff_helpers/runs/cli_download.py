@@ -13,8 +13,8 @@ import argparse
 import json
 
 from ..errors import FastdiffError
-from ..models.downloads import (GB, repo_folders, cache_folder, check_disk, free_bytes,
-                                weight_files)
+from ..models.downloads import (GB, cache_folder, check_disk, free_bytes, repo_folders,
+                                wanted_variant, weight_files)
 from ..models.presets import MODELS, VAES
 from ..compiletime.downloads import course_downloads, table
 
@@ -36,8 +36,6 @@ def _allow_patterns(hub_id: str, folders: dict, variant_dtype: str) -> tuple[lis
     """The files from_pretrained fetches for these folders in this dtype, as snapshot_download
     patterns, and their bytes still to download (the hub's sizes)."""
     from huggingface_hub import hf_hub_download, model_info, try_to_load_from_cache
-
-    from ..models.downloads import wanted_variant
 
     info = model_info(hub_id, files_metadata=True, timeout=10)
     sizes = {s.rfilename: s.size or 0 for s in info.siblings}
