@@ -16,6 +16,8 @@ from .models.flux import (FLUX_COMPILE_SECONDS, FLUX_H100_BEST, FLUX_H100_SECOND
 from .models.pretrained import choose_weights, resolve_weights
 from .models.gpus import PROFILES as GPU_PROFILES, GpuProfile, gpu_profile
 from .models.fit import peak_bytes
+from .models.downloads import download_bytes
+from .compiletime.downloads import course_downloads
 from .techniques import (apply, capture_denoiser_inputs, compile_part, compile_pipeline,
                          conv1x1_to_linear,
                          current_recipe, count_syncs, fuse_qkv, graph_breaks, quantize,

@@ -17,6 +17,7 @@
                     estimated wait (`python -m fastdiff_helpers clock`)
     clock_record    what each notebook's smoke run did, cell by cell (written by clock)
     clock_gpu       what the cells that do more on a GPU than in smoke mode do there
+    downloads       what each notebook downloads, from the clock's record (course_downloads)
 
 The compile path's own part lives with the compile technique: where the kernels go
 (techniques/compile_cache.py) and whether a compile may tune (techniques/autotune.py).

@@ -95,7 +95,7 @@ def _spec(key: str, name: str, guidance_embeds: bool, steps: int, guidance: floa
         full={"transformer": _transformer(guidance_embeds), **_FULL},
         tiny={"transformer": _tiny_transformer(guidance_embeds), **_TINY},
         call_kwargs={"max_sequence_length": tokens}, notes=notes, packing=2, cfg=False,
-        ladders=("flux",), load_dtype="bf16")
+        ladders=("flux",))
 
 
 FLUX_MODELS: dict[str, ModelSpec] = {

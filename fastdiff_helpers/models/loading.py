@@ -15,6 +15,7 @@ import torch
 from ..errors import FastdiffError
 from .. import checks
 from .build import build_component, build_pipeline
+from .downloads import local_variant, say_download
 from .clock_log import record, recording, watch_calls, watch_compiles
 from .fit import check_fits
 from .noise import quiet_known_noise
@@ -52,15 +53,17 @@ def _check_swaps(vae: str | None, scheduler: str | None) -> None:
                             f"{', '.join(SCHEDULERS)} (or None for the pipeline's own).")
 
 
-def _swap_vae(pipe, vae: str, weights: str, device: str, dtype: torch.dtype, seed: int) -> str:
+def _swap_vae(pipe, vae: str, weights: str, device: str, dtype: torch.dtype, seed: int,
+              verbose: bool = True) -> str:
     """Put the named VAE in place of the pipeline's own; returns where it came from."""
     hub_id, full, tiny = VAES[vae]
     if weights == "pretrained":
         from diffusers import AutoencoderKL
 
+        variant = say_download(vae, dtype, verbose)  # what it fetches, said; the disk checked
         try:
-            pipe.vae = AutoencoderKL.from_pretrained(hub_id, dtype=dtype,
-                                                     use_safetensors=True).to(device)
+            pipe.vae = AutoencoderKL.from_pretrained(hub_id, dtype=dtype, use_safetensors=True,
+                                                     variant=variant).to(device)
         except OSError as exc:
             raise FastdiffError(f"Loading the {vae} VAE ({hub_id}) failed: {exc}. Run `hf "
                                 f"download {hub_id}` on a machine with network, or load without "
@@ -82,6 +85,10 @@ def load_pipeline(model: str | ModelSpec = "sdxl", weights: str = "auto", device
     (prints its choice: fdh.choose_weights; on a CPU pretrained if available, else tiny; on
     a GPU the choice a parameters cell carried, else pretrained, else a FastdiffError saying
     what to do: never random weights unasked).
+    dtype: the weights' dtype. Pretrained weights come in it: a half-precision load (bf16,
+    fp16) fetches the repository's fp16 files where it has them (half the bytes of its fp32
+    files), an fp32 load its fp32 files; a download is said, with its size, and the cache's
+    disk checked, before it starts (fdh.download_bytes: the bytes, offline).
     vae: None (the pipeline's own) or "fp16-fix" (madebyollin/sdxl-vae-fp16-fix: its weights
     when pretrained, its config otherwise), the VAE diffusion-fast used for SDXL and SSD-1B.
     scheduler: None (the pipeline's own) or "dpm-solver" (DPMSolverMultistepScheduler from the
@@ -112,7 +119,11 @@ def load_pipeline(model: str | ModelSpec = "sdxl", weights: str = "auto", device
         check_fits(spec.key, DTYPE_NAMES[torch_dtype], device)
     if weights == "pretrained":
         require_pretrained(spec, path)  # what is missing, said before any loading
-        pipe = load_pretrained(spec, path, torch_dtype, check=False)
+        # the files of the load's dtype (fp16 ones for a half-precision load, where the repo
+        # has them); a download is said, with its size, and the disk checked before it starts
+        variant = (local_variant(spec.key, path, torch_dtype) if path is not None
+                   else say_download(spec.key, torch_dtype, verbose))
+        pipe = load_pretrained(spec, path, torch_dtype, check=False, variant=variant)
         if device != "cpu":
             pipe.to(device)
     else:
@@ -122,7 +133,7 @@ def load_pipeline(model: str | ModelSpec = "sdxl", weights: str = "auto", device
         pipe.default_sample_size = pipe.vae.config.sample_size // pipe.vae_scale_factor
     vae_source = "pipeline"
     if vae is not None:
-        vae_source = _swap_vae(pipe, vae, weights, device, torch_dtype, seed)
+        vae_source = _swap_vae(pipe, vae, weights, device, torch_dtype, seed, verbose)
     if scheduler is not None:
         import diffusers
 

@@ -110,6 +110,28 @@ SCHEDULERS: dict[str, str] = {"dpm-solver": "DPMSolverMultistepScheduler",
                               "euler": "EulerDiscreteScheduler"}
 
 
+# The weight files each course repository holds (its file list on the hub): the dtype of its
+# plain files, and whether it also has *.fp16.safetensors, which from_pretrained(variant=
+# "fp16") fetches folder by folder, the plain files where a folder has none
+# (diffusers/pipelines/pipeline_loading_utils.py variant_compatible_siblings). Read from
+# huggingface.co/<id>/tree/main: SDXL unet/ 5.14 GB fp16 beside 10.3 GB, vae/ 167 MB beside 335
+# MB; SD1.5 unet/ 1.72 GB beside 3.44 GB; SSD-1B vae/ 167 MB beside 335 MB (its other folders
+# not read: the model card loads it with variant="fp16"); PixArt transformer/ 2.45 GB and
+# text_encoder/ 9.99 + 9.06 GB, plain files only; fp16-fix: one fp32 file per format, no
+# variant (main's listing not read: third-party copies of its file are 335 MB); Flux: bf16
+# files only (33.7 GB for 16.9e9 parameters). Where a repo differs, the loader goes by the
+# hub's own file list (models/downloads.py).
+HUB_FILES: dict[str, tuple[str, bool]] = {
+    "stabilityai/stable-diffusion-xl-base-1.0": ("fp32", True),
+    "stable-diffusion-v1-5/stable-diffusion-v1-5": ("fp32", True),
+    "segmind/SSD-1B": ("fp32", True),
+    "PixArt-alpha/PixArt-XL-2-1024-MS": ("fp32", False),
+    FP16_FIX_VAE_ID: ("fp32", False),
+    "black-forest-labs/FLUX.1-dev": ("bf16", False),
+    "black-forest-labs/FLUX.1-schnell": ("bf16", False),
+}
+
+
 # --- the models ---------------------------------------------------------------------
 
 MODELS: dict[str, ModelSpec] = {

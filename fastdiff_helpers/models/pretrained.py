@@ -134,14 +134,14 @@ def gate_todo(hub_id: str, gated: str | None = None) -> str:
 
 def _uncached_weights(spec: ModelSpec, snapshot: str) -> list[str]:
     """The model components (unet, vae, text encoders...) whose folder in a cached snapshot
-    holds no safetensors weights that from_pretrained would load: no variant (".fp16."),
-    a single file or shards (a snapshot holds only what was downloaded; a file there is a
-    link to a blob, which must exist)."""
+    holds no safetensors weights that from_pretrained would load: plain or fp16 (what a
+    half-precision load takes, models/downloads.py), a single file or shards (a snapshot
+    holds only what was downloaded; a file there is a link to a blob, which must exist)."""
     missing = []
     for name in spec.full:
         folder = os.path.join(snapshot, name)
         files = os.listdir(folder) if os.path.isdir(folder) else []
-        if not any(f.endswith(".safetensors") and "." not in f[:-len(".safetensors")]
+        if not any(f.endswith(".safetensors") and f.split(".")[1].split("-")[0] in ("safetensors", "fp16")
                    and os.path.exists(os.path.join(folder, f)) for f in files):
             missing.append(name)
     return missing
@@ -164,7 +164,10 @@ def require_pretrained(spec: ModelSpec, path: str | None) -> None:
             f"speed and memory) or {checks.arg('weights', 'tiny')} (small CPU model).")
 
 
-def load_pretrained(spec: ModelSpec, path: str | None, dtype: torch.dtype, check: bool = True):
+def load_pretrained(spec: ModelSpec, path: str | None, dtype: torch.dtype, check: bool = True,
+                    variant: str | None = None):
+    """from_pretrained, safetensors only; `variant` "fp16": the repo's fp16 files where a
+    folder has them (models/downloads.py decides it per load dtype)."""
     import diffusers
     from huggingface_hub.errors import GatedRepoError
 
@@ -172,6 +175,8 @@ def load_pretrained(spec: ModelSpec, path: str | None, dtype: torch.dtype, check
         require_pretrained(spec, path)
     cls = getattr(diffusers, spec.pipeline_class)
     kwargs: dict[str, Any] = dict(dtype=dtype, use_safetensors=True)  # torch_dtype: deprecated
+    if variant is not None:
+        kwargs["variant"] = variant
     if spec.key == "sd15":
         kwargs.update(safety_checker=None, requires_safety_checker=False)
     try:

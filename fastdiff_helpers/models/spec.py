@@ -55,9 +55,6 @@ class ModelSpec:
     # The ladders written for this model, the first its default (techniques/ladders.LADDERS):
     # the blog's and the course's for the four models the blog ran, "flux" for Flux.
     ladders: tuple[str, ...] = ("blog", "course")
-    # The weight dtype its ladders load in before each recipe: fp32 (the ladders start there),
-    # bf16 for Flux (every step of its ladder is bf16, and its fp32 weights would need 67 GB)
-    load_dtype: str = "fp32"
 
     @property
     def size_multiple(self) -> int:

@@ -14,6 +14,7 @@
                       memory fit and the estimated wait (the notebooks' own policy)
     cli               `python -m fastdiff_helpers ...`: the command line over all of these
     cli_compile       its compile commands: warm (a part at a time), reference, tuning, clock
+    cli_download      its download command: the course's weights fetched ahead of a workshop
 
 Imports every layer below it; the course's settings too (the demo runs with them).
 """

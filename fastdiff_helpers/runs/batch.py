@@ -254,6 +254,7 @@ def run_batch(prompts: Prompts, out: str | os.PathLike, recipe: Recipe | None = 
 
     started = time.perf_counter()
     pipe = apply(load_pipeline(model, weights=weights, device=device, vae=vae,
+                               dtype=recipe.weight_dtype,
                                scheduler=scheduler, verbose=state.is_main_process), recipe)
     load_s = time.perf_counter() - started
     kwargs = call_kwargs(pipe, steps=steps, height=height, width=width)

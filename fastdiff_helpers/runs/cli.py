@@ -1,5 +1,6 @@
 """The command line: `python -m fastdiff_helpers demo | ladder | bench | batch | warm | reference
-| tuning | env` (also `fastdiff ...`); warm, reference and tuning are in cli_compile.py.
+| tuning | download | env` (also `fastdiff ...`); warm, reference and tuning are in
+cli_compile.py, download in cli_download.py.
 
 Introduced in 00_setup.ipynb (env) and 14_all_models.ipynb (ladder). The CLI only composes
 the package's functions; invalid input prints one line on stderr and exits with code 2.
@@ -32,6 +33,7 @@ from .ladder import resolve_ladder, run_ladder
 from .launch import batch_from_args
 from .cli_compile import COMPILE_COMMANDS, UsageError, add_compile_commands
 from .plan import add_plan_command, run_plan
+from . import cli_download
 
 __all__ = ["main", "build_parser"]
 
@@ -156,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     _recipe_flags(bench)
 
     add_compile_commands(sub, _common, steps)
+    cli_download.add_download_command(sub)
 
     batch = sub.add_parser("batch", help="one image per line of a prompts file, in this process "
                            "or split over torchrun's / accelerate launch's processes")
@@ -217,7 +220,8 @@ def _bench(args: argparse.Namespace) -> None:
     recipe.for_device(device)[0].check_device(device)  # and hardware this machine lacks (fp8)
     if args.out:  # and a folder of someone else's
         checks.output_folder("out", args.out, RESULTS_FOLDER)
-    pipe = load_pipeline(args.model, weights=args.weights, device=args.device, dtype="fp32",
+    pipe = load_pipeline(args.model, weights=args.weights, device=args.device,
+                         dtype=recipe.weight_dtype,
                          vae=args.vae, scheduler=args.scheduler)
     apply(pipe, recipe)
     result = benchmark(pipe, prompt=args.prompt or DEFAULT_PROMPT, steps=args.steps,
@@ -245,6 +249,8 @@ def _main(argv: Sequence[str] | None) -> int:
             return 0
         if args.command == "plan":
             return run_plan(args)
+        if args.command == "download":
+            return cli_download.run(args)
         if args.command not in ("tuning", "clock"):
             _check_counts(args)
         if getattr(args, "autotune", False):

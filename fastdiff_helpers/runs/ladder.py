@@ -126,7 +126,7 @@ def measure_step(spec, name: str, recipe, weights: str, device: str, loading: di
         if reason is not None:
             raise RecipeError(reason)
         pipe = load_pipeline(spec, weights=weights, device=device, verbose=False,
-                             dtype=spec.load_dtype, **loading)
+                             dtype=adapted.weight_dtype, **loading)
         if fail:
             raise InjectedFailure(f"fail_step={name!r} asked this step to fail")
         if weights == "tiny" and adapted.quantize and not _selects_any(pipe, adapted):
@@ -178,8 +178,9 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
     as steps, the pipeline's own VAE and scheduler), for the four models the blog ran; "flux"
     (fdh.LADDERS["flux"], the course's Flux ladder, 18_flux.ipynb) for Flux. None: the
     model's own (the first of these that it takes).
-    Each step: load_pipeline(model, weights, device, dtype="fp32"; Flux's in "bf16",
-    ModelSpec.load_dtype), the step's recipe adapted
+    Each step: load_pipeline(model, weights, device) in the step's weight dtype
+    (Recipe.weight_dtype: fp16 files for a half-precision step, fp32 for fp32 and TF32), the
+    step's recipe adapted
     to the device (Recipe.for_device; its notes go to Result.notes), fdh.apply, benchmark,
     and quality against the first step's image. A step that fails is recorded as a Result
     with error="Type: message" and the ladder goes on. Between steps the pipeline is deleted

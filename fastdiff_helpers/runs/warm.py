@@ -100,7 +100,7 @@ def _warm_step(spec, name, recipe, weights, device, loading, part, call, previou
         return None
     started = time.perf_counter()
     pipe = load_pipeline(spec.key, weights=weights, device=device, verbose=False,
-                         dtype=spec.load_dtype, **loading)
+                         dtype=adapted.weight_dtype, **loading)
     apply(pipe, adapted)
     load_s = time.perf_counter() - started
     before, started = snapshot(), time.perf_counter()

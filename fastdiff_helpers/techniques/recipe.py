@@ -248,6 +248,14 @@ class Recipe:
                                   f"capability 8.9+: L4, H100, H200...); this has {have}. Use "
                                   "quantize='int8-dynamic'.")
 
+    @property
+    def weight_dtype(self) -> str:
+        """The dtype its pipeline's weights load in: fp32 for "fp32" and "tf32" (TF32 is a
+        matmul setting), else its own. fdh.load_pipeline(..., dtype=recipe.weight_dtype) fetches
+        the files of that dtype (fp16 files for a half-precision recipe, where the hub has
+        them). Introduced in 02_where_the_time_goes.ipynb."""
+        return "fp32" if self.dtype == "tf32" else self.dtype
+
     def for_device(self, device: str, capability: tuple[int, int] | None = None
                    ) -> tuple["Recipe", list[str]]:
         """The recipe this device runs under the policy (class docstring), and a note for each
