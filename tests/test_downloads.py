@@ -165,3 +165,15 @@ def test_a_gated_repo_becomes_a_clear_error(monkeypatch, capsys):
     monkeypatch.setattr(huggingface_hub, "model_info", refuse)
     assert main(["download", "--notebooks", "18", "--models", "flux"]) == 2
     assert "needs access" in capsys.readouterr().err
+
+
+def test_download_for_a_card_leaves_out_what_does_not_fit_it(capsys):
+    """--gpu t4: SDXL's fp32 files are left out (its fp32 cells are skipped there), PixArt's
+    fp32 files stay (its repo has no others, and PixArt fits a T4 in fp16)."""
+    assert main(["download", "--dry-run", "--gpu", "t4", "--notebooks", "01", "14"]) == 0
+    out = capsys.readouterr().out
+    assert "left out for Tesla T4: sdxl's fp32 files" in out
+    rows = {tuple(line.split()[:2]) for line in out.splitlines() if line[:1].isalpha()}
+    assert ("pixart", "fp32") in rows and ("sdxl", "fp32") not in rows
+    assert main(["download", "--dry-run", "--notebooks", "01"]) == 0
+    assert "sdxl           fp32" in capsys.readouterr().out

@@ -12,8 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..models.fit import fits
+from ..models.gpus import PROFILES, gpu_profile
 from ..errors import FastdiffError
-from ..models.downloads import (GB, cache_folder, check_disk, free_bytes, repo_folders,
+from ..models.downloads import (GB, files_dtype, cache_folder, check_disk, free_bytes, repo_folders,
                                 wanted_variant, weight_files)
 from ..models.presets import MODELS, VAES
 from ..compiletime.downloads import course_downloads, table
@@ -28,6 +30,8 @@ def add_download_command(sub) -> None:
                    help="only what these notebooks need (numbers or names; default all)")
     p.add_argument("--models", nargs="+", default=None, choices=sorted(MODELS) + list(VAES),
                    help="only these models")
+    p.add_argument("--gpu", choices=list(PROFILES), default=None,
+                   help="leave out the files of what does not fit this card (as the plan says)")
     p.add_argument("--dry-run", action="store_true",
                    help="print what would come down, and the GB, without downloading")
 
@@ -53,11 +57,25 @@ def _allow_patterns(hub_id: str, folders: dict, variant_dtype: str) -> tuple[lis
     return files + extra, todo
 
 
-def download(notebooks=None, models=None, dry_run: bool = False) -> int:
-    """Fetch (or with dry_run, list) what `notebooks` need, only `models` if given."""
+def download(notebooks=None, models=None, dry_run: bool = False, gpu: str | None = None) -> int:
+    """Fetch (or with dry_run, list) what `notebooks` need, only `models` if given; for a card
+    (`gpu`, a profile key), not the files of a model in a precision that does not fit it (the
+    notebooks skip those cells there: models/fit.py, the plan's rule)."""
     rows = course_downloads(notebooks)
     if models is not None:
         rows = [r for r in rows if r[0] in models]
+    if gpu is not None:
+        profile, kept = gpu_profile(gpu), []
+        for row in rows:
+            # fp32 files serve fp32 cells, and half-precision ones where the repo has no others
+            dtype = ("fp32" if row[1] == "fp32" and row[0] in MODELS
+                     and files_dtype(row[0], "bf16") != "fp32" else profile.half)
+            ok, need = fits(profile, row[0], dtype) if row[0] in MODELS else (True, "")
+            if not ok:
+                print(f"fastdiff: left out for {profile.name}: {row[0]}'s {row[1]} files "
+                      f"({row[0]} in {dtype} does not fit: {need})")
+            kept.append(row) if ok else None
+        rows = kept
     if not rows:
         raise FastdiffError("Nothing to download for these notebooks and models.")
     print(table(rows))
@@ -95,4 +113,4 @@ def _access_error(hub_id: str, exc: Exception) -> FastdiffError:
 
 
 def run(args: argparse.Namespace, argv=None) -> int:
-    return download(args.notebooks, args.models, args.dry_run)
+    return download(args.notebooks, args.models, args.dry_run, args.gpu)
