@@ -158,6 +158,29 @@ def test_every_link_of_the_documentation_leads_somewhere():
     assert not broken, broken
 
 
+def test_what_points_at_the_documentation_finds_it():
+    """A page under docs/ or a README section that the package, the Makefile, the tools or the
+    notebooks name exists: issue 46 moved the README's sections to docs/, and two docstrings
+    had named a README section, "The course on a GPU", that never was one."""
+    texts = [(path.name, path.read_text(encoding="utf-8")) for path in
+             [*sorted((ROOT / "fastdiff_helpers").rglob("*.py")), ROOT / "Makefile",
+              *sorted(p for p in (ROOT / "tools").glob("*") if p.is_file())]]
+    texts += [(path.name, "\n".join(c.source for c in nbformat.read(path, as_version=4).cells))
+              for path in NOTEBOOKS]
+    headings = set(re.findall(r"^#+ (.+)$", README.read_text(encoding="utf-8"), re.M))
+    wrong, named = [], 0
+    for where, text in texts:
+        flat = " ".join(text.split())
+        for page in re.findall(r"\bdocs/[\w-]+\.md", flat):
+            named += 1
+            if not (ROOT / page).is_file():
+                wrong.append(f"{where}: {page}")
+        wrong += [f"{where}: README section {section!r}" for section in
+                  re.findall(r"\bREADME(?:'s |: | \()\"([^\"]+)\"", flat) if section not in headings]
+    assert named >= 10, named  # the pointers this test reads are found
+    assert not wrong, wrong
+
+
 def test_the_notebooks_prose_writes_commands_a_fresh_clone_can_run():
     """No bare `python -m`, `jupyter` or `torchrun` (not on the PATH of a fresh clone), and no
     placeholder (`...`) in a command."""
