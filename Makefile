@@ -77,7 +77,7 @@ nbfilter:
 		fi; \
 	fi
 
-# Wheels for an offline GPU machine that has its own torch (README: "On an offline GPU machine").
+# Wheels for an offline GPU machine that has its own torch (docs/offline-gpu.md).
 # HAVE: that machine's `python3 -m pip freeze` file, or a list "torch==2.11.0 ..."; needs only
 # python3 and pip here (no .venv). WH_PYTHON: the machine's Python (default: HAVE's, else 3.12).
 HAVE ?=

@@ -79,7 +79,7 @@ def test_ladder_explain_says_what_runs_compares_with_the_blog_and_points_on(tmp_
     assert "say nothing about GPU speed-ups" in out
     assert "blog A100 (s)" in out and "7.360" in out and "4.630    1.59x" in out
     assert out.count("note: peak memory is the process-lifetime peak RSS") == 1
-    assert out.rstrip().endswith("open notebooks/00_setup.ipynb (README: how to reach "
+    assert out.rstrip().endswith("open notebooks/00_setup.ipynb (docs/workshop.md: how to reach "
                                  "JupyterLab on a remote machine).")
     assert f"This run is in {tmp_path}" in out
     # each step explained from what was measured: its stage, its profile, this CPU's rates

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
+from doc_pages import doc_texts
 
 nbformat = pytest.importorskip("nbformat")
 
@@ -286,7 +287,7 @@ GONE = [
 def _texts():
     for path in NOTEBOOKS:
         yield path.name, "\n".join(c.source for c in _read(path).cells)
-    yield "README.md", (ROOT / "README.md").read_text()
+    yield from doc_texts()
     for path in sorted((ROOT / "fastdiff_helpers").rglob("*.py")):
         yield str(path.relative_to(ROOT)), path.read_text()
 
@@ -440,7 +441,7 @@ def _course_texts():
             else:  # comments and printed strings of code cells
                 yield f"{path.name}:{cell.id}", "\n".join(
                     line for line in cell.source.splitlines() if "otebook" in line)
-    yield "README.md", (ROOT / "README.md").read_text()
+    yield from doc_texts()
 
 
 def test_each_notebook_reference_points_at_the_notebook_that_teaches_it():

@@ -68,6 +68,7 @@ def test_the_first_lines_say_how_long_it_takes_here_and_why(monkeypatch, tmp_pat
     # on a GPU: the course clock's estimate, labelled as one, with the graphs it compiles
     # (issue 44: the blog's three compiled steps, a denoiser and a VAE decode each)
     assert "the course clock's estimate" in gpu and "compiling 6 graphs" in gpu
+    assert "(the course clock's estimate, docs/workshop.md)" in gpu  # the page with its table
     assert "here for a first run" not in gpu  # the CPU's own figures
 
 

@@ -327,4 +327,4 @@ def test_notebook_runs_in_smoke_mode(path, monkeypatch):
     assert recorded == clock_record.RECORDED.get(path.name, {}), (
         f"{path.name} loads, compiles or calls other than the course clock's record says: after "
         "make test, refresh it with `.venv/bin/python -m fastdiff_helpers clock --refresh "
-        f"out/clock` and read the diff (what changed, and its estimate in the README)")
+        f"out/clock` and read the diff (what changed, and its estimate in docs/workshop.md)")

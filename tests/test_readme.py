@@ -1,10 +1,12 @@
 """The README's commands and code, and the commands in the notebooks' prose, run as written
-(issue 24).
+(issue 24). The README is a landing page; the rest of its text lives on the pages under docs/
+that it links (issue 46), and each of them is read here as the README is (doc_pages.DOCS).
 
-Each is taken from the file itself (fenced ```bash and ```python blocks of the README; inline or
+Each is taken from the file itself (fenced ```bash and ```python blocks of the README and its
+pages; inline or
 fenced commands of the notebooks' markdown that start with `.venv/bin/`, `make ` or an
 environment assignment before them) and run in smoke mode (FASTDIFF_SMOKE=1: tiny weights on
-the CPU, 2 steps; the README says so), from a scratch folder that holds a link to this
+the CPU, 2 steps; docs/running.md says so), from a scratch folder that holds a link to this
 checkout's .venv and, as the user's own input the notebooks name, a prompts.txt. A `make`
 target is dry-run (`make -n`): its recipe would set up .venv, and its command is one of the
 lines run here. A line whose comment starts with "GPU:" is skipped without a CUDA GPU, saying
@@ -23,11 +25,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from doc_pages import DOCS, PAGES, README, ROOT, doc_texts
 
 nbformat = pytest.importorskip("nbformat")
 
-ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 COMMAND = re.compile(r"^(?:[A-Z_]+=\S+ )*(?:\.venv/bin/|make |mkdir |source )")
 # what the notebooks call the user's own prompts file (16_scale_out.ipynb)
@@ -50,8 +51,10 @@ def fenced(markdown: str) -> list[tuple[str, str]]:
 
 
 def readme_blocks() -> list[tuple[str, str]]:
-    """(language, code) of every fenced bash or python block of the README, in order."""
-    return [(lang, code) for lang, code in fenced(README.read_text()) if lang in ("bash", "python")]
+    """(language, code) of every fenced bash or python block of the README and its pages, in
+    order."""
+    return [(lang, code) for _, text in doc_texts() for lang, code in fenced(text)
+            if lang in ("bash", "python")]
 
 
 def _lines(code: str) -> list[str]:
@@ -88,9 +91,9 @@ def notebook_commands() -> list[tuple[str, str]]:
 
 
 def readme_commands() -> list[tuple[str, str]]:
-    """(README.md, command) for the README's bash blocks' lines and inline commands, once
-    each, in the order a reader meets them."""
-    return _once([("README.md", c) for c in _commands(README.read_text(), ("bash",))])
+    """(file, command) for the bash blocks' lines and inline commands of the README and its
+    pages, once each, in the order a reader meets them."""
+    return _once([(where, c) for where, text in doc_texts() for c in _commands(text, ("bash",))])
 
 
 def _gpu_only(command: str) -> str | None:
@@ -102,14 +105,80 @@ def _gpu_only(command: str) -> str | None:
 
 def test_the_readme_writes_commands_a_fresh_clone_can_run():
     commands = [c for _, c in readme_commands()]
-    assert any(c.startswith("make demo") for c in commands)
+    own = [c for where, c in readme_commands() if where == "README.md"]
+    assert [c for c in own if c.startswith("make demo")] and \
+        [c for c in own if c.startswith("make test")]  # the landing page's two commands
     python = [re.sub(r"^(?:[A-Z_]+=\S+ )+", "", c) for c in commands if "fastdiff_helpers" in c]
     assert python and all(c.startswith((".venv/bin/python -m", ".venv/bin/torchrun")) for c in python)
     assert not [c for c in commands if c.startswith(("python ", "jupyter ", "torchrun "))]
     assert "source .venv/bin/activate" in README.read_text()  # or activate: said once
     assert [c for c in commands if _gpu_only(c)], "the GPU-only line is marked"
     (code,) = [code for language, code in readme_blocks() if language == "python"]
-    compile(code, "README.md", "exec")  # it parses; the slow test runs it
+    compile(code, "docs/helpers.md", "exec")  # it parses; the slow test runs it
+
+
+def _anchor(heading: str) -> str:
+    """A markdown heading's anchor as GitHub writes it: lower case, punctuation dropped, each
+    space a hyphen."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _links(markdown: str) -> list[str]:
+    prose = re.sub(r"^```.*?^```", "", markdown, flags=re.M | re.S)
+    return re.findall(r"\]\(\s*<?([^)\s>]+)", prose)
+
+
+def test_the_readme_is_a_landing_page_that_links_each_page():
+    """Issue 46: what this is, the two commands, then the syllabus, and a link to each page under
+    docs/; every page there is one the tests read (doc_pages.PAGES)."""
+    text = README.read_text(encoding="utf-8")
+    sections = re.findall(r"^## (.+)$", text, re.M)
+    assert sections[:2] == ["Start here", "The syllabus"], sections
+    assert "Where to go next" in sections
+    assert sorted((ROOT / "docs").glob("*.md")) == sorted(PAGES), "list a new page in doc_pages.py"
+    linked = {(README.parent / link.split("#")[0]).resolve() for link in _links(text)}
+    assert not [p.name for p in PAGES if p.resolve() not in linked]
+
+
+def test_every_link_of_the_documentation_leads_somewhere():
+    """A relative link of the README or a page names a file of the checkout, and its #anchor a
+    heading of that file: moving text between pages leaves no link behind."""
+    broken = []
+    for path in DOCS:
+        for link in _links(path.read_text(encoding="utf-8")):
+            if re.match(r"[a-z]+:", link):
+                continue
+            target, _, anchor = link.partition("#")
+            file = (path.parent / target).resolve() if target else path
+            if not file.exists():
+                broken.append(f"{path.name}: {link}")
+            elif anchor and anchor not in {_anchor(h) for h in re.findall(
+                    r"^#+ (.+)$", file.read_text(encoding="utf-8"), re.M)}:
+                broken.append(f"{path.name}: {link} (no such heading)")
+    assert not broken, broken
+
+
+def test_what_points_at_the_documentation_finds_it():
+    """A page under docs/ or a README section that the package, the Makefile, the tools or the
+    notebooks name exists: issue 46 moved the README's sections to docs/, and two docstrings
+    had named a README section, "The course on a GPU", that never was one."""
+    texts = [(path.name, path.read_text(encoding="utf-8")) for path in
+             [*sorted((ROOT / "fastdiff_helpers").rglob("*.py")), ROOT / "Makefile",
+              *sorted(p for p in (ROOT / "tools").glob("*") if p.is_file())]]
+    texts += [(path.name, "\n".join(c.source for c in nbformat.read(path, as_version=4).cells))
+              for path in NOTEBOOKS]
+    headings = set(re.findall(r"^#+ (.+)$", README.read_text(encoding="utf-8"), re.M))
+    wrong, named = [], 0
+    for where, text in texts:
+        flat = " ".join(text.split())
+        for page in re.findall(r"\bdocs/[\w-]+\.md", flat):
+            named += 1
+            if not (ROOT / page).is_file():
+                wrong.append(f"{where}: {page}")
+        wrong += [f"{where}: README section {section!r}" for section in
+                  re.findall(r"\bREADME(?:'s |: | \()\"([^\"]+)\"", flat) if section not in headings]
+    assert named >= 10, named  # the pointers this test reads are found
+    assert not wrong, wrong
 
 
 def test_the_notebooks_prose_writes_commands_a_fresh_clone_can_run():
@@ -135,7 +204,7 @@ def scratch(tmp_path_factory):
     (folder / "prompts.txt").write_text("".join(p + "\n" for p in PROMPTS))
     for name in ("Makefile", "requirements.txt", "pyproject.toml", "README.md"):  # make -n, pytest
         shutil.copy(ROOT / name, folder / name)
-    for name in ("notebooks", "tests"):  # what a command names (nbconvert, pytest)
+    for name in ("notebooks", "tests", "docs"):  # what a command names (nbconvert, pytest)
         shutil.copytree(ROOT / name, folder / name)
     return folder
 

@@ -2,7 +2,7 @@
 estimated from constants measured on GPUs or published (each named), never measured as a
 whole.
 
-Introduced in the README ("The course on a GPU"); `python -m fastdiff_helpers clock` prints it.
+Introduced in docs/workshop.md ("The course clock"); `python -m fastdiff_helpers clock` prints it.
 What a notebook does is counted, not guessed: its smoke run on the CPU records every pipeline
 load and call, every benchmark and every compile (models/clock_log.py), per cell, and
 clock_record.py holds that record, which tests/test_notebooks.py checks against each smoke run.
@@ -238,7 +238,7 @@ def _m(seconds: float) -> str:
 
 
 def course_table(sms: int = 132) -> str:
-    """The README's table: per notebook the graphs it compiles new and the estimated minutes on
+    """The table of docs/workshop.md: per notebook the graphs it compiles new and the estimated minutes on
     an H100 from an empty compile cache, with autotuning off (the course's default) and
     switched on, and with the committed tuning (none of the H100's yet)."""
     off, on = estimate(sms=sms), estimate(autotune=True, sms=sms)

@@ -3,7 +3,7 @@ time (each pipeline call, each compile, each benchmark) is appended to that file
 The notebook smoke runs set it (tests/test_notebooks.py), and compiletime/clock.py turns the
 record into what each notebook would do on a GPU. Off (no variable), nothing is recorded.
 
-Introduced with the course clock (README: "The course on a GPU").
+Introduced with the course clock (docs/workshop.md: "The course clock").
 """
 
 from __future__ import annotations

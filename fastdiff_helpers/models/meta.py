@@ -197,7 +197,7 @@ def graph_ops(model: str, part: str = "denoiser") -> int:
     batch classifier-free guidance gives it) or VAE decode, at its native size: the size of
     the graph inductor compiles, traced on meta copies with dynamo's ExplainWithBackend (no
     weights, no compile: seconds). The course clock scales compile times by it.
-    Introduced with the course clock (README: "On a GPU")."""
+    Introduced with the course clock (docs/workshop.md: "The course clock")."""
     from torch._dynamo.backends.debugging import ExplainWithBackend
 
     from torch._dynamo.eval_frame import remove_from_cache

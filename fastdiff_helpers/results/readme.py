@@ -1,7 +1,7 @@
 """results/README.md: one table per GPU and model, made anew from the committed records.
 
-Written by the reference run (reference.py) after every step. Introduced in the README's "On
-an offline GPU machine".
+Written by the reference run (reference.py) after every step. Introduced in
+docs/offline-gpu.md, "On an offline GPU machine".
 """
 
 from __future__ import annotations

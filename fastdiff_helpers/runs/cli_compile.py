@@ -2,8 +2,8 @@
 need be), `reference` (the resumable reference run) and `tuning export | import | show`
 (max-autotune's tuning as data). Parsed here, added to cli.py's parser.
 
-Introduced in 06_cold_start.ipynb (warm, tuning) and the README's "On an offline GPU machine"
-(reference).
+Introduced in 06_cold_start.ipynb (warm, tuning) and docs/offline-gpu.md, "On an offline GPU
+machine" (reference).
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def add_compile_commands(sub, common, steps: list[str]) -> None:
     show.add_argument("file", metavar="FILE")
 
     clock = sub.add_parser("clock", help="the course clock: what each notebook compiles and "
-                           "runs on a GPU, and the estimated wait (README: the course on a GPU)")
+                           "runs on a GPU, and the estimated wait (docs/workshop.md: the course clock)")
     clock.add_argument("--refresh", default=None, metavar="DIR",
                        help="rewrite its record from the smoke runs' logs in DIR (out/clock "
                             "after make test)")

@@ -96,7 +96,7 @@ def before(model: str, weights: str, device: str, ladder: str, steps: int | None
                  if r.compile and tunes(r.compile, r.inductor_flags)]
         clock = ladder_estimate(model, ladder, autotune_enabled())
         lines.append(f"  How long, on an H100 from an empty compile cache (the course clock's "
-                     f"estimate, README): about {clock['total_s'] / 60:.0f} minutes, "
+                     f"estimate, docs/workshop.md): about {clock['total_s'] / 60:.0f} minutes, "
                      f"{clock['compile_s'] / 60:.0f} of them compiling {clock['graphs']} "
                      "graphs" + (f", {clock['tune_s'] / 60:.0f} tuning" if clock['tune_s']
                                  else "") + "; a warm cache is quicker.")

@@ -108,7 +108,7 @@ def after(results: Sequence[Result], device: str, out: str | None,
         lines.append(f"\nThis run is in {out} (results.jsonl, images/, ladder.png); "
                      "`make demo` writes each run to a new folder.")
     lines.append("Next: `make lab`, then open notebooks/00_setup.ipynb "
-                 "(README: how to reach JupyterLab on a remote machine).")
+                 "(docs/workshop.md: how to reach JupyterLab on a remote machine).")
     return "\n".join(lines)
 
 

@@ -1,8 +1,8 @@
 """The reference run: a ladder measured into one results folder, a step at a time, resumable
 across short GPU slots (`python -m fastdiff_helpers reference`).
 
-Introduced in the README's "On an offline GPU machine" (the course's reference results are made
-with it). What run_ladder does in one go, this does in pieces that add up to one ladder:
+Introduced in docs/offline-gpu.md, "On an offline GPU machine" (the course's reference results
+are made with it). What run_ladder does in one go, this does in pieces that add up to one ladder:
 - it runs only the steps the folder does not hold yet, in ladder order, and after each one
   rewrites results.jsonl (every record, atomically), ladder.png, memory.png and the results
   root's README.md (one table per GPU and model);

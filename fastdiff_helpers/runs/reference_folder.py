@@ -2,7 +2,7 @@
 (reference.json: the run's settings, the matmul rate, every attempt), the fp32 image every
 quality figure is measured against, and what a step is expected to take.
 
-Used by reference.py. Introduced in the README's "On an offline GPU machine".
+Used by reference.py. Introduced in docs/offline-gpu.md, "On an offline GPU machine".
 """
 
 from __future__ import annotations
