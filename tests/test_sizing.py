@@ -130,3 +130,13 @@ def test_sizes_that_fit_the_card(capsys):
     assert sizing.fitting_sizes(H100, "sdxl", [1024, 1536, 2048]) == [1024, 1536, 2048]
     cpu = fdh.course_settings("sdxl", smoke=True)
     assert cpu.sizes_that_fit([64, 4096]) == [64, 4096]
+
+
+def test_readme_and_workshop_page_show_the_plan_as_it_is():
+    """The README's one row per card and docs/workshop.md's T4 plan are the command's output
+    on this checkout (regenerate: plan --summary, plan --gpu t4)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    assert plan_mod.plan_summary() in (root / "README.md").read_text()
+    assert plan_mod.plan_table("t4") in (root / "docs" / "workshop.md").read_text()

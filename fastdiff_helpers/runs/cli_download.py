@@ -57,6 +57,22 @@ def _allow_patterns(hub_id: str, folders: dict, variant_dtype: str) -> tuple[lis
     return files + extra, todo
 
 
+def for_card(rows, profile):
+    """(the rows a card needs, a line for each left out): not the files of a model in a
+    precision that does not fit the card (its cells are skipped there: the plan's rule)."""
+    kept, left = [], []
+    for row in rows:
+        # fp32 files serve fp32 cells, and half-precision ones where the repo has no others
+        dtype = ("fp32" if row[1] == "fp32" and row[0] in MODELS
+                 and files_dtype(row[0], "bf16") != "fp32" else profile.half)
+        ok, need = fits(profile, row[0], dtype) if row[0] in MODELS else (True, "")
+        if not ok:
+            left.append(f"fastdiff: left out for {profile.name}: {row[0]}'s {row[1]} files "
+                        f"({row[0]} in {dtype} does not fit: {need})")
+        kept.append(row) if ok else None
+    return kept, left
+
+
 def download(notebooks=None, models=None, dry_run: bool = False, gpu: str | None = None) -> int:
     """Fetch (or with dry_run, list) what `notebooks` need, only `models` if given; for a card
     (`gpu`, a profile key), not the files of a model in a precision that does not fit it (the
@@ -65,17 +81,9 @@ def download(notebooks=None, models=None, dry_run: bool = False, gpu: str | None
     if models is not None:
         rows = [r for r in rows if r[0] in models]
     if gpu is not None:
-        profile, kept = gpu_profile(gpu), []
-        for row in rows:
-            # fp32 files serve fp32 cells, and half-precision ones where the repo has no others
-            dtype = ("fp32" if row[1] == "fp32" and row[0] in MODELS
-                     and files_dtype(row[0], "bf16") != "fp32" else profile.half)
-            ok, need = fits(profile, row[0], dtype) if row[0] in MODELS else (True, "")
-            if not ok:
-                print(f"fastdiff: left out for {profile.name}: {row[0]}'s {row[1]} files "
-                      f"({row[0]} in {dtype} does not fit: {need})")
-            kept.append(row) if ok else None
-        rows = kept
+        rows, left = for_card(rows, gpu_profile(gpu))
+        for line in left:
+            print(line)
     if not rows:
         raise FastdiffError("Nothing to download for these notebooks and models.")
     print(table(rows))

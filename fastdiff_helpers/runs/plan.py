@@ -18,6 +18,8 @@ from ..compiletime import clock
 from ..compiletime.clock_record import RECORDED
 from ..course.sizing import H100_TFLOPS, card_fit, no_fit, rung_verdict
 from ..techniques.recipe import Recipe
+from ..compiletime.downloads import course_downloads
+from .cli_download import for_card
 
 __all__ = ["plan", "plan_table"]
 
@@ -112,6 +114,25 @@ def plan_table(gpu: str | None = None, notebooks: Iterable[str] | None = None) -
     return "\n".join(lines)
 
 
+def plan_summary(gpus: Iterable[str] = ("t4", "l4", "a100-40", "h100")) -> str:
+    """The course on each card in one row: how many notebooks run as written, run swapped,
+    partly skipped or skipped; the estimated wait of all notebooks; the downloads of 00-17
+    (`download --gpu`). Introduced in 00_setup.ipynb (README, the table it prints)."""
+    lines = ["| card | runs / swapped / partly skipped / skipped (of 19) | est. wait, all "
+             "(h) | downloads 00-17 (GB) |", "|---|---|---:|---:|"]
+    course = [n for n in RECORDED if n[:2] != "18"]
+    for key in gpus:
+        profile = PROFILES[key]
+        rows = plan(profile)
+        counts = [sum(r["verdict"] == v for r in rows)
+                  for v in ("runs", "swapped", "partly skipped", "skipped")]
+        gb = sum(r[2] for r in for_card(course_downloads(course), profile)[0]) / 1e9
+        lines.append(f"| {profile.name} ({profile.gib:.1f} GiB) | "
+                     f"{' / '.join(map(str, counts))} | "
+                     f"{sum(r['minutes'] for r in rows) / 60:.1f} | {gb:.1f} |")
+    return "\n".join(lines)
+
+
 def add_plan_command(sub) -> None:
     """`plan [--gpu KEY] [--notebooks NN ...]` on the command line."""
     cmd = sub.add_parser("plan", help="per notebook, on a card: what runs, what is swapped or "
@@ -120,9 +141,14 @@ def add_plan_command(sub) -> None:
                      help="the card to plan for (default: this machine's GPU)")
     cmd.add_argument("--notebooks", nargs="+", default=None, metavar="NN",
                      help="only these notebooks, by number (00 05 ...)")
+    cmd.add_argument("--summary", action="store_true",
+                     help="one row per workshop card (T4, L4, A100 40GB, H100): the README's table")
 
 
 def run_plan(args) -> int:
+    if args.summary:
+        print(plan_summary())
+        return 0
     names = None
     if args.notebooks is not None:
         by_number = {name[:2]: name for name in RECORDED}
