@@ -127,8 +127,12 @@ def load_pipeline(model: str | ModelSpec = "sdxl", weights: str = "auto", device
         if device != "cpu":
             pipe.to(device)
     else:
-        pipe = build_pipeline(spec, "full" if weights == "random" else "tiny", device,
-                               torch_dtype, seed)
+        # tiny weights are drawn in fp32 and cast, so every dtype has the fp32 baseline's
+        # weights, rounded (drawn in bf16 they would be other weights: quality meaningless)
+        drawn = torch.float32 if weights == "tiny" else torch_dtype
+        pipe = build_pipeline(spec, "full" if weights == "random" else "tiny", device, drawn, seed)
+        if drawn != torch_dtype:
+            pipe.to(dtype=torch_dtype)
     if spec.pipeline_class == "FluxPipeline":  # its own default size, from its VAE's
         pipe.default_sample_size = pipe.vae.config.sample_size // pipe.vae_scale_factor
     vae_source = "pipeline"
