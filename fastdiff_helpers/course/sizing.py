@@ -80,9 +80,9 @@ def card_fit(profile: GpuProfile, model: str, size: int | None = None) -> CardFi
     one = card_image_s(profile, spec.key, "half", judged)
     runs = max(MIN_RUNS, min(RUNS, int(TIMED_S // max(one, 1e-9))))
     fp32_ok, fp32_need = fits(profile, spec.key, "fp32", judged, judged)
+    half_need = fits(profile, spec.key, half, judged, judged)[1]
     return CardFit(size=chosen, runs=runs, warmup=1 if one > SLOW_IMAGE_S else 2,
-                   max_batch=batch, half=half, half_need=fits(profile, spec.key, half, judged,
-                                                              judged)[1],
+                   max_batch=batch, half=half, half_need=half_need,
                    fp32_fits=fp32_ok, fp32_need=fp32_need)
 
 

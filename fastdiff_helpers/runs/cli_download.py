@@ -66,10 +66,11 @@ def for_card(rows, profile):
         dtype = ("fp32" if row[1] == "fp32" and row[0] in MODELS
                  and files_dtype(row[0], "bf16") != "fp32" else profile.half)
         ok, need = fits(profile, row[0], dtype) if row[0] in MODELS else (True, "")
-        if not ok:
+        if ok:
+            kept.append(row)
+        else:
             left.append(f"fastdiff: left out for {profile.name}: {row[0]}'s {row[1]} files "
                         f"({row[0]} in {dtype} does not fit: {need})")
-        kept.append(row) if ok else None
     return kept, left
 
 
