@@ -53,6 +53,14 @@ def _check_swaps(vae: str | None, scheduler: str | None) -> None:
                             f"{', '.join(SCHEDULERS)} (or None for the pipeline's own).")
 
 
+def _drawn_dtype(weights: str, dtype: torch.dtype) -> torch.dtype:
+    """The dtype built weights are drawn in: tiny ones in fp32 (then cast), so every dtype has
+    the fp32 baseline's weights, rounded; drawn in bf16 they would be other weights and a
+    rung's quality against fp32 meaningless. Full-size random ones in the load's dtype
+    (drawn in fp32 they would need twice the memory)."""
+    return torch.float32 if weights == "tiny" else dtype
+
+
 def _swap_vae(pipe, vae: str, weights: str, device: str, dtype: torch.dtype, seed: int,
               verbose: bool = True) -> str:
     """Put the named VAE in place of the pipeline's own; returns where it came from."""
@@ -70,7 +78,8 @@ def _swap_vae(pipe, vae: str, weights: str, device: str, dtype: torch.dtype, see
                                 "vae=.") from None
         return hub_id
     component = full if weights == "random" else tiny
-    pipe.vae = build_component(component, device, dtype, seed + 100)
+    drawn = _drawn_dtype(weights, dtype)
+    pipe.vae = build_component(component, device, drawn, seed + 100).to(dtype=dtype)
     return f"{hub_id} (config; {weights} weights)"
 
 
@@ -127,9 +136,7 @@ def load_pipeline(model: str | ModelSpec = "sdxl", weights: str = "auto", device
         if device != "cpu":
             pipe.to(device)
     else:
-        # tiny weights are drawn in fp32 and cast, so every dtype has the fp32 baseline's
-        # weights, rounded (drawn in bf16 they would be other weights: quality meaningless)
-        drawn = torch.float32 if weights == "tiny" else torch_dtype
+        drawn = _drawn_dtype(weights, torch_dtype)
         pipe = build_pipeline(spec, "full" if weights == "random" else "tiny", device, drawn, seed)
         if drawn != torch_dtype:
             pipe.to(dtype=torch_dtype)
