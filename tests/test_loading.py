@@ -187,3 +187,21 @@ def test_tiny_weights_in_half_are_the_fp32_weights_rounded(vae):
         for key, p in getattr(fp32, name).named_parameters():
             assert ours[key].dtype == torch.bfloat16
             assert torch.equal(ours[key], p.to(torch.bfloat16)), (vae, name, key)
+
+
+@pytest.mark.parametrize("card", sorted(fdh.GPU_PROFILES))
+def test_a_bf16_load_on_a_card_is_the_dtype_apply_runs(card, monkeypatch):
+    """One policy: below sm80 fdh.apply runs a bf16 recipe as fp16 (Recipe.for_device), and
+    load_pipeline loads it in fp16 (loaded in bf16 and cast, the weights would be rounded to
+    bf16's 8 mantissa bits first). The capability read from the GPU when not given."""
+    from fastdiff_helpers.models.loading import load_dtype
+
+    profile = fdh.gpu_profile(card)
+    recipe = fdh.Recipe(dtype="bf16").for_device("cuda", profile.capability)[0]
+    loaded = load_dtype(torch.bfloat16, "cuda", profile.capability)
+    assert loaded == {"bf16": torch.bfloat16, "fp16": torch.float16}[recipe.weight_dtype]
+    assert loaded == (torch.float16 if card == "t4" else torch.bfloat16)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: profile.capability)
+    assert load_dtype(torch.bfloat16, "cuda:0") == loaded
+    assert load_dtype(torch.bfloat16, "cpu", profile.capability) == torch.bfloat16
+    assert load_dtype(torch.float32, "cuda", profile.capability) == torch.float32

@@ -1,5 +1,5 @@
 """One policy for GPU-only choices on a CPU (issue 24), the same on every path a newcomer takes:
-fdh.apply (the README's one-screen block), the command line, fdh.run_ladder (and `make demo`,
+fdh.apply (docs/helpers.md's one-screen block), the command line, fdh.run_ladder (and `make demo`,
 which runs it), the playground. Each is stopped before anything compiles (compilation is lazy),
 so this is quick; tests/test_recipe_rules.py pins the policy itself against torch's mode options.
 """

@@ -4,6 +4,10 @@ card's properties and free memory faked)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import re
+
 import pytest
 import torch
 
@@ -12,6 +16,7 @@ from fastdiff_helpers.runs.cli import main
 from fastdiff_helpers.course import sizing
 from fastdiff_helpers.models import fit, gpus
 from fastdiff_helpers.runs import plan as plan_mod
+from fastdiff_helpers.compiletime import clock
 
 T4, L4, A100, H100 = (gpus.PROFILES[k] for k in ("t4", "l4", "a100-40", "h100"))
 COURSE = dict(fdh.COURSE_LADDER)
@@ -82,11 +87,33 @@ def test_course_settings_on_a_t4_says_its_sizing(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr("fastdiff_helpers.course.settings.import_course_tuning", lambda t: [])
     settings = fdh.course_settings("sdxl", weights="random", smoke=False)
     said = capsys.readouterr().out
-    assert "sized for Tesla T4" in said and "fp16" in said and "fp32 rungs do not fit" in said
+    assert "sized for Tesla T4" in said and "fp32 does not fit: the baseline runs in fp16" in said
     assert (settings.device, settings.gpu, settings.height) == ("cuda", "t4", 1024)
     assert settings.runs == sizing.card_fit(T4, "sdxl").runs < 5 and settings.warmup == 1
     kept = fdh.course_settings("sdxl", weights="random", smoke=False, runs=7, resolution=768)
     assert (kept.runs, kept.height) == (7, 768)
+    # the baseline in the card's half precision, and an fp32-weights rung skipped with the reason
+    assert settings.baseline == dataclasses.replace(fdh.BASELINE, dtype="fp16")
+    assert settings.baseline.weight_dtype == "fp16"
+    capsys.readouterr()
+    why = settings.skip(fdh.Recipe(dtype="tf32"))
+    assert "sdxl in fp32 does not fit Tesla T4" in why and why in capsys.readouterr().out
+    assert settings.skip(fdh.Recipe(dtype="bf16")) is None  # runs, as fp16
+    assert "fp8" in settings.skip(fdh.Recipe(dtype="bf16", quantize="fp8-dynamic-row"))
+    tiny = fdh.course_settings("sdxl", weights="tiny", smoke=False)  # a GPU, tiny weights
+    assert tiny.device == "cuda" and tiny.skip(fdh.Recipe(dtype="tf32")) is None
+    assert "fp8" in tiny.skip(fdh.Recipe(dtype="bf16", quantize="fp8-dynamic-row"))
+    _fake_gpu(monkeypatch, H100)
+    h100 = fdh.course_settings("sdxl", weights="random", smoke=False)
+    assert h100.baseline == fdh.BASELINE and h100.skip(fdh.Recipe(dtype="tf32")) is None
+    assert "fp32 fits" in capsys.readouterr().out
+
+
+def test_off_a_gpu_the_baseline_is_fp32_and_nothing_is_skipped():
+    cpu = fdh.course_settings("sdxl", smoke=True)
+    assert cpu.baseline == fdh.BASELINE
+    assert cpu.skip(fdh.Recipe(dtype="tf32")) is None
+    assert cpu.skip(fdh.Recipe(quantize="fp8-dynamic-row", dtype="bf16")) is None
 
 
 def test_a_load_that_cannot_fit_is_refused_before_loading(monkeypatch):
@@ -116,10 +143,28 @@ def test_the_plan_decides_as_the_notebooks_do():
 def test_plan_command(capsys):
     assert main(["plan", "--gpu", "t4", "--notebooks", "01", "10"]) == 0
     out = capsys.readouterr().out
-    assert "Plan for Tesla T4" in out and "| 01_baseline | skipped" in out
+    assert "Plan for Tesla T4" in out and "| 01_baseline | partly skipped [1] |" in out
+    assert re.search(r"sdxl fp32 [\d.]+ of 14.8 GiB; sdxl fp16 [\d.]+ of", out)  # the baseline's
     assert "| 10_gpu_syncs | swapped" in out and "sdxl in fp32 does not fit Tesla T4" in out
+    assert "a notebook's baseline (settings.baseline) runs in fp16" in out
     assert main(["plan", "--gpu", "t4", "--notebooks", "99"]) == 2
     assert "no such notebook" in capsys.readouterr().err
+
+
+def test_cells_that_run_bf16_on_a_gpu_are_planned_in_half_precision():
+    """08, 13 and 17 choose bf16 on a GPU and fp32 on a CPU, so their smoke record says fp32:
+    the clock and the plan count that work as a GPU runs it (clock_gpu.as_recorded(half=True)),
+    and on a T4 nothing of theirs is fp32, so nothing is skipped for fp32's memory."""
+    names = ["08_lora_hotswap.ipynb", "13_fewer_denoiser_calls.ipynb", "17_fitting_your_gpu.ipynb"]
+    for row in plan_mod.plan(T4, names):
+        assert row["verdict"] == "swapped", row
+        assert not any(cell.split()[1] == "fp32" for cell in row["fit"]), row
+    work = dict(clock._cell_work("13_fewer_denoiser_calls.ipynb"))
+    assert work["nb12-05"]["benchmarks"] == [["sdxl", "half", False]]
+    assert work["nb12-13"]["calls"] == [["sdxl", "half"]]
+    [compile_] = work["nb12-15"]["compiles"]
+    assert json.loads(compile_[-1])["dtype"] == "bf16" and json.loads(compile_[-1])["cache_every"]
+    assert dict(clock._cell_work("14_all_models.ipynb"))["nb08-05"]["benchmarks"][0][1] == "fp32"
 
 
 def test_sizes_that_fit_the_card(capsys):

@@ -199,7 +199,7 @@ def test_for_device_adapts_cuda_only_compile_and_says_so():
 @pytest.mark.parametrize("mode, runs", [("max-autotune", "max-autotune-no-cudagraphs"),
                                         ("reduce-overhead", "default")])
 def test_apply_and_compile_pipeline_follow_the_one_policy_on_a_cpu(mode, runs, capsys):
-    """The README's one-screen block on a CPU: apply() runs the CUDA-graph mode without the
+    """docs/helpers.md's one-screen block on a CPU: apply() runs the CUDA-graph mode without the
     graphs, says so, records what ran (and what was asked, so asking again is a no-op), and the
     Result carries the note; compile_pipeline alone does the same. Nothing compiles until a
     call, so this is quick."""

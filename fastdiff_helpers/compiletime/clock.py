@@ -26,7 +26,7 @@ from ..techniques.autotune import (GRAPH_OPS, REGIONAL_S, SECONDS_PER_OP, SHAPE_
                                    WITHOUT_TUNING, graph_ops_of)
 from ..models.meta import gemm_shapes
 from . import clock_gpu
-from .clock_gpu import GPU_WORK
+from .clock_gpu import GPU_WORK, half_on_a_gpu
 from .clock_record import RECORDED
 
 __all__ = ["summarize", "estimate", "course_table"]
@@ -123,8 +123,15 @@ def _cell_work(notebook: str) -> list[tuple[str, dict]]:
     recorded = dict(RECORDED.get(notebook, {}))
     declared = GPU_WORK.get(notebook, {})
     order = list(recorded) + [c for c in declared if c not in recorded]
-    return [(c, recorded.get(c, {}) if declared.get(c, {}).get("as_recorded") else
-             declared[c] if c in declared else recorded[c]) for c in order]
+
+    def work(cell: str) -> dict:
+        said = declared.get(cell, {})
+        if not said.get("as_recorded"):
+            return said if cell in declared else recorded[cell]
+        mine = recorded.get(cell, {})
+        return half_on_a_gpu(mine) if said.get("half") else mine
+
+    return [(c, work(c)) for c in order]
 
 
 def estimate(notebooks: Iterable[str] | None = None, autotune: bool = False,

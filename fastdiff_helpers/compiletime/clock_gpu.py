@@ -9,6 +9,7 @@ Each entry is built from the recipes the cell runs, as a GPU runs them (Recipe.f
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
 from ..models.clock_log import recipe_id
@@ -68,10 +69,27 @@ def nothing(why: str = NOTHING) -> dict[str, Any]:
     return merge(why=why)
 
 
-def as_recorded(why: str) -> dict[str, Any]:
+def as_recorded(why: str, half: bool = False) -> dict[str, Any]:
     """A cell that branches on the device or smoke mode but whose smoke record counts what it
-    does on a GPU (the sizes and modes differ, not the work)."""
-    return {"as_recorded": True, "why": why}
+    does on a GPU (the sizes and modes differ, not the work). `half`: its recipe is bf16 on a
+    GPU and fp32 on a CPU, so its fp32 work is half-precision work there (half_on_a_gpu)."""
+    return {"as_recorded": True, "why": why, **({"half": True} if half else {})}
+
+
+def half_on_a_gpu(work: dict[str, Any]) -> dict[str, Any]:
+    """A smoke record's work as a GPU runs it where the recipe is bf16 there and fp32 on a CPU:
+    fp32 images are half-precision ones, and fp32 compiled recipes are bf16."""
+    def bf16(rid: str) -> str:
+        fields = {} if rid == "compile_pipeline" else json.loads(rid)
+        return rid if "dtype" in fields or not fields else recipe_id({**fields, "dtype": "bf16"})
+
+    def half(entries: list) -> list:
+        return [[model, "half" if kind == "fp32" else kind, *rest]
+                for model, kind, *rest in entries]
+
+    return {**work, "benchmarks": half(work.get("benchmarks", [])),
+            "calls": half(work.get("calls", [])),
+            "compiles": [[*c[:-1], bf16(c[-1])] for c in work.get("compiles", [])]}
 
 
 def ladder(model: str, name: str, steps: list[str] | None = None, profile: bool = False,
@@ -139,7 +157,8 @@ GPU_WORK: dict[str, dict[str, dict[str, Any]]] = {
                                  compile_scope="regional"), benchmarks=0, calls=1),
     },
     "08_lora_hotswap.ipynb": {
-        "eager": as_recorded("bf16 on a GPU, fp32 on a CPU: the same calls"),
+        "lora-files": as_recorded("loads in bf16 on a GPU, in fp32 on a CPU", half=True),
+        "eager": as_recorded("bf16 on a GPU, fp32 on a CPU: the same calls", half=True),
         # smoke mode switches to one LoRA, a GPU to two and back: one more recompile
         "without": as_recorded("one switch fewer in smoke mode than on a GPU"),
     },
@@ -162,8 +181,12 @@ GPU_WORK: dict[str, dict[str, dict[str, Any]]] = {
                                        quantize="fp8-dynamic-row", quant_filter="fastdiff"))),
     },
     "13_fewer_denoiser_calls.ipynb": {
-        "nb12-05": as_recorded("bf16 and SDPA on a GPU, fp32 on a CPU: the same calls"),
-        "nb12-15": as_recorded("reduce-overhead on a GPU, default on a CPU: the same graphs"),
+        "nb12-05": as_recorded("bf16 and SDPA on a GPU, fp32 on a CPU: the same calls",
+                               half=True),
+        "nb12-15": as_recorded("reduce-overhead on a GPU, default on a CPU: the same graphs; "
+                               "nb12-05's recipe, bf16 there", half=True),
+        **{cell: as_recorded("nb12-05's recipe: bf16 on a GPU, fp32 on a CPU", half=True)
+           for cell in ("nb12-07", "nb12-13", "nb12-17", "nb12-19")},
         "nb12-11": nothing("runs only with pretrained SDXL and the few-step LoRA files cached"),
         # the step cache compiles two paths; the guidance stop a second batch size
         "nb12-21": merge(*(run(M, _sized(COURSE["+ compile"], **c), frames=f)
@@ -185,9 +208,9 @@ GPU_WORK: dict[str, dict[str, dict[str, Any]]] = {
         "gpu-sweep": merge(calls=[["sd15", "half"]] * 15, loads=["sd15"] * 4),
     },
     "17_fitting_your_gpu.ipynb": {
-        "peak": as_recorded("bf16 on a GPU, fp32 on a CPU: the same call"),
+        "peak": as_recorded("bf16 on a GPU, fp32 on a CPU: the same call", half=True),
         "savers": as_recorded("the memory savers' report at twice the smoke size; its calls "
-                              "are the GPU's"),
+                              "are the GPU's, in peak's dtype (bf16 there)", half=True),
         "compile-cpu": merge(*(run(M, Recipe(dtype="bf16", compile="default"), benchmarks=1)
                                for _ in range(3))),
         "compile-gpu": merge(*(run(M, Recipe(dtype="bf16", compile="default"), benchmarks=1)

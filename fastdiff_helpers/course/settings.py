@@ -5,7 +5,7 @@ Introduced in 00_setup.ipynb."""
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -22,7 +22,8 @@ from ..techniques.autotune import autotune_enabled, set_autotune
 from ..compiletime.tuning import import_matching
 from ..results.store import Result, reference_results
 from ..results.tables import format_table
-from .sizing import card_fit, fitting_sizes
+from ..techniques.recipe import BASELINE, Recipe
+from .sizing import card_fit, fitting_sizes, rung_verdict
 
 
 # The tiny model's denoising steps outside smoke mode (the CPU story: the notebooks, the
@@ -60,6 +61,31 @@ class CourseSettings:
     # profile key ("t4", "h100", "other"; None without a GPU)
     max_batch: int = 1
     gpu: str | None = None
+    # the baseline's dtype: "fp32", or on a card where the model's fp32 does not fit, the
+    # card's half precision (course/sizing.py card_fit); settings.baseline is its recipe
+    baseline_dtype: str = "fp32"
+
+    @property
+    def baseline(self) -> Recipe:
+        """The baseline recipe a notebook measures the others against: the course's fp32 one
+        (fdh.BASELINE), or, on a card where fp32 does not fit (SDXL on a T4), the same recipe in
+        the card's half precision, as course_settings said. Introduced in 00_setup.ipynb."""
+        return (BASELINE if self.baseline_dtype == "fp32"
+                else replace(BASELINE, dtype=self.baseline_dtype))
+
+    def skip(self, recipe: Recipe) -> str | None:
+        """Why this card skips `recipe`, said in one line before anything loads, or None where
+        it runs (always off a GPU): the hardware it names (fp8 below sm89), and its estimated
+        peak at this size (not for tiny weights) (course/sizing.py rung_verdict, as the plan
+        decides). Introduced in 02_where_the_time_goes.ipynb."""
+        if self.device != "cuda":
+            return None
+        status, _, why = rung_verdict(gpu_profile(), self.model, recipe, size=self.height,
+                                      memory=self.weights != "tiny")
+        if status != "skipped":
+            return None
+        print(f"fastdiff: skipped on this card: {why[0]}")
+        return why[0]
 
     def bench_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for fdh.benchmark (steps, height, width, runs, warmup, max_runs)."""
@@ -131,18 +157,19 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
         import_course_tuning(tuning)
     size = resolution or spec.resolution_for(weights)
     steps = steps or (2 if smoke else TINY_STEPS if weights == "tiny" else spec.steps)
-    warmup, max_batch, profile = (1 if smoke else 2), 1, None
+    warmup, max_batch, profile, baseline = (1 if smoke else 2), 1, None, "fp32"
     if device == "cuda" and weights != "tiny":  # sized for this card, said in one line
         profile = gpu_profile()
         fit = card_fit(profile, spec.key, resolution)
         print(fit.line(profile, spec.key, steps))
         size, warmup, max_batch = resolution or fit.size or size, fit.warmup, fit.max_batch
         runs = runs or fit.runs
+        baseline = "fp32" if fit.fp32_fits else fit.half
     return CourseSettings(
         model=spec.key, weights=weights, device=device, steps=steps, height=size, width=size,
         runs=runs or (2 if smoke else 5), warmup=warmup, smoke=smoke,
         max_runs=(runs or 2) if smoke else None, autotune=autotune_enabled(),
-        max_batch=max_batch, gpu=profile.key if profile else None)
+        max_batch=max_batch, gpu=profile.key if profile else None, baseline_dtype=baseline)
 
 
 TUNING_ENV = "FASTDIFF_TUNING_DIR"

@@ -59,7 +59,8 @@ class CardFit:
         swapped = "" if self.half == "bf16" else (" (bf16 runs as fp16 here: inductor compiles "
                                                   "no bf16 graph below sm80)")
         smaller = "" if self.size == spec.resolution else f" (native {spec.resolution} does not fit)"
-        fp32 = ("fp32 fits" if self.fp32_fits else "fp32 rungs do not fit and are skipped")
+        fp32 = ("fp32 fits" if self.fp32_fits else f"fp32 does not fit: the baseline runs in "
+                f"{self.half} (settings.baseline), fp32 rungs are skipped")
         return (f"fastdiff: sized for {profile.name} ({profile.gib:.1f} GiB, sm"
                 f"{profile.capability[0]}{profile.capability[1]}, {profile.sms} SMs): "
                 f"{spec.key} at {self.size}x{self.size}{smaller} in {self.half}{swapped} "
@@ -87,19 +88,20 @@ def card_fit(profile: GpuProfile, model: str, size: int | None = None) -> CardFi
 
 
 def rung_verdict(profile: GpuProfile, model: str, recipe: Recipe, size: int | None = None,
-                 batch: int = 1) -> tuple[str, Recipe, list[str]]:
+                 batch: int = 1, memory: bool = True) -> tuple[str, Recipe, list[str]]:
     """("runs" | "swapped" | "skipped", the recipe the card runs, the reasons): the recipe as
     fdh.apply adapts it on this card (Recipe.for_device with its compute capability), refused
     where it names hardware the card lacks (Recipe.check_device: fp8 below sm89, flash
-    attention below sm80), skipped where its estimated peak does not fit the card's memory;
-    and a word where max-autotune tunes no GEMM/conv template (under 68 SMs)."""
+    attention below sm80), skipped where its estimated peak does not fit the card's memory
+    (unless `memory=False`: tiny weights); and a word where max-autotune tunes no GEMM/conv
+    template (under 68 SMs)."""
     adapted, notes = recipe.for_device("cuda", profile.capability)
     try:
         adapted.check_device("cuda", profile.capability)
     except RecipeError as exc:
         return "skipped", adapted, [str(exc)]
     dtype = "fp32" if adapted.dtype in ("fp32", "tf32") else adapted.dtype
-    ok, need = fits(profile, model, dtype, size, size, batch)
+    ok, need = fits(profile, model, dtype, size, size, batch) if memory else (True, "")
     if not ok:
         return "skipped", adapted, [no_fit(profile, model, dtype, need)]
     if adapted.compile and adapted.compile.startswith("max-autotune") and \

@@ -18,6 +18,7 @@ from .build import build_component, build_pipeline
 from .downloads import local_variant, say_download
 from .clock_log import record, recording, watch_calls, watch_compiles
 from .fit import check_fits
+from .gpus import BF16_FROM
 from .noise import quiet_known_noise
 from .presets import DEFAULT_PROMPT, MODELS, SCHEDULERS, VAES, ModelSpec, get_spec
 from .pretrained import check_weights, load_pretrained, require_pretrained, resolve_weights
@@ -38,6 +39,24 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
                         "load in fp32 and use fdh.set_precision(pipe, 'tf32')).")
 
 
+def load_dtype(dtype: torch.dtype, device: str, capability: tuple[int, int] | None = None,
+               verbose: bool = False) -> torch.dtype:
+    """The dtype a load on `device` uses: bf16 as fp16 below compute capability 8.0 (a T4),
+    as fdh.apply runs a bf16 recipe there (Recipe.for_device); loaded in bf16 and cast to fp16
+    by apply, the weights would lose three bits of fp16's mantissa on the way. `capability`:
+    read from the GPU when not given."""
+    if dtype is not torch.bfloat16 or not str(device).startswith("cuda"):
+        return dtype
+    if capability is None:
+        capability = torch.cuda.get_device_capability(device)
+    if tuple(capability) >= BF16_FROM:
+        return dtype
+    if verbose:
+        print(f"fastdiff: loading in fp16, not bf16: compute capability {tuple(capability)} "
+              "has no bf16 tensor cores, and fdh.apply runs a bf16 recipe here as fp16")
+    return torch.float16
+
+
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -54,10 +73,8 @@ def _check_swaps(vae: str | None, scheduler: str | None) -> None:
 
 
 def _drawn_dtype(weights: str, dtype: torch.dtype) -> torch.dtype:
-    """The dtype built weights are drawn in: tiny ones in fp32 (then cast), so every dtype has
-    the fp32 baseline's weights, rounded; drawn in bf16 they would be other weights and a
-    rung's quality against fp32 meaningless. Full-size random ones in the load's dtype
-    (drawn in fp32 they would need twice the memory)."""
+    """Tiny weights are drawn in fp32 (then cast): every dtype gets the fp32 baseline's
+    weights, rounded (drawn in bf16 they are other weights). Full-size ones in the load's."""
     return torch.float32 if weights == "tiny" else dtype
 
 
@@ -111,6 +128,7 @@ def load_pipeline(model: str | ModelSpec = "sdxl", weights: str = "auto", device
     checks.whole("seed", seed, 0)
     check_weights(weights)
     device = checks.device(device, meta=True) if device is not None else default_device()
+    torch_dtype = load_dtype(torch_dtype, device, verbose=verbose)
     if device == "meta" and weights != "random":
         raise FastdiffError(f"{checks.arg('device', 'meta')} builds the architecture only: use "
                             f"{checks.arg('weights', 'random')}.")

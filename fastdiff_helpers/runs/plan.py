@@ -60,12 +60,21 @@ def plan(profile: GpuProfile, notebooks: Iterable[str] | None = None) -> list[di
             size = card_fit(profile, model).size
             ok, need = fits(profile, model, dtype, size, size)
             fit_cells.append(f"{model} {dtype} {need.replace('est. ', '')}")
-            fitting += ok
             if not ok:
-                skipped.append(no_fit(profile, model, dtype, need))
+                why = no_fit(profile, model, dtype, need)
+                half_ok, half_need = fits(profile, model, profile.half, size, size)
+                if kind == "fp32" and half_ok:
+                    ok = True  # the notebook's baseline runs in half precision instead
+                    if (model, "half") not in runs:
+                        fit_cells.append(f"{model} {profile.half} "
+                                         f"{half_need.replace('est. ', '')}")
+                    why += (f"; fp32 rungs are skipped, and a notebook's baseline "
+                            f"(settings.baseline) runs in {profile.half}")
+                skipped.append(why)
             elif kind == "half" and dtype != "bf16":
                 swapped.append(f"{model}: bf16 runs as fp16 (inductor compiles no bf16 graph "
                                "below sm80)")
+            fitting += ok
         for model, fields in compiles:
             status, _, why = rung_verdict(profile, model, Recipe(**fields))
             if status == "skipped":
