@@ -75,9 +75,9 @@ class CourseSettings:
 
     def skip(self, recipe: Recipe) -> str | None:
         """Why this card skips `recipe`, said in one line before anything loads, or None where
-        it runs (always off a GPU): the hardware it names (fp8 below sm89), and its estimated
-        peak at this size (not for tiny weights) (course/sizing.py rung_verdict, as the plan
-        decides). Introduced in 02_where_the_time_goes.ipynb."""
+        it runs (always off a GPU): the hardware it names (fp8 below sm89), and, for full-size
+        weights, its estimated peak at this size; decided by course/sizing.py rung_verdict, as
+        the plan decides. Introduced in 02_where_the_time_goes.ipynb."""
         if self.device != "cuda":
             return None
         status, _, why = rung_verdict(gpu_profile(), self.model, recipe, size=self.height,
