@@ -29,10 +29,14 @@ def _code_cells(path: Path):
             yield cell["id"], "".join(cell["source"]), cell.get("metadata", {}).get("tags", [])
 
 
+PLAIN_COMPILE = re.compile(r"\btorch\.compile\(|\.compile\(|\.compile_repeated_blocks\(")
+
+
 def test_every_cell_that_does_more_on_a_gpu_is_declared_and_every_declaration_is_a_cell():
-    """A cell tagged "gpu", or one that branches on smoke mode or the device, does on a GPU what
-    its smoke run does not show: its GPU work is declared in clock_gpu.py (or said to be as
-    recorded). A declared cell id that no notebook has is stale."""
+    """A cell tagged "gpu", or one that branches on smoke mode or the device, or compiles with
+    torch's own call, does on a GPU what its smoke run does not show: its GPU work is declared
+    in clock_gpu.py (or said to be as recorded). A declared cell id that no notebook has is
+    stale."""
     missing, stale = [], []
     for path in NOTEBOOKS:
         declared = clock_gpu.GPU_WORK.get(path.name, {})
@@ -41,6 +45,9 @@ def test_every_cell_that_does_more_on_a_gpu_is_declared_and_every_declaration_is
             ids.add(cell_id)
             branches = re.search(r"\bif\b[^\n]*settings\.(smoke|device)\b|\bsettings\.smoke\b",
                                  source)
+            # a plain compile (torch.compile, Module.compile, compile_repeated_blocks): the
+            # recorder sees its frames, not its recipe, so its GPU work is declared
+            branches = branches or PLAIN_COMPILE.search(source)
             if ("gpu" in tags or branches) and cell_id not in declared:
                 missing.append(f"{path.name}:{cell_id}")
         stale += [f"{path.name}:{c}" for c in declared if c.split("+")[0] not in ids]
@@ -189,3 +196,24 @@ def test_the_readme_table_is_the_clocks():
     header = clock.course_table().splitlines()[0]
     (page,) = [text for _, text in doc_texts() if header in text]
     assert clock.course_table() in page
+
+
+def test_a_refresh_from_one_notebooks_log_keeps_the_others(tmp_path):
+    """`clock --refresh` after one notebook's smoke run rewrites that notebook's record and keeps
+    the rest; a notebook that is gone loses its record."""
+    from fastdiff_helpers.compiletime import clock_record
+
+    logs, folder = tmp_path / "logs", tmp_path / "notebooks"
+    logs.mkdir()
+    folder.mkdir()
+    for name in ("00_setup.ipynb", "01_baseline.ipynb"):
+        (folder / name).write_text("{}")
+    (logs / "00_setup.jsonl").write_text("\n".join(json.dumps(e) for e in EVENTS) + "\n")
+    target = tmp_path / "record.py"
+    clock.refresh(logs, target, notebooks=folder)
+    namespace: dict = {}
+    exec(target.read_text(), namespace)
+    assert namespace["RECORDED"]["00_setup.ipynb"] == clock.summarize(EVENTS)
+    assert namespace["RECORDED"]["01_baseline.ipynb"] == \
+        clock_record.RECORDED["01_baseline.ipynb"]
+    assert set(namespace["RECORDED"]) == {"00_setup.ipynb", "01_baseline.ipynb"}

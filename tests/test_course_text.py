@@ -1,6 +1,6 @@
 """The course's text against its code and its sources (issue 23).
 
-- each technique's code on the page is what fdh.to_code writes for it;
+- (each technique's code runs in a cell of its notebook: tests/test_plain_cells.py);
 - every helper a notebook calls names, in its docstring, the notebook that introduces it;
 - the exercise code printed in a notebook runs (on the tiny model, in smoke mode);
 - the claims the audit corrected stay corrected: the library behaviour they rest on is pinned
@@ -28,7 +28,6 @@ nbformat = pytest.importorskip("nbformat")
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 FENCE = re.compile(r"^([ \t]*)```python\n(.*?)^\1```", re.M | re.S)
-TO_CODE = re.compile(r"`(fdh\.to_code\(.*?\))`", re.S)
 
 
 def _read(path: Path):
@@ -45,38 +44,6 @@ def _fences(text: str) -> list[str]:
     """The python code blocks of a markdown text, dedented (a block may sit in a list item)."""
     return [textwrap.dedent(textwrap.indent(body, indent)).rstrip("\n")
             for indent, body in FENCE.findall(text)]
-
-
-# --- the technique's code on the page ----------------------------------------------------
-
-def technique_blocks(nb) -> list[tuple[str, str]]:
-    """(expression, block) for every markdown cell that names an fdh.to_code(...) call and
-    shows a python block after it."""
-    found = []
-    for cell in nb.cells:
-        if cell.cell_type != "markdown":
-            continue
-        calls, blocks = TO_CODE.findall(cell.source), _fences(cell.source)
-        if calls and blocks:
-            first = cell.source.index("```python")
-            before = [c for c in calls if cell.source.index(c) < first]
-            if before:
-                found.append((before[-1], blocks[0]))
-    return found
-
-
-@pytest.mark.parametrize("prefix", ["05_", "09_", "10_", "11_", "12_", "13_", "18_"])
-def test_each_technique_notebook_shows_its_code_as_to_code_writes_it(prefix):
-    nb = _read(_by_name(prefix))
-    blocks = technique_blocks(nb)
-    assert blocks, (f"{prefix}: no markdown cell names `fdh.to_code(...)` and shows the block it "
-                    "writes")
-    for expression, block in blocks:
-        written = eval(" ".join(expression.split()), {"fdh": fdh})  # noqa: S307 (our own text)
-        assert block == written.rstrip("\n"), (
-            f"{prefix}: the block after `{expression}` is not what it writes now; paste:\n"
-            + written)
-        assert 5 <= len(block.splitlines()) <= 40
 
 
 # --- "Introduced in" ---------------------------------------------------------------------

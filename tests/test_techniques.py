@@ -296,17 +296,23 @@ def test_check_device_reads_nothing_from_cuda_for_cpu_devices():
 
 
 def test_to_code_only_keeps_the_named_sections_of_the_full_code():
-    """A notebook shows one technique's lines: to_code(..., only=...) is the header plus those
-    sections, each exactly as the full plain code has it."""
-    from fastdiff_helpers.techniques.codegen import SECTIONS
+    """A notebook shows one technique's lines: to_code(..., only=...) is the header it needs
+    (`import torch`, the denoiser's name) plus those sections, each exactly as the full plain
+    code has it."""
+    from fastdiff_helpers.techniques.codegen import _DENOISER, SECTIONS
 
     recipe = dataclasses.replace(fdh.LADDER[5][1], no_sync=True, cache_every=3,
                                  guidance_stop=0.5)  # every section (13_fewer_denoiser_calls)
     full = fdh.to_code(recipe, "plain")
-    for name in SECTIONS:
+    assert full.startswith("import torch\n\n" + _DENOISER + "\n\n")
+    # diffusers' default SDPA processor is no step of its own: nothing to paste for it
+    assert "AttnProcessor" not in full and "attention" not in fdh.to_code(
+        fdh.Recipe(dtype="bf16", attention="sdpa"), "plain")
+    assert "AttnProcessor()" in fdh.to_code(fdh.BASELINE, "plain", only="attention")
+    for name in (n for n in SECTIONS if n != "attention"):
         part = fdh.to_code(recipe, "plain", only=name)
-        header, body = part.split("\n\n", 2)[:2], part.split("\n\n", 2)[2]
-        assert full.startswith("\n\n".join(header) + "\n\n")
+        blocks = part.split("\n\n")
+        body = "\n\n".join(b for b in blocks if b not in ("import torch", _DENOISER))
         assert body.strip() and body.strip() in full, name
     both = fdh.to_code(recipe, "plain", only=["channels_last", "compile"])
     assert "denoiser.to(memory_format=torch.channels_last)" in both

@@ -265,14 +265,20 @@ def course_table(sms: int = 132) -> str:
     return "\n".join(lines)
 
 
-def refresh(folder: str | Path, target: str | Path | None = None) -> Path:
+def refresh(folder: str | Path, target: str | Path | None = None,
+            notebooks: Path | None = None) -> Path:
     """Write clock_record.py from the smoke runs' logs in `folder` (out/clock after a make
-    test: one <notebook>.jsonl each). Returns the file written."""
+    test: one <notebook>.jsonl each). A notebook without a log there keeps its record (one
+    notebook's smoke run refreshes its own); a notebook no longer in `notebooks` (default: the
+    course's folder) loses it. Returns the file written."""
     logs = sorted(Path(folder).glob("*.jsonl"))
     if not logs:
         raise FastdiffError(f"{folder} holds no <notebook>.jsonl: run the notebooks' smoke test "
                             "first (make test, or pytest tests/test_notebooks.py -k smoke).")
-    recorded = {f"{log.stem}.ipynb": summarize(read_log(log)) for log in logs}
+    folder_of_notebooks = notebooks or Path(__file__).resolve().parents[2] / "notebooks"
+    existing = {p.name for p in folder_of_notebooks.glob("*.ipynb")}
+    recorded = {name: cells for name, cells in RECORDED.items() if name in existing}
+    recorded.update({f"{log.stem}.ipynb": summarize(read_log(log)) for log in logs})
     target = Path(target) if target else Path(__file__).with_name("clock_record.py")
     head = target.read_text().split("RECORDED", 1)[0] if target.exists() else ""
     lines = ["RECORDED: dict = {"]

@@ -6,6 +6,8 @@
                       each recipe's verdict (runs, swapped, skipped) with its reason
     playground        fdh.playground(): the ipywidgets panel to try recipes and compare runs
     playground_parts  the playground's controls, phases and small formatters
+    lessons           the course as a workshop day: each notebook's track, visible words and
+                      minutes, the core path (README's syllabus, `lessons --write`)
     nbclean           git's clean filter for the notebooks (committed without outputs, which
                       the files keep) and `make lab`'s post-save hook
 

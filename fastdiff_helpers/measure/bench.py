@@ -160,7 +160,7 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
         out = fn()
         return out, events_between(before, snapshot())
 
-    clock_record({"event": "benchmark", "model": info["model"], "kind": clock_kind(info),
+    clock_record({"event": "benchmark", "model": info["model"], "kind": clock_kind(info, pipe),
                   "profile": profile})
     try:
         with _stage_marks(pipe, device) as marks:

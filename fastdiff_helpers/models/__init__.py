@@ -21,6 +21,7 @@
     few_step    few-step distilled SDXL weights: hub files, the scheduler and steps each needs
     noise       the libraries' messages known to be harmless, silenced on the way in
     clock_log   the course clock's recorder: calls, compiles and benchmarks, in a test run
+    state       what a pipeline is now, read off its modules: a denoiser compiled by hand
 
 Imports nothing of the package above it: only the ground (errors.py, checks.py).
 """

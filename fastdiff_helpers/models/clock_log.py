@@ -13,6 +13,8 @@ import json
 import os
 from typing import Any
 
+from .state import compiled_by_hand
+
 ENV = "FASTDIFF_CLOCK_LOG"
 
 
@@ -44,11 +46,16 @@ def recipe_id(recipe: dict | None) -> str:
                       sort_keys=True, default=str)
 
 
-def kind(info: dict[str, Any]) -> str:
+def kind(info: dict[str, Any], pipe: Any = None) -> str:
     """What a pipeline's calls cost on a GPU, in the clock's three kinds: "compiled", else
-    "fp32" (TF32 included) or "half" (bf16, fp16), from the helpers' record of it."""
+    "fp32" (TF32 included) or "half" (bf16, fp16), from the helpers' record of it, or, given
+    `pipe`, its denoiser compiled by hand (a plain `torch.compile` cell)."""
     if "compile" in info.get("applied", {}):
         return "compiled"
+    if pipe is not None:
+        denoiser = getattr(pipe, "unet", None) or getattr(pipe, "transformer", None)
+        if denoiser is not None and compiled_by_hand(denoiser) is not None:
+            return "compiled"
     recipe = info.get("applying") or info.get("recipe")
     dtype = getattr(recipe, "dtype", None) or str(info.get("dtype", ""))
     return "fp32" if dtype in ("fp32", "tf32", "torch.float32") else "half"
@@ -84,7 +91,7 @@ def watch_calls(pipe: Any) -> None:
     @functools.wraps(original)
     def __call__(self, *args, **kwargs):
         info = getattr(self, "_fastdiff", None) or {}
-        record({"event": "call", "model": info.get("model"), "kind": kind(info)})
+        record({"event": "call", "model": info.get("model"), "kind": kind(info, self)})
         return original(self, *args, **kwargs)
 
     __call__._fastdiff_clock = True

@@ -1,5 +1,5 @@
 """The command line: `python -m fastdiff_helpers demo | ladder | bench | batch | warm | reference
-| tuning | download | env` (also `fastdiff ...`); warm, reference and tuning are in
+| tuning | download | env | plan | lessons` (also `fastdiff ...`); warm, reference and tuning are in
 cli_compile.py, download in cli_download.py.
 
 Introduced in 00_setup.ipynb (env) and 14_all_models.ipynb (ladder). The CLI only composes
@@ -27,6 +27,7 @@ from ..measure.bench import benchmark
 from ..measure.env import env_report
 from ..results.store import RESULTS_FOLDER, save_result
 from ..results.tables import format_table
+from ..course import lessons
 from ..course.settings import smoke_mode
 from . import demo
 from .ladder import resolve_ladder, run_ladder
@@ -180,6 +181,10 @@ def build_parser() -> argparse.ArgumentParser:
     _recipe_flags(batch)
 
     sub.add_parser("env", help="print the environment report")
+    lessons = sub.add_parser("lessons", help="the course as a workshop day: each notebook's "
+                             "track, words and minutes, and the core path (README's syllabus)")
+    lessons.add_argument("--write", action="store_true",
+                         help="put each notebook's label and the README's columns in line")
     add_plan_command(sub)
     return parser
 
@@ -249,6 +254,12 @@ def _main(argv: Sequence[str] | None) -> int:
             return 0
         if args.command == "plan":
             return run_plan(args)
+        if args.command == "lessons":
+            found = lessons.lessons()
+            print(lessons.table(found))
+            for path in lessons.write_labels(found) if args.write else []:
+                print(f"fastdiff: wrote {path}")
+            return 0
         if args.command == "download":
             return cli_download.run(args)
         if args.command not in ("tuning", "clock"):

@@ -41,7 +41,7 @@ from ..models.loading import get_denoiser, pipeline_device, pipeline_info
 from ..models.noise import quiet_known_noise
 from .attention import SDPA_BACKENDS, SDPABackendProcessor, check_attention, is_fused, set_attention
 from .compile import (capture_denoiser_inputs, check_scope, compile_part, compile_pipeline,
-                      graph_breaks, set_channels_last, blog_inductor_flags)
+                      compiled_by_hand, graph_breaks, set_channels_last, blog_inductor_flags)
 from .flux import FLUX_BACKENDS, check_recipe
 from .fusion import fuse_qkv
 from .precision import set_precision, set_tf32, tf32_state
@@ -62,7 +62,10 @@ UNCOMPILED_QUANT_WARNING = (
 def current_recipe(pipe) -> dict:
     """The recipe this pipeline really runs, as a dict of Recipe fields: the applied recipe,
     or, for techniques applied one by one (or none), what is read off the pipeline (weight
-    dtype and the TF32 switch, attention processors, fusion) and the helpers' records."""
+    dtype and the TF32 switch, attention processors, fusion, channels_last, torchao's
+    quantized weights, a plain torch.compile) and the helpers' records. A notebook's plain
+    technique cell (`pipe.fuse_qkv_projections()`, `quantize_(...)`, `torch.compile(...)`)
+    is read here, so its Result says what ran."""
     info = pipeline_info(pipe)
     if info.get("recipe") is not None:
         return info["recipe"].to_dict()
@@ -84,10 +87,18 @@ def current_recipe(pipe) -> dict:
     backend = getattr(processor, "_attention_backend", None)  # Flux: diffusers' backends
     if backend is not None:
         attention = {v: k for k, v in FLUX_BACKENDS.items()}.get(backend.value, "sdpa")
-    compiled = done.get("compile", {})
-    quant = done.get("quantize", {})
+    compiled = done.get("compile") or compiled_by_hand(denoiser)
+    if compiled and "compile_vae" not in compiled:  # by hand: read off the pipeline
+        vae = getattr(pipe, "vae", None)
+        compiled = {**compiled, "dynamic": None, "compile_vae": vae is not None and (
+            hasattr(vae.decode, "_torchdynamo_orig_callable")
+            or compiled_by_hand(vae) is not None)}
+    quant = done.get("quantize") or quantized_by_hand(denoiser)
     d = Recipe().to_dict()
-    d.update(dtype=dtype, attention=attention, channels_last=bool(done.get("channels_last")),
+    channels_last = bool(done.get("channels_last")) or any(
+        p.dim() == 4 and p.is_contiguous(memory_format=torch.channels_last)
+        and not p.is_contiguous() for p in denoiser.parameters())
+    d.update(dtype=dtype, attention=attention, channels_last=channels_last,
              fuse_qkv=is_fused(denoiser), no_sync=bool(done.get("no_sync")),
              conv1x1_to_linear=done.get("conv1x1_to_linear", {}).get("filter", False),
              tf32=tf32,
@@ -101,6 +112,23 @@ def current_recipe(pipe) -> dict:
                  compile_vae=compiled["compile_vae"], fullgraph=compiled["fullgraph"],
                  dynamic=compiled["dynamic"])
     return d
+
+
+def quantized_by_hand(denoiser: torch.nn.Module) -> dict:
+    """{"kind", "filter"} of a denoiser whose linears torchao's quantize_ swapped outside the
+    helpers (its weights are torchao tensors), else {}: the filter is "by hand"."""
+    for module in denoiser.modules():
+        weight = getattr(module, "weight", None)
+        name = type(weight).__name__
+        if name.startswith("Int8"):
+            dynamic = getattr(weight, "act_quant_kwargs", None) is not None
+            return {"kind": "int8-dynamic" if dynamic else "int8-weight-only",
+                    "filter": "by hand"}
+        if name.startswith("Float8"):
+            scale = getattr(weight, "scale", None)
+            row = scale is not None and scale.numel() > 1
+            return {"kind": "fp8-dynamic-row" if row else "fp8-dynamic", "filter": "by hand"}
+    return {}
 
 
 def apply(pipe, recipe: Recipe):

@@ -1,7 +1,9 @@
 """fdh.to_code(recipe): the surgery as source to paste into your own notebook.
 
 "fdh" writes one helper call per technique; "plain" writes the same steps with diffusers,
-torch and torchao only. The plain pieces that have no library equivalent (a backend-pinned
+torch and torchao only: the technique alone, what turns a stock diffusers pipeline into the
+recipe (a stock pipeline's defaults, diffusers' SDPA processor and TF32 off for matmuls, are
+not written). The plain pieces that have no library equivalent (a backend-pinned
 SDPA processor, the 1x1-conv swap, the quantization filter, the sync removal) are emitted
 from the helpers' own source with inspect, so plain code and helpers cannot drift apart.
 Both run in the order of fdh.apply, and tests execute both against apply().
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 import textwrap
 from typing import Sequence
 
@@ -72,13 +75,13 @@ SECTIONS = ("precision", "conv1x1_to_linear", "fuse_qkv", "drop_unfused", "atten
             "guidance_stop", "compile")
 
 
-def _flux_attention(r: Recipe) -> list[str]:
+def _flux_attention(r: Recipe, D: str = "denoiser") -> list[str]:
     """Flux's attention as techniques/flux.py sets it: diffusers' backend, per module."""
     backend = flux_rules.FLUX_BACKENDS[r.attention]
     lines = ["# Flux keeps its FluxAttnProcessor; the kernel is diffusers' attention backend, set",
              "# per module (the model's set_attention_backend also sets a process-wide default)",
              "from diffusers.models.attention import AttentionModuleMixin",
-             "for attn in denoiser.modules():",
+             f"for attn in {D}.modules():",
              "    if isinstance(attn, AttentionModuleMixin):",
              f"        attn.set_attention_backend({backend!r})"]
     if r.attention == "sdpa":
@@ -91,50 +94,53 @@ def _flux_attention(r: Recipe) -> list[str]:
             + [f"pin_backend(pipe.vae, {name!r})"])
 
 
-def _plain(r: Recipe, flux: bool = False) -> dict[str, list[str]]:
+def _plain(r: Recipe, flux: bool = False, D: str = "denoiser") -> dict[str, list[str]]:
     """The plain code of `r`, section by section (SECTIONS, in the order of fdh.apply); each
-    section holds its own imports and the definitions it calls. `flux`: Flux's attention."""
+    section holds its own imports and the definitions it calls. `flux`: Flux's attention. `D`:
+    how the code names the denoiser (pipe.unet where the model is known)."""
     out: dict[str, list[str]] = {}
-    tf32 = r.tf32 or ("on" if r.dtype == "tf32" else "off")
-    out["precision"] = (["# precision (TF32 is a process-wide switch)",
-                         f"pipe.to(dtype={WEIGHT_DTYPES[r.dtype]})", f"# TF32: {tf32!r}"]
-                        + precision.tf32_code(tf32))
+    # the technique alone: what turns a stock diffusers pipeline into `r`, so a stock
+    # pipeline's own defaults (fp32 weights, TF32 off for matmuls, diffusers' SDPA processor)
+    # are not written; a TF32 mode the recipe names is, "off" included
+    tf32 = r.tf32 or ("on" if r.dtype == "tf32" else None)
+    lines = [] if r.dtype in ("fp32", "tf32") else [f"pipe.to({WEIGHT_DTYPES[r.dtype]})"]
+    if tf32 is not None:
+        lines += [f"# TF32 {tf32!r}: a process-wide switch"] + precision.tf32_code(tf32, alone=True)
+    if lines:
+        out["precision"] = lines
     if r.conv1x1_to_linear:
         conv_filter = quantization.CONV_FILTERS[r.conv1x1_to_linear]
         out["conv1x1_to_linear"] = (
             ["# 1x1 convolutions as linears, so quantization reaches them",
              "from torchao.quantization import swap_conv2d_1x1_to_linear"]
             + _source(conv_filter)
-            + [f"swap_conv2d_1x1_to_linear(denoiser, {conv_filter.__name__})",
+            + [f"swap_conv2d_1x1_to_linear({D}, {conv_filter.__name__})",
                f"swap_conv2d_1x1_to_linear(pipe.vae, {conv_filter.__name__})"])
     if flux:
         if r.fuse_qkv:
             out["fuse_qkv"] = ["# fused QKV projections (FluxAttnProcessor reads the fused ones)",
-                               "denoiser.fuse_qkv_projections()", "pipe.vae.fuse_qkv_projections()"]
+                               f"{D}.fuse_qkv_projections()", "pipe.vae.fuse_qkv_projections()"]
             out["drop_unfused"] = (["# the course's own: free the unfused copies diffusers keeps"]
                                    + _source(fusion.drop_unfused_projections)
-                                   + ["drop_unfused_projections(denoiser)",
+                                   + [f"drop_unfused_projections({D})",
                                       "drop_unfused_projections(pipe.vae)"])
-        out["attention"] = _flux_attention(r)
+        out["attention"] = _flux_attention(r, D)
     elif r.attention == "classic":
         out["attention"] = ["from diffusers.models.attention_processor import AttnProcessor",
-                            "denoiser.set_attn_processor(AttnProcessor())",
+                            f"{D}.set_attn_processor(AttnProcessor())",
                             "pipe.vae.set_attn_processor(AttnProcessor())"]
     else:
         fused = "Fused" if r.fuse_qkv else ""
         if r.fuse_qkv:
             out["fuse_qkv"] = ["# fused QKV projections (diffusers installs its fused SDPA "
                                "processor)",
-                               "denoiser.fuse_qkv_projections()", "pipe.vae.fuse_qkv_projections()"]
+                               f"{D}.fuse_qkv_projections()", "pipe.vae.fuse_qkv_projections()"]
             out["drop_unfused"] = (["# the course's own: free the unfused copies diffusers keeps"]
                                    + _source(fusion.drop_unfused_projections)
-                                   + ["drop_unfused_projections(denoiser)",
+                                   + [f"drop_unfused_projections({D})",
                                       "drop_unfused_projections(pipe.vae)"])
         if r.attention == "sdpa":
-            out["attention"] = [
-                f"from diffusers.models.attention_processor import {fused}AttnProcessor2_0",
-                f"denoiser.set_attn_processor({fused}AttnProcessor2_0())",
-                f"pipe.vae.set_attn_processor({fused}AttnProcessor2_0())"]
+            pass  # diffusers' default processor (AttnProcessor2_0; fusing installs its own)
         else:
             backend = attention.SDPA_BACKENDS[r.attention]
             lines = []
@@ -144,10 +150,10 @@ def _plain(r: Recipe, flux: bool = False) -> dict[str, list[str]]:
             lines += ["# what each forced kernel takes (torch's cuda/sdp_utils.cpp)",
                       f"SDPA_LIMITS = {{{backend!r}: {attention.SDPA_LIMITS[backend]!r}}}", ""]
             lines += _source(attention.SDPABackendProcessor, attention.pin_backend)
-            out["attention"] = lines + [f"pin_backend(denoiser, {backend!r})",
+            out["attention"] = lines + [f"pin_backend({D}, {backend!r})",
                                         f"pin_backend(pipe.vae, {backend!r})"]
     if r.channels_last:
-        out["channels_last"] = ["denoiser.to(memory_format=torch.channels_last)",
+        out["channels_last"] = [f"{D}.to(memory_format=torch.channels_last)",
                                 "pipe.vae.to(memory_format=torch.channels_last)"]
     if r.quantize:
         config = type(quantization.quant_config(r.quantize)).__name__
@@ -181,7 +187,7 @@ def _plain(r: Recipe, flux: bool = False) -> dict[str, list[str]]:
             filt = "fp8_filter"
         out["quantize"] = lines + [
             "# set_inductor_config=False: torchao would set inductor flags process-wide",
-            f"quantize_(denoiser, {made}, filter_fn={filt})",
+            f"quantize_({D}, {made}, filter_fn={filt})",
             f"quantize_(pipe.vae, {made}, filter_fn={filt})"]
     if r.no_sync:
         out["no_sync_plan"] = (["# sync removal: only where diffusers 0.42 leaves a sync in the "
@@ -189,7 +195,7 @@ def _plain(r: Recipe, flux: bool = False) -> dict[str, list[str]]:
         out["no_sync"] = (_source(syncs.keep_scheduler_on_cpu, syncs.upload_timestep_without_sync)
                           + ["move, why = no_sync_plan(pipe)", "print('no_sync:', why)",
                              "if move:", "    keep_scheduler_on_cpu(pipe)",
-                             "    upload_timestep_without_sync(denoiser)"])
+                             f"    upload_timestep_without_sync({D})"])
     if r.cache_every > 1:
         # no library has a step cache that compiles for these denoisers (13_fewer_denoiser_calls)
         out["step_cache"] = ["# the course's own step cache: ~250 lines in "
@@ -213,7 +219,8 @@ def _plain(r: Recipe, flux: bool = False) -> dict[str, list[str]]:
             "    import fastdiff_helpers as fdh",
             f"    fdh.stop_guidance(pipe, {r.guidance_stop!r})"]
     if r.compile:
-        args = f"mode={r.compile!r}, fullgraph={r.fullgraph}, dynamic={r.dynamic}"
+        args = ", ".join([f"mode={r.compile!r}"] + (["fullgraph=True"] if r.fullgraph else [])
+                         + ([f"dynamic={r.dynamic}"] if r.dynamic is not None else []))
         lines = []
         if r.inductor_flags:
             flags = comp.blog_inductor_flags(bool(r.quantize) and r.quantize.startswith("int8"))
@@ -225,7 +232,8 @@ def _plain(r: Recipe, flux: bool = False) -> dict[str, list[str]]:
                       f"options = {{**list_mode_options({r.compile!r}),"]
             lines += [f"           {k!r}: {v}," for k, v in flags.items()]
             lines[-1] = lines[-1].rstrip(",") + "}"
-            args = f"options=options, fullgraph={r.fullgraph}, dynamic={r.dynamic}"
+            args = ", ".join(["options=options"] + (["fullgraph=True"] if r.fullgraph else [])
+                             + ([f"dynamic={r.dynamic}"] if r.dynamic is not None else []))
         if r.dynamic:
             lines += ["import torch.fx.experimental._config as fx_config  # the guide's switch "
                       "(process-wide)",
@@ -239,22 +247,22 @@ def _plain(r: Recipe, flux: bool = False) -> dict[str, list[str]]:
                       "counter and compile once per step",
                       "from fastdiff_helpers.techniques.step_cache import compile_plan",
                       f"if not compile_plan(pipe, {args}):",
-                      f"    denoiser.compile({args})"]
+                      f"    {D}.compile({args})"]
         elif r.compile_scope == "full":
-            lines.append(f"denoiser.compile({args})")
+            lines.append(f"{D}.compile({args})")
         elif r.compile_scope == "regional":
-            lines.append(f"denoiser.compile_repeated_blocks({args})")
+            lines.append(f"{D}.compile_repeated_blocks({args})")
         elif r.compile_scope == "regional-extended":
             blocks = comp.EXTENDED_BLOCKS
             lines += ["# diffusers' own blocks plus the ones it leaves eager",
                       f"blocks = {blocks['unet']!r} if hasattr(pipe, 'unet') else "
                       f"{blocks['transformer']!r}",
-                      "for block in [m for m in denoiser.modules() if type(m).__name__ in "
+                      f"for block in [m for m in {D}.modules() if type(m).__name__ in "
                       "blocks]:", f"    block.compile({args})"]
         else:
             name = "unet' if hasattr(pipe, 'unet') else 'transformer"
             lines += ["from accelerate.utils import compile_regions",
-                      f"setattr(pipe, '{name}', compile_regions(denoiser, {args}))"]
+                      f"setattr(pipe, '{name}', compile_regions({D}, {args}))"]
         if r.compile_vae:
             lines.append(f"pipe.vae.decode = torch.compile(pipe.vae.decode, {args})")
         out["compile"] = lines
@@ -286,7 +294,9 @@ def to_code(recipe: Recipe, flavour: str = "fdh", only: str | Sequence[str] | No
         if only is not None:
             raise RecipeError("only= picks sections of the plain code: use flavour='plain'.")
         return "\n".join(_fdh(recipe)).rstrip() + "\n"
-    sections = _plain(recipe, flux)
+    part = "denoiser" if model is None else (
+        "pipe.unet" if get_spec(model).denoiser == "unet" else "pipe.transformer")
+    sections = _plain(recipe, flux, part)
     wanted = list(SECTIONS) if only is None else [only] if isinstance(only, str) else list(only)
     unknown = [name for name in wanted if name not in SECTIONS]
     if unknown:
@@ -297,4 +307,8 @@ def to_code(recipe: Recipe, flavour: str = "fdh", only: str | Sequence[str] | No
                           f"{', '.join(sections)}.")
     body = ["\n".join(sections[name]).rstrip() for name in SECTIONS
             if name in wanted and name in sections]
-    return "\n\n".join(["import torch", _DENOISER] + body) + "\n"
+    text = "\n\n".join(body)
+    head = ["import torch"] if re.search(r"\btorch\.", text) else []
+    if part == "denoiser" and re.search(r"(?<![\w(])denoiser[.,)]", text):
+        head.append(_DENOISER)
+    return "\n\n".join(head + ([text] if text else [])) + "\n"

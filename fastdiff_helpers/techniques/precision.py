@@ -23,13 +23,17 @@ TF32_SETTINGS = {
 }
 
 
-def tf32_code(mode: str) -> list[str]:
-    """The statements set_tf32(mode) runs, as source lines (for fdh.to_code(recipe, "plain"))."""
+def tf32_code(mode: str, alone: bool = False) -> list[str]:
+    """The statements set_tf32(mode) runs, as source lines (for fdh.to_code(recipe, "plain")).
+    `alone`: without the ones that set what a fresh process already has (torch's defaults for
+    cuDNN: no CUDA-wide precision, TF32 convolutions allowed), so the blog's mode is its one
+    line, as diffusion-fast wrote it."""
     cuda_wide, cudnn, matmul = TF32_SETTINGS[mode]
-    return [f"torch.backends.cudnn.fp32_precision = {cuda_wide!r}",
-            f"torch.backends.cudnn.allow_tf32 = {cudnn}",
-            "torch.backends.cuda.matmul.allow_tf32 = True" if matmul == "allow_tf32" else
-            f"torch.set_float32_matmul_precision({matmul!r})"]
+    lines = [] if alone and (cuda_wide, cudnn) == ("none", True) else [
+        f"torch.backends.cudnn.fp32_precision = {cuda_wide!r}",
+        f"torch.backends.cudnn.allow_tf32 = {cudnn}"]
+    return lines + ["torch.backends.cuda.matmul.allow_tf32 = True" if matmul == "allow_tf32" else
+                    f"torch.set_float32_matmul_precision({matmul!r})"]
 
 
 def set_tf32(mode: str | bool) -> None:

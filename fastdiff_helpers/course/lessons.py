@@ -1,0 +1,256 @@
+"""The course as a workshop day: each notebook's track (core or optional) and its minutes, the
+text a participant sees, and the one-day core path.
+
+Introduced in README.md ("The syllabus"). `python -m fastdiff_helpers lessons` prints the table;
+`--write` puts each notebook's label (its first cell) and the README's syllabus columns in line
+with it. A lesson's minutes are its reading time (visible words at READING_WPM), the course
+clock's estimated GPU wait on an H100 (compiletime/clock.py; the core notebooks as the core path
+runs them, alone and in order) and its exercises' minutes, rounded up to 5.
+
+What a participant sees ("visible text"): the markdown cells, less folded `<details>` blocks,
+fenced code and HTML comments. Provenance, caveats and the project's tooling go in the folded
+blocks (each titled for what it holds) or in docs/.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from ..compiletime import clock
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = ROOT / "notebooks"
+README = ROOT / "README.md"
+
+# The one-day path, as a demanding instructor would choose it: the blog's techniques in order,
+# what the first compiled call costs (a workshop waits for it), and the course's own biggest
+# lever (fewer denoiser calls). The rest is optional: depth on one idea (profiling, CUDA
+# graphs, autotuning), hardware the room may lack (fp8, several GPUs), or long runs (all
+# models, Flux).
+CORE = ("00", "01", "03", "04", "05", "06", "09", "10", "11", "13", "15")
+READING_WPM = 200     # words a minute of technical prose, read with the code beside it
+ROUND_TO = 5          # a label's minutes are rounded up to this
+CORE_WORDS, OPTIONAL_WORDS = 1_200, 1_800   # visible words, at most, per lesson
+PATH_WORDS, COURSE_WORDS = 12_000, 20_000   # on the core path, and in all
+CELL_WAIT_S = 180     # no core cell waits longer on an H100 (the course clock)
+
+LABEL = re.compile(r"^\*\*(Core|Optional) · (\d+) min\*\*")
+EXERCISE = re.compile(r"^\*\*(\d+)\. (.+?)\*\* · (\d+) min · (CPU|GPU|CPU or GPU)\s*$", re.M)
+ANSWER = re.compile(r"<details>\s*<summary>\s*Answer\b", re.I)
+DETAILS = re.compile(r"<details>.*?</details>", re.S | re.I)
+SUMMARY = re.compile(r"<details>\s*<summary>(.*?)</summary>", re.S | re.I)
+FENCE = re.compile(r"^[ \t]*(```|~~~).*?^[ \t]*\1[ \t]*$", re.M | re.S)
+COMMENT = re.compile(r"<!--.*?-->", re.S)
+SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]*_]*\s+(?=[\"'(\[*_`]*[A-Z0-9`])")
+
+
+def notebooks() -> list[Path]:
+    return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+
+
+def track(name: str) -> str:
+    """"core" or "optional" for a notebook's file name (or its two-digit number)."""
+    return "core" if name[:2] in CORE else "optional"
+
+
+def core_path() -> list[str]:
+    """The core notebooks' file names, in the order the day runs them."""
+    return [p.name for p in notebooks() if p.name[:2] in CORE]
+
+
+def _markdown(path: Path) -> list[str]:
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    return ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+            for c in nb["cells"] if c["cell_type"] == "markdown"]
+
+
+def visible(markdown: str) -> str:
+    """What a reader sees of a markdown text before unfolding anything: without folded
+    `<details>` blocks, fenced code and HTML comments."""
+    return FENCE.sub(" ", DETAILS.sub(" ", COMMENT.sub(" ", markdown)))
+
+
+def visible_text(path: Path) -> str:
+    return "\n\n".join(visible(cell) for cell in _markdown(path))
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of a visible text: paragraphs and list items split at sentence ends;
+    headings, tables, labels and bare lines of markup left out."""
+    found = []
+    for block in re.split(r"\n\s*\n|\n(?=\s*(?:[-*]|\d+\.) )", text):
+        lines = [line.strip() for line in block.splitlines()]
+        lines = [line for line in lines if line and not line.startswith(("#", "|", "<"))
+                 and not LABEL.match(line) and not EXERCISE.match(line)]
+        flat = re.sub(r"^(?:[-*]|\d+\.)\s+", "", " ".join(lines))
+        found += [s for s in SENTENCE_END.split(flat) if len(s.split()) >= 1]
+    return found
+
+
+def sentence_lengths(text: str) -> list[int]:
+    return [len(s.split()) for s in sentences(text)]
+
+
+@dataclass(frozen=True)
+class Exercise:
+    number: int
+    title: str
+    minutes: int
+    where: str       # "CPU", "GPU" or "CPU or GPU"
+    answered: bool   # a folded answer follows it
+
+
+def exercises(path: Path) -> list[Exercise]:
+    """The exercises under "## Exercises": each a line "**N. Title** · M min · CPU|GPU|CPU or
+    GPU", its question, then its answer folded in a `<details><summary>Answer...` block."""
+    text = "\n\n".join(_markdown(path))
+    start = text.find("\n## Exercises")
+    if start < 0:
+        return []
+    end = text.find("\n## ", start + 5)
+    section = text[start:end if end > 0 else len(text)]
+    heads = list(EXERCISE.finditer(section))
+    found = []
+    for i, head in enumerate(heads):
+        body = section[head.end():heads[i + 1].start() if i + 1 < len(heads) else len(section)]
+        found.append(Exercise(int(head.group(1)), head.group(2), int(head.group(3)),
+                              head.group(4), bool(ANSWER.search(body))))
+    return found
+
+
+def label(path: Path) -> tuple[str, int] | None:
+    """(track, minutes) as the notebook's first cell says it, or None."""
+    cells = _markdown(path)
+    lines = [line for line in (cells[0].splitlines() if cells else [])[1:] if line.strip()]
+    found = LABEL.match(lines[0]) if lines else None
+    return (found.group(1).lower(), int(found.group(2))) if found else None
+
+
+def waits(core_alone: bool = True) -> dict[str, float]:
+    """Estimated GPU wait in seconds per notebook on an H100 (the course clock), the core
+    notebooks as the core path runs them alone (`core_alone`), the others as the whole course
+    runs top to bottom."""
+    whole = clock.estimate()["notebooks"]
+    out = {name: n["total_s"] for name, n in whole.items()}
+    if core_alone:
+        path = clock.estimate(notebooks=[n for n in core_path() if n in whole])["notebooks"]
+        out.update({name: n["total_s"] for name, n in path.items()})
+    return out
+
+
+@dataclass(frozen=True)
+class Lesson:
+    name: str
+    track: str
+    words: int
+    reading_min: float
+    wait_min: float
+    exercise_min: int
+
+    @property
+    def minutes(self) -> int:
+        raw = self.reading_min + self.wait_min + self.exercise_min
+        return max(ROUND_TO, ROUND_TO * math.ceil(raw / ROUND_TO - 1e-9))
+
+    @property
+    def label(self) -> str:
+        return f"**{self.track.capitalize()} · {self.minutes} min**"
+
+
+def lessons(paths: Iterable[Path] | None = None) -> list[Lesson]:
+    seconds = waits()
+    out = []
+    for path in paths or notebooks():
+        n = words(visible_text(path))
+        out.append(Lesson(path.name, track(path.name), n, n / READING_WPM,
+                          seconds.get(path.name, 0.0) / 60,
+                          sum(e.minutes for e in exercises(path))))
+    return out
+
+
+def path_minutes(found: list[Lesson] | None = None) -> int:
+    """The core path's minutes: the sum of its lessons' labels."""
+    return sum(lesson.minutes for lesson in found or lessons() if lesson.track == "core")
+
+
+def table(found: list[Lesson] | None = None) -> str:
+    found = found or lessons()
+    lines = ["| notebook | track | visible words | reading (min) | est. GPU wait, H100 (min) | "
+             "exercises (min) | label (min) |", "|---|---|---:|---:|---:|---:|---:|"]
+    for lesson in found:
+        lines.append(f"| {lesson.name} | {lesson.track} | {lesson.words:,} | "
+                     f"{lesson.reading_min:.0f} | {lesson.wait_min:.1f} | "
+                     f"{lesson.exercise_min} | {lesson.minutes} |")
+    core = [lesson for lesson in found if lesson.track == "core"]
+    lines.append(f"| **core path** ({len(core)}) | | {sum(x.words for x in core):,} | | "
+                 f"{sum(x.wait_min for x in core):.0f} | {sum(x.exercise_min for x in core)} | "
+                 f"**{path_minutes(found)}** |")
+    return "\n".join(lines)
+
+
+def write_labels(found: list[Lesson] | None = None) -> list[str]:
+    """Put each notebook's label line (the first line after its title) and the README's
+    syllabus columns in line with `lessons()`. Returns the files changed."""
+    changed = []
+    for lesson in found or lessons():
+        path = NOTEBOOKS / lesson.name
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        first = nb["cells"][0]
+        source = "".join(first["source"]) if isinstance(first["source"], list) else first["source"]
+        lines = source.split("\n")
+        at = next((i for i, line in enumerate(lines[1:], 1) if line.strip()), None)
+        if at is not None and LABEL.match(lines[at]):
+            new = LABEL.sub(lesson.label, lines[at], count=1)
+            if new == lines[at]:
+                continue
+            lines[at] = new
+        else:
+            lines[1:1] = ["", lesson.label]
+        first["source"] = "\n".join(lines).splitlines(keepends=True)
+        # as JupyterLab writes a notebook (course/nbclean.py)
+        path.write_text(json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n",
+                        encoding="utf-8")
+        changed.append(str(path.relative_to(ROOT)))
+    readme = README.read_text(encoding="utf-8")
+    updated = syllabus_columns(readme, found or lessons())
+    if updated != readme:
+        README.write_text(updated, encoding="utf-8")
+        changed.append("README.md")
+    return changed
+
+
+SYLLABUS_ROW = re.compile(r"^\| (\d\d) \| (\[\d\d_\w+\.ipynb\]\(notebooks/\d\d_\w+\.ipynb\)) \| "
+                          r"(Core|Optional) \| (\d+) \|", re.M)
+PATH_LINE = re.compile(r"(The core path: )(\d+) notebooks, (about \d+ h \d+ min)")
+
+
+def _hours(minutes: int) -> str:
+    return f"about {minutes // 60} h {minutes % 60:02d} min"
+
+
+def syllabus_columns(readme: str, found: list[Lesson]) -> str:
+    """The README with its syllabus rows' track and minutes, and the core path's line, as
+    `found` says."""
+    by_number = {lesson.name[:2]: lesson for lesson in found}
+
+    def row(match: re.Match) -> str:
+        lesson = by_number.get(match.group(1))
+        if lesson is None:
+            return match.group(0)
+        return (f"| {match.group(1)} | {match.group(2)} | {lesson.track.capitalize()} | "
+                f"{lesson.minutes} |")
+
+    core = [x for x in found if x.track == "core"]
+    out = SYLLABUS_ROW.sub(row, readme)
+    return PATH_LINE.sub(lambda m: f"{m.group(1)}{len(core)} notebooks, "
+                                   f"{_hours(path_minutes(found))}", out)

@@ -1,0 +1,170 @@
+"""The course as a workshop day (issue 50): each notebook labelled with its track and minutes, on a
+one-day core path that fits about 5 hours on an H100; each lesson short, its provenance folded;
+exercises with minutes and a folded answer; terms in a glossary. The rules and the arithmetic are
+fastdiff_helpers/course/lessons.py; `python -m fastdiff_helpers lessons --write` puts the labels
+and the README's columns in line with them. Fast: the notebooks are read, not run."""
+
+from __future__ import annotations
+
+import functools
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+
+from fastdiff_helpers.course import lessons as L
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = L.notebooks()
+GLOSSARY = ROOT / "docs" / "glossary.md"
+# terms the course uses that a participant who knows PyTorch may not (issue 50: used before
+# taught, or never explained); each has its entry in docs/glossary.md
+TERMS = ("dynamo", "inductor", "graph", "graph break", "guard", "recompile", "fusion",
+         "epilogue", "GEMM", "SM", "tensor core", "CUDA graph", "autotuning", "SDPA", "TF32",
+         "bf16", "fp16", "fp8", "int8", "PSNR", "rung", "denoising step", "cold start",
+         "smoke mode", "est.")
+
+
+@functools.lru_cache(maxsize=1)
+def _lessons() -> dict[str, L.Lesson]:
+    return {lesson.name: lesson for lesson in L.lessons()}
+
+
+def _ids(paths):
+    return [p.name for p in paths]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_the_first_cell_labels_track_and_minutes(path):
+    lesson = _lessons()[path.name]
+    said = L.label(path)
+    assert said is not None, (f"{path.name}: the first line after the title is not "
+                              f"'{lesson.label}'")
+    assert said == (lesson.track, lesson.minutes), (
+        f"{path.name} says {said}, the course computes {lesson.label} (reading "
+        f"{lesson.reading_min:.1f} + est. GPU wait {lesson.wait_min:.1f} + exercises "
+        f"{lesson.exercise_min} min): run `python -m fastdiff_helpers lessons --write`")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_each_lesson_is_short(path):
+    lesson = _lessons()[path.name]
+    limit = L.CORE_WORDS if lesson.track == "core" else L.OPTIONAL_WORDS
+    assert lesson.words <= limit, (f"{path.name}: {lesson.words} visible words, {lesson.track} "
+                                   f"lessons have at most {limit}: fold provenance and caveats "
+                                   "in <details>, or move them to docs/")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_the_project_stays_out_of_the_visible_text(path):
+    text = L.visible_text(path)
+    py = re.findall(r"[\w./-]+\.py\b", text)
+    assert len(py) <= 2, f"{path.name}: {len(py)} .py paths in visible text: {py}"
+    assert "tests/" not in text, f"{path.name}: a tests/ path in visible text"
+    status = re.findall(r"(?:not|never)\s+(?:yet\s+)?(?:been\s+)?(?:run|measured|tested)\s+on\s+"
+                        r"(?:a|any|the)\s+GPU", text, re.I)
+    assert not status, f"{path.name}: test status in visible text: {status}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_sentences_are_short(path):
+    lengths = L.sentence_lengths(L.visible_text(path))
+    over = [n for n in lengths if n > 45]
+    assert statistics.median(lengths) <= 25, f"{path.name}: median sentence {statistics.median(lengths)} words"
+    assert len(over) <= 0.05 * len(lengths), (
+        f"{path.name}: {len(over)} of {len(lengths)} sentences over 45 words: "
+        + " | ".join(s[:80] for s in L.sentences(L.visible_text(path)) if len(s.split()) > 45))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_exercises_have_minutes_a_label_and_a_folded_answer(path):
+    found = L.exercises(path)
+    assert found, (f"{path.name}: no exercise in the form '**1. Title** · 5 min · CPU' under "
+                   "'## Exercises'")
+    assert [e.number for e in found] == list(range(1, len(found) + 1)), found
+    unanswered = [e.title for e in found if not e.answered]
+    assert not unanswered, f"{path.name}: no folded '<details><summary>Answer' for {unanswered}"
+    assert all(1 <= e.minutes <= 20 for e in found), [(e.title, e.minutes) for e in found]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_folded_blocks_are_titled_and_folded(path):
+    text = "\n".join(L._markdown(path))
+    opened = len(re.findall(r"<details\b", text, re.I))
+    titles = L.SUMMARY.findall(text)
+    assert len(titles) == opened, f"{path.name}: a <details> block without a <summary> title"
+    assert not re.search(r"<details[^>]*\bopen\b", text, re.I), f"{path.name}: a block opened"
+    assert text.count("</details>") == opened, f"{path.name}: unbalanced <details>"
+    short = [t for t in titles if len(re.sub(r"<[^>]+>", "", t).split()) < 1]
+    assert not short, f"{path.name}: an untitled block"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_each_lesson_links_the_glossary(path):
+    assert "../docs/glossary.md" in L.visible_text(path), (
+        f"{path.name}: no link to the glossary (../docs/glossary.md)")
+
+
+def test_each_core_lesson_leads_to_the_next_core_lesson():
+    path = L.core_path()
+    for name, following in zip(path, path[1:] + [None]):
+        last = L._markdown(L.NOTEBOOKS / name)[-1]
+        if following is None:
+            assert "](../README.md" in last, f"{name}: the day's last lesson links the README"
+        else:
+            links = re.findall(r"\]\((\d\d_\w+\.ipynb)\)", last.split("## Summary")[-1])
+            assert links and links[-1] == following, (
+                f"{name}: its summary's last link is {links[-1:]}, the next core lesson is "
+                f"{following}")
+
+
+def test_the_core_path_fits_a_workshop_day():
+    found = list(_lessons().values())
+    core = [x for x in found if x.track == "core"]
+    assert [x.name for x in core] == L.core_path()
+    assert sum(x.words for x in core) <= L.PATH_WORDS
+    assert sum(x.words for x in found) <= L.COURSE_WORDS
+    assert L.path_minutes(found) <= 315, L.table(found)  # fits about 5 h, as labelled
+
+
+def test_no_core_cell_waits_more_than_three_minutes_on_an_h100():
+    from fastdiff_helpers.compiletime import clock
+
+    run = clock.estimate(notebooks=L.core_path())["notebooks"]
+    slow = [f"{nb}:{cell} {c['total_s'] / 60:.1f} min" for nb, n in run.items()
+            for cell, c in n["cells"].items() if c["total_s"] > L.CELL_WAIT_S]
+    assert not slow, slow
+
+
+def test_the_readme_shows_the_day():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert readme == L.syllabus_columns(readme, list(_lessons().values())), (
+        "the README's syllabus columns or core path line differ: run `python -m "
+        "fastdiff_helpers lessons --write`")
+    rows = L.SYLLABUS_ROW.findall(readme)
+    assert [r[0] for r in rows] == [p.name[:2] for p in NOTEBOOKS]
+    assert L.PATH_LINE.search(readme)
+
+
+def test_the_glossary_explains_each_term():
+    text = GLOSSARY.read_text(encoding="utf-8")
+    entries = {m.lower() for m in re.findall(r"^\*\*(.+?)\*\*", text, re.M)}
+    missing = [t for t in TERMS if t.lower() not in entries]
+    assert not missing, f"docs/glossary.md has no '**term**' entry for {missing}"
+
+
+def test_the_rules_catch_what_they_look_for():
+    """The text rules on a made-up lesson (a test that cannot fail would prove nothing)."""
+    md = ("# 99 · Title\n\n**Core · 25 min**\n\nShort one. Another short one.\n\n"
+          "<details><summary>Where this comes from</summary>\n\ntorch/_inductor/utils.py "
+          "decides it.\n\n</details>\n\n```python\nx = 1  # code is not prose\n```\n")
+    text = L.visible(md)
+    assert "utils.py" not in text and "code is not prose" not in text
+    assert L.words(text) == 13  # the title and the label count
+    assert L.sentence_lengths(text) == [2, 3]
+    assert L.LABEL.match("**Optional · 15 min**")
+    head = "**2. Three sizes** · 5 min · CPU or GPU"
+    assert L.EXERCISE.match(head).groups() == ("2", "Three sizes", "5", "CPU or GPU")
+    assert L.Lesson("x", "core", 0, 1.0, 0.5, 0).minutes == 5
+    assert L.Lesson("x", "core", 0, 7.0, 3.5, 10).minutes == 25

@@ -1,0 +1,128 @@
+"""The technique run as the library's own code (issue 50): in every technique notebook, the cell
+that applies the technique (tagged "technique") is plain torch / diffusers / torchao code that a
+participant runs and can copy, and it leaves the same pipeline as fdh.apply of the same recipe:
+what fdh.current_recipe reads off both, and the image (equal without compile; within 35 dB PSNR
+of the eager image with it, the compiled kernels' rounding).
+
+PLAIN says, for each technique cell, the dtype the notebook loads `pipe` in before it and the
+recipe the cell stands for. A cell runs in a namespace of `pipe` (a fresh tiny pipeline of the
+notebook's model, in that dtype), `torch`, `fdh`, `settings` (smoke mode) and `prompt`: what it
+needs beyond them it imports, so it can be copied as it stands."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import fastdiff_helpers as fdh
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = {p.name: p for p in sorted((ROOT / "notebooks").glob("*.ipynb"))}
+
+# (notebook, cell id) -> (the dtype `pipe` is loaded in before the cell, the recipe it stands for)
+PLAIN: dict[tuple[str, str], tuple[str, fdh.Recipe]] = {}
+
+# each technique notebook's own call, in a code cell tagged "technique" (issue 50, item 3)
+CALLS = {
+    "02": r"torch\.profiler\.profile\(",
+    "03": r"torch\.bfloat16",
+    "04": r"AttnProcessor2_0|sdpa_kernel\(",
+    "05": r"torch\.compile\(|\.compile\(",
+    "06": r"torch\.compiler\.(save|load)_cache_artifacts|TORCHINDUCTOR_CACHE_DIR|\.compile\(",
+    "07": r"mode=[\"']reduce-overhead[\"']",
+    "08": r"hotswap=True",
+    "09": r"\.fuse_qkv_projections\(\)",
+    "10": r"set_sync_debug_mode\(|scheduler",
+    "11": r"quantize_\(",
+    "12": r"quantize_\(",
+    "13": r"callback_on_step_end|\.scheduler = ",
+    "16": r"split_between_processes\(",
+    "17": r"enable_model_cpu_offload\(|enable_tiling\(",
+    "18": r"compile_repeated_blocks\(|enable_cache\(",
+}
+FIELDS = ("dtype", "attention", "channels_last", "fuse_qkv", "quantize", "compile",
+          "compile_scope", "fullgraph")
+
+
+def _cells(name: str):
+    nb = json.loads(NOTEBOOKS[name].read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            yield cell["id"], "".join(cell["source"]), cell.get("metadata", {}).get("tags", [])
+
+
+def _technique_cells():
+    return [(name, cell_id, source, tags) for name in NOTEBOOKS
+            for cell_id, source, tags in _cells(name) if "technique" in tags]
+
+
+def test_every_technique_notebook_runs_its_technique_as_the_librarys_own_code():
+    found = {}
+    for name, _, source, _ in _technique_cells():
+        found.setdefault(name[:2], []).append(source)
+    missing = [f"{nn}: {pattern}" for nn, pattern in CALLS.items()
+               if not any(re.search(pattern, s) for s in found.get(nn, []))]
+    assert not missing, ("technique notebooks without a code cell tagged 'technique' that "
+                         f"makes the library's own call: {missing}")
+
+
+def test_every_technique_cell_says_what_it_stands_for():
+    """A technique cell that changes the pipeline (a recipe's technique) is in PLAIN; every
+    PLAIN entry is a technique cell."""
+    cells = {(name, cell_id) for name, cell_id, _, _ in _technique_cells()}
+    stale = sorted(set(PLAIN) - cells)
+    assert not stale, f"PLAIN names cells that are not technique cells: {stale}"
+    assert PLAIN, "no technique cell is tied to a recipe"
+
+
+def _model(name: str) -> str:
+    first = next(source for _, source, _ in _cells(name))
+    return re.search(r"course_settings\(\s*\"(\w[\w-]*)\"", first).group(1)
+
+
+def _image(pipe) -> np.ndarray:
+    kwargs = fdh.call_kwargs(pipe, steps=2, seed=0)
+    kwargs["output_type"] = "np"
+    return pipe(**kwargs).images[0].astype(np.float64)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("key", sorted(PLAIN), ids=[f"{n[:2]}:{c}" for n, c in sorted(PLAIN)])
+def test_a_technique_cell_leaves_the_pipeline_fdh_apply_leaves(key, monkeypatch):
+    monkeypatch.setenv("FASTDIFF_SMOKE", "1")
+    name, cell_id = key
+    dtype, recipe = PLAIN[key]
+    source = dict((c, s) for c, s, _ in _cells(name))[cell_id]
+    model = _model(name)
+    settings = fdh.course_settings(model)
+
+    def fresh(load_dtype: str = "fp32"):
+        return fdh.load_pipeline(model, weights="tiny", device="cpu", dtype=load_dtype,
+                                 verbose=False)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        eager = fdh.apply(fresh(), dataclasses.replace(recipe, compile=None))
+        expected = _image(eager)
+        namespace = {"pipe": fresh(dtype), "torch": torch, "fdh": fdh, "settings": settings,
+                     "prompt": "a photo"}
+        exec(compile(source, f"<{name}:{cell_id}>", "exec"), namespace)
+        got_pipe = namespace["pipe"]
+        got = _image(got_pipe)
+    read = fdh.current_recipe(got_pipe)
+    wanted = recipe.to_dict()
+    differ = {f: (read[f], wanted[f]) for f in FIELDS if read[f] != wanted[f]
+              and not (f in ("compile_scope", "fullgraph") and not wanted["compile"])}
+    assert not differ, f"{name}:{cell_id} leaves (read, recipe): {differ}"
+    if recipe.compile:
+        assert fdh.compare_images(got, expected)["psnr"] >= 35
+    else:
+        assert np.array_equal(got, expected)
