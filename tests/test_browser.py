@@ -61,18 +61,32 @@ def _children(pid: int) -> list[tuple[int, list[str]]]:
     return found
 
 
+def _with_details() -> Path:
+    """The course notebook with the most folded <details> blocks (issue 50: provenance and
+    answers are folded)."""
+    def count(path: Path) -> int:
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        return sum("".join(c["source"]).count("<details>") for c in cells
+                   if c["cell_type"] == "markdown")
+    return max(sorted((REPO / "notebooks").glob("*.ipynb")), key=count)
+
+
 @pytest.fixture
-def lab(tmp_path):
-    """A JupyterLab server on a fresh folder holding a copy of the notebook; stopped after."""
+def lab(tmp_path, request):
+    """A JupyterLab server on a fresh folder holding a copy of the notebook (the playground, or
+    the test's `notebook` parameter); stopped after."""
+    notebook = getattr(request, "param", None) or NOTEBOOK
     python = str(VENV_PYTHON if VENV_PYTHON.exists() else Path(sys.executable))
     root, home = tmp_path / "root", tmp_path / "jupyter"
     root.mkdir()
-    shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
+    shutil.copy(notebook, root / notebook.name)
     settings = home / "app-settings"  # fresh app settings: overrides.json turns off the news
     settings.mkdir(parents=True)
     (settings / "overrides.json").write_text(json.dumps({
         "@jupyterlab/apputils-extension:notification": {"fetchNews": "false",
-                                                        "checkForUpdates": False}}))
+                                                        "checkForUpdates": False},
+        # every cell in the page, so the test sees each one (JupyterLab renders by viewport)
+        "@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"}}))
     port, token = _free_port(), secrets.token_hex(16)
     env = dict(os.environ, FASTDIFF_SMOKE="1", HF_HUB_OFFLINE="1",
                PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
@@ -195,6 +209,49 @@ def test_playground_runs_twice_in_jupyterlab(lab, tmp_path):
     print("browser test timings (s, cumulative):",
           ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
     assert SCREENSHOT.stat().st_size > 10_000
+
+
+DETAILS_NOTEBOOK = _with_details()
+
+
+@pytest.mark.parametrize("lab", [DETAILS_NOTEBOOK], indirect=True, ids=[DETAILS_NOTEBOOK.name])
+def test_folded_blocks_render_folded_in_jupyterlab(lab, tmp_path):
+    """Provenance, caveats and exercise answers sit in <details> blocks: JupyterLab's markdown
+    renderer keeps them (its sanitizer allows details and summary) and shows them folded, the
+    title visible and the body hidden until clicked. No kernel runs: markdown renders as the
+    notebook opens."""
+    from playwright.sync_api import expect, sync_playwright
+
+    source = [("".join(c["source"])) for c in json.loads(
+        DETAILS_NOTEBOOK.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "markdown"]
+    expected = sum(cell.count("<details>") for cell in source)
+    assert expected >= 3, f"{DETAILS_NOTEBOOK.name} has {expected} folded blocks"
+    shot = REPO / "out" / "browser" / "details.png"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                    args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 1600})
+            page.set_default_timeout(60_000)
+            page.goto(f"{lab['base']}/lab/tree/{DETAILS_NOTEBOOK.name}?reset&token={lab['token']}")
+            page.wait_for_selector(".jp-NotebookPanel .jp-Notebook .jp-RenderedMarkdown")
+            blocks = page.locator(".jp-RenderedMarkdown details")
+            expect(blocks).to_have_count(expected)
+            assert page.locator(".jp-RenderedMarkdown details[open]").count() == 0
+            first = blocks.first
+            first.scroll_into_view_if_needed()
+            summary = first.locator("summary")
+            expect(summary).to_be_visible()
+            body = first.locator(":scope > :not(summary)").first
+            expect(body).to_be_hidden()
+            shot.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(shot).replace(".png", "-folded.png"))
+            summary.click()
+            expect(body).to_be_visible()
+            first.screenshot(path=str(shot))
+        finally:
+            browser.close()
+    assert shot.stat().st_size > 2_000
 
 
 def test_make_lab_starts_as_this_user_and_serves_the_course(tmp_path):
