@@ -189,6 +189,21 @@ def test_the_recorder_writes_nothing_unless_asked(tmp_path, monkeypatch):
         '{"compile": "reduce-overhead", "dtype": "bf16"}'
 
 
+def test_a_plain_cast_counts_as_the_dtype_it_casts_to():
+    """03's technique cell casts a pipeline loaded in fp32 by hand (`pipe.to(torch.bfloat16)`):
+    its calls cost what half precision costs, read off the denoiser's weights."""
+    import torch
+
+    import fastdiff_helpers as fdh
+
+    pipe = fdh.load_pipeline("sdxl", weights="tiny", device="cpu", verbose=False)
+    info = fdh.pipeline_info(pipe)
+    assert clock_log.kind(info, pipe) == "fp32"
+    pipe.to(torch.bfloat16)
+    assert clock_log.kind(info, pipe) == "half"
+    assert clock_log.kind(info) == "fp32"  # without the pipeline: the dtype it was loaded in
+
+
 def test_the_readme_table_is_the_clocks():
     """The documentation (the README's page "Preparing a workshop", docs/workshop.md, where the
     table moved in issue 46) shows the course clock's table once, as `python -m fastdiff_helpers

@@ -27,7 +27,15 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = {p.name: p for p in sorted((ROOT / "notebooks").glob("*.ipynb"))}
 
 # (notebook, cell id) -> (the dtype `pipe` is loaded in before the cell, the recipe it stands for)
-PLAIN: dict[tuple[str, str], tuple[str, fdh.Recipe]] = {}
+PLAIN: dict[tuple[str, str], tuple[str, fdh.Recipe]] = {
+    # 03_precision: TF32 switched on, then the fp32 pipeline cast to bf16 (the test's fresh
+    # pipeline has diffusers' default attention, SDPA; the notebook's has the classic processor)
+    ("03_precision.ipynb", "tf32-switch"): ("fp32", fdh.Recipe(dtype="tf32", attention="sdpa")),
+    ("03_precision.ipynb", "bf16-cast"): ("fp32", fdh.Recipe(dtype="bf16", attention="sdpa")),
+    # 04_attention: the classic processor set by hand (the previous rung), then SDPA's back
+    ("04_attention.ipynb", "classic-attn"): ("bf16", fdh.Recipe(dtype="bf16", attention="classic")),
+    ("04_attention.ipynb", "sdpa-attn"): ("bf16", fdh.Recipe(dtype="bf16", attention="sdpa")),
+}
 
 # each technique notebook's own call, in a code cell tagged "technique" (issue 50, item 3)
 CALLS = {

@@ -20,13 +20,15 @@ RECORDED: dict = {
     },
     '03_precision.ipynb': {
         'nb02-05': {'benchmarks': [['sdxl', 'fp32', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
-        'nb02-07': {'benchmarks': [['sdxl', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
-        'nb02-09': {'benchmarks': [['sdxl', 'fp32', False], ['sdxl', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl', 'sdxl']},
+        'tf32-bench': {'benchmarks': [['sdxl', 'fp32', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
+        'nb02-07': {'benchmarks': [['sdxl', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
+        'nb02-09': {'benchmarks': [['sdxl', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
     },
     '04_attention.ipynb': {
-        'nb03-05': {'benchmarks': [['sdxl', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
-        'nb03-07': {'benchmarks': [['sdxl', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
-        'nb03-09': {'benchmarks': [['sdxl', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
+        'nb03-05': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
+        'classic-bench': {'benchmarks': [['sdxl', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
+        'nb03-07': {'benchmarks': [['sdxl', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
+        'nb03-09': {'benchmarks': [['sdxl', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
     },
     '05_torch_compile.ipynb': {
         'nb04-03': {'benchmarks': [], 'calls': [['sdxl', 'half']], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},

@@ -49,15 +49,17 @@ def recipe_id(recipe: dict | None) -> str:
 def kind(info: dict[str, Any], pipe: Any = None) -> str:
     """What a pipeline's calls cost on a GPU, in the clock's three kinds: "compiled", else
     "fp32" (TF32 included) or "half" (bf16, fp16), from the helpers' record of it, or, given
-    `pipe`, its denoiser compiled by hand (a plain `torch.compile` cell)."""
+    `pipe`, read off its denoiser: compiled by hand (a plain `torch.compile` cell), or cast by
+    hand (a plain `pipe.to(torch.bfloat16)` cell: its weights' dtype, not the load's)."""
     if "compile" in info.get("applied", {}):
         return "compiled"
-    if pipe is not None:
-        denoiser = getattr(pipe, "unet", None) or getattr(pipe, "transformer", None)
-        if denoiser is not None and compiled_by_hand(denoiser) is not None:
-            return "compiled"
+    denoiser = None if pipe is None else (getattr(pipe, "unet", None)
+                                          or getattr(pipe, "transformer", None))
+    if denoiser is not None and compiled_by_hand(denoiser) is not None:
+        return "compiled"
     recipe = info.get("applying") or info.get("recipe")
-    dtype = getattr(recipe, "dtype", None) or str(info.get("dtype", ""))
+    dtype = getattr(recipe, "dtype", None) or (
+        str(denoiser.dtype) if denoiser is not None else str(info.get("dtype", "")))
     return "fp32" if dtype in ("fp32", "tf32", "torch.float32") else "half"
 
 

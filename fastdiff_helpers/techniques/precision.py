@@ -50,7 +50,8 @@ def set_tf32(mode: str | bool) -> None:
     fp32_precision` (what inductor's conv templates read, torch/_inductor/kernel/conv.py), the
     per-op conv/rnn/matmul values, and the legacy allow_tf32 booleans, whose getters raise once
     they disagree with the rest (aten Context::allowTF32CuDNN). Each mode sets all three, so the
-    legacy flags stay readable and true whatever mode ran before (tests/test_blog_fidelity.py)."""
+    legacy flags stay readable and true whatever mode ran before (tests/test_blog_fidelity.py).
+    Introduced in 03_precision.ipynb."""
     if mode is True or mode is False:
         mode = "on" if mode else "off"
     if mode not in TF32_MODES:
