@@ -10,12 +10,15 @@ RECORDED: dict = {
     },
     '01_baseline.ipynb': {
         'nb01-07': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
+        'nb01-timing': {'benchmarks': [], 'calls': [['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32']], 'compiles': [], 'frames': 0, 'loads': []},
         'nb01-09': {'benchmarks': [['sdxl', 'fp32', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
         'nb01-17': {'benchmarks': [], 'calls': [['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32']], 'compiles': [], 'frames': 0, 'loads': []},
         'nb01-19': {'benchmarks': [], 'calls': [['sdxl', 'fp32']], 'compiles': [], 'frames': 0, 'loads': []},
     },
     '02_where_the_time_goes.ipynb': {
-        'nb14-03': {'benchmarks': [], 'calls': [['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32']], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
+        'nb14-load': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
+        'nb14-plain': {'benchmarks': [], 'calls': [['sdxl', 'fp32'], ['sdxl', 'fp32']], 'compiles': [], 'frames': 0, 'loads': []},
+        'nb14-03': {'benchmarks': [], 'calls': [['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32']], 'compiles': [], 'frames': 0, 'loads': []},
         'nb14-09': {'benchmarks': [], 'calls': [['sdxl', 'half'], ['sdxl', 'half'], ['sdxl', 'half'], ['sdxl', 'half'], ['sdxl', 'half'], ['sdxl', 'half'], ['sdxl', 'half'], ['sdxl', 'half'], ['sdxl', 'half'], ['sdxl', 'half'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled']], 'compiles': [['sdxl', 'reduce-overhead', 'full', True, False, '{"attention": "sdpa", "channels_last": true, "compile": "reduce-overhead", "dtype": "bf16", "fullgraph": true}']], 'frames': 2, 'loads': ['sdxl', 'sdxl', 'sdxl']},
     },
     '03_precision.ipynb': {
