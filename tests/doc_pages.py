@@ -11,8 +11,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 PAGES = [ROOT / "docs" / name for name in
-         ("running.md", "helpers.md", "workshop.md", "offline-gpu.md", "layout.md",
-          "glossary.md")]
+         ("running.md", "helpers.md", "workshop.md", "instructor.md", "offline-gpu.md",
+          "layout.md", "glossary.md")]
 DOCS = [README, *PAGES]
 
 

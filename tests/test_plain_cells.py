@@ -43,7 +43,7 @@ CALLS = {
     "03": r"torch\.bfloat16",
     "04": r"AttnProcessor2_0|sdpa_kernel\(",
     "05": r"torch\.compile\(|\.compile\(",
-    "06": r"torch\.compiler\.(save|load)_cache_artifacts|TORCHINDUCTOR_CACHE_DIR|\.compile\(",
+    "06": r"torch\.compiler\.(save|load)_cache_artifacts\(",
     "07": r"mode=[\"']reduce-overhead[\"']",
     "08": r"hotswap=True",
     "09": r"\.fuse_qkv_projections\(\)",

@@ -137,20 +137,12 @@ GPU_WORK: dict[str, dict[str, dict[str, Any]]] = {
     "06_cold_start.ipynb": {
         "compile-bench": run(M, COURSE["+ compile"]),  # the whole denoiser, not its blocks
         "nb04-13": run(M, COURSE["+ compile"]),        # after dynamo's reset: the cache's
+        # after dynamo's reset, in a folder that holds only the loaded artifacts: their hits
+        "from-artifacts": run(M, COURSE["+ compile"]),
         "nb04-15": nothing("error_on_recompile: the 1.5x size raises before it compiles"),
         "recompile-report": merge(frames=2, calls=[[M, "compiled"]] * 4),  # 1.5x: a recompile
-        "dynamic-compile": run(M, _sized(COURSE["+ compile"], dynamic=True), benchmarks=0,
-                               calls=3, frames=4),
-        # three new processes: an empty cache (2 graphs), the warm cache, loaded artifacts
-        "three-caches": merge(run(M, COURSE["+ compile"], benchmarks=0, calls=1),
-                              run(M, COURSE["+ compile"], benchmarks=0, calls=1),
-                              run(M, COURSE["+ compile"], benchmarks=0, calls=1)),
-        "tuning-gpu": merge(run(M, BLOG["+ compile"], benchmarks=0, calls=1),
-                            run(M, BLOG["+ compile"], benchmarks=0, calls=1), if_autotune=True),
         "full-vs-regional": merge(*(run(M, _sized(COURSE["+ compile"], compile_scope=s))
-                                    for s in ("full", "regional", "regional-extended"))),
-        "gpu-warm": merge(*(run(M, r, benchmarks=0, calls=1)
-                            for n, r in LADDERS["course"] if r.compile and n != "+ autotune")),
+                                    for s in ("full", "regional"))),
     },
     "07_cuda_graphs.ipynb": {
         "nb16-07": merge(frames=1, calls=[[M, "compiled"]] * 2),  # a new shape: a recompile
