@@ -27,7 +27,18 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = {p.name: p for p in sorted((ROOT / "notebooks").glob("*.ipynb"))}
 
 # (notebook, cell id) -> (the dtype `pipe` is loaded in before the cell, the recipe it stands for)
-PLAIN: dict[tuple[str, str], tuple[str, fdh.Recipe]] = {}
+PLAIN: dict[tuple[str, str], tuple[str, fdh.Recipe]] = {
+    # 10_gpu_syncs: none. Its "swap-scheduler" cell (DPMSolverMultistepScheduler.from_config)
+    # swaps the scheduler, which no Recipe field stands for; its "find-syncs" cell
+    # (torch.cuda.set_sync_debug_mode) is GPU-only and changes nothing in the pipeline.
+    # 11_int8_quantization: the blog's 1x1-conv swap and int8 dynamic with its filter, on a
+    # stock bf16 pipeline (SDPA is diffusers' default)
+    ("11_int8_quantization.ipynb", "quantize-int8"): ("bf16", fdh.Recipe(
+        dtype="bf16", attention="sdpa", conv1x1_to_linear="blog", quantize="int8-dynamic",
+        quant_filter="blog")),
+    # 12_fp8_hopper: none. Its "fp8-technique" cell is GPU-only (fp8 needs compute capability
+    # 8.9+, refused on a CPU), so it cannot run in this CPU test.
+}
 
 # each technique notebook's own call, in a code cell tagged "technique" (issue 50, item 3)
 CALLS = {
