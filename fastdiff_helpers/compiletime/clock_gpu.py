@@ -166,6 +166,7 @@ GPU_WORK: dict[str, dict[str, dict[str, Any]]] = {
         BLOG["+ compile"], BLOG["+ fused QKV"], _sized(BLOG["+ int8 dynamic"], fuse_qkv=False),
         BLOG["+ int8 dynamic"])))},
     "10_gpu_syncs.ipynb": {
+        "find-syncs": merge(calls=[["sd15", "half"]]),  # one image in sync debug mode
         "nb06-04": merge(calls=[["sd15", "half"]]),
         "nb06-06": merge(calls=[["sd15", "half"]]),
         "nb06-09": merge(calls=[["sd15", "half"]]),
