@@ -35,6 +35,16 @@ PLAIN: dict[tuple[str, str], tuple[str, fdh.Recipe]] = {
     # 04_attention: the classic processor set by hand (the previous rung), then SDPA's back
     ("04_attention.ipynb", "classic-attn"): ("bf16", fdh.Recipe(dtype="bf16", attention="classic")),
     ("04_attention.ipynb", "sdpa-attn"): ("bf16", fdh.Recipe(dtype="bf16", attention="sdpa")),
+    # 10_gpu_syncs: none. Its "swap-scheduler" cell (DPMSolverMultistepScheduler.from_config)
+    # swaps the scheduler, which no Recipe field stands for; its "find-syncs" cell
+    # (torch.cuda.set_sync_debug_mode) is GPU-only and changes nothing in the pipeline.
+    # 11_int8_quantization: the blog's 1x1-conv swap and int8 dynamic with its filter, on a
+    # stock bf16 pipeline (SDPA is diffusers' default)
+    ("11_int8_quantization.ipynb", "quantize-int8"): ("bf16", fdh.Recipe(
+        dtype="bf16", attention="sdpa", conv1x1_to_linear="blog", quantize="int8-dynamic",
+        quant_filter="blog")),
+    # 12_fp8_hopper: none. Its "fp8-technique" cell is GPU-only (fp8 needs compute capability
+    # 8.9+, refused on a CPU), so it cannot run in this CPU test.
 }
 
 # each technique notebook's own call, in a code cell tagged "technique" (issue 50, item 3)

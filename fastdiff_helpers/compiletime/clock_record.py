@@ -61,13 +61,14 @@ RECORDED: dict = {
     },
     '10_gpu_syncs.ipynb': {
         'nb06-03': {'benchmarks': [['sd15', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sd15']},
-        'nb06-08': {'benchmarks': [['sd15', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sd15']},
+        'nb06-08': {'benchmarks': [['sd15', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
+        'keep-pndm': {'benchmarks': [['sd15', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sd15']},
     },
     '11_int8_quantization.ipynb': {
         'nb07-05': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
         'nb07-07': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl', 'sdxl']},
         'nb07-09': {'benchmarks': [['sdxl', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
-        'nb07-11': {'benchmarks': [['sdxl', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
+        'nb07-11': {'benchmarks': [['sdxl', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
     },
     '12_fp8_hopper.ipynb': {
         'nb15-05': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
