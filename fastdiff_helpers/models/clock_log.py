@@ -53,7 +53,10 @@ def kind(info: dict[str, Any], pipe: Any = None) -> str:
     if "compile" in info.get("applied", {}):
         return "compiled"
     if pipe is not None:
-        denoiser = getattr(pipe, "unet", None) or getattr(pipe, "transformer", None)
+        # `is None`, not `or`: a module wrapped by torch.compile (`pipe.unet =
+        # torch.compile(pipe.unet)`, as the blog wrote it) has no truth value
+        denoiser = getattr(pipe, "unet", None)
+        denoiser = getattr(pipe, "transformer", None) if denoiser is None else denoiser
         if denoiser is not None and compiled_by_hand(denoiser) is not None:
             return "compiled"
     recipe = info.get("applying") or info.get("recipe")
