@@ -204,6 +204,20 @@ def test_a_plain_cast_counts_as_the_dtype_it_casts_to():
     assert clock_log.kind(info) == "fp32"  # without the pipeline: the dtype it was loaded in
 
 
+def test_a_denoiser_wrapped_by_torch_compile_is_a_compiled_call():
+    """`pipe.unet = torch.compile(pipe.unet)`, the blog's form of 05's technique cell: the
+    wrapper has no truth value (OptimizedModule.__len__ raises), and fdh.benchmark asks the
+    recorder what kind of call the pipeline makes."""
+    from types import SimpleNamespace
+
+    import torch
+
+    pipe = SimpleNamespace(unet=torch.compile(torch.nn.Linear(2, 2)))
+    assert clock_log.kind({}, pipe) == "compiled"
+    assert clock_log.kind({"dtype": "torch.float32"},
+                          SimpleNamespace(unet=torch.nn.Linear(2, 2))) == "fp32"
+
+
 def test_the_readme_table_is_the_clocks():
     """The documentation (the README's page "Preparing a workshop", docs/workshop.md, where the
     table moved in issue 46) shows the course clock's table once, as `python -m fastdiff_helpers

@@ -359,7 +359,7 @@ TEACHES = {
     "02": ("profile", "host-side"),
     "03": ("bf16", "fp16", "TF32", "precision"),
     "04": ("attention", "SDPA"),
-    "05": ("compile", "inductor", "channels_last", "CUDA graph", "autotuning"),
+    "05": ("compile", "inductor", "channels_last", "CUDA graph", "fusion"),
     "06": ("cold start", "cache", "recompile", "regional", "tuning"),
     "07": ("CUDA graph", "re-record", "capture"),
     "08": ("LoRA",),
@@ -373,6 +373,7 @@ TEACHES = {
     "16": ("scale out", "batch", "throughput"),
     "17": ("memory", "what fits", "savers"),
     "18": ("Flux",),
+    "19": ("autotuning", "max-autotune"),
 }
 REFERENCE = re.compile(r"\b[Nn]otebooks?\s+(\d\d(?:(?:,\s*|\s+and\s+|\s+or\s+)\d\d)*)"
                        r"(?!\s*-\s*\d)")

@@ -45,6 +45,11 @@ PLAIN: dict[tuple[str, str], tuple[str, fdh.Recipe]] = {
         quant_filter="blog")),
     # 12_fp8_hopper: none. Its "fp8-technique" cell is GPU-only (fp8 needs compute capability
     # 8.9+, refused on a CPU), so it cannot run in this CPU test.
+    # 05_torch_compile: the + compile rung as the CPU runs it (mode "default", the UNet alone),
+    # the graph the notebook's smoke run compiles
+    ("05_torch_compile.ipynb", "compile-plain"): ("bf16", fdh.Recipe(
+        dtype="bf16", attention="sdpa", channels_last=True, compile="default", fullgraph=True,
+        compile_vae=False)),
 }
 
 # each technique notebook's own call, in a code cell tagged "technique" (issue 50, item 3)
@@ -126,9 +131,15 @@ def test_a_technique_cell_leaves_the_pipeline_fdh_apply_leaves(key, monkeypatch)
         return fdh.load_pipeline(model, weights="tiny", device="cpu", dtype=load_dtype,
                                  verbose=False)
 
+    if recipe.compile:  # the course's cache, where the notebook's smoke run compiled it too
+        fdh.use_course_cache(verbose=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        eager = fdh.apply(fresh(), dataclasses.replace(recipe, compile=None))
+        # the same recipe uncompiled (the compile-only fields back to their defaults, which a
+        # Recipe without compile requires)
+        eager = fdh.apply(fresh(), dataclasses.replace(
+            recipe, compile=None, fullgraph=False, inductor_flags=False, compile_scope="full",
+            dynamic=None))
         expected = _image(eager)
         namespace = {"pipe": fresh(dtype), "torch": torch, "fdh": fdh, "settings": settings,
                      "prompt": "a photo"}

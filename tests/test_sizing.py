@@ -130,12 +130,12 @@ def test_a_load_that_cannot_fit_is_refused_before_loading(monkeypatch):
 def test_the_plan_decides_as_the_notebooks_do():
     """plan() asks rung_verdict and fits, the functions the notebooks' paths call: a notebook
     whose every model fits runs; fp8 lessons are skipped below sm89; 18 does not fit an L4."""
-    rows = {r["notebook"][:2]: r for r in plan_mod.plan(L4, ["05_torch_compile.ipynb",
+    rows = {r["notebook"][:2]: r for r in plan_mod.plan(L4, ["19_autotuning.ipynb",
                                                             "12_fp8_hopper.ipynb",
                                                             "18_flux.ipynb"])}
     assert rows["18"]["verdict"] == "skipped" and "does not fit NVIDIA L4" in rows["18"]["skipped"][0]
     assert rows["12"]["verdict"] == "runs" and rows["12"]["minutes"] > 0
-    assert any("is_big_gpu" in n for n in rows["05"]["notes"])
+    assert any("is_big_gpu" in n for n in rows["19"]["notes"])
     a100 = plan_mod.plan(A100, ["12_fp8_hopper.ipynb"])[0]
     assert a100["verdict"] == "partly skipped" and any("fp8" in s for s in a100["skipped"])
 

@@ -36,7 +36,8 @@ RECORDED: dict = {
     '05_torch_compile.ipynb': {
         'nb04-03': {'benchmarks': [], 'calls': [['sdxl', 'half']], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
         'nb04-05': {'benchmarks': [['sdxl', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
-        'nb04-11': {'benchmarks': [['sdxl', 'compiled', False]], 'calls': [], 'compiles': [['sdxl', 'default', 'full', False, False, '{"attention": "sdpa", "channels_last": true, "compile": "default", "compile_vae": false, "dtype": "bf16", "fullgraph": true}']], 'frames': 1, 'loads': ['sdxl']},
+        'nb04-09': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
+        'nb04-11': {'benchmarks': [['sdxl', 'compiled', False]], 'calls': [], 'compiles': [], 'frames': 1, 'loads': []},
     },
     '06_cold_start.ipynb': {
         'compile-bench': {'benchmarks': [['sdxl', 'compiled', False]], 'calls': [], 'compiles': [['sdxl', 'default', 'regional', True, False, '{"attention": "sdpa", "channels_last": true, "compile": "default", "compile_scope": "regional", "dtype": "bf16", "fullgraph": true}']], 'frames': 2, 'loads': ['sdxl']},
@@ -107,5 +108,7 @@ RECORDED: dict = {
         'refusals': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['flux', 'flux', 'flux', 'flux']},
         'ladder-steps': {'benchmarks': [['flux', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['flux']},
         'hooks-cpu': {'benchmarks': [], 'calls': [['flux', 'fp32'], ['flux', 'fp32'], ['flux', 'fp32'], ['flux', 'fp32'], ['flux', 'fp32'], ['flux', 'fp32'], ['flux', 'fp32'], ['flux', 'fp32']], 'compiles': [], 'frames': 0, 'loads': ['flux', 'flux', 'flux', 'flux']},
+    },
+    '19_autotuning.ipynb': {
     },
 }

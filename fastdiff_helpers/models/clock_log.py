@@ -53,13 +53,18 @@ def kind(info: dict[str, Any], pipe: Any = None) -> str:
     hand (a plain `pipe.to(torch.bfloat16)` cell: its weights' dtype, not the load's)."""
     if "compile" in info.get("applied", {}):
         return "compiled"
-    denoiser = None if pipe is None else (getattr(pipe, "unet", None)
-                                          or getattr(pipe, "transformer", None))
+    denoiser = None
+    if pipe is not None:
+        # `is None`, not `or`: a module wrapped by torch.compile (`pipe.unet =
+        # torch.compile(pipe.unet)`, as the blog wrote it) has no truth value
+        denoiser = getattr(pipe, "unet", None)
+        denoiser = getattr(pipe, "transformer", None) if denoiser is None else denoiser
     if denoiser is not None and compiled_by_hand(denoiser) is not None:
         return "compiled"
     recipe = info.get("applying") or info.get("recipe")
     dtype = getattr(recipe, "dtype", None) or (
-        str(denoiser.dtype) if denoiser is not None else str(info.get("dtype", "")))
+        str(next(denoiser.parameters()).dtype) if denoiser is not None
+        else str(info.get("dtype", "")))
     return "fp32" if dtype in ("fp32", "tf32", "torch.float32") else "half"
 
 

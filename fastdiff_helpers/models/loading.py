@@ -302,7 +302,7 @@ def generate(pipe, prompt: str = DEFAULT_PROMPT,
 
 def get_denoiser(pipe) -> torch.nn.Module:
     """The denoising network: pipe.unet (SD family) or pipe.transformer (PixArt, Flux).
-    Introduced in 07_cuda_graphs.ipynb."""
+    Introduced in 05_torch_compile.ipynb."""
     return pipe.unet if hasattr(pipe, "unet") else pipe.transformer
 
 

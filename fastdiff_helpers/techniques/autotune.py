@@ -1,6 +1,6 @@
 """Whether a compile may tune: fusion and autotuning are two ideas with two waits.
 
-Introduced in 05_torch_compile.ipynb (the split) and 06_cold_start.ipynb (tuning's cost).
+Introduced in 19_autotuning.ipynb (the search and its cost) and 06_cold_start.ipynb.
 On a CUDA GPU, compile="max-autotune" (and "max-autotune-no-cudagraphs") benchmarks the
 candidate kernels of every GEMM and convolution shape (GPUs with 68+ SMs only: torch/_inductor/
 utils.py, is_big_gpu) and, with coordinate_descent_tuning (which those modes set, and which is
@@ -79,7 +79,7 @@ def set_autotune(on: bool | None) -> None:
     """Switch autotuning on (True) or off (False) for this process's compiles on a GPU; None
     goes back to the environment (FASTDIFF_AUTOTUNE=1 means on). Off, the default: a compile
     that would tune runs its default-mode equivalent and says what it skipped.
-    Introduced in 05_torch_compile.ipynb."""
+    Introduced in 19_autotuning.ipynb."""
     if on is None:
         _SWITCH.clear()
     elif isinstance(on, bool):
@@ -90,7 +90,7 @@ def set_autotune(on: bool | None) -> None:
 
 def autotune_enabled() -> bool:
     """Whether the learner asked for autotuning (set_autotune, else FASTDIFF_AUTOTUNE).
-    Introduced in 05_torch_compile.ipynb."""
+    Introduced in 06_cold_start.ipynb."""
     if "on" in _SWITCH:
         return _SWITCH["on"]
     return os.environ.get(ENV, "").strip().lower() in ("1", "true", "yes")
@@ -193,7 +193,7 @@ def tuning_estimate(pipe_or_model: Any, compile_vae: bool = True, sms: int = 132
     (fdh.gemm_shapes; none on a GPU under 68 SMs, which has no templates), their estimated
     benchmarking seconds at the H200's measured cost a shape (and the range its shapes took),
     and the words that say it. Coordinate descent comes on top and is not measured yet.
-    Introduced in 05_torch_compile.ipynb."""
+    Introduced in 06_cold_start.ipynb."""
     big = sms >= BIG_GPU_SMS
     shapes = gemm_shapes(pipe_or_model, vae=compile_vae) if big else 0
     seconds = shapes * SHAPE_S

@@ -40,7 +40,7 @@ EXTENDED_BLOCKS = {"unet": ("BasicTransformerBlock", "ResnetBlock2D"),
 
 def blog_inductor_flags(quantizing: bool = False) -> dict[str, Any]:
     """The blog's inductor flags that this torch has, plus the int8 one when quantizing.
-    Introduced in 05_torch_compile.ipynb."""
+    Introduced in 19_autotuning.ipynb."""
     import torch._inductor.config as inductor_config
 
     flags = dict(INDUCTOR_FLAGS, **(QUANT_INDUCTOR_FLAGS if quantizing else {}))
@@ -105,7 +105,7 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
     A CUDA-graph mode where the graphs cannot run (a CPU, or a regional scope) compiles without
     them and says so: the course's one policy for GPU-only choices (see fdh.Recipe).
     Compilation happens lazily at the first call: that call is the cold start.
-    Introduced in 05_torch_compile.ipynb."""
+    Introduced in 08_lora_hotswap.ipynb."""
     if mode not in COMPILE_MODES or mode is None:
         raise RecipeError(f"Unknown compile mode {mode!r}. Use one of: "
                           f"{', '.join(m for m in COMPILE_MODES if m)}.")
@@ -179,7 +179,8 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
 
 
 def capture_denoiser_inputs(pipe, **kwargs) -> tuple[tuple, dict]:
-    """The (args, kwargs) the pipeline passes to its denoiser, from a real short call."""
+    """The (args, kwargs) the pipeline passes to its denoiser, from a real short call.
+    Introduced in 05_torch_compile.ipynb."""
     denoiser = get_denoiser(pipe)
     seen: list[tuple[tuple, dict]] = []
 

@@ -46,7 +46,7 @@ def use_course_cache(path: str | os.PathLike | None = None, verbose: bool = True
     which inductor writes into the variable itself, does not count as yours). Called by
     fdh.compile_pipeline before compiling, so the first compile of a process says where its
     kernels go; call it yourself to choose another folder.
-    Introduced in 06_cold_start.ipynb."""
+    Introduced in 05_torch_compile.ipynb."""
     if path is not None:
         checks.output_folder("path", path)
     users = _users_cache_dir()
