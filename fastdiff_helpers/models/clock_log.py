@@ -53,7 +53,11 @@ def kind(info: dict[str, Any], pipe: Any = None) -> str:
     if "compile" in info.get("applied", {}):
         return "compiled"
     if pipe is not None:
-        denoiser = getattr(pipe, "unet", None) or getattr(pipe, "transformer", None)
+        # not `unet or transformer`: a torch.compile'd module (OptimizedModule) has no truth
+        # value (its __len__ raises for a UNet)
+        denoiser = getattr(pipe, "unet", None)
+        if denoiser is None:
+            denoiser = getattr(pipe, "transformer", None)
         if denoiser is not None and compiled_by_hand(denoiser) is not None:
             return "compiled"
     recipe = info.get("applying") or info.get("recipe")
