@@ -27,7 +27,12 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = {p.name: p for p in sorted((ROOT / "notebooks").glob("*.ipynb"))}
 
 # (notebook, cell id) -> (the dtype `pipe` is loaded in before the cell, the recipe it stands for)
-PLAIN: dict[tuple[str, str], tuple[str, fdh.Recipe]] = {}
+PLAIN: dict[tuple[str, str], tuple[str, fdh.Recipe]] = {
+    # 09_fused_qkv: diffusers' pipeline call (the course's rung also deletes the unfused copies,
+    # which changes neither the recipe read off the pipeline nor the image)
+    ("09_fused_qkv.ipynb", "fuse"): ("bf16", fdh.Recipe(dtype="bf16", attention="sdpa",
+                                                        fuse_qkv=True)),
+}
 
 # each technique notebook's own call, in a code cell tagged "technique" (issue 50, item 3)
 CALLS = {

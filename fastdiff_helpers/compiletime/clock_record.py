@@ -51,7 +51,7 @@ RECORDED: dict = {
     '09_fused_qkv.ipynb': {
         'nb05-03': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
         'nb05-05': {'benchmarks': [['sdxl', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
-        'nb05-07': {'benchmarks': [['sdxl', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
+        'nb05-07': {'benchmarks': [['sdxl', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
     },
     '10_gpu_syncs.ipynb': {
         'nb06-03': {'benchmarks': [['sd15', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sd15']},
