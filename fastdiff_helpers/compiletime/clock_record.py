@@ -40,7 +40,8 @@ RECORDED: dict = {
         'recompile-report': {'benchmarks': [], 'calls': [['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled']], 'compiles': [], 'frames': 0, 'loads': []},
     },
     '07_cuda_graphs.ipynb': {
-        'nb16-05': {'benchmarks': [['sdxl', 'compiled', False]], 'calls': [], 'compiles': [['sdxl', 'reduce-overhead', 'full', False, False, '{"attention": "sdpa", "channels_last": true, "compile": "reduce-overhead", "compile_vae": false, "dtype": "bf16", "fullgraph": true}']], 'frames': 1, 'loads': ['sdxl']},
+        'load': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
+        'nb16-05': {'benchmarks': [['sdxl', 'compiled', False]], 'calls': [], 'compiles': [], 'frames': 1, 'loads': []},
     },
     '08_lora_hotswap.ipynb': {
         'lora-files': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
