@@ -46,7 +46,10 @@ RECORDED: dict = {
     '08_lora_hotswap.ipynb': {
         'lora-files': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
         'eager': {'benchmarks': [['sdxl', 'fp32', False], ['sdxl', 'fp32', False], ['sdxl', 'fp32', False], ['sdxl', 'fp32', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
-        'hotswap': {'benchmarks': [], 'calls': [['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled']], 'compiles': [['sdxl', 'reduce-overhead', 'full', False, False, 'compile_pipeline']], 'frames': 1, 'loads': ['sdxl']},
+        'fresh': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
+        'first': {'benchmarks': [['sdxl', 'compiled', False]], 'calls': [], 'compiles': [], 'frames': 1, 'loads': []},
+        'swapped': {'benchmarks': [['sdxl', 'compiled', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
+        'breaks': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
         'without': {'benchmarks': [], 'calls': [['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled']], 'compiles': [['sdxl', 'reduce-overhead', 'full', False, False, 'compile_pipeline']], 'frames': 2, 'loads': ['sdxl']},
     },
     '09_fused_qkv.ipynb': {
