@@ -38,6 +38,22 @@ def test_benchmark_records_the_report_beside_the_compile_events():
     json.dumps(result.to_dict())  # kept in the record as plain data
 
 
+def test_a_plain_torch_compile_is_read_off_the_pipeline():
+    """07's technique cell compiles with torch's own call (`pipe.unet = torch.compile(...)`,
+    an OptimizedModule in place of the UNet): the report reads the mode off it, and the
+    clock's kind of call sees a compiled pipeline (an OptimizedModule has no truth value).
+    Nothing is called, so nothing compiles."""
+    from fastdiff_helpers.models import clock_log
+
+    pipe = tiny()
+    pipe.unet = torch.compile(pipe.unet, mode="reduce-overhead", fullgraph=True)
+    summary = fdh.cudagraph_report(pipe)["summary"]
+    assert summary.startswith("none captured: cpu")
+    assert "compile='reduce-overhead' ran without them" in summary
+    assert clock_log.kind(fdh.pipeline_info(pipe), pipe) == "compiled"
+    assert fdh.current_recipe(pipe)["compile"] == "reduce-overhead"
+
+
 def _node(**children):
     return SimpleNamespace(children=children)
 

@@ -189,6 +189,15 @@ def test_tiny_weights_in_half_are_the_fp32_weights_rounded(vae):
             assert torch.equal(ours[key], p.to(torch.bfloat16)), (vae, name, key)
 
 
+def test_a_tiny_load_in_half_says_nothing_about_fp32_pinned_modules(capfd):
+    """The cast of tiny weights to bf16 (09's and 07's load before their technique cell) goes
+    through diffusers' .to(dtype), which warns about modules to keep in fp32 (there are none):
+    the load keeps that warning out of the notebook."""
+    fdh.load_pipeline("sdxl", weights="tiny", device="cpu", verbose=False, dtype="bf16")
+    out, err = capfd.readouterr()
+    assert "should be kept in float32" not in out + err
+
+
 @pytest.mark.parametrize("card", sorted(fdh.GPU_PROFILES))
 def test_a_bf16_load_on_a_card_is_the_dtype_apply_runs(card, monkeypatch):
     """One policy: below sm80 fdh.apply runs a bf16 recipe as fp16 (Recipe.for_device), and

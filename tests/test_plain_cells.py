@@ -50,6 +50,14 @@ PLAIN: dict[tuple[str, str], tuple[str, fdh.Recipe]] = {
     ("05_torch_compile.ipynb", "compile-plain"): ("bf16", fdh.Recipe(
         dtype="bf16", attention="sdpa", channels_last=True, compile="default", fullgraph=True,
         compile_vae=False)),
+    # 07_cuda_graphs: 05's compile rung in reduce-overhead mode, the UNet alone;
+    # 09_fused_qkv: diffusers' pipeline call (the course's rung also deletes the unfused copies,
+    # which changes neither the recipe read off the pipeline nor the image)
+    ("07_cuda_graphs.ipynb", "reduce-overhead"): ("bf16", fdh.Recipe(
+        dtype="bf16", attention="sdpa", channels_last=True, compile="reduce-overhead",
+        fullgraph=True, compile_vae=False)),
+    ("09_fused_qkv.ipynb", "fuse"): ("bf16", fdh.Recipe(dtype="bf16", attention="sdpa",
+                                                        fuse_qkv=True)),
 }
 
 # each technique notebook's own call, in a code cell tagged "technique" (issue 50, item 3)

@@ -47,18 +47,22 @@ RECORDED: dict = {
         'recompile-report': {'benchmarks': [], 'calls': [['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled']], 'compiles': [], 'frames': 0, 'loads': []},
     },
     '07_cuda_graphs.ipynb': {
-        'nb16-05': {'benchmarks': [['sdxl', 'compiled', False]], 'calls': [], 'compiles': [['sdxl', 'reduce-overhead', 'full', False, False, '{"attention": "sdpa", "channels_last": true, "compile": "reduce-overhead", "compile_vae": false, "dtype": "bf16", "fullgraph": true}']], 'frames': 1, 'loads': ['sdxl']},
+        'load': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
+        'nb16-05': {'benchmarks': [['sdxl', 'compiled', False]], 'calls': [], 'compiles': [], 'frames': 1, 'loads': []},
     },
     '08_lora_hotswap.ipynb': {
         'lora-files': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
         'eager': {'benchmarks': [['sdxl', 'fp32', False], ['sdxl', 'fp32', False], ['sdxl', 'fp32', False], ['sdxl', 'fp32', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
-        'hotswap': {'benchmarks': [], 'calls': [['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled']], 'compiles': [['sdxl', 'reduce-overhead', 'full', False, False, 'compile_pipeline']], 'frames': 1, 'loads': ['sdxl']},
+        'fresh': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
+        'first': {'benchmarks': [['sdxl', 'compiled', False]], 'calls': [], 'compiles': [], 'frames': 1, 'loads': []},
+        'swapped': {'benchmarks': [['sdxl', 'compiled', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
+        'breaks': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
         'without': {'benchmarks': [], 'calls': [['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled']], 'compiles': [['sdxl', 'reduce-overhead', 'full', False, False, 'compile_pipeline']], 'frames': 2, 'loads': ['sdxl']},
     },
     '09_fused_qkv.ipynb': {
         'nb05-03': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
         'nb05-05': {'benchmarks': [['sdxl', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
-        'nb05-07': {'benchmarks': [['sdxl', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
+        'nb05-07': {'benchmarks': [['sdxl', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
     },
     '10_gpu_syncs.ipynb': {
         'nb06-03': {'benchmarks': [['sd15', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sd15']},

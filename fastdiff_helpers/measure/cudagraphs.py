@@ -29,7 +29,8 @@ from typing import Any
 
 import torch
 
-from ..models.loading import pipeline_device, pipeline_info
+from ..models.loading import get_denoiser, pipeline_device, pipeline_info
+from ..models.state import compiled_by_hand
 
 __all__ = ["cudagraph_report", "cudagraph_snapshot", "cudagraph_events_between",
            "CudaGraphSnapshot"]
@@ -140,7 +141,8 @@ def cudagraph_report(pipe, since: CudaGraphSnapshot | None = None) -> dict[str, 
     Introduced in 07_cuda_graphs.ipynb."""
     device = pipeline_device(pipe)
     info = pipeline_info(pipe)
-    compiled = info["applied"].get("compile")
+    # compiled through the helpers, else by hand (a notebook's plain torch.compile cell)
+    compiled = info["applied"].get("compile") or compiled_by_hand(get_denoiser(pipe))
     mode = compiled.get("mode") if isinstance(compiled, dict) else None
     if device.type != "cuda":
         report = cudagraph_events_between(CudaGraphSnapshot(), CudaGraphSnapshot())
