@@ -159,12 +159,12 @@ def test_cells_that_run_bf16_on_a_gpu_are_planned_in_half_precision():
     for row in plan_mod.plan(T4, names):
         assert row["verdict"] == "swapped", row
         assert not any(cell.split()[1] == "fp32" for cell in row["fit"]), row
-    work = dict(clock._cell_work("13_fewer_denoiser_calls.ipynb"))
+    work = dict(clock.cell_work("13_fewer_denoiser_calls.ipynb"))
     assert work["nb12-05"]["benchmarks"] == [["sdxl", "half", False]]
     assert work["nb12-13"]["calls"] == [["sdxl", "half"]]
     [compile_] = work["nb12-15"]["compiles"]
     assert json.loads(compile_[-1])["dtype"] == "bf16" and json.loads(compile_[-1])["cache_every"]
-    assert dict(clock._cell_work("14_all_models.ipynb"))["nb08-05"]["benchmarks"][0][1] == "fp32"
+    assert dict(clock.cell_work("14_all_models.ipynb"))["nb08-05"]["benchmarks"][0][1] == "fp32"
 
 
 def test_sizes_that_fit_the_card(capsys):

@@ -16,7 +16,7 @@ from ..models.fit import fits
 from ..models.gpus import PROFILES, GpuProfile, gpu_profile
 from ..compiletime import clock
 from ..compiletime.clock_record import RECORDED
-from ..course.sizing import H100_TFLOPS, card_fit, no_fit, rung_verdict
+from ..course.sizing import card_fit, no_fit, rung_verdict
 from ..techniques.recipe import Recipe
 from ..compiletime.downloads import course_downloads
 from .cli_download import for_card
@@ -28,7 +28,7 @@ def _work(notebook: str) -> tuple[set[tuple[str, str]], list[tuple[str, dict]]]:
     """The (model, "fp32" | "half") a notebook's cells run, and its compiles (model, recipe)."""
     runs: set[tuple[str, str]] = set()
     compiles: list[tuple[str, dict]] = []
-    for _, work in clock._cell_work(notebook):
+    for _, work in clock.cell_work(notebook):
         for entry in work.get("benchmarks", []) + work.get("calls", []):
             runs.add((entry[0], "fp32" if entry[1] == "fp32" else "half"))
         for model, mode, *_, rid in work.get("compiles", []):
@@ -47,10 +47,10 @@ def _work(notebook: str) -> tuple[set[tuple[str, str]], list[tuple[str, dict]]]:
 def plan(profile: GpuProfile, notebooks: Iterable[str] | None = None) -> list[dict[str, Any]]:
     """One row per notebook: models, "runs" / "swapped" / "skipped" with reasons, the memory
     fit of each model in each precision it runs, and the estimated wait in minutes (the course
-    clock's H100 estimate, image time scaled by the card's TFLOPS; compile time as the H100's
-    16-core host measured it). Introduced in 00_setup.ipynb."""
+    clock's estimate with fdh.image_seconds on this card; compile time as the H100's 16-core
+    host measured it). Introduced in 00_setup.ipynb."""
     names = list(notebooks) if notebooks is not None else list(RECORDED)
-    est = clock.estimate(names, sms=profile.sms)
+    est = clock.estimate(names, sms=profile.sms, gpu=profile)
     rows = []
     for name in names:
         runs, compiles = _work(name)
@@ -81,8 +81,7 @@ def plan(profile: GpuProfile, notebooks: Iterable[str] | None = None) -> list[di
                 skipped.extend(w.split(". Use")[0] for w in why)
             notes.extend(w for w in why if "is_big_gpu" in w)
         n = est["notebooks"][name]
-        minutes = (n["compile_s"] + n["tune_s"] + n["load_s"]
-                   + n["images_s"] * H100_TFLOPS / profile.tflops) / 60
+        minutes = n["total_s"] / 60
         rows.append({"notebook": name, "models": sorted({m for m, _ in runs}),
                      "verdict": "skipped" if runs and not fitting else
                      "partly skipped" if skipped else "swapped" if swapped else "runs",
@@ -117,9 +116,10 @@ def plan_table(gpu: str | None = None, notebooks: Iterable[str] | None = None) -
     lines.append(f"| **all** | | | **{sum(r['minutes'] for r in rows):.0f}** |")
     lines += [""] + [f"[{i}] {text}" for i, text in enumerate(reasons, 1)]
     lines += ["", "Estimates: peaks from models/fit.py (weights exact, activations scaled from "
-              "SDXL measured on the H100, plus a margin); waits from the course clock (H100, "
-              "empty compile cache, autotuning off), image time scaled by the datasheets' "
-              "TFLOPS; compiles timed on a 16-core host (a 2-core host compiles slower)."]
+              "SDXL measured on the H100, plus a margin); waits from the course clock (empty "
+              "compile cache, autotuning off), images by fdh.image_seconds (published and "
+              "measured figures, planning/published.py); compiles timed on a 16-core host (a "
+              "2-core host compiles slower)."]
     return "\n".join(lines)
 
 
