@@ -192,6 +192,26 @@ def test_the_recorder_writes_nothing_unless_asked(tmp_path, monkeypatch):
         '{"compile": "reduce-overhead", "dtype": "bf16"}'
 
 
+def test_the_recorder_counts_every_frame_through_a_dynamo_reset(tmp_path, monkeypatch):
+    """torch._dynamo.reset() (fdh.free_memory) clears every compile callback: a compile, a
+    reset, a compile again at a new size are two frames, both recorded, once each."""
+    import torch
+
+    log = tmp_path / "clock.jsonl"
+    monkeypatch.setenv(clock_log.ENV, str(log))
+    clock_log.watch_compiles()
+    clock_log.watch_compiles()  # asked twice (two loads): still one callback
+    double = torch.compile(lambda x: x * 2, backend="eager")
+    double(torch.ones(3))
+    torch._dynamo.reset()
+    double(torch.ones(5))
+    torch._dynamo.reset()
+    assert clock.read_log(log) == [{"event": "frame"}] * 2
+    monkeypatch.delenv(clock_log.ENV)
+    double(torch.ones(7))  # recording off: nothing written
+    assert clock.read_log(log) == [{"event": "frame"}] * 2
+
+
 def test_the_readme_table_is_the_clocks():
     """The documentation (the README's page "Preparing a workshop", docs/workshop.md, where the
     table moved in issue 46) shows the course clock's table once, as `python -m fastdiff_helpers
