@@ -97,7 +97,11 @@ def _init_parameters(module: torch.nn.Module, seed: int) -> None:
 
 @contextmanager
 def quiet_diffusers():
-    """diffusers logs a warning on every .to(dtype) about fp32-pinned modules (none here)."""
+    """Quiet diffusers around our own casts of models we just built: ModelMixin.to warns on
+    every dtype cast that modules "should be kept in float32", even where there are none
+    (diffusers/models/modeling_utils.py, ModelMixin.to: `fp32_modules = self.
+    _keep_in_fp32_modules or []`, then `if dtype_present_in_args and fp32_modules is not
+    None`, true for the empty list), a line per model and cast a participant cannot act on."""
     from diffusers.utils import logging as dlog
 
     level = dlog.get_verbosity()
