@@ -112,6 +112,14 @@ def quiet_diffusers():
         dlog.set_verbosity(level)
 
 
+def cast_built(built, dtype: torch.dtype):
+    """A model or pipeline we just built, cast to `dtype` without diffusers' warning (quiet_
+    diffusers): tiny weights are drawn in fp32, so every dtype gets them rounded."""
+    with quiet_diffusers():
+        built.to(dtype=dtype)
+    return built
+
+
 def build_component(comp: Component, device: str, dtype: torch.dtype, seed: int = 0):
     """Build one component with random weights: parameters on the meta device first, then
     materialised and initialised directly on `device` (no CPU copy of a 4.8B model).
