@@ -1,9 +1,10 @@
 """How long one image takes: `fdh.image_seconds(gpu, model, rung, ladder="course")`, the one
 estimate the plan, the course clock, course_settings' timed runs and the commands ask.
 
-Introduced in 00_setup.ipynb. Seconds at the model's native size and the course's steps, batch
-1 (size= and batch= scale it by pixels and images: an estimate). Built on the figures of
-published.py, each converted to the course's steps by FLOPs (FLOPS below), per precision path:
+Documented in docs/workshop.md ("The course clock"). Seconds at the model's native size and
+the course's steps, batch 1 (size= and batch= scale it by pixels and images: an estimate).
+Built on the figures of published.py, each converted to the course's steps by FLOPs (FLOPS
+below), per precision path:
 
 - "sdpa" (half precision, SDPA, eager): the card's own figure; else, where one source timed
   this card and another, that card's estimate times the source's ratio of the two; else, from
@@ -267,8 +268,8 @@ def image_seconds(gpu: Any, model: str, rung: str, ladder: str = "course", *,
     """Estimated seconds of one call of `model` with ladder step `rung` on `gpu` (a profile key,
     "t4" ... "h200", or a GpuProfile): at the native size and the course's steps, batch 1;
     `size` (square) and `batch` scale it by pixels and images. An estimate from published and
-    measured figures (fdh.planning.published), said by image_basis. Introduced in
-    00_setup.ipynb."""
+    measured figures (fastdiff_helpers/planning/published.py), said by image_basis (docs/
+    workshop.md, "The course clock")."""
     seconds, _ = _checked(gpu, model, rung, ladder, size, batch)
     return seconds
 

@@ -1,9 +1,10 @@
 """Published and measured figures the planning estimates rest on, as data: each with its
 source, the figure as the source writes it, and the settings it was measured with.
 
-Introduced in 00_setup.ipynb (the plan's waits; image_time.py turns these into
-fdh.image_seconds). Pure data: imports nothing. tests/test_image_time.py checks each estimate
-against the figures here; tests/test_memory_model.py the peaks.
+Documented in docs/workshop.md ("The course clock"); image_time.py turns these into
+fdh.image_seconds, the plan's and the clock's image times. Pure data: imports nothing.
+tests/test_image_time.py checks each estimate against the figures here;
+tests/test_memory_model.py the peaks.
 
 Roles: "anchor", an estimate rests on it (equal to it once converted to the course's steps);
 "ratio", an estimate rests on it through the same source's figure on another card (the card's
