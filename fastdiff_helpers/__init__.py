@@ -17,6 +17,7 @@ from .models.pretrained import choose_weights, resolve_weights
 from .models.gpus import PROFILES as GPU_PROFILES, GpuProfile, gpu_profile
 from .models.fit import peak_bytes
 from .models.downloads import download_bytes
+from .planning.image_time import image_basis, image_seconds
 from .compiletime.downloads import course_downloads
 from .techniques import (apply, capture_denoiser_inputs, compile_part, compile_pipeline,
                          conv1x1_to_linear,

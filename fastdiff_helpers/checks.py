@@ -65,6 +65,23 @@ def whole(name: str, value: Any, minimum: int = 1, none: bool = False) -> int | 
     return int(value)
 
 
+SWITCH_ON, SWITCH_OFF = ("1", "true", "yes"), ("0", "false", "no")
+_SAID: set[tuple[str, str]] = set()  # the unknown switch values already said, once each
+
+
+def env_switch(variable: str, what: str) -> bool:
+    """An on/off environment variable: on for 1, true or yes, off unset or for 0, false or no
+    (any case); another value is off, said once per process with the values it takes."""
+    raw = os.environ.get(variable, "")
+    value = raw.strip().lower()
+    if value and value not in SWITCH_ON + SWITCH_OFF and (variable, value) not in _SAID:
+        _SAID.add((variable, value))
+        print(f"fastdiff: {variable}={raw!r} is not a value it takes: {what} stays off; "
+              f"{', '.join(SWITCH_ON)} switch it on, {', '.join(SWITCH_OFF)} (or unset) leave "
+              "it off")
+    return value in SWITCH_ON
+
+
 def image_size(name: str, value: Any, multiple: int) -> int | None:
     """None (the model's size) or a positive multiple of `multiple` pixels."""
     if value is None:

@@ -15,6 +15,7 @@ import pickle
 import pytest
 
 import fastdiff_helpers as fdh
+from fastdiff_helpers import checks
 from fastdiff_helpers.compiletime import tuning, tuning_data
 from fastdiff_helpers.measure import record
 from fastdiff_helpers.techniques import autotune, coordesc
@@ -55,6 +56,23 @@ def test_the_switch_is_off_by_default_and_set_by_call_or_environment(monkeypatch
     assert autotune.autotune_enabled() is True
     with pytest.raises(fdh.RecipeError, match="True, False or None"):
         fdh.set_autotune("yes")
+
+
+@pytest.mark.parametrize("value", ["maybe", "on"])
+def test_an_unknown_environment_value_is_said_once_with_the_accepted_ones(monkeypatch, capsys,
+                                                                          value):
+    """It was taken as off without a word."""
+    monkeypatch.setattr(checks, "_SAID", set())
+    monkeypatch.setenv(autotune.ENV, value)
+    assert autotune.autotune_enabled() is False and autotune.autotune_enabled() is False
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and f"FASTDIFF_AUTOTUNE={value!r} is not a value it takes" in out
+    assert "autotuning stays off" in out
+    assert "1, true, yes switch it on, 0, false, no (or unset) leave it off" in out
+    for quiet in ("0", "no", "", "TRUE"):
+        monkeypatch.setenv(autotune.ENV, quiet)
+        autotune.autotune_enabled()
+    assert capsys.readouterr().out == ""
 
 
 def test_what_tunes_and_its_default_mode_equivalent():

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+import fastdiff_helpers as fdh
+
 from fastdiff_helpers.compiletime import clock, clock_gpu
 from fastdiff_helpers.models import clock_log
 from fastdiff_helpers.techniques import autotune
@@ -168,12 +170,13 @@ def test_the_graph_sizes_are_the_ones_dynamo_counts():
     assert graph_ops("sd15", "vae") == pytest.approx(clock.ops("sd15", "vae"), rel=0.1)
 
 
-def test_images_are_estimated_from_the_h100s_measured_sdxl_and_the_blogs_a100_rows():
+def test_images_are_fdh_image_seconds_on_the_clocks_card():
+    """The clock's images are the one estimate's (tests/test_image_time.py): on the H100 by
+    default, on the card the plan names."""
     assert clock.image_s("sdxl", "half") == pytest.approx(2.30)  # measured on the H100
-    assert clock.image_s("sd15", "compiled") == pytest.approx(0.5 * 2.30 / 3.31)
-    assert clock.image_s("flux", "compiled") == 4.209  # diffusers-torchao's H100 figure
-    # fp32 from the FLOPs at the H100's fp32 rate (no tensor cores): 416 TFLOP / 67 TFLOP/s
-    assert clock.image_s("sdxl", "fp32") == pytest.approx(416.3 / 67.0)
+    assert clock.image_s("flux", "compiled") == pytest.approx(4.209)  # diffusers-torchao's
+    assert clock.image_s("sdxl", "compiled", "t4") == fdh.image_seconds("t4", "sdxl",
+                                                                        "+ compile")
 
 
 def test_the_recorder_writes_nothing_unless_asked(tmp_path, monkeypatch):
@@ -216,6 +219,26 @@ def test_a_denoiser_wrapped_by_torch_compile_is_a_compiled_call():
     assert clock_log.kind({}, pipe) == "compiled"
     assert clock_log.kind({"dtype": "torch.float32"},
                           SimpleNamespace(unet=torch.nn.Linear(2, 2))) == "fp32"
+
+
+def test_the_recorder_counts_every_frame_through_a_dynamo_reset(tmp_path, monkeypatch):
+    """torch._dynamo.reset() (fdh.free_memory) clears every compile callback: a compile, a
+    reset, a compile again at a new size are two frames, both recorded, once each."""
+    import torch
+
+    log = tmp_path / "clock.jsonl"
+    monkeypatch.setenv(clock_log.ENV, str(log))
+    clock_log.watch_compiles()
+    clock_log.watch_compiles()  # asked twice (two loads): still one callback
+    double = torch.compile(lambda x: x * 2, backend="eager")
+    double(torch.ones(3))
+    torch._dynamo.reset()
+    double(torch.ones(5))
+    torch._dynamo.reset()
+    assert clock.read_log(log) == [{"event": "frame"}] * 2
+    monkeypatch.delenv(clock_log.ENV)
+    double(torch.ones(7))  # recording off: nothing written
+    assert clock.read_log(log) == [{"event": "frame"}] * 2
 
 
 def test_the_readme_table_is_the_clocks():

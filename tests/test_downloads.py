@@ -26,9 +26,15 @@ def test_download_bytes_are_the_parameters_times_the_files_bytes():
     assert fdh.download_bytes("fp16-fix", "fp16") == 4 * 83_653_863
 
 
+def _online(monkeypatch):
+    """conftest.py sets HF_HUB_OFFLINE for the whole run; these tests patch the hub instead."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+
+
 def _hub(monkeypatch, names, size=10**9):
     siblings = [SimpleNamespace(rfilename=n, size=size) for n in names]
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    _online(monkeypatch)
     monkeypatch.setattr(huggingface_hub, "model_info",
                         lambda *a, **k: SimpleNamespace(siblings=siblings))
     monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda *a, **k: None)
@@ -162,6 +168,7 @@ def test_a_gated_repo_becomes_a_clear_error(monkeypatch, capsys):
         raise GatedRepoError("403", response=SimpleNamespace(headers={}, status_code=403,
                                                              request=None))
 
+    _online(monkeypatch)
     monkeypatch.setattr(huggingface_hub, "model_info", refuse)
     assert main(["download", "--notebooks", "18", "--models", "flux"]) == 2
     assert "needs access" in capsys.readouterr().err
@@ -177,3 +184,41 @@ def test_download_for_a_card_leaves_out_what_does_not_fit_it(capsys):
     assert ("pixart", "fp32") in rows and ("sdxl", "fp32") not in rows
     assert main(["download", "--dry-run", "--notebooks", "01"]) == 0
     assert "sdxl           fp32" in capsys.readouterr().out
+
+
+def _no_network(monkeypatch):
+    def refuse(*a, **k):
+        raise AssertionError("the hub was asked before the check")
+
+    for name in ("model_info", "snapshot_download", "hf_hub_download"):
+        monkeypatch.setattr(huggingface_hub, name, refuse)
+
+
+def test_offline_mode_is_one_line_before_any_network_call(monkeypatch, capsys):
+    """HF_HUB_OFFLINE=1 with nothing cached was a traceback (OfflineModeIsEnabled)."""
+    _no_network(monkeypatch)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    assert main(["download", "--notebooks", "10", "--models", "sd15"]) == 2
+    err = capsys.readouterr().err
+    assert "HF_HUB_OFFLINE" in err and "offline mode" in err and err.count("\n") == 1
+    assert main(["download", "--notebooks", "10", "--models", "sd15", "--dry-run"]) == 0
+
+
+@pytest.mark.parametrize("variable", ["HF_HUB_CACHE", "HF_HOME"])
+def test_a_cache_variable_naming_a_file_is_one_line_before_any_network_call(
+        monkeypatch, tmp_path, capsys, variable):
+    """HF_HUB_CACHE or HF_HOME at a regular file were tracebacks (ConnectError,
+    NotADirectoryError) after the network was asked."""
+    _no_network(monkeypatch)
+    _online(monkeypatch)
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    home = afile if variable == "HF_HOME" else tmp_path / "home"
+    monkeypatch.setenv(variable, str(afile))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HOME", str(home))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE",
+                        str(afile / "hub") if variable == "HF_HOME" else str(afile))
+    assert main(["download", "--notebooks", "10", "--models", "sd15"]) == 2
+    err = capsys.readouterr().err
+    assert f"{afile} is a file, not a folder. Point {variable} at a folder" in err
+    assert err.count("\n") == 1 and afile.read_text() == ""

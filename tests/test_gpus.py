@@ -101,17 +101,11 @@ def test_cards_count_gb_as_sold():
     assert all(gib < int(label.split()[0]) for label, gib in fdh.CARDS.items())
 
 
-def test_activation_constant_is_the_h100_measurement():
-    """ACT_PER_BYTE is recomputed from the committed SDXL results and the meta weights."""
+def test_the_h100s_measured_peaks_are_under_the_estimate():
+    """The activations come from measured and published peaks (tests/test_memory_model.py);
+    the estimate is above what was measured (the margin), never below."""
     rows = [json.loads(x) for x in
             (ROOT / "results/h100-80gb-hbm3/sdxl/results.jsonl").read_text().splitlines() if x]
-    per = []
-    for row in rows:
-        dtype = row["recipe"]["dtype"]
-        weights = fit.weight_bytes_of("sdxl", dtype)
-        per.append((row["peak_memory_bytes"] - weights) / fit.ELEMENT_BYTES[dtype])
-    assert max(per) == pytest.approx(fit.ACT_PER_BYTE, rel=0.01)
-    # and the estimate is above what was measured (the margin), never below
     for row in rows:
         assert fit.peak_bytes("sdxl", row["recipe"]["dtype"]) > row["peak_memory_bytes"]
 

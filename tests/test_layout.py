@@ -91,7 +91,7 @@ def test_lower_floors_import_nothing_of_the_package():
     (errors.py, which imports nothing) and, for the model data, the other data floors."""
     for name in ("models.presets", "models.spec", "models.flux", "techniques.recipe",
                  "measure.record", "measure.quality", "measure.env", "errors", "results.text",
-                 "models.noise", "measure.compile_events", "models.gpus"):
+                 "models.noise", "measure.compile_events", "models.gpus", "planning.published"):
         imported = {t for t, _, _ in _imports(f"fastdiff_helpers.{name}")}
         imported.discard("fastdiff_helpers.errors")
         imported -= FLOOR_DATA.get(name, set())
@@ -101,7 +101,8 @@ def test_lower_floors_import_nothing_of_the_package():
 
 # The subpackages by role (issue 25), lowest first; errors.py and checks.py are the ground beneath
 # them all. A module imports from its own subpackage, the ground, and the layers below its own.
-LAYERS = ("models", "techniques", "measure", "compiletime", "results", "course", "runs")
+LAYERS = ("models", "techniques", "measure", "planning", "compiletime", "results", "course",
+          "runs")
 GROUND = {"errors", "checks"}
 TOP_LEVEL = {"__init__", "__main__"} | GROUND
 

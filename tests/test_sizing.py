@@ -15,7 +15,7 @@ import fastdiff_helpers as fdh
 from fastdiff_helpers.runs.cli import main
 from fastdiff_helpers.course import sizing
 from fastdiff_helpers.models import fit, gpus
-from fastdiff_helpers.runs import plan as plan_mod
+from fastdiff_helpers.runs import plan as plan_mod, plan_work
 from fastdiff_helpers.compiletime import clock
 
 T4, L4, A100, H100 = (gpus.PROFILES[k] for k in ("t4", "l4", "a100-40", "h100"))
@@ -159,12 +159,12 @@ def test_cells_that_run_bf16_on_a_gpu_are_planned_in_half_precision():
     for row in plan_mod.plan(T4, names):
         assert row["verdict"] == "swapped", row
         assert not any(cell.split()[1] == "fp32" for cell in row["fit"]), row
-    work = dict(clock._cell_work("13_fewer_denoiser_calls.ipynb"))
+    work = dict(clock.cell_work("13_fewer_denoiser_calls.ipynb"))
     assert work["nb12-05"]["benchmarks"] == [["sdxl", "half", False]]
     assert work["nb12-13"]["calls"] == [["sdxl", "half"]]
     [compile_] = work["nb12-15"]["compiles"]
     assert json.loads(compile_[-1])["dtype"] == "bf16" and json.loads(compile_[-1])["cache_every"]
-    assert dict(clock._cell_work("14_all_models.ipynb"))["nb08-05"]["benchmarks"][0][1] == "fp32"
+    assert dict(clock.cell_work("14_all_models.ipynb"))["nb08-05"]["benchmarks"][0][1] == "fp32"
 
 
 def test_sizes_that_fit_the_card(capsys):
@@ -185,3 +185,32 @@ def test_readme_and_workshop_page_show_the_plan_as_it_is():
     root = Path(__file__).resolve().parent.parent
     assert plan_mod.plan_summary() in (root / "README.md").read_text()
     assert plan_mod.plan_table("t4") in (root / "docs" / "workshop.md").read_text()
+
+
+def test_the_plan_counts_only_what_runs_and_all_of_it():
+    """A skipped notebook adds no wait (18 on a T4); a partly skipped one counts its running
+    parts: a ladder's fp32 step that does not fit is refused before it loads, a notebook's fp32
+    baseline runs in half precision, a refused fp8 compile costs nothing (issue 51)."""
+    t4 = {r["notebook"][:2]: r for r in plan_mod.plan(T4, ["01_baseline.ipynb",
+                                                           "14_all_models.ipynb",
+                                                           "18_flux.ipynb"])}
+    assert t4["18"]["verdict"] == "skipped" and t4["18"]["minutes"] == 0
+    assert t4["14"]["minutes"] > 0 and t4["01"]["minutes"] > 0
+    ladder = dict(plan_work.card_work(T4, "14_all_models.ipynb"))["nb08-05"]
+    recorded = dict(clock.cell_work("14_all_models.ipynb"))["nb08-05"]
+    assert ["sdxl", "fp32", False] in recorded["benchmarks"]
+    assert ["sdxl", "fp32", False] not in ladder["benchmarks"]
+    assert len(ladder["loads"]) == len(recorded["loads"]) - 1
+    assert ladder["benchmarks"] == recorded["benchmarks"][1:]  # SSD-1B's fp32 fits (below)
+    ssd1b = dict(plan_work.card_work(T4, "14_all_models.ipynb"))["nb08-09"]
+    assert ssd1b == dict(clock.cell_work("14_all_models.ipynb"))["nb08-09"]
+    baseline = dict(plan_work.card_work(T4, "01_baseline.ipynb"))["nb01-09"]
+    assert baseline["benchmarks"] == [["sdxl", "half", False]]
+    fp8 = dict(plan_work.card_work(A100, "12_fp8_hopper.ipynb"))["nb15-12"]
+    whole = dict(clock.cell_work("12_fp8_hopper.ipynb"))["nb15-12"]
+    assert len(fp8["compiles"]) == len(whole["compiles"]) - 1
+    assert fp8["frames"] == whole["frames"] - 2 and len(fp8["loads"]) == len(whole["loads"]) - 1
+    # the estimate asks the card's images: the same work is slower on a T4 than on an H100
+    work = {"x": dict(clock.cell_work("01_baseline.ipynb"))["nb01-09"]}
+    assert (clock.estimate(works={"x": [("c", work["x"])]}, gpu="t4")["total_s"]
+            > clock.estimate(works={"x": [("c", work["x"])]}, gpu="h100")["total_s"])

@@ -268,6 +268,42 @@ def test_the_file_is_replaced_whole_and_a_broken_one_is_ignored(hub, monkeypatch
     assert weights_choice.weights_file().read_text() == before  # the old file, whole
     assert [p.name for p in weights_choice.weights_file().parent.iterdir()] == ["weights.json"]
     monkeypatch.setattr(os, "replace", replace)
-    weights_choice.weights_file().write_text('{"sdxl": {"weights": "rand')
-    assert weights_choice.carried_choices() == {}
-    assert "cannot be read" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("text, said", [
+    ('{"sdxl": {"weights": "rand', "cannot be read: not JSON"),
+    ('["sdxl", "random"]', "not what fastdiff writes: a JSON list"),
+    ('{"sdxl": {"weights": "banana"}, "sd15": {"weights": "random", "why": "x"}}',
+     "not what fastdiff writes: sdxl carry no weights of pretrained, random"),
+])
+def test_a_file_that_is_not_the_courses_is_kept_aside_and_said(hub, capsys, text, said):
+    """Corrupt JSON, a JSON list or an invalid choice was dropped (replaced on the next write,
+    without a word for the last two): now kept aside whole, its new name said, once."""
+    path = weights_choice.weights_file()
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    kept = {"sd15": {"weights": "random", "why": "x"}} if "banana" in text else {}
+    assert weights_choice.carried_choices() == kept
+    out = capsys.readouterr().out
+    (aside,) = path.parent.glob("weights.json.bad-*")
+    assert said in out and f"kept aside as {aside}" in out and out.count("\n") == 1
+    assert aside.read_text() == text and not path.exists()
+    assert weights_choice.carried_choices() == {} and capsys.readouterr().out == ""
+    assert weights_choice.carry_choice("sdxl", "random", "asked for by name")
+    assert json.loads(path.read_text())["sdxl"]["weights"] == "random"
+    assert aside.read_text() == text  # the next write left it alone
+
+
+def test_a_bad_file_that_cannot_be_moved_is_never_written_over(hub, monkeypatch, capsys):
+    path = weights_choice.weights_file()
+    path.parent.mkdir(parents=True)
+    path.write_text("[]")
+
+    def refuse(src, dst):
+        raise PermissionError("read-only folder")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    assert not weights_choice.carry_choice("sdxl", "random", "asked for by name")
+    out = capsys.readouterr().out
+    assert "cannot be moved aside" in out and "is not carried" in out
+    assert path.read_text() == "[]"

@@ -20,16 +20,15 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import FastdiffError
-from ..models.presets import BLOG_A100_SECONDS
-from ..models.flux import FLUX_H100_SECONDS
 from ..techniques.autotune import (GRAPH_OPS, REGIONAL_S, SECONDS_PER_OP, SHAPE_S,
                                    WITHOUT_TUNING, graph_ops_of)
 from ..models.meta import gemm_shapes
+from ..planning.image_time import kind_seconds
 from . import clock_gpu
 from .clock_gpu import GPU_WORK, half_on_a_gpu
 from .clock_record import RECORDED
 
-__all__ = ["summarize", "estimate", "course_table"]
+__all__ = ["summarize", "estimate", "course_table", "cell_work", "image_s"]
 
 # --- the constants (H100 SXM, the course's native sizes, 30 steps) --------------------------
 # a cache hit: dynamo traces the graph again; SDXL's UNet traced in 9.9 s on the H200
@@ -40,24 +39,13 @@ ops = graph_ops_of  # a graph's compile and a cache hit's tracing scale with its
 # load + apply of a full-size pipeline on the H100 (results/h100-80gb-hbm3/sdxl/results.jsonl,
 # load_s): 17.3 s the first in a process, 0.9-1.1 s after
 FIRST_LOAD_S, LOAD_S = 17.3, 1.1
-# per image, eager bf16 with SDPA: SDXL measured on the H100 (2.30 s, the same file); the other
-# models from the blog's A100 figures at the ratio SDXL's H100 figure has to its A100 one
-H100_OVER_A100 = 2.30 / 3.31
-FP32_TFLOPS = 67.0  # H100 SXM's FP32 rate without tensor cores (NVIDIA's data sheet)
 CALLS_PER_BENCHMARK = 7  # the cold start, one warm-up, 5 timed runs (course_settings on a GPU)
-IMAGE_FLOPS = {"sdxl": 416.3e12, "sd15": 52.3e12, "ssd1b": 263.0e12, "pixart": 403.3e12,
-               "flux": 2098.1e12}  # fdh.count_flops(model)["per_image"], counted on meta copies
 
 
-def image_s(model: str, kind: str) -> float:
-    """Estimated seconds of one image on an H100 (native size, 30 steps; Flux's 28)."""
-    model = "flux" if model.startswith("flux") else model
-    if kind == "fp32":
-        return IMAGE_FLOPS[model] / (FP32_TFLOPS * 1e12)
-    if model == "flux":
-        return FLUX_H100_SECONDS["+ compile" if kind == "compiled" else "bf16"]
-    step = "+ compile" if kind == "compiled" else "+ SDPA"
-    return BLOG_A100_SECONDS[model][step] * H100_OVER_A100
+def image_s(model: str, kind: str, gpu: Any = "h100") -> float:
+    """Estimated seconds of one image of the clock's `kind` on `gpu` (native size, the course's
+    steps): fdh.image_seconds, the one estimate (planning/image_time.py)."""
+    return kind_seconds(gpu, model, kind)
 
 
 # --- a notebook's record -----------------------------------------------------------------------
@@ -117,7 +105,7 @@ def read_log(path: str | Path) -> list[dict]:
 
 # --- the estimate ------------------------------------------------------------------------------
 
-def _cell_work(notebook: str) -> list[tuple[str, dict]]:
+def cell_work(notebook: str) -> list[tuple[str, dict]]:
     """(cell, work) in notebook order: the recorded smoke work, with the declared GPU work in
     place of the cells that do more on a GPU."""
     recorded = dict(RECORDED.get(notebook, {}))
@@ -136,10 +124,12 @@ def _cell_work(notebook: str) -> list[tuple[str, dict]]:
 
 def estimate(notebooks: Iterable[str] | None = None, autotune: bool = False,
              committed: frozenset = frozenset(), sms: int = 132,
-             works: dict[str, list[tuple[str, dict]]] | None = None) -> dict[str, Any]:
+             works: dict[str, list[tuple[str, dict]]] | None = None,
+             gpu: Any = "h100") -> dict[str, Any]:
     """The estimated GPU wait of `notebooks` (default: all, in order), run top to bottom in one
-    compile cache on an H100-class GPU (`sms` SMs): per notebook and cell, compile seconds,
-    tuning seconds, image seconds (loads, benchmarks, calls), and the longest cell.
+    compile cache on `gpu` (a profile key or GpuProfile; `sms` SMs): per notebook and cell,
+    compile seconds (as the H100's 16-core host compiles), tuning seconds, image seconds
+    (loads, benchmarks, calls; fdh.image_seconds on `gpu`), and the longest cell.
 
     A compile's graphs are compiled by the first call after it (the frames dynamo compiles,
     counted in the cell they happen in): a graph of a recipe compiled earlier in the course is
@@ -158,7 +148,7 @@ def estimate(notebooks: Iterable[str] | None = None, autotune: bool = False,
     for notebook in works or notebooks or sorted(RECORDED.keys() | GPU_WORK.keys()):
         cells, loads, pending, steps = {}, 0, [], []
         last_model = "sdxl"
-        for cell, work in (works[notebook] if works else _cell_work(notebook)):
+        for cell, work in (works[notebook] if works else cell_work(notebook)):
             if work.get("if_autotune") and not autotune:
                 continue
             tune_s = 0.0
@@ -196,13 +186,13 @@ def estimate(notebooks: Iterable[str] | None = None, autotune: bool = False,
             for _ in work.get("loads", []):
                 load_s += FIRST_LOAD_S if loads == 0 else LOAD_S
                 loads += 1
-            images = sum((CALLS_PER_BENCHMARK + int(profile)) * image_s(model, kind)
+            images = sum((CALLS_PER_BENCHMARK + int(profile)) * image_s(model, kind, gpu)
                          for model, kind, profile in work.get("benchmarks", []))
-            images += sum(image_s(model, kind) for model, kind in work.get("calls", []))
+            images += sum(image_s(model, kind, gpu) for model, kind in work.get("calls", []))
             # the longest step: one compile (its parts, said before by fdh.compile_pipeline,
             # the progress bar's clock moving) and its timed calls; the helpers print per step
             longest = max([sum(costs[i:i + n]) for i, n in _spans(steps, len(costs))] or [0.0])
-            step_images = max([CALLS_PER_BENCHMARK * image_s(m, k) for m, k, _ in
+            step_images = max([CALLS_PER_BENCHMARK * image_s(m, k, gpu) for m, k, _ in
                                work.get("benchmarks", [])] or [0.0])
             cells[cell] = {"compile_s": compile_s, "tune_s": tune_s, "images_s": images,
                            "load_s": load_s, "graphs": graphs, "cache_hits": hits,

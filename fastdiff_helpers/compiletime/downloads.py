@@ -13,7 +13,7 @@ from typing import Iterable
 from ..errors import FastdiffError
 from ..models.downloads import download_bytes, files_dtype
 from ..models.presets import BLOG_LOADING, MODELS
-from .clock import _cell_work  # the clock's own reading: the record, GPU cells in place
+from .clock import cell_work  # the clock's own reading: the record, GPU cells in place
 from .clock_record import RECORDED
 from .clock_gpu import GPU_WORK
 
@@ -41,7 +41,7 @@ def notebook_needs(notebook: str, works: list[tuple[str, dict]] | None = None
     """(model, "fp32" | "half") for each model `notebook` calls or benchmarks, in the
     precisions it runs it: the record's kinds, and for a compiled call the dtypes of the
     notebook's compiles of that model."""
-    works = _cell_work(notebook) if works is None else works
+    works = cell_work(notebook) if works is None else works
     compiled: dict[str, set[str]] = {}
     for _, work in works:
         for model, *_, recipe in work.get("compiles", []):

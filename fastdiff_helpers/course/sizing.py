@@ -9,29 +9,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import checks
 from ..models.fit import fits
 from ..models.gpus import TEMPLATE_SMS, GpuProfile
 from ..models.presets import get_spec
 from ..techniques.recipe import Recipe, RecipeError
-from ..compiletime.clock import image_s
+from ..planning.image_time import image_seconds
 
-H100_TFLOPS, H100_FP32_TFLOPS = 989.0, 67.0  # the course clock's card (models/gpus.py, clock.py)
 # timed runs a benchmark takes on a GPU: 5 where an image takes under TIMED_S / 5 seconds, fewer
 # on slower cards (never under 2: a median needs them), so a benchmark cell answers in about a
 # minute; one warm-up where an image takes over SLOW_IMAGE_S
 RUNS, MIN_RUNS, TIMED_S, SLOW_IMAGE_S = 5, 2, 60.0, 10.0
 SIZES = (1024, 896, 768, 640, 512)  # what a card too small for the native size tries, in order
 MAX_BATCH = 8
-
-
-def card_image_s(profile: GpuProfile, model: str, kind: str, size: int | None = None) -> float:
-    """Estimated seconds of one image on `profile`: the course clock's H100 figure (clock.image_s)
-    scaled by the datasheets' tensor TFLOPS (fp32: plain FP32 TFLOPS) and by pixels."""
-    spec = get_spec(model)
-    pixels = ((size or spec.resolution) / spec.resolution) ** 2
-    ratio = (H100_FP32_TFLOPS / profile.fp32_tflops if kind == "fp32"
-             else H100_TFLOPS / profile.tflops)
-    return image_s(spec.key, kind) * ratio * pixels
 
 
 @dataclass(frozen=True)
@@ -72,13 +62,14 @@ class CardFit:
 def card_fit(profile: GpuProfile, model: str, size: int | None = None) -> CardFit:
     """The policy for `model` on `profile` (a given `size` is kept, and judged)."""
     spec = get_spec(model)
+    checks.image_size("size", size, spec.size_multiple)
     tried = [size] if size else [s for s in SIZES if s <= spec.resolution] or [spec.resolution]
     half = profile.half
     chosen = next((s for s in tried if fits(profile, spec.key, half, s, s)[0]), None)
     judged = chosen or tried[-1]
     batch = max([b for b in range(1, MAX_BATCH + 1)
                  if fits(profile, spec.key, half, judged, judged, b)[0]] or [0])
-    one = card_image_s(profile, spec.key, "half", judged)
+    one = image_seconds(profile, spec.key, "+ SDPA", size=judged)
     runs = max(MIN_RUNS, min(RUNS, int(TIMED_S // max(one, 1e-9))))
     fp32_ok, fp32_need = fits(profile, spec.key, "fp32", judged, judged)
     half_need = fits(profile, spec.key, half, judged, judged)[1]

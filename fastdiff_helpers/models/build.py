@@ -97,7 +97,11 @@ def _init_parameters(module: torch.nn.Module, seed: int) -> None:
 
 @contextmanager
 def quiet_diffusers():
-    """diffusers logs a warning on every .to(dtype) about fp32-pinned modules (none here)."""
+    """Quiet diffusers around our own casts of models we just built: ModelMixin.to warns on
+    every dtype cast that modules "should be kept in float32", even where there are none
+    (diffusers/models/modeling_utils.py, ModelMixin.to: `fp32_modules = self.
+    _keep_in_fp32_modules or []`, then `if dtype_present_in_args and fp32_modules is not
+    None`, true for the empty list), a line per model and cast a participant cannot act on."""
     from diffusers.utils import logging as dlog
 
     level = dlog.get_verbosity()
@@ -106,6 +110,14 @@ def quiet_diffusers():
         yield
     finally:
         dlog.set_verbosity(level)
+
+
+def cast_built(built, dtype: torch.dtype):
+    """A model or pipeline we just built, cast to `dtype` without diffusers' warning (quiet_
+    diffusers): tiny weights are drawn in fp32, so every dtype gets them rounded."""
+    with quiet_diffusers():
+        built.to(dtype=dtype)
+    return built
 
 
 def build_component(comp: Component, device: str, dtype: torch.dtype, seed: int = 0):

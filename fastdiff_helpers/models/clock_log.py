@@ -68,23 +68,37 @@ def kind(info: dict[str, Any], pipe: Any = None) -> str:
     return "fp32" if dtype in ("fp32", "tf32", "torch.float32") else "half"
 
 
-_WATCHING: list[bool] = []
+def _frame(args) -> None:
+    from torch._dynamo.callback import CallbackTrigger
+
+    if args.callback_trigger == CallbackTrigger.DYNAMO:
+        record({"event": "frame"})
 
 
 def watch_compiles() -> None:
-    """Record every frame dynamo compiles (a graph for inductor; a recompile is one more), once
-    per process, while recording (torch._dynamo.callback's start callbacks run once per frame
-    compiled, convert_frame.py)."""
-    if _WATCHING:
+    """Record every frame dynamo compiles (a graph for inductor; a recompile is one more) while
+    recording, through any dynamo reset. Dynamo runs its start callbacks once per frame it
+    compiles (torch/_dynamo/convert_frame.py, callback_handler.install_callbacks), and
+    torch._dynamo.reset() clears every callback (torch/_dynamo/__init__.py reset:
+    callback_handler.clear(); fdh.free_memory calls it): so the handler's clear is wrapped once
+    to register ours again after it."""
+    from torch._dynamo.callback import callback_handler
+
+    if _frame not in callback_handler.start_callbacks:
+        callback_handler.register_start_callback(_frame)
+    if getattr(callback_handler.clear, "_fastdiff_clock", False):
         return
-    from torch._dynamo.callback import CallbackTrigger, on_compile_start
+    clear = callback_handler.clear
 
-    def frame(args) -> None:
-        if args.callback_trigger == CallbackTrigger.DYNAMO:
-            record({"event": "frame"})
+    def clear_and_keep_ours() -> None:
+        try:
+            clear()
+        finally:
+            if _frame not in callback_handler.start_callbacks:
+                callback_handler.register_start_callback(_frame)
 
-    on_compile_start(frame)
-    _WATCHING.append(True)
+    clear_and_keep_ours._fastdiff_clock = True
+    callback_handler.clear = clear_and_keep_ours
 
 
 def watch_calls(pipe: Any) -> None:

@@ -191,9 +191,46 @@ def cache_folder() -> str:
     return constants.HF_HUB_CACHE
 
 
+def check_cache_folder() -> None:
+    """Refuse, before any network call, a Hugging Face cache that cannot be a folder: HF_HOME or
+    HF_HUB_CACHE naming a regular file (huggingface_hub would fail deep inside with
+    NotADirectoryError, or reach the network first), or a folder this user cannot write."""
+    from huggingface_hub import constants
+
+    named = next((v for v in ("HF_HUB_CACHE", "HF_HOME") if os.environ.get(v)), None)
+    fix = (f"Point {named} at a folder (or unset it) before starting Python." if named else
+           "Point HF_HUB_CACHE (or HF_HOME) at a folder before starting Python.")
+    for folder in (constants.HF_HOME, constants.HF_HUB_CACHE):
+        path = os.path.abspath(folder)
+        while not os.path.exists(path):
+            path = os.path.dirname(path)
+        if not os.path.isdir(path):
+            raise FastdiffError(f"The Hugging Face cache {constants.HF_HUB_CACHE} cannot be "
+                                f"made: {path} is a file, not a folder. {fix} Nothing was "
+                                "downloaded.")
+        if not os.access(path, os.W_OK):
+            raise FastdiffError(f"The Hugging Face cache {constants.HF_HUB_CACHE} cannot be "
+                                f"written: {path} is not writable by this user. {fix} Nothing "
+                                "was downloaded.")
+
+
+def check_online() -> None:
+    """Refuse a download in huggingface_hub's offline mode before it asks the hub anything
+    (every request raises OfflineModeIsEnabled there: huggingface_hub/utils/_http.py)."""
+    from huggingface_hub import constants
+
+    if constants.is_offline_mode():
+        raise FastdiffError("HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) is set: huggingface_hub "
+                            "is in offline mode and cannot download. Unset it on a machine "
+                            "that reaches huggingface.co, or carry a filled cache here "
+                            "(`download --dry-run` lists what the course needs). Nothing was "
+                            "downloaded.")
+
+
 def check_disk(nbytes: int, what: str) -> None:
     """Refuse, before it starts, a download of `nbytes` that the Hugging Face cache's disk
     cannot hold, saying what to do."""
+    check_cache_folder()
     folder = cache_folder()
     free = free_bytes(folder)
     if nbytes > free:

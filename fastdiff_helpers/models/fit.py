@@ -1,9 +1,9 @@
 """Will it fit: a model's estimated GPU peak in a dtype, at a size and batch, against a card.
 
 Introduced in 00_setup.ipynb. The weights are exact (the full-size architecture on the meta
-device: parameters x bytes); the activations (the denoiser's, the VAE decode's) are scaled from
-the one model this project measured on a GPU, SDXL at 1024x1024 on the H100 (ACT_PER_BYTE). The
-estimate is for deciding before loading, said as an estimate; fdh.peak_memory measures."""
+device: parameters x bytes); the activations (the denoiser's, the VAE decode's) are each
+model's measured or published peak less its weights (ACT_BYTES), scaled by pixels and batch.
+The estimate is for deciding before loading, said as an estimate; fdh.peak_memory measures."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import functools
 
 import torch
 
+from .. import checks
 from ..errors import FastdiffError
 from .build import build_pipeline
 from .gpus import GpuProfile
@@ -19,13 +20,17 @@ from .presets import get_spec
 GIB = 1024 ** 3
 ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-# Activations at 1024x1024, one image (the denoiser runs its two guidance halves as a batch of
-# 2), per byte of the compute dtype: results/h100-80gb-hbm3/sdxl/results.jsonl, peak_memory_bytes
-# (torch.cuda.max_memory_allocated) minus the weights: fp32 19.18e9 - 13.88e9 = 5.30e9 (4 bytes),
-# bf16 9.65e9 - 6.94e9 = 2.71e9 (2 bytes): 1.33e9 and 1.36e9 a byte; the larger is kept.
-# tests/test_fit.py recomputes it from that file. Other models share SDXL's VAE decoder widths
-# (128-512 channels at full resolution: the decode is the peak); their denoisers are scaled too.
-ACT_PER_BYTE = 1.36e9
+# Activations of one image at the native size (the decode or the denoiser's peak; guidance
+# runs its two halves as a batch of 2), in bytes, per model and precision ("half": bf16 and
+# fp16): a peak (torch.cuda.max_memory_allocated) minus the exact weights, the larger of this
+# project's measurement (SDXL on the H100, results/h100-80gb-hbm3/sdxl/results.jsonl
+# peak_memory_bytes) and the published one (diffusion-fast's A100 runs: planning/published.py
+# PEAKS_GIB). tests/test_memory_model.py recomputes each. Flux has no measured or published
+# peak: SDXL's, at the same 1024x1024 (an estimate).
+ACT_BYTES = {("sdxl", "fp32"): 5.309e9, ("sdxl", "half"): 2.709e9,
+             ("ssd1b", "fp32"): 4.161e9, ("ssd1b", "half"): 2.625e9,
+             ("sd15", "fp32"): 2.302e9, ("sd15", "half"): 1.165e9,
+             ("pixart", "fp32"): 4.528e9, ("pixart", "half"): 2.586e9}
 # what torch's allocator does not count (the CUDA context, cuBLAS/cuDNN workspaces, the
 # allocator's free-but-cached blocks): a share on top of the estimate, and a fixed part
 MARGIN = 0.10
@@ -46,15 +51,23 @@ def weight_bytes_of(model: str, dtype: str) -> int:
 
 def peak_bytes(model: str, dtype: str, height: int | None = None, width: int | None = None,
                batch: int = 1) -> int:
-    """The estimated GPU peak of one call: weights + activations (ACT_PER_BYTE), scaled by
+    """The estimated GPU peak of one call: weights + activations (ACT_BYTES), scaled by
     pixels and batch, plus MARGIN and CONTEXT_BYTES. Introduced in 00_setup.ipynb."""
     spec = get_spec(model)
+    if dtype not in ELEMENT_BYTES:
+        raise FastdiffError(f"dtype={dtype!r} cannot work: use one of "
+                            f"{', '.join(ELEMENT_BYTES)}.")
+    for name, value in (("height", height), ("width", width)):
+        checks.image_size(name, value, spec.size_multiple)
+    checks.whole("batch", batch, 1)
     height = height or spec.resolution
     width = width or height
     act_dtype = dtype
     if dtype == "fp16" and spec.pipeline_class in UPCAST_IN_FP16:
         act_dtype = "fp32"
-    acts = ACT_PER_BYTE * ELEMENT_BYTES[act_dtype] * height * width / 1024 ** 2 * batch
+    key = "sdxl" if spec.key.startswith("flux") else spec.key
+    acts = (ACT_BYTES[key, "fp32" if ELEMENT_BYTES[act_dtype] == 4 else "half"]
+            * height * width / spec.resolution ** 2 * batch)
     return int((weight_bytes_of(spec.key, dtype) + acts) * (1 + MARGIN) + CONTEXT_BYTES)
 
 

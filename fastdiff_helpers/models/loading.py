@@ -14,7 +14,7 @@ import torch
 
 from ..errors import FastdiffError
 from .. import checks
-from .build import build_component, build_pipeline, quiet_diffusers
+from .build import build_component, build_pipeline, cast_built
 from .downloads import local_variant, say_download
 from .clock_log import record, recording, watch_calls, watch_compiles
 from .fit import check_fits
@@ -96,7 +96,8 @@ def _swap_vae(pipe, vae: str, weights: str, device: str, dtype: torch.dtype, see
         return hub_id
     component = full if weights == "random" else tiny
     drawn = _drawn_dtype(weights, dtype)
-    pipe.vae = build_component(component, device, drawn, seed + 100).to(dtype=dtype)
+    built = build_component(component, device, drawn, seed + 100)
+    pipe.vae = cast_built(built, dtype) if drawn != dtype else built
     return f"{hub_id} (config; {weights} weights)"
 
 
@@ -157,8 +158,7 @@ def load_pipeline(model: str | ModelSpec = "sdxl", weights: str = "auto", device
         drawn = _drawn_dtype(weights, torch_dtype)
         pipe = build_pipeline(spec, "full" if weights == "random" else "tiny", device, drawn, seed)
         if drawn != torch_dtype:
-            with quiet_diffusers():  # its warning about fp32-pinned modules: there are none
-                pipe.to(dtype=torch_dtype)
+            cast_built(pipe, torch_dtype)
     if spec.pipeline_class == "FluxPipeline":  # its own default size, from its VAE's
         pipe.default_sample_size = pipe.vae.config.sample_size // pipe.vae_scale_factor
     vae_source = "pipeline"

@@ -31,20 +31,55 @@ def weights_file() -> Path:
 
 def carried_choices() -> dict[str, dict]:
     """{model: {"weights", "why", "when"}} as the file holds them; {} when there is none. A
-    file that is not what this module writes counts as none (said once, by its path)."""
+    file that is not what this module writes is never lost: it is kept aside, renamed
+    <name>.bad-<date>, and said with both paths, once (the choices it held that read as this
+    module's are kept)."""
+    return _read()[0]
+
+
+def _read() -> tuple[dict[str, dict], bool]:
+    """(the carried choices, whether the file may be written over: False where a file that is
+    not this module's is still in place)."""
     path = weights_file()
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as exc:
+        return {}, True
+    except OSError as exc:
         print(f"fastdiff: the carried weight choices in {path} cannot be read "
-              f"({type(exc).__name__}): ignored; delete the file to start afresh")
-        return {}
+              f"({type(exc).__name__}: {exc}): ignored, and left as they are")
+        return {}, False
+    except ValueError as exc:
+        return {}, _set_aside(path, f"cannot be read: not JSON ({type(exc).__name__})")
     if not isinstance(data, dict):
-        return {}
-    return {model: entry for model, entry in data.items()
+        return {}, _set_aside(path, f"are not what fastdiff writes: a JSON "
+                                    f"{type(data).__name__}, not an object of models")
+    good = {model: entry for model, entry in data.items()
             if isinstance(entry, dict) and entry.get("weights") in CARRIED}
+    bad = sorted(set(data) - set(good))
+    if bad:
+        return good, _set_aside(path, f"are not what fastdiff writes: {', '.join(bad)} "
+                                      f"carry no weights of {', '.join(CARRIED)}")
+    return good, True
+
+
+def _set_aside(path: Path, why: str) -> bool:
+    """Move a file that is not this module's out of the way, keeping it whole; True once it is
+    out of the way."""
+    aside = path.with_name(f"{path.name}.bad-{time.strftime('%Y%m%d-%H%M%S')}")
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = path.with_name(f"{path.name}.bad-{time.strftime('%Y%m%d-%H%M%S')}-{n}")
+    try:
+        os.replace(path, aside)
+    except OSError as exc:
+        print(f"fastdiff: the carried weight choices in {path} {why}, and cannot be moved "
+              f"aside ({type(exc).__name__}): ignored, and left as they are; fix or delete it")
+        return False
+    print(f"fastdiff: the carried weight choices in {path} {why}: kept aside as {aside}; "
+          "the course decides afresh")
+    return True
 
 
 def carried_choice(model: str) -> dict | None:
@@ -58,11 +93,15 @@ def carry_choice(model: str, weights: str, why: str) -> bool:
     parameters cell still runs, and the next notebook decides afresh)."""
     if weights not in CARRIED:
         raise ValueError(f"only {CARRIED} are carried, not {weights!r}")
-    choices = carried_choices()
+    choices, writable = _read()
+    path = weights_file()
+    if not writable:
+        print(f"fastdiff: weights={weights!r} for {model} is not carried to the later notebooks: "
+              f"{path} is not this course's and stays as it is")
+        return False
     if choices.get(model, {}).get("weights") == weights:
         return True  # the first choice's date and reason stay
     choices[model] = {"weights": weights, "why": why, "when": time.strftime("%Y-%m-%d %H:%M")}
-    path = weights_file()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, temporary = tempfile.mkstemp(prefix=".weights-", suffix=".json", dir=path.parent)

@@ -12,6 +12,8 @@
     demo_explain      what the demo says after its ladder: each step, from what was measured
     plan              `plan --gpu`: per notebook, on a card, what runs, is swapped or skipped,
                       memory fit and the estimated wait (the notebooks' own policy)
+    plan_work         what of each cell's recorded work runs on a card (the plan's wait
+                      counts only that)
     cli               `python -m fastdiff_helpers ...`: the command line over all of these
     cli_compile       its compile commands: warm (a part at a time), reference, tuning, clock
     cli_download      its download command: the course's weights fetched ahead of a workshop

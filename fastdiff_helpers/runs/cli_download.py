@@ -15,8 +15,9 @@ import json
 from ..models.fit import fits
 from ..models.gpus import PROFILES, gpu_profile
 from ..errors import FastdiffError
-from ..models.downloads import (GB, files_dtype, cache_folder, check_disk, free_bytes, repo_folders,
-                                wanted_variant, weight_files)
+from ..models.downloads import (GB, cache_folder, check_cache_folder, check_disk, check_online,
+                                files_dtype, free_bytes, repo_folders, wanted_variant,
+                                weight_files)
 from ..models.presets import MODELS, VAES
 from ..compiletime.downloads import course_downloads, table
 
@@ -77,7 +78,11 @@ def for_card(rows, profile):
 def download(notebooks=None, models=None, dry_run: bool = False, gpu: str | None = None) -> int:
     """Fetch (or with dry_run, list) what `notebooks` need, only `models` if given; for a card
     (`gpu`, a profile key), not the files of a model in a precision that does not fit it (the
-    notebooks skip those cells there: models/fit.py, the plan's rule)."""
+    notebooks skip those cells there: models/fit.py, the plan's rule). Offline mode and the
+    cache folder are checked first, before any network call."""
+    if not dry_run:
+        check_online()
+        check_cache_folder()
     rows = course_downloads(notebooks)
     if models is not None:
         rows = [r for r in rows if r[0] in models]

@@ -8,7 +8,6 @@ Introduced in 00_setup.ipynb (README: preparing a workshop)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, Iterable
 
 from ..errors import FastdiffError
@@ -16,10 +15,11 @@ from ..models.fit import fits
 from ..models.gpus import PROFILES, GpuProfile, gpu_profile
 from ..compiletime import clock
 from ..compiletime.clock_record import RECORDED
-from ..course.sizing import H100_TFLOPS, card_fit, no_fit, rung_verdict
+from ..course.sizing import card_fit, no_fit, rung_verdict
 from ..techniques.recipe import Recipe
 from ..compiletime.downloads import course_downloads
 from .cli_download import for_card
+from .plan_work import card_work, compile_fields
 
 __all__ = ["plan", "plan_table"]
 
@@ -28,16 +28,11 @@ def _work(notebook: str) -> tuple[set[tuple[str, str]], list[tuple[str, dict]]]:
     """The (model, "fp32" | "half") a notebook's cells run, and its compiles (model, recipe)."""
     runs: set[tuple[str, str]] = set()
     compiles: list[tuple[str, dict]] = []
-    for _, work in clock._cell_work(notebook):
+    for _, work in clock.cell_work(notebook):
         for entry in work.get("benchmarks", []) + work.get("calls", []):
             runs.add((entry[0], "fp32" if entry[1] == "fp32" else "half"))
         for model, mode, *_, rid in work.get("compiles", []):
-            # a compile outside fdh.apply (fdh.compile_pipeline) records no recipe: the course
-            # compiles its half-precision pipelines so
-            fields = (json.loads(rid) if rid != "compile_pipeline"
-                      else {"dtype": "bf16", "attention": "sdpa", "compile": mode})
-            if str(fields.get("quant_filter", "")).startswith("callable:"):
-                fields.pop("quant_filter")  # the filter does not change what a card can run
+            fields = compile_fields(model, mode, rid)
             compiles.append((model, fields))
             runs.add((model, "fp32" if fields.get("dtype", "fp32") in ("fp32", "tf32")
                       else "half"))
@@ -46,11 +41,12 @@ def _work(notebook: str) -> tuple[set[tuple[str, str]], list[tuple[str, dict]]]:
 
 def plan(profile: GpuProfile, notebooks: Iterable[str] | None = None) -> list[dict[str, Any]]:
     """One row per notebook: models, "runs" / "swapped" / "skipped" with reasons, the memory
-    fit of each model in each precision it runs, and the estimated wait in minutes (the course
-    clock's H100 estimate, image time scaled by the card's TFLOPS; compile time as the H100's
-    16-core host measured it). Introduced in 00_setup.ipynb."""
+    fit of each model in each precision it runs, and the estimated wait in minutes of what runs
+    on the card (plan_work.py): the course clock's estimate with fdh.image_seconds on this card;
+    compile time as the H100's 16-core host measured it. Introduced in 00_setup.ipynb."""
     names = list(notebooks) if notebooks is not None else list(RECORDED)
-    est = clock.estimate(names, sms=profile.sms)
+    est = clock.estimate(sms=profile.sms, gpu=profile,
+                         works={name: card_work(profile, name) for name in names})
     rows = []
     for name in names:
         runs, compiles = _work(name)
@@ -81,8 +77,7 @@ def plan(profile: GpuProfile, notebooks: Iterable[str] | None = None) -> list[di
                 skipped.extend(w.split(". Use")[0] for w in why)
             notes.extend(w for w in why if "is_big_gpu" in w)
         n = est["notebooks"][name]
-        minutes = (n["compile_s"] + n["tune_s"] + n["load_s"]
-                   + n["images_s"] * H100_TFLOPS / profile.tflops) / 60
+        minutes = n["total_s"] / 60
         rows.append({"notebook": name, "models": sorted({m for m, _ in runs}),
                      "verdict": "skipped" if runs and not fitting else
                      "partly skipped" if skipped else "swapped" if swapped else "runs",
@@ -116,20 +111,21 @@ def plan_table(gpu: str | None = None, notebooks: Iterable[str] | None = None) -
                      f"{'; '.join(row['fit']) or '-'} | {row['minutes']:.0f} |")
     lines.append(f"| **all** | | | **{sum(r['minutes'] for r in rows):.0f}** |")
     lines += [""] + [f"[{i}] {text}" for i, text in enumerate(reasons, 1)]
-    lines += ["", "Estimates: peaks from models/fit.py (weights exact, activations scaled from "
-              "SDXL measured on the H100, plus a margin); waits from the course clock (H100, "
-              "empty compile cache, autotuning off), image time scaled by the datasheets' "
-              "TFLOPS; compiles timed on a 16-core host (a 2-core host compiles slower)."]
+    lines += ["", "Estimates: peaks from models/fit.py (weights exact, activations from each "
+              "model's measured or published peak, plus a margin); waits of what runs on the "
+              "card from the course clock (empty compile cache, autotuning off), images by "
+              "fdh.image_seconds (published and measured figures, planning/published.py); "
+              "compiles timed on a 16-core host (a 2-core host compiles slower)."]
     return "\n".join(lines)
 
 
 def plan_summary(gpus: Iterable[str] = ("t4", "l4", "a100-40", "h100")) -> str:
     """The course on each card in one row: how many notebooks run as written, run swapped,
-    partly skipped or skipped; the estimated wait of all notebooks; the downloads of 00-17
-    (`download --gpu`). Introduced in 00_setup.ipynb (README, the table it prints)."""
-    lines = ["| card | runs / swapped / partly skipped / skipped (of 19) | est. wait, all "
-             "(h) | downloads 00-17 (GB) |", "|---|---|---:|---:|"]
+    partly skipped or skipped; the estimated wait of all notebooks; the downloads of every
+    notebook but 18 (Flux, gated; `download --gpu`). Introduced in 00_setup.ipynb (README, the table it prints)."""
     course = [n for n in RECORDED if n[:2] != "18"]
+    lines = [f"| card | runs / swapped / partly skipped / skipped (of {len(RECORDED)}) | est. "
+             "wait, all (h) | downloads, all but Flux (GB) |", "|---|---|---:|---:|"]
     for key in gpus:
         profile = PROFILES[key]
         rows = plan(profile)

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from typing import Any
 
 import torch
 
+from .. import checks
 from ..models.clock_log import recipe_id, record as clock_record
 from ..models.loading import get_denoiser, pipeline_info
 from ..models.gpus import PROFILES
@@ -93,7 +93,7 @@ def autotune_enabled() -> bool:
     Introduced in 06_cold_start.ipynb."""
     if "on" in _SWITCH:
         return _SWITCH["on"]
-    return os.environ.get(ENV, "").strip().lower() in ("1", "true", "yes")
+    return checks.env_switch(ENV, "autotuning")
 
 
 def tunes(mode: str | None, inductor_flags: bool) -> bool:
