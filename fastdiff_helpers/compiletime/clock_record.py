@@ -41,8 +41,8 @@ RECORDED: dict = {
     },
     '06_cold_start.ipynb': {
         'compile-bench': {'benchmarks': [['sdxl', 'compiled', False]], 'calls': [], 'compiles': [['sdxl', 'default', 'regional', True, False, '{"attention": "sdpa", "channels_last": true, "compile": "default", "compile_scope": "regional", "dtype": "bf16", "fullgraph": true}']], 'frames': 2, 'loads': ['sdxl']},
-        'nb04-13': {'benchmarks': [['sdxl', 'compiled', False]], 'calls': [], 'compiles': [['sdxl', 'default', 'regional', True, False, '{"attention": "sdpa", "channels_last": true, "compile": "default", "compile_scope": "regional", "dtype": "bf16", "fullgraph": true}']], 'frames': 0, 'loads': ['sdxl']},
-        'from-artifacts': {'benchmarks': [['sdxl', 'compiled', False]], 'calls': [], 'compiles': [['sdxl', 'default', 'regional', True, False, '{"attention": "sdpa", "channels_last": true, "compile": "default", "compile_scope": "regional", "dtype": "bf16", "fullgraph": true}']], 'frames': 0, 'loads': ['sdxl']},
+        'nb04-13': {'benchmarks': [['sdxl', 'compiled', False]], 'calls': [], 'compiles': [['sdxl', 'default', 'regional', True, False, '{"attention": "sdpa", "channels_last": true, "compile": "default", "compile_scope": "regional", "dtype": "bf16", "fullgraph": true}']], 'frames': 2, 'loads': ['sdxl']},
+        'from-artifacts': {'benchmarks': [['sdxl', 'compiled', False]], 'calls': [], 'compiles': [['sdxl', 'default', 'regional', True, False, '{"attention": "sdpa", "channels_last": true, "compile": "default", "compile_scope": "regional", "dtype": "bf16", "fullgraph": true}']], 'frames': 2, 'loads': ['sdxl']},
         'nb04-15': {'benchmarks': [['sdxl', 'compiled', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
         'recompile-report': {'benchmarks': [], 'calls': [['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled'], ['sdxl', 'compiled']], 'compiles': [], 'frames': 2, 'loads': []},
     },
