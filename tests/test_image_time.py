@@ -33,7 +33,7 @@ def _same_source_sdpa(p):
 def test_each_estimate_is_within_1_3x_of_the_figure_it_rests_on(p):
     """An anchor is the estimate (converted to the course's steps by FLOPs); a check is within
     1.3x of it; a ratio figure sets its card's estimate against the other card's. A path other
-    than "sdpa" is compared as its ratio to the same source's "sdpa" figure."""
+    than "sdpa" and "fp32" is compared as its ratio to the same source's "sdpa" figure."""
     if p.role == "ratio":
         (other,) = [q for q in PUBLISHED if q.source == p.source and q.model == p.model
                     and q.path == p.path and q.card != p.card]
@@ -41,8 +41,8 @@ def test_each_estimate_is_within_1_3x_of_the_figure_it_rests_on(p):
                                                                       p.path)[0]
         assert got == pytest.approx(it.course_seconds(p) / it.course_seconds(other))
         return
-    if p.path == "sdpa":
-        got, want = it.estimate(p.card, p.model, "sdpa")[0], it.course_seconds(p)
+    if p.path in ("sdpa", "fp32"):  # true fp32 rests on its own figure, not a ratio
+        got, want = it.estimate(p.card, p.model, p.path)[0], it.course_seconds(p)
     else:
         got = _path_ratio(p.card, p.model, p.path)
         want = it.course_seconds(p) / it.course_seconds(_same_source_sdpa(p))
@@ -126,7 +126,8 @@ def test_size_batch_and_a_card_of_no_profile():
     assert fdh.image_seconds(other, "sdxl", "+ SDPA") < base  # scaled from the nearest profile
     assert "measured" in fdh.image_basis("a100-80", "sdxl", "+ compile")
     assert fdh.image_basis("l4", "sdxl", "+ SDPA").startswith("scaled")
-    assert fdh.image_basis("h100", "sdxl", "fp32, TF32 off").startswith("computed")
+    assert fdh.image_basis("h100", "sdxl", "fp32, TF32 off").startswith("measured")
+    assert fdh.image_basis("l4", "sdxl", "fp32, TF32 off").startswith("computed")
 
 
 @pytest.mark.parametrize("call, said", [
@@ -154,7 +155,18 @@ def test_the_flops_are_count_flops(model):
     assert (flops["per_image"] - flops["denoiser_total"]) / 1e12 == pytest.approx(rest, rel=1e-3)
 
 
-def test_the_matmul_share_is_the_h100s_best_measured_rate():
-    rates = [json.loads(x)["bf16_matmul_tflops"] for x in
-             (ROOT / "results/h100-80gb-hbm3/matmul.jsonl").read_text().splitlines() if x]
-    assert it.MATMUL_SHARE == max(rates) / fdh.GPU_PROFILES["h100"].tflops
+def test_true_fp32_rests_on_the_h100s_measured_fp32_sdxl():
+    """The course ladder's fp32 rung (TF32 off) measured on the H100 is the fp32 anchor, and
+    every other card's fp32 runs at the share of its FP32 datasheet rate that one reached."""
+    rows = [json.loads(x) for x in (ROOT / "results/h100-80gb-hbm3/sdxl-course/results.jsonl")
+            .read_text().splitlines() if x]
+    (fp32,) = [r for r in rows if r["step"] == "fp32, TF32 off"]
+    assert fdh.image_seconds("h100", "sdxl", "fp32, TF32 off") == pytest.approx(
+        round(fp32["latency_s"], 2))
+    assert it.FP32_SHARE == pytest.approx(
+        fdh.count_flops("sdxl")["per_image"] / 1e12 / 12.96 / 67.0, rel=1e-3)
+    assert 0.4 < it.FP32_SHARE < 0.55
+    for card in ("l4", "a100-40"):  # computed: FLOPs at the share of the card's FP32 rate
+        seconds = fdh.image_seconds(card, "sdxl", "fp32, TF32 off")
+        assert seconds == pytest.approx(it.image_flops("sdxl", 30) / (
+            fdh.GPU_PROFILES[card].fp32_tflops * it.FP32_SHARE), rel=1e-6)

@@ -16,8 +16,10 @@ below), per precision path:
 - "half" (classic attention) and "tf32": the card's measured ratio to its "sdpa" figure, else
   its ratio for the nearest model, else the nearest card's; never below 1 (never faster than
   "sdpa"); a card without TF32 (before compute capability 8.0) runs "tf32" as "fp32";
-- "fp32" (TF32 off): no published figure; computed as the FLOPs at the card's FP32 datasheet
-  rate times MATMUL_SHARE, and never faster than the card's "tf32" (or "half") estimate;
+- "fp32" (TF32 off): the card's own figure (SDXL on this project's H100, 12.96 s); else
+  computed as the FLOPs at the card's FP32 datasheet rate times FP32_SHARE, the share the
+  H100's measured figure reached, and never faster than the card's "tf32" (or "half")
+  estimate;
 - "compiled": "sdpa" over the compile gain (a source's eager over its compiled figure), the
   card's own for the model, else its own for the nearest model, else the nearest card's: a
   small card's gain never comes from a large one; never below 1;
@@ -48,9 +50,10 @@ PATHS = ("fp32", "tf32", "half", "sdpa", "compiled")
 # per_image - denoiser_total (tests/test_image_time.py recounts them)
 FLOPS = {"sdxl": (13.5225, 10.582), "sd15": (1.6601, 2.541), "ssd1b": (8.4155, 10.581),
          "pixart": (13.0190, 12.704), "flux": (74.385, 15.330)}
-# the best dense bf16 matmul rate measured on the H100 (results/h100-80gb-hbm3/matmul.jsonl,
-# 789.6 TFLOP/s) over its datasheet's 989: the share of a datasheet rate a large matmul reaches
-MATMUL_SHARE = 789.6 / 989.0
+# true fp32's share of the FP32 datasheet rate, as the H100 ran SDXL with TF32 off
+# (published.py: 12.96 s, results/h100-80gb-hbm3/sdxl-course/): 416.3 TFLOP in 12.96 s against
+# 67 TFLOP/s, about 0.48 (set below, from the figure)
+FP32_SHARE = 0.0
 # a choice, between the T4's measured SD1.5 gain (1.06) and the blog's A100 gains (1.16-2.36)
 COMPUTE_BOUND = 1.25
 # the clock's three kinds of work (models/clock_log.kind) as the rungs that run them
@@ -109,6 +112,8 @@ def _used(role: str = "anchor") -> dict[tuple[str, str, str], Published]:
 
 
 ANCHORS = _used()
+_FP32 = ANCHORS["h100", "sdxl", "fp32"]
+FP32_SHARE = (image_flops("sdxl", _FP32.steps) / _FP32.figure) / PROFILES["h100"].fp32_tflops
 
 
 def _measured_ratio(path: str) -> dict[tuple[str, str], tuple[float, Published]]:
@@ -251,7 +256,9 @@ def estimate(gpu: Any, model: str, path: str, recipe: Recipe | None = None
     half = sdpa * max(half_ratio, 1.0)
     if path == "half":
         return half, f"{why}; classic attention {max(half_ratio, 1.0):.2f}x, {how}"
-    floor = image_flops(key, steps) * 1e12 / (card["fp32"] * 1e12 * MATMUL_SHARE)
+    own = ANCHORS.get((card["key"], key, "fp32"))
+    floor = (course_seconds(own) if own else
+             image_flops(key, steps) * 1e12 / (card["fp32"] * 1e12 * FP32_SHARE))
     if card["capability"] >= (8, 0):
         tf32_ratio, how_tf32 = _borrow(card, key, "tf32")
         tf32 = max(half, sdpa * tf32_ratio)
@@ -259,8 +266,11 @@ def estimate(gpu: Any, model: str, path: str, recipe: Recipe | None = None
             return tf32, f"{why}; TF32 {tf32 / sdpa:.2f}x, {how_tf32}"
     else:
         tf32 = half  # no TF32 before compute capability 8.0: fp32 runs as fp32
+    if own:
+        return max(floor, tf32), f"measured ({own.source}: {own.quote})"
     return max(floor, tf32), (f"computed: the FLOPs at {card['fp32']:g} FP32 TFLOP/s x "
-                              f"{MATMUL_SHARE:.2f}, never under the card's TF32/half estimate")
+                              f"{FP32_SHARE:.2f} (the share the H100's measured fp32 SDXL "
+                              "reached), never under the card's TF32/half estimate")
 
 
 def image_seconds(gpu: Any, model: str, rung: str, ladder: str = "course", *,

@@ -60,6 +60,11 @@ _OURS_FILE = ("results/h100-80gb-hbm3/sdxl/results.jsonl (latency_s, the median 
          "results/README.md's table)")
 _OURS_SET = ("H100 80GB HBM3, random weights, 1024x1024, 30 steps, batch 1, the blog's ladder "
              "(TF32 'blog'); torch 2.11.0+cu130, diffusers 0.42.1")
+_COURSE_FILE = ("results/h100-80gb-hbm3/sdxl-course/results.jsonl (latency_s, the median of 5 "
+                "timed runs for fp32, of 20 for the others; slot-2026-11-27.md)")
+_COURSE_SET = ("H100 80GB HBM3, random weights, 1024x1024, 30 steps, batch 1, the course's "
+               "ladder: fp32 with TF32 off, TF32 on for matmuls and convolutions, bf16 with "
+               "the classic attention processor, then SDPA; torch 2.11.0+cu130, diffusers 0.42.1")
 _TORCH2_DOC = ("diffusers docs, 'Torch 2.0' (docs/source/en/optimization/torch2.0.md; "
               "huggingface.co/docs/diffusers/optimization/torch2.0), the tables 'T4 (batch "
               "size: 1)', 'V100 (batch size: 1)', 'A100 (batch size: 1)', row 'SD - txt2img', "
@@ -89,9 +94,10 @@ _TORCHAO_SET = "FLUX.1-dev, bf16, 1024x1024, 28 steps, batch 1; compile: max-aut
 # each source by a short name (what a figure's basis says), and where it is
 SOURCES = {"blog SDXL CSV": _SDXL_CSV, "blog SSD-1B CSV": _SSD1B_CSV,
            "blog SD1.5 CSV": _SD15_CSV, "blog PixArt CSV": _PIXART_CSV,
-           "this project's H100": _OURS_FILE, "diffusers-torchao": _TORCHAO,
+           "this project's H100": _OURS_FILE, "this project's H100, course ladder": _COURSE_FILE, "diffusers-torchao": _TORCHAO,
            "diffusers Torch 2.0 page": _TORCH2_DOC, "stable-fast": _STABLE_FAST,
            "SDXL TensorRT card": _TRT_CARD, "alexeigor/sd-benchmarks": _ALEXEIGOR}
+COURSE = "this project's H100, course ladder"
 OURS, TORCH2_DOC, STABLE_FAST = "this project's H100", "diffusers Torch 2.0 page", "stable-fast"
 TRT_CARD, ALEXEIGOR, TORCHAO = "SDXL TensorRT card", "alexeigor/sd-benchmarks", "diffusers-torchao"
 
@@ -116,6 +122,16 @@ PUBLISHED: list[Published] = [
               _OURS_SET),
     Published("h100", "NVIDIA H100 80GB HBM3", "sdxl", "sdpa", 2.30, "s", 30, OURS, "2.30",
               _OURS_SET),
+    # true fp32 (TF32 off): the one measured figure of that path; fp32 on other cards is
+    # computed at the share of the FP32 datasheet rate it reached (image_time.FP32_SHARE)
+    Published("h100", "NVIDIA H100 80GB HBM3", "sdxl", "fp32", 12.96, "s", 30, COURSE, "12.96",
+              _COURSE_SET),
+    Published("h100", "NVIDIA H100 80GB HBM3", "sdxl", "tf32", 3.97, "s", 30, COURSE, "3.97",
+              _COURSE_SET, "check"),
+    Published("h100", "NVIDIA H100 80GB HBM3", "sdxl", "half", 2.73, "s", 30, COURSE, "2.73",
+              _COURSE_SET, "check"),
+    Published("h100", "NVIDIA H100 80GB HBM3", "sdxl", "sdpa", 2.45, "s", 30, COURSE, "2.45",
+              _COURSE_SET, "check"),
     Published("h100", "H100 80GB", "flux", "sdpa", 6.573, "s", 28, TORCHAO, "6.573",
               _TORCHAO_SET),
     Published("h100", "H100 80GB", "flux", "compiled", 4.209, "s", 28, TORCHAO, "4.209",
