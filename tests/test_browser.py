@@ -188,7 +188,7 @@ def test_playground_runs_twice_in_jupyterlab(lab, tmp_path):
 
             panel.get_by_role("combobox", name="dtype").select_option("bf16")
             expect(panel.locator("textarea")).to_have_value(
-                re.compile(r"set_precision\(pipe, 'bf16'\)"))
+                re.compile(r"pipe\.to\(torch\.bfloat16\)"))
             run.click()
             expect(rows).to_have_count(2, timeout=RUN_TIMEOUT_MS)
             page.wait_for_function("""(old) => {

@@ -62,23 +62,58 @@ def test_controls_have_readable_labels_and_one_per_recipe_field():
 
 
 def test_code_follows_the_controls_and_shows_invalid_combinations():
+    """The box holds what a participant copies: the technique alone in plain diffusers / torch
+    code (fdh.to_code(recipe, "plain", model=...)), no fdh call, for the model selected."""
     panel = _panel()
-    assert "set_precision(pipe, 'fp32')" in panel.code.value
+    assert "pipe.unet.set_attn_processor(AttnProcessor())" in panel.code.value  # classic
+    assert "fdh" not in panel.code.value and "set_precision" not in panel.code.value
     panel.controls["dtype"].value = "bf16"
-    assert "set_precision(pipe, 'bf16')" in panel.code.value
+    assert "pipe.to(torch.bfloat16)" in panel.code.value
     panel.controls["fuse_qkv"].value = True  # classic attention cannot fuse
     assert panel.code.value.startswith("# Invalid recipe:") and "fuse_qkv" in panel.code.value
     panel.controls["attention"].value = "sdpa"
-    assert "fdh.fuse_qkv(pipe)" in panel.code.value
+    assert "pipe.unet.fuse_qkv_projections()" in panel.code.value
+    assert "AttnProcessor()" not in panel.code.value  # SDPA is diffusers' default: not written
+    panel.controls["scheduler"].value = "dpm-solver"
+    assert ("pipe.scheduler = DPMSolverMultistepScheduler.from_config(pipe.scheduler.config)"
+            in panel.code.value)
+    panel.controls["model"].value = "pixart"  # the code names the model's own denoiser
+    assert "pipe.transformer.fuse_qkv_projections()" in panel.code.value
+    panel.controls["model"].value = "sd15"
     panel.controls["compile"].value = "max-autotune"  # adapted on a CPU, with a note
-    assert "mode='max-autotune-no-cudagraphs'" in panel.code.value
+    assert "pipe.unet.compile(mode='max-autotune-no-cudagraphs')" in panel.code.value
+    assert panel.code.value.startswith("# ") and "CUDA graphs" in panel.code.value.split("\n")[0]
     assert "CUDA graphs" in panel.notes.value and "see fdh.Recipe" in panel.notes.value
+    for name, value in (("dtype", "fp32"), ("fuse_qkv", False), ("compile", "off"),
+                        ("scheduler", "own")):
+        panel.controls[name].value = value
+    assert panel.code.value.startswith("# nothing to add")  # fp32 with SDPA: a stock pipeline
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_the_code_box_run_on_a_loaded_pipeline_gives_the_panels_recipe():
+    """Pasted under a pipeline as diffusers loads it, the box's code leaves the recipe the
+    panel runs (what fdh.current_recipe reads) and the scheduler it swaps in."""
+    import fastdiff_helpers as fdh
+
+    panel = _panel()
+    for name, value in (("dtype", "bf16"), ("attention", "sdpa"), ("fuse_qkv", True),
+                        ("channels_last", True), ("scheduler", "euler")):
+        panel.controls[name].value = value
+    recipe, _ = panel.recipe()
+    pipe = fdh.load_pipeline("sd15", weights="tiny", device="cpu", verbose=False)
+    namespace = {"pipe": pipe}
+    exec(compile(panel.code.value, "<recipe as code>", "exec"), namespace)
+    read, wanted = fdh.current_recipe(pipe), recipe.to_dict()
+    fields = ("dtype", "attention", "channels_last", "fuse_qkv", "quantize", "compile")
+    assert {f: read[f] for f in fields} == {f: wanted[f] for f in fields}
+    assert type(pipe.scheduler).__name__ == "EulerDiscreteScheduler"
 
 
 def test_run_adds_a_row_with_the_recipe_chart_and_images(two_runs):
     panel, first, code_before, code_after, result = two_runs
     assert first["error"] == "" and first["rows"] == 1 and first["chart"] is not None
-    assert code_before != code_after and "'bf16'" in code_after
+    assert code_before != code_after and "pipe.to(torch.bfloat16)" in code_after
     assert result is panel.rows[-1] and len(panel.rows) == 2
     assert panel.rows[0].recipe["dtype"] == "fp32"
     assert panel.rows[-1].recipe["dtype"] == "bf16" and panel.rows[-1].step == "bf16"

@@ -113,7 +113,6 @@ def _sized(recipe: Recipe, **change: Any) -> Recipe:
 
 M = "sdxl"
 GPU_WORK: dict[str, dict[str, dict[str, Any]]] = {
-    "00_setup.ipynb": {"nb00-07": nothing("reads the device's properties")},
     "01_baseline.ipynb": {"nb01-15": nothing("one bf16 matmul rate: seconds")},
     "02_where_the_time_goes.ipynb": {
         "nb14-12": merge(*(run(M, COURSE[s], calls=2) for s in

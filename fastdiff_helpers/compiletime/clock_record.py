@@ -4,9 +4,9 @@ smoke run by tests/test_notebooks.py. Do not edit by hand."""
 
 RECORDED: dict = {
     '00_setup.ipynb': {
-        'nb00-11': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
         'nb00-15': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
         'nb00-17': {'benchmarks': [], 'calls': [['sdxl', 'fp32']], 'compiles': [], 'frames': 0, 'loads': []},
+        'nb00-11': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
     },
     '01_baseline.ipynb': {
         'nb01-07': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
@@ -97,6 +97,8 @@ RECORDED: dict = {
     '15_playground.ipynb': {
     },
     '16_scale_out.ipynb': {
+        'load-pipe': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sd15']},
+        'split': {'benchmarks': [], 'calls': [['sd15', 'fp32'], ['sd15', 'fp32']], 'compiles': [], 'frames': 0, 'loads': []},
         'batch-1': {'benchmarks': [], 'calls': [['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32']], 'compiles': [], 'frames': 0, 'loads': ['sd15']},
         'batch-4': {'benchmarks': [], 'calls': [['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32']], 'compiles': [], 'frames': 0, 'loads': ['sd15']},
         'launch': {'benchmarks': [], 'calls': [['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32']], 'compiles': [], 'frames': 0, 'loads': ['sd15', 'sd15', 'sd15']},

@@ -1,7 +1,8 @@
 """playground(): an ipywidgets panel to try recipes on a model and compare the runs.
 
 Introduced in 15_playground.ipynb. It only composes the public API (load_pipeline, apply,
-benchmark, compare_images, ladder_chart, to_code); every run loads a fresh pipeline,
+benchmark, compare_images, ladder_chart, to_code: its box shows the recipe as plain diffusers,
+torch and torchao code, what a participant copies); every run loads a fresh pipeline,
 because a pipeline takes one recipe. ipywidgets is imported only when a panel is built."""
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from ..models.loading import free_memory, load_pipeline
 from ..models.presets import MODELS
 from ..models.pretrained import check_weights
 from ..techniques import apply
-from ..techniques.codegen import to_code
 from ..techniques.schedulers import set_scheduler
 from ..techniques.recipe import BASELINE, Recipe, RecipeError
 from ..measure.bench import benchmark
@@ -29,7 +29,7 @@ from ..results.charts import ladder_chart
 from ..results.store import Result
 from ..results.text import GIB, psnr_text
 from .playground_parts import (_CHOICES, _PHASES, _WORDS, LABELS, RESOLUTIONS, SCHEDULER_CHOICES,
-                               _fmt, _png, describe_recipe)
+                               _fmt, _png, describe_recipe, recipe_code)
 from .settings import course_settings
 
 __all__ = ["Playground", "playground", "describe_recipe"]
@@ -140,11 +140,13 @@ class Playground:
     def _refresh_code(self, change: Any = None) -> None:
         try:
             recipe, notes = self.recipe()
+            code = recipe_code(recipe, self.controls["model"].value,
+                               self.controls["scheduler"].value, notes)
         except RecipeError as exc:
             self.code.value = f"# Invalid recipe: {exc}"
             self.notes.value = ""
             return
-        self.code.value = "".join(f"# {n}\n" for n in notes) + to_code(recipe)
+        self.code.value = code
         self.notes.value = "".join(f"<div>Note: {html.escape(n)}</div>" for n in notes)
 
     # -- running -------------------------------------------------------------------------

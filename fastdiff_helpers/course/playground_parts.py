@@ -8,6 +8,7 @@ import io
 from typing import Any
 
 from ..models.presets import SCHEDULERS
+from ..techniques.codegen import to_code
 from ..techniques.recipe import (ATTENTION, BASELINE, COMPILE_MODES, CONV_SWAPS, DTYPES,
                                  QUANT_FILTERS, QUANTIZE, SCOPES, TF32_MODES, Recipe)
 
@@ -51,6 +52,25 @@ def describe_recipe(recipe: Recipe, scheduler: str = "own") -> str:
         else:
             parts.append(f"{LABELS[name]}={'off' if value is None else value}")
     return ", ".join(parts)
+
+
+CODE_HEAD = "# on `pipe`, a diffusers pipeline as from_pretrained loads it (fp32)\n"
+NOTHING_TO_ADD = "# nothing to add: a diffusers pipeline loaded in fp32 runs this recipe as it is\n"
+
+
+def recipe_code(recipe: Recipe, model: str, scheduler: str = "own",
+                notes: list[str] | tuple[str, ...] = ()) -> str:
+    """What the panel's "recipe as code" box holds, for a participant to copy: the notes as
+    comments, then the technique alone in plain diffusers / torch / torchao code
+    (fdh.to_code(recipe, "plain", model=model)) and the scheduler swap, if any. Raises
+    RecipeError where the recipe cannot be written for `model` (as fdh.apply refuses it)."""
+    code = to_code(recipe, "plain", model=model).strip()
+    if scheduler != "own":  # what fdh.set_scheduler does (13_fewer_denoiser_calls)
+        swap = (f"from diffusers import {SCHEDULERS[scheduler]}\n"
+                f"pipe.scheduler = {SCHEDULERS[scheduler]}.from_config(pipe.scheduler.config)")
+        code = f"{code}\n\n{swap}" if code else swap
+    body = CODE_HEAD + code + "\n" if code else NOTHING_TO_ADD
+    return "".join(f"# {n}\n" for n in notes) + body
 
 
 def _png(image_or_figure: Any) -> bytes:
