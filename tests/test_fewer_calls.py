@@ -510,3 +510,104 @@ def test_the_13_exercises_compare_what_count_flops_counts(monkeypatch):
     for a, b in (("every 2, branch 1", "every 3, branch 2"), ("20 plain steps", "every 2, branch 2")):
         assert f"{shares[a]:.3f} and {shares[b]:.3f} of the plain 30 steps'" in text, (a, b)
     assert f"`cache_every=3, cache_branch=1` runs {shares['every 3, branch 1']:.3f}" in text
+
+
+# --- 13_fewer_denoiser_calls as plain diffusers code (issue 50) -----------------------------
+
+NB13 = "13_fewer_denoiser_calls.ipynb"
+
+
+def _nb13_cells() -> dict:
+    import nbformat
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "notebooks" / NB13
+    return {c.id: c for c in nbformat.read(path, as_version=4).cells}
+
+
+def test_13_shows_the_step_caches_core_as_the_package_runs_it():
+    """Issue 50: 13's step cache is on the page. The python blocks of its step-cache cell are
+    the package's own source (StepPlan.step, the path each denoiser call takes, and the cached
+    path of a UNet), so the page cannot drift from the code that runs."""
+    import re
+    import textwrap
+
+    from fastdiff_helpers.techniques.cache_paths import unet_cached
+    from fastdiff_helpers.techniques.step_cache import StepPlan
+
+    text = _nb13_cells()["nb12-12"].source
+    blocks = [b.rstrip("\n") for b in re.findall(r"^```python\n(.*?)^```", text, re.M | re.S)]
+    assert blocks[:2] == [textwrap.dedent(inspect.getsource(StepPlan.step)).rstrip("\n"),
+                          inspect.getsource(unet_cached).rstrip("\n")]
+
+
+def _exec_cell(cell_id: str, pipe, monkeypatch) -> dict:
+    monkeypatch.setenv("FASTDIFF_SMOKE", "1")
+    namespace = {"pipe": pipe, "fdh": fdh, "torch": torch, "prompt": "a photo",
+                 "settings": fdh.course_settings("sdxl")}
+    exec(compile(_nb13_cells()[cell_id].source, f"<{NB13}:{cell_id}>", "exec"), namespace)
+    return namespace
+
+
+def test_13_scheduler_swap_cell_is_the_helpers_swap(monkeypatch):
+    """The plain swap (technique cell "scheduler-swap") leaves the scheduler and the image that
+    fdh.set_scheduler(pipe, "dpm-solver") leaves (a scheduler is no Recipe field: not in
+    test_plain_cells.PLAIN)."""
+    pipe = _exec_cell("scheduler-swap", fresh("sdxl"), monkeypatch)["pipe"]
+    helper = fdh.set_scheduler(fresh("sdxl"), "dpm-solver")
+    assert type(pipe.scheduler) is type(helper.scheduler)
+    assert dict(pipe.scheduler.config) == dict(helper.scheduler.config)
+    assert np.array_equal(run(pipe), run(helper))
+
+
+def test_13_guidance_cell_passes_diffusers_callback_as_the_helper_does(monkeypatch):
+    """The plain guidance stop (technique cell "guidance-callback": diffusers'
+    SDXLCFGCutoffCallback passed as callback_on_step_end) runs the batches and makes the image of
+    fdh.stop_guidance(pipe, 0.5) at the notebook's steps, and leaves the pipeline as it was:
+    the callback goes with each call (fdh.benchmark's callback_on_step_end)."""
+    namespace = _exec_cell("guidance-callback", fresh("sdxl"), monkeypatch)
+    pipe, callback, steps = namespace["pipe"], namespace["callback"], namespace["settings"].steps
+    assert namespace["image"] is not None and fdh.current_recipe(pipe)["guidance_stop"] is None
+    helper = fdh.stop_guidance(fresh("sdxl"), 0.5)
+    traced = fdh.trace_steps(pipe, steps=steps, callback_on_step_end=callback)
+    assert traced == fdh.trace_steps(helper, steps=steps) and traced[-1][2] == 1
+    kwargs = dict(fdh.call_kwargs(pipe, steps=steps, callback_on_step_end=callback),
+                  output_type="np")
+    mine = pipe(**kwargs).images[0]
+    theirs = helper(**dict(fdh.call_kwargs(helper, steps=steps), output_type="np")).images[0]
+    assert np.array_equal(mine, theirs)
+
+
+def test_benchmark_passes_a_callback_and_counts_a_cut_off_as_the_guidance_stop():
+    """fdh.benchmark(..., callback_on_step_end=) (issue 50, for 13's plain guidance cell): the
+    callback goes on every call; a diffusers CFG cut-off callback is counted in the FLOPs and
+    recorded as the guidance stop it makes, the same as fdh.stop_guidance's. Refused where the
+    pipeline takes no callback (PixArt) or already passes fdh.stop_guidance's."""
+    from diffusers.callbacks import SDCFGCutoffCallback, SDXLCFGCutoffCallback
+
+    from fastdiff_helpers.techniques.guidance import cutoff_share
+
+    steps = 4
+    callback = SDXLCFGCutoffCallback(cutoff_step_ratio=None, cutoff_step_index=1)
+    mine = fdh.benchmark(fresh("sdxl"), "a photo", steps=steps, runs=1, warmup=0, max_runs=1,
+                         progress=False, callback_on_step_end=callback)
+    helper = fdh.stop_guidance(fresh("sdxl"), 0.5)
+    theirs = fdh.benchmark(helper, "a photo", steps=steps, runs=1, warmup=0, max_runs=1,
+                           progress=False)
+    assert np.array_equal(np.asarray(mine.image), np.asarray(theirs.image))
+    assert mine.flops_per_image == theirs.flops_per_image < fdh.count_flops(
+        fresh("sdxl"), steps=steps)["per_image"]
+    assert mine.recipe["guidance_stop"] == theirs.recipe["guidance_stop"] == 0.5
+    assert any("SDXLCFGCutoffCallback, passed on each call" in n for n in mine.notes)
+    # the ratio form cuts after step int(calls * ratio); PNDM (SD1.5's) makes steps + 1 calls
+    assert cutoff_share(SDXLCFGCutoffCallback(cutoff_step_ratio=0.4), 30, 30) == 13 / 30
+    assert cutoff_share(SDCFGCutoffCallback(cutoff_step_ratio=None, cutoff_step_index=14),
+                        30, 31) == 0.5
+    assert cutoff_share(SDXLCFGCutoffCallback(cutoff_step_ratio=1.0), 30, 30) is None
+    assert cutoff_share(lambda *a: a[-1], 30, 30) is None
+    with pytest.raises(fdh.FastdiffError, match="takes no callback_on_step_end"):
+        fdh.call_kwargs(fresh("pixart"), callback_on_step_end=callback)
+    with pytest.raises(fdh.FastdiffError, match="already passes a callback"):
+        fdh.call_kwargs(helper, callback_on_step_end=callback)
+    with pytest.raises(fdh.FastdiffError, match="guidance_stop"):
+        fdh.count_flops("sdxl", guidance_stop=0)

@@ -59,6 +59,15 @@ PLAIN: dict[tuple[str, str], tuple[str, fdh.Recipe]] = {
     ("09_fused_qkv.ipynb", "fuse"): ("bf16", fdh.Recipe(dtype="bf16", attention="sdpa",
                                                         fuse_qkv=True)),
 }
+PLAIN: dict[tuple[str, str], tuple[str, fdh.Recipe]] = {}
+# 13_fewer_denoiser_calls: the course's own step cache (its call stays fdh.step_cache); its
+# scheduler swap and diffusers' guidance callback are no recipe's fields: test_fewer_calls.py
+# runs those two cells against fdh.set_scheduler and fdh.stop_guidance
+PLAIN.update({
+    # the notebook loads with diffusers' default attention (SDPA), as the plain cells do
+    ("13_fewer_denoiser_calls.ipynb", "cache-apply"): ("fp32", fdh.Recipe(
+        attention="sdpa", cache_every=3, cache_branch=1)),
+})
 
 # each technique notebook's own call, in a code cell tagged "technique" (issue 50, item 3)
 CALLS = {

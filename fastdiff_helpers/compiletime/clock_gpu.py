@@ -186,18 +186,19 @@ GPU_WORK: dict[str, dict[str, dict[str, Any]]] = {
                                    quant_filter="fastdiff"), load=False),
     },
     "13_fewer_denoiser_calls.ipynb": {
-        "nb12-05": as_recorded("bf16 and SDPA on a GPU, fp32 on a CPU: the same calls",
-                               half=True),
+        "nb12-01": nothing("picks the dtype: bf16 on a GPU, fp32 on a CPU"),
+        "nb12-05": as_recorded("bf16 on a GPU, fp32 on a CPU: the same calls", half=True),
         "nb12-15": as_recorded("reduce-overhead on a GPU, default on a CPU: the same graphs; "
-                               "nb12-05's recipe, bf16 there", half=True),
-        **{cell: as_recorded("nb12-05's recipe: bf16 on a GPU, fp32 on a CPU", half=True)
-           for cell in ("nb12-07", "nb12-13", "nb12-17", "nb12-19")},
+                               "bf16 there", half=True),
+        **{cell: as_recorded("bf16 on a GPU, fp32 on a CPU: the same calls", half=True)
+           for cell in ("nb12-07", "nb12-08", "nb12-13", "guidance-callback", "nb12-17",
+                        "nb12-19")},
         "nb12-11": nothing("runs only with pretrained SDXL and the few-step LoRA files cached"),
-        # the step cache compiles two paths; the guidance stop a second batch size
-        "nb12-21": merge(*(run(M, _sized(COURSE["+ compile"], **c), frames=f)
-                           for c, f in (({}, 2), ({"cache_every": 3}, 3),
-                                        ({"guidance_stop": 0.5}, 3),
-                                        ({"cache_every": 3, "guidance_stop": 0.5}, 4)))),
+        # the compile rung as 05 compiles it (a cache hit on the core path), then with the step
+        # cache and the guidance stop: two paths at two batch sizes
+        "nb12-21": merge(run(M, COURSE["+ compile"], frames=2),
+                         run(M, _sized(COURSE["+ compile"], cache_every=3, guidance_stop=0.5),
+                             frames=4)),
     },
     "14_all_models.ipynb": {
         "nb08-03": nothing("lists the steps; the next cells run them"),

@@ -81,10 +81,14 @@ RECORDED: dict = {
     '13_fewer_denoiser_calls.ipynb': {
         'nb12-03': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl', 'sdxl', 'sdxl', 'sdxl']},
         'nb12-05': {'benchmarks': [['sdxl', 'fp32', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
-        'nb12-07': {'benchmarks': [['sdxl', 'fp32', False], ['sdxl', 'fp32', False], ['sdxl', 'fp32', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl', 'sdxl', 'sdxl']},
-        'nb12-13': {'benchmarks': [['sdxl', 'fp32', False]], 'calls': [['sdxl', 'fp32']], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
-        'nb12-15': {'benchmarks': [['sdxl', 'compiled', False]], 'calls': [], 'compiles': [['sdxl', 'default', 'full', False, False, '{"cache_every": 2, "compile": "default", "compile_vae": false, "fullgraph": true}']], 'frames': 2, 'loads': ['sdxl']},
-        'nb12-17': {'benchmarks': [['sdxl', 'fp32', False]], 'calls': [['sdxl', 'fp32']], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
+        'nb12-07': {'benchmarks': [['sdxl', 'fp32', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
+        'nb12-08': {'benchmarks': [['sdxl', 'fp32', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
+        'cache-load': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
+        'nb12-13': {'benchmarks': [['sdxl', 'fp32', False]], 'calls': [['sdxl', 'fp32']], 'compiles': [], 'frames': 0, 'loads': []},
+        'nb12-15': {'benchmarks': [['sdxl', 'compiled', False]], 'calls': [], 'compiles': [['sdxl', 'default', 'full', False, False, '{"attention": "sdpa", "cache_every": 3, "compile": "default", "compile_vae": false, "fullgraph": true}']], 'frames': 2, 'loads': ['sdxl']},
+        'guidance-load': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
+        'guidance-callback': {'benchmarks': [], 'calls': [['sdxl', 'fp32']], 'compiles': [], 'frames': 0, 'loads': []},
+        'nb12-17': {'benchmarks': [['sdxl', 'fp32', False]], 'calls': [['sdxl', 'fp32']], 'compiles': [], 'frames': 0, 'loads': []},
         'nb12-19': {'benchmarks': [['sdxl', 'fp32', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
     },
     '14_all_models.ipynb': {

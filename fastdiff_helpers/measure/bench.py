@@ -21,7 +21,9 @@ from ..techniques.autotune import seeded_from, tunes
 from .compile_events import compiled, events_between, snapshot, tuned
 from .cudagraphs import cudagraph_report, cudagraph_snapshot
 from .env import device_name, env_report
-from .flops import count_flops
+from ..techniques.guidance import cutoff_share
+from ..techniques.step_cache import guided_steps
+from .flops import count_flops, denoiser_calls
 from .quality import compare_images
 from .record import TUNED_ON, Result
 from .timing import (_peak_rss_bytes, _stage_marks, _ticking, profile_ops, progress_bar,
@@ -93,7 +95,7 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
               guidance: float | None = None, runs: int = 5, warmup: int = 2, seed: int = 0,
               progress: bool = True, step: str = "custom", baseline: Any = None,
               max_runs: int | None = None, profile: bool = False,
-              measure_if_tuned: bool = True):
+              measure_if_tuned: bool = True, callback_on_step_end: Any = None):
     """Time one image the honest way and return a fdh.Result. Introduced in 01_baseline.ipynb.
 
     1. Cold start: the first call, timed alone (compilation happens here) -> cold_start_s.
@@ -120,6 +122,10 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     benchmarked a GEMM shape or a Triton config), stop before timing and raise
     TunedNotMeasured; the reference run measures a compiled step only in a process whose
     compile found all its tuning in the cache (06_cold_start.ipynb).
+    `callback_on_step_end`: a diffusers callback of your own, passed on every call
+    (fdh.call_kwargs); diffusers' CFG cut-off callbacks (SDCFGCutoffCallback,
+    SDXLCFGCutoffCallback: 13_fewer_denoiser_calls.ipynb) are counted and recorded as the
+    guidance stop they make (the FLOPs, Result.recipe's guidance_stop, a note).
     Errors propagate; run_ladder records them."""
     info = pipeline_info(pipe)
     checks.whole("runs", runs, 1)
@@ -137,9 +143,11 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     device = pipeline_device(pipe)
 
     def call() -> Any:
-        return pipe(**call_kwargs(pipe, prompt, steps, height, width, guidance, seed)).images[0]
+        return pipe(**call_kwargs(pipe, prompt, steps, height, width, guidance, seed,
+                                  callback_on_step_end)).images[0]
 
-    resolved = call_kwargs(pipe, prompt, steps, height, width, guidance, seed)  # checks all
+    resolved = call_kwargs(pipe, prompt, steps, height, width, guidance, seed,
+                           callback_on_step_end)  # checks all
     extra_warmup = max(warmup - 1, 0)
     compiling = "compile" in info["applied"]
     bar = progress_bar(1 + extra_warmup + runs,
@@ -254,14 +262,25 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
                      f"(techniques applied one by one: {', '.join(info['applied']) or 'none'})")
     env = env_report()
     latency = statistics.median(samples)
-    flops = count_flops(pipe, resolved["height"], resolved["width"],
-                        resolved["num_inference_steps"], resolved["guidance_scale"])["per_image"]
+    recipe = current_recipe(pipe)
+    n = resolved["num_inference_steps"]
+    stop = (cutoff_share(callback_on_step_end, n, denoiser_calls(pipe.scheduler, n))
+            if resolved["guidance_scale"] > 1 else None)  # without guidance: nothing to stop
+    if stop is not None:  # diffusers' CFG cut-off callback, passed on each call
+        recipe["guidance_stop"] = stop
+        notes.append(f"guidance on the first {guided_steps(n, stop)} of {n} steps: "
+                     f"{type(callback_on_step_end).__name__}, passed on each call")
+    elif callback_on_step_end is not None:
+        notes.append(f"callback_on_step_end={type(callback_on_step_end).__name__} on each call "
+                     "(FLOPs counted as without it)")
+    flops = count_flops(pipe, resolved["height"], resolved["width"], n,
+                        resolved["guidance_scale"], guidance_stop=stop)["per_image"]
     quality = None
     if baseline_image is not None:
         quality = compare_images(image, baseline_image)
     return Result(
         model=info["model"], weights=info["weights"], step=step,
-        recipe=current_recipe(pipe),
+        recipe=recipe,
         device_name=device_name(device),
         height=resolved["height"], width=resolved["width"],
         steps=resolved["num_inference_steps"], guidance=float(resolved["guidance_scale"]),

@@ -115,7 +115,8 @@ def denoiser_calls(scheduler: Any, steps: int) -> int:
 
 
 def count_flops(pipe_or_model_key: Any, height: int | None = None, width: int | None = None,
-                steps: int | None = None, guidance: float | None = None) -> dict[str, Any]:
+                steps: int | None = None, guidance: float | None = None,
+                guidance_stop: float | None = None) -> dict[str, Any]:
     """FLOPs of one image, counted from the architecture. Introduced in 01_baseline.ipynb.
 
     `pipe_or_model_key`: a pipeline from fdh.load_pipeline (its own component configs, tiny
@@ -132,12 +133,19 @@ def count_flops(pipe_or_model_key: Any, height: int | None = None, width: int | 
     cached step as the shallow branch it computes, fdh.stop_guidance the unguided steps at
     batch 1), per_image =
     denoiser_total + vae_decode + text_encoders, schedule (each step's path and batch, e.g.
-    "full/2", "cached/1"), and batch, height, width, steps, calls. Cached per configuration."""
+    "full/2", "cached/1"), and batch, height, width, steps, calls. `guidance_stop`: the share
+    of the steps that keep guidance where a callback passed on the call stops it
+    (fdh.benchmark's callback_on_step_end), in place of the pipeline's own (None).
+    Cached per configuration."""
     spec, keys, encodes_negative, size, tokens = _pipeline_parts(pipe_or_model_key)
     checks.whole("steps", steps, 1, none=True)
     for name, value in (("height", height), ("width", width)):
         checks.image_size(name, value, spec.size_multiple)
     checks.real("guidance", guidance, none=True)
+    stop = checks.real("guidance_stop", guidance_stop, none=True)
+    if stop is not None and not 0 < stop <= 1:
+        raise FastdiffError(f"{checks.arg('guidance_stop', guidance_stop)} cannot work: give "
+                            "the share of the steps that keep guidance, above 0 and at most 1.")
     height, width = height or size, width or size
     steps = steps or spec.steps
     guidance = spec.guidance if guidance is None else guidance
@@ -162,7 +170,7 @@ def count_flops(pipe_or_model_key: Any, height: int | None = None, width: int | 
     # guidance stops after a share of the inference steps on the UNet pipelines (diffusers'
     # cut-off callback at that step index: techniques/guidance.py) and of the denoiser's calls
     # on PixArt (the StepPlan counts calls); the two differ only where calls != steps
-    share = plan["guidance_stop"]
+    share = plan["guidance_stop"] if guidance_stop is None else guidance_stop
     if not cfg:
         guided = 0
     elif spec.denoiser == "transformer":

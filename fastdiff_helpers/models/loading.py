@@ -8,6 +8,7 @@ diffusers is imported inside the functions that use it: importing it takes secon
 from __future__ import annotations
 
 import gc
+import inspect
 from typing import Any
 
 import torch
@@ -262,11 +263,15 @@ def native_resolution(pipe) -> int:
 
 def call_kwargs(pipe, prompt: str = DEFAULT_PROMPT,
                 steps: int | None = None, height: int | None = None, width: int | None = None,
-                guidance: float | None = None, seed: int = 0) -> dict[str, Any]:
+                guidance: float | None = None, seed: int = 0,
+                callback_on_step_end: Any = None) -> dict[str, Any]:
     """The keyword arguments the helpers pass to `pipe(...)`: the model's defaults (native or
     tiny resolution, steps, guidance) unless given, a seeded CPU generator, and per-model
     switches (PixArt: no resolution binning, no caption cleaning). Every argument is checked
     here, before any call: the helpers that call a pipeline all build their call with it.
+    `callback_on_step_end`: a diffusers callback of your own, passed on the call as it stands
+    (13_fewer_denoiser_calls.ipynb: diffusers' SDXLCFGCutoffCallback); refused where the
+    pipeline takes none (PixArt-alpha) or already gets one from fdh.stop_guidance.
     Introduced in 03_precision.ipynb."""
     spec = pipeline_spec(pipe)
     if not isinstance(prompt, str) and not (isinstance(prompt, list) and prompt
@@ -289,16 +294,27 @@ def call_kwargs(pipe, prompt: str = DEFAULT_PROMPT,
     # diffusers' CFG cut-off callback, whose step index depends on the steps)
     for extra in pipeline_info(pipe).get("per_call", ()):
         kwargs.update(extra(kwargs))
+    if callback_on_step_end is not None:
+        if "callback_on_step_end" not in inspect.signature(type(pipe).__call__).parameters:
+            raise FastdiffError(f"{type(pipe).__name__} takes no callback_on_step_end: stop "
+                                "guidance on it with fdh.stop_guidance(pipe, share).")
+        if "guidance_stop" in pipeline_info(pipe)["applied"]:
+            raise FastdiffError("fdh.stop_guidance already passes a callback on this "
+                                "pipeline's calls: load a fresh pipeline for a callback of "
+                                "your own.")
+        kwargs["callback_on_step_end"] = callback_on_step_end
     return kwargs
 
 
 def generate(pipe, prompt: str = DEFAULT_PROMPT,
              steps: int | None = None, height: int | None = None, width: int | None = None,
-             guidance: float | None = None, seed: int = 0):
-    """One image, with the same arguments fdh.benchmark uses. Introduced in 00_setup.ipynb."""
+             guidance: float | None = None, seed: int = 0, callback_on_step_end: Any = None):
+    """One image, with the same arguments fdh.benchmark uses (`callback_on_step_end`: a
+    diffusers callback of your own, fdh.call_kwargs). Introduced in 00_setup.ipynb."""
     # no inference_mode here: the pipeline runs under its own no_grad, as in benchmark(), so
     # a compiled pipeline sees the same grad mode (else a dynamo guard fails: recompile)
-    return pipe(**call_kwargs(pipe, prompt, steps, height, width, guidance, seed)).images[0]
+    return pipe(**call_kwargs(pipe, prompt, steps, height, width, guidance, seed,
+                              callback_on_step_end)).images[0]
 
 
 def get_denoiser(pipe) -> torch.nn.Module:

@@ -38,6 +38,25 @@ def _callback(pipe, share: float):
     return per_call
 
 
+def cutoff_share(callback: Any, steps: int, calls: int) -> float | None:
+    """The guidance stop a diffusers CFG cut-off callback (SDCFGCutoffCallback,
+    SDXLCFGCutoffCallback) makes on a call of `steps` inference steps and `calls` denoiser calls,
+    as stop_guidance's share (guided_steps(steps, share) is the steps it keeps guided), for
+    fdh.benchmark's FLOP count and record; None for another callback, or one that cuts only
+    after the last call. The callback drops the unconditional half after step index
+    `cutoff_step_index`, else int(calls * cutoff_step_ratio) (diffusers/callbacks.py)."""
+    from diffusers.callbacks import SDCFGCutoffCallback, SDXLCFGCutoffCallback
+
+    if not isinstance(callback, (SDCFGCutoffCallback, SDXLCFGCutoffCallback)):
+        return None
+    index = callback.config.cutoff_step_index
+    if index is None:
+        index = int(calls * callback.config.cutoff_step_ratio)
+    if index < 0 or index + 1 >= calls:
+        return None
+    return (index + 1) / steps
+
+
 def stop_guidance(pipe, share: float = 0.5):
     """Classifier-free guidance on the first `share` of the steps only (rounded up: 0.5 of 30
     steps guides 15), at batch 2; the other steps run the conditional prompt alone, at batch 1.

@@ -101,6 +101,18 @@ class StepPlan:
         self.clone_feature = (kwargs.get("mode") in ("max-autotune", "reduce-overhead")
                               or bool(options.get("triton.cudagraphs")))
 
+    def step(self, i: int, **inputs: Any) -> tuple[torch.Tensor, str]:
+        """Denoising step i: the whole denoiser on every `every`-th step, keeping its deep
+        feature; on the steps between, only the shallow branch around the kept feature."""
+        batch = inputs[_SAMPLE[self.kind]].shape[0]
+        if (self.cached is not None and self.feature is not None and i % self.every != 0
+                and self.feature.shape[0] == batch):  # (a guidance stop halves the batch)
+            return self.cached(self.feature, **inputs), "cached"
+        out, feature = self.full(**inputs)
+        if self.cached is not None:  # a CUDA graph would overwrite it: clone it out
+            self.feature = feature.clone() if self.clone_feature else feature
+        return out, "full"
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         kw = dict(self.signature.bind(*args, **kwargs).arguments)
         return_dict = kw.pop("return_dict", True)
@@ -120,16 +132,8 @@ class StepPlan:
                  and step >= guided_steps(steps, self.guidance_stop))
         if halve:  # the conditional half of [uncond, cond]
             kw = _second_half(kw, kw[_SAMPLE[self.kind]].shape[0])
-        batch = kw[_SAMPLE[self.kind]].shape[0]
-        if (self.cached is not None and self.feature is not None and step % self.every != 0
-                and self.feature.shape[0] == batch):
-            out, path = self.cached(self.feature, **kw), "cached"
-        else:
-            out, feature = self.full(**kw)
-            path = "full"
-            if self.cached is not None:
-                self.feature = feature.clone() if self.clone_feature else feature
-        self.log.append((step, path, batch))
+        out, path = self.step(step, **kw)
+        self.log.append((step, path, kw[_SAMPLE[self.kind]].shape[0]))
         if halve:  # guidance then computes cond + g * (cond - cond) = cond
             out = torch.cat([out, out])
         if not return_dict:
