@@ -35,6 +35,19 @@ PLAIN: dict[tuple[str, str], tuple[str, fdh.Recipe]] = {
     # 04_attention: the classic processor set by hand (the previous rung), then SDPA's back
     ("04_attention.ipynb", "classic-attn"): ("bf16", fdh.Recipe(dtype="bf16", attention="classic")),
     ("04_attention.ipynb", "sdpa-attn"): ("bf16", fdh.Recipe(dtype="bf16", attention="sdpa")),
+    # 05_torch_compile: the + compile rung as the CPU runs it (mode "default", the UNet alone),
+    # the graph the notebook's smoke run compiles
+    ("05_torch_compile.ipynb", "compile-plain"): ("bf16", fdh.Recipe(
+        dtype="bf16", attention="sdpa", channels_last=True, compile="default", fullgraph=True,
+        compile_vae=False)),
+    # 07_cuda_graphs: 05's compile rung in reduce-overhead mode, the UNet alone
+    ("07_cuda_graphs.ipynb", "reduce-overhead"): ("bf16", fdh.Recipe(
+        dtype="bf16", attention="sdpa", channels_last=True, compile="reduce-overhead",
+        fullgraph=True, compile_vae=False)),
+    # 09_fused_qkv: diffusers' pipeline call (the course's rung also deletes the unfused copies,
+    # which changes neither the recipe read off the pipeline nor the image)
+    ("09_fused_qkv.ipynb", "fuse"): ("bf16", fdh.Recipe(dtype="bf16", attention="sdpa",
+                                                        fuse_qkv=True)),
     # 10_gpu_syncs: none. Its "swap-scheduler" cell (DPMSolverMultistepScheduler.from_config)
     # swaps the scheduler, which no Recipe field stands for; its "find-syncs" cell
     # (torch.cuda.set_sync_debug_mode) is GPU-only and changes nothing in the pipeline.
@@ -45,29 +58,13 @@ PLAIN: dict[tuple[str, str], tuple[str, fdh.Recipe]] = {
         quant_filter="blog")),
     # 12_fp8_hopper: none. Its "fp8-technique" cell is GPU-only (fp8 needs compute capability
     # 8.9+, refused on a CPU), so it cannot run in this CPU test.
-    # 05_torch_compile: the + compile rung as the CPU runs it (mode "default", the UNet alone),
-    # the graph the notebook's smoke run compiles
-    ("05_torch_compile.ipynb", "compile-plain"): ("bf16", fdh.Recipe(
-        dtype="bf16", attention="sdpa", channels_last=True, compile="default", fullgraph=True,
-        compile_vae=False)),
-    # 07_cuda_graphs: 05's compile rung in reduce-overhead mode, the UNet alone;
-    # 09_fused_qkv: diffusers' pipeline call (the course's rung also deletes the unfused copies,
-    # which changes neither the recipe read off the pipeline nor the image)
-    ("07_cuda_graphs.ipynb", "reduce-overhead"): ("bf16", fdh.Recipe(
-        dtype="bf16", attention="sdpa", channels_last=True, compile="reduce-overhead",
-        fullgraph=True, compile_vae=False)),
-    ("09_fused_qkv.ipynb", "fuse"): ("bf16", fdh.Recipe(dtype="bf16", attention="sdpa",
-                                                        fuse_qkv=True)),
-}
-PLAIN: dict[tuple[str, str], tuple[str, fdh.Recipe]] = {}
-# 13_fewer_denoiser_calls: the course's own step cache (its call stays fdh.step_cache); its
-# scheduler swap and diffusers' guidance callback are no recipe's fields: test_fewer_calls.py
-# runs those two cells against fdh.set_scheduler and fdh.stop_guidance
-PLAIN.update({
-    # the notebook loads with diffusers' default attention (SDPA), as the plain cells do
+    # 13_fewer_denoiser_calls: the course's own step cache (its call stays fdh.step_cache),
+    # loaded with diffusers' default attention (SDPA); its scheduler swap and diffusers'
+    # guidance callback are no recipe's fields: test_fewer_calls.py runs those two cells
+    # against fdh.set_scheduler and fdh.stop_guidance
     ("13_fewer_denoiser_calls.ipynb", "cache-apply"): ("fp32", fdh.Recipe(
         attention="sdpa", cache_every=3, cache_branch=1)),
-})
+}
 
 # each technique notebook's own call, in a code cell tagged "technique" (issue 50, item 3)
 CALLS = {
