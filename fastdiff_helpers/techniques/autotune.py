@@ -90,7 +90,7 @@ def set_autotune(on: bool | None) -> None:
 
 def autotune_enabled() -> bool:
     """Whether the learner asked for autotuning (set_autotune, else FASTDIFF_AUTOTUNE).
-    Introduced in 06_cold_start.ipynb."""
+    Introduced in 19_autotuning.ipynb."""
     if "on" in _SWITCH:
         return _SWITCH["on"]
     return checks.env_switch(ENV, "autotuning")
@@ -193,7 +193,7 @@ def tuning_estimate(pipe_or_model: Any, compile_vae: bool = True, sms: int = 132
     (fdh.gemm_shapes; none on a GPU under 68 SMs, which has no templates), their estimated
     benchmarking seconds at the H200's measured cost a shape (and the range its shapes took),
     and the words that say it. Coordinate descent comes on top and is not measured yet.
-    Introduced in 06_cold_start.ipynb."""
+    Introduced in 19_autotuning.ipynb."""
     big = sms >= BIG_GPU_SMS
     shapes = gemm_shapes(pipe_or_model, vae=compile_vae) if big else 0
     seconds = shapes * SHAPE_S
