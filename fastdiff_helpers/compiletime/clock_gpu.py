@@ -211,10 +211,8 @@ GPU_WORK: dict[str, dict[str, dict[str, Any]]] = {
         "peak": as_recorded("bf16 on a GPU, fp32 on a CPU: the same call", half=True),
         "savers": as_recorded("the memory savers' report at twice the smoke size; its calls "
                               "are the GPU's, in peak's dtype (bf16 there)", half=True),
-        "compile-cpu": merge(*(run(M, Recipe(dtype="bf16", compile="default"), benchmarks=1)
-                               for _ in range(3))),
-        "compile-gpu": merge(*(run(M, Recipe(dtype="bf16", compile="default"), benchmarks=1)
-                               for _ in range(3))),
+        # model CPU offload on the bf16 pipeline, one call (the copies are not counted)
+        "offload": merge(calls=[[M, "half"]]),
     },
     "18_flux.ipynb": {
         "ladder-steps": ladder("flux", "flux"),
