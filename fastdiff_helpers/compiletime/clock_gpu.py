@@ -216,15 +216,13 @@ GPU_WORK: dict[str, dict[str, dict[str, Any]]] = {
     },
     "18_flux.ipynb": {
         "ladder-steps": ladder("flux", "flux"),
-        "regional-cpu": nothing("skipped on a GPU (the cell below)"),
         "hooks-cpu": nothing("the tiny model on the CPU, on any machine"),
-        "regional-gpu": merge(*(run("flux", _sized(FLUX["bf16"], compile="default",
-                                                   compile_scope=s, compile_vae=False),
-                                    frames=1 if s == "full" else 2)
-                                for s in ("full", "regional"))),
-        "hooks-gpu": merge(run("flux", FLUX["bf16"], benchmarks=0, calls=1),
-                           *(run("flux", _sized(FLUX["+ compile"], compile="reduce-overhead",
-                                                cache_every=e), frames=1 if e == 1 else 2)
-                             for e in (1, 3))),
+        # the plain compile_repeated_blocks: nothing until the first call (the cell below)
+        "regional-compile": nothing("marks the blocks for compile; the next cell's first call "
+                                    "compiles them"),
+        # the stock bf16 pipeline, its two block classes compiled (default mode, fullgraph)
+        "regional-time": run("flux", Recipe(dtype="bf16", attention="sdpa", compile="default",
+                                            compile_scope="regional", fullgraph=True,
+                                            compile_vae=False), load=False, frames=2),
     },
 }
