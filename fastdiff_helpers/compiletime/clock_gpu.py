@@ -217,23 +217,19 @@ GPU_WORK: dict[str, dict[str, dict[str, Any]]] = {
         "peak": as_recorded("bf16 on a GPU, fp32 on a CPU: the same call", half=True),
         "savers": as_recorded("the memory savers' report at twice the smoke size; its calls "
                               "are the GPU's, in peak's dtype (bf16 there)", half=True),
-        "compile-cpu": merge(*(run(M, Recipe(dtype="bf16", compile="default"), benchmarks=1)
-                               for _ in range(3))),
-        "compile-gpu": merge(*(run(M, Recipe(dtype="bf16", compile="default"), benchmarks=1)
-                               for _ in range(3))),
+        # model CPU offload on the bf16 pipeline, one call (the copies are not counted)
+        "offload": merge(calls=[[M, "half"]]),
     },
     "18_flux.ipynb": {
         "ladder-steps": ladder("flux", "flux"),
-        "regional-cpu": nothing("skipped on a GPU (the cell below)"),
         "hooks-cpu": nothing("the tiny model on the CPU, on any machine"),
-        "regional-gpu": merge(*(run("flux", _sized(FLUX["bf16"], compile="default",
-                                                   compile_scope=s, compile_vae=False),
-                                    frames=1 if s == "full" else 2)
-                                for s in ("full", "regional"))),
-        "hooks-gpu": merge(run("flux", FLUX["bf16"], benchmarks=0, calls=1),
-                           *(run("flux", _sized(FLUX["+ compile"], compile="reduce-overhead",
-                                                cache_every=e), frames=1 if e == 1 else 2)
-                             for e in (1, 3))),
+        # the plain compile_repeated_blocks: nothing until the first call (the cell below)
+        "regional-compile": nothing("marks the blocks for compile; the next cell's first call "
+                                    "compiles them"),
+        # the stock bf16 pipeline, its two block classes compiled (default mode, fullgraph)
+        "regional-time": run("flux", Recipe(dtype="bf16", attention="sdpa", compile="default",
+                                            compile_scope="regional", fullgraph=True,
+                                            compile_vae=False), load=False, frames=2),
     },
     "19_autotuning.ipynb": {
         # with the switch on: the compile rung as fusion alone, then max-autotune with the blog's

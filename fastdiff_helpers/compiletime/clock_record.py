@@ -110,14 +110,15 @@ RECORDED: dict = {
     '17_fitting_your_gpu.ipynb': {
         'weights': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl', 'sd15', 'ssd1b', 'pixart', 'flux', 'flux-schnell']},
         'peak': {'benchmarks': [], 'calls': [['sdxl', 'fp32']], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
-        'savers': {'benchmarks': [], 'calls': [['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32']], 'compiles': [], 'frames': 0, 'loads': ['sdxl', 'sdxl', 'sdxl', 'sdxl', 'sdxl', 'sdxl', 'sdxl']},
+        'savers': {'benchmarks': [], 'calls': [['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32']], 'compiles': [], 'frames': 0, 'loads': ['sdxl', 'sdxl', 'sdxl', 'sdxl']},
     },
     '18_flux.ipynb': {
         'sizes': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['flux']},
         'load': {'benchmarks': [['flux', 'half', False]], 'calls': [['flux', 'half']], 'compiles': [], 'frames': 0, 'loads': ['flux']},
         'refusals': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['flux', 'flux', 'flux', 'flux']},
-        'ladder-steps': {'benchmarks': [['flux', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['flux']},
+        'fbc-time': {'benchmarks': [['flux', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
         'hooks-cpu': {'benchmarks': [], 'calls': [['flux', 'fp32'], ['flux', 'fp32'], ['flux', 'fp32'], ['flux', 'fp32'], ['flux', 'fp32'], ['flux', 'fp32'], ['flux', 'fp32'], ['flux', 'fp32']], 'compiles': [], 'frames': 0, 'loads': ['flux', 'flux', 'flux', 'flux']},
+        'ladder-steps': {'benchmarks': [['flux', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['flux']},
     },
     '19_autotuning.ipynb': {
     },
