@@ -12,6 +12,7 @@
                 their bytes (download_bytes), said and the disk checked before it starts
     loading     load_pipeline (one path for the three weight sources), the pipeline's record
                 (pipeline_info), the arguments of a call (call_kwargs), free_memory
+    dtypes      the weight dtypes by name (DTYPES) and the one a load on a card uses (load_dtype)
     gpus        the GPUs workshops get, as data: memory, SMs, compute capability, and
                 what each can do (bf16 graphs, flash attention, fp8, GEMM templates)
     fit         a model's estimated GPU peak in a dtype, size and batch, against a card;

@@ -17,46 +17,12 @@ from ..errors import FastdiffError
 from .. import checks
 from .build import build_component, build_pipeline, cast_built
 from .downloads import local_variant, say_download
+from .dtypes import DTYPE_NAMES, DTYPES, load_dtype, resolve_dtype  # noqa: F401 (re-exported)
 from .clock_log import record, recording, watch_calls, watch_compiles
 from .fit import check_fits
-from .gpus import BF16_FROM
 from .noise import quiet_known_noise
 from .presets import DEFAULT_PROMPT, MODELS, SCHEDULERS, VAES, ModelSpec, get_spec
 from .pretrained import check_weights, load_pretrained, require_pretrained, resolve_weights
-
-# the weight dtypes a pipeline loads in (a Recipe's "tf32" is fp32 weights with TF32 math:
-# recipe.WEIGHT_DTYPES maps it here)
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
-
-
-def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
-    if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
-        return dtype
-    if isinstance(dtype, str) and dtype in DTYPES:
-        return DTYPES[dtype]
-    raise FastdiffError(f"Unknown dtype {dtype!r} for loading. Use one of "
-                        f"{', '.join(DTYPES)} (TF32 is a matmul setting, not a weight dtype: "
-                        "load in fp32 and use fdh.set_precision(pipe, 'tf32')).")
-
-
-def load_dtype(dtype: torch.dtype, device: str, capability: tuple[int, int] | None = None,
-               verbose: bool = False) -> torch.dtype:
-    """The dtype a load on `device` uses: bf16 as fp16 below compute capability 8.0 (a T4),
-    as fdh.apply runs a bf16 recipe there (Recipe.for_device); loaded in bf16 and cast to fp16
-    by apply, the weights would lose three bits of fp16's mantissa on the way. `capability`:
-    read from the GPU when not given."""
-    if dtype is not torch.bfloat16 or not str(device).startswith("cuda"):
-        return dtype
-    if capability is None:
-        capability = torch.cuda.get_device_capability(device)
-    if tuple(capability) >= BF16_FROM:
-        return dtype
-    if verbose:
-        print(f"fastdiff: loading in fp16, not bf16: compute capability {tuple(capability)} "
-              "has no bf16 tensor cores, and fdh.apply runs a bf16 recipe here as fp16")
-    return torch.float16
-
 
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
