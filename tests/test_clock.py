@@ -15,7 +15,7 @@ import pytest
 
 import fastdiff_helpers as fdh
 
-from fastdiff_helpers.compiletime import clock, clock_gpu
+from fastdiff_helpers.planning import clock, clock_gpu
 from fastdiff_helpers.models import clock_log
 from fastdiff_helpers.techniques import autotune
 from doc_pages import doc_texts
@@ -253,7 +253,7 @@ def test_the_readme_table_is_the_clocks():
 def test_a_refresh_from_one_notebooks_log_keeps_the_others(tmp_path):
     """`clock --refresh` after one notebook's smoke run rewrites that notebook's record and keeps
     the rest; a notebook that is gone loses its record."""
-    from fastdiff_helpers.compiletime import clock_record
+    from fastdiff_helpers.planning import clock_record
 
     logs, folder = tmp_path / "logs", tmp_path / "notebooks"
     logs.mkdir()
