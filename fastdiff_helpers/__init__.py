@@ -18,7 +18,7 @@ from .models.gpus import PROFILES as GPU_PROFILES, GpuProfile, gpu_profile
 from .models.fit import peak_bytes
 from .models.downloads import download_bytes
 from .planning.image_time import image_basis, image_seconds
-from .compiletime.downloads import course_downloads
+from .planning.course_downloads import course_downloads
 from .techniques import (apply, capture_denoiser_inputs, compile_part, compile_pipeline,
                          conv1x1_to_linear,
                          current_recipe, count_syncs, fuse_qkv, graph_breaks, quantize,
@@ -64,10 +64,10 @@ from .results.store import (Result, ResultsFormatError, load_results, reference_
 from .course.playground import playground
 from .course.settings import CourseSettings, course_settings, needs_gpu, smoke_mode
 from .course.settings import reference_numbers
-from .course.sizing import card_fit, rung_verdict
+from .planning.sizing import card_fit, rung_verdict
 from .runs.batch import read_prompts, run_batch
 from .runs.ladder import run_ladder
-from .runs.plan import plan_table
+from .planning.plan import plan_table
 from .runs.warm import warm_ladder
 from .runs.launch import format_summary, launch_batch
 

@@ -1,9 +1,10 @@
 """The course clock (issue 44, item 5): what each notebook compiles and runs on a GPU, counted on
 the CPU, and no notebook that starts a tuning on a GPU without the switch or a bundle.
 
-What the smoke runs record is checked against clock_record.py by tests/test_notebooks.py; here:
-the GPU declarations are tied to the cells that need them, the notebooks' code is read for any
-way around the autotune rule, and the estimate is checked on records made by hand."""
+What the smoke runs record is checked against planning/clock_record.py by
+tests/test_notebooks.py; here: the GPU declarations are tied to the cells that need them, the
+notebooks' code is read for any way around the autotune rule, and the estimate is checked on
+records made by hand."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 import fastdiff_helpers as fdh
 
-from fastdiff_helpers.compiletime import clock, clock_gpu
+from fastdiff_helpers.planning import clock, clock_gpu
 from fastdiff_helpers.models import clock_log
 from fastdiff_helpers.techniques import autotune
 from doc_pages import doc_texts
@@ -37,8 +38,8 @@ PLAIN_COMPILE = re.compile(r"\btorch\.compile\(|\.compile\(|\.compile_repeated_b
 def test_every_cell_that_does_more_on_a_gpu_is_declared_and_every_declaration_is_a_cell():
     """A cell tagged "gpu", or one that branches on smoke mode or the device, or compiles with
     torch's own call, does on a GPU what its smoke run does not show: its GPU work is declared
-    in clock_gpu.py (or said to be as recorded). A declared cell id that no notebook has is
-    stale."""
+    in planning/clock_gpu.py (or said to be as recorded). A declared cell id that no notebook
+    has is stale."""
     missing, stale = [], []
     for path in NOTEBOOKS:
         declared = clock_gpu.GPU_WORK.get(path.name, {})
@@ -53,8 +54,9 @@ def test_every_cell_that_does_more_on_a_gpu_is_declared_and_every_declaration_is
             if ("gpu" in tags or branches) and cell_id not in declared:
                 missing.append(f"{path.name}:{cell_id}")
         stale += [f"{path.name}:{c}" for c in declared if c.split("+")[0] not in ids]
-    assert not missing, f"cells whose GPU work clock_gpu.py does not declare: {missing}"
-    assert not stale, f"clock_gpu.py declares cells that no notebook has: {stale}"
+    assert not missing, ("cells whose GPU work fastdiff_helpers/planning/clock_gpu.py does not "
+                         f"declare: {missing}")
+    assert not stale, f"planning/clock_gpu.py declares cells that no notebook has: {stale}"
     assert set(clock_gpu.GPU_WORK) <= {p.name for p in NOTEBOOKS}
 
 
@@ -253,7 +255,7 @@ def test_the_readme_table_is_the_clocks():
 def test_a_refresh_from_one_notebooks_log_keeps_the_others(tmp_path):
     """`clock --refresh` after one notebook's smoke run rewrites that notebook's record and keeps
     the rest; a notebook that is gone loses its record."""
-    from fastdiff_helpers.compiletime import clock_record
+    from fastdiff_helpers.planning import clock_record
 
     logs, folder = tmp_path / "logs", tmp_path / "notebooks"
     logs.mkdir()

@@ -9,7 +9,7 @@ import huggingface_hub
 import pytest
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.compiletime.downloads import course_downloads
+from fastdiff_helpers.planning.course_downloads import course_downloads
 from fastdiff_helpers.models import downloads, pretrained
 from fastdiff_helpers.runs.cli import main
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.compiletime import clock
+from fastdiff_helpers.planning import clock
 from fastdiff_helpers.planning import image_time as it
 from fastdiff_helpers.planning.published import OTHER_CARDS, PUBLISHED, SOURCES
 

@@ -171,6 +171,65 @@ def test_each_subpackage_docstring_names_its_modules():
         assert not missing, f"{layer}/__init__.py's docstring does not list {missing}"
 
 
+def _private_imports(name: str, source: str | None = None) -> list[tuple[str, str, int]]:
+    """(the module imported from, the private name, line) for every import in `name`'s file of a
+    name starting with "_" (dunders aside): `from ..x import _y`, `from fastdiff_helpers.x import
+    _y`, `import fastdiff_helpers.x._y`. The name imported counts, not the alias: a public name
+    imported `as _z` is public."""
+    path = MODULES.get(name)
+    package = name if path and path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text() if source is None else source)):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "fastdiff_helpers":
+                continue
+            for alias in node.names:
+                parts = target.split(".") + [alias.name]
+                private = [p for p in parts if p.startswith("_") and not p.endswith("__")]
+                if private:
+                    found.append((target, alias.name, node.lineno))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == "fastdiff_helpers" and any(
+                        p.startswith("_") and not p.endswith("__") for p in parts):
+                    found.append((alias.name, alias.name, node.lineno))
+    return found
+
+
+def test_no_module_imports_another_subpackages_private_names():
+    """A subpackage's private names (and private modules, techniques/_state.py) are its own: no
+    other subpackage (nor the package's __init__) imports them. What a cell or a notebook does
+    is asked of planning publicly (clock.cell_work, plan_work.card_work; issue 51)."""
+    wrong = []
+    for name in MODULES:
+        here = _place(name)
+        for target, imported, line in _private_imports(name):
+            if _place(target) != here:
+                where = MODULES[name].relative_to(PACKAGE.parent)
+                wrong.append(f"{where}:{line} ({here or 'the package'}) imports {imported} "
+                             f"from {target}")
+    assert not wrong, "private names imported across subpackages:\n" + "\n".join(wrong)
+
+
+def test_the_private_import_check_reads_names_not_aliases():
+    """The check above, on a probe: a private name from another subpackage is caught, a public
+    name under a private alias and a private name of its own subpackage are not."""
+    probe = ("from ..models.meta import gemm_shapes as _shapes\n"
+             "from ..models.meta import _hidden\n"
+             "from fastdiff_helpers.techniques import _state\n"
+             "from . import _own\n")
+    found = _private_imports("fastdiff_helpers.measure.probe", probe)
+    across = [(imported, line) for target, imported, line in found if _place(target) != "measure"]
+    assert across == [("_hidden", 2), ("_state", 3)]
+
+
 def test_package_imports_are_at_module_level():
     """Imports of the package's own modules sit at the top of the file: a local one hides a
     dependency (or a circle)."""

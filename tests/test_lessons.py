@@ -129,7 +129,7 @@ def test_the_core_path_fits_a_workshop_day():
 
 
 def test_no_core_cell_waits_more_than_three_minutes_on_an_h100():
-    from fastdiff_helpers.compiletime import clock
+    from fastdiff_helpers.planning import clock
 
     run = clock.estimate(notebooks=L.core_path())["notebooks"]
     slow = [f"{nb}:{cell} {c['total_s'] / 60:.1f} min" for nb, n in run.items()

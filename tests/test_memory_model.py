@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.course import sizing
+from fastdiff_helpers.planning import sizing
 from fastdiff_helpers.models import fit
 from fastdiff_helpers.planning.published import PEAKS_GIB
 

@@ -13,10 +13,10 @@ import torch
 
 import fastdiff_helpers as fdh
 from fastdiff_helpers.runs.cli import main
-from fastdiff_helpers.course import sizing
+from fastdiff_helpers.planning import sizing
 from fastdiff_helpers.models import fit, gpus
-from fastdiff_helpers.runs import plan as plan_mod, plan_work
-from fastdiff_helpers.compiletime import clock
+from fastdiff_helpers.planning import plan as plan_mod, plan_work
+from fastdiff_helpers.planning import clock
 
 T4, L4, A100, H100 = (gpus.PROFILES[k] for k in ("t4", "l4", "a100-40", "h100"))
 COURSE = dict(fdh.COURSE_LADDER)

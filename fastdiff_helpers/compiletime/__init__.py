@@ -13,13 +13,10 @@
     tuning_cpu      max-autotune's tuning on a CPU in a new process (06's experiment)
     cold_start      compile artifacts carried to another process or machine, and the time a
                     new process takes to its first compiled image
-    clock           the course clock: what each notebook compiles and runs on a GPU, and the
-                    estimated wait (`python -m fastdiff_helpers clock`)
-    clock_record    what each notebook's smoke run did, cell by cell (written by clock)
-    clock_gpu       what the cells that do more on a GPU than in smoke mode do there
-    downloads       what each notebook downloads, from the clock's record (course_downloads)
 
 The compile path's own part lives with the compile technique: where the kernels go
-(techniques/compile_cache.py) and whether a compile may tune (techniques/autotune.py).
-Imports the models, the techniques and the measurements, nothing of results, course or runs.
+(techniques/compile_cache.py) and whether a compile may tune (techniques/autotune.py). What a
+notebook compiles and the wait it means (the course clock) is planning's (planning/clock.py).
+Imports the models, the techniques and the measurements (planning, below it, it may import
+too), nothing of results, course or runs.
 """

@@ -27,7 +27,7 @@ from typing import Any
 
 from .. import checks
 from ..errors import FastdiffError
-from ..measure.env import _cpu_name
+from ..measure.env import cpu_name
 
 __all__ = ["FORMAT", "MUST_MATCH", "tuning_stamp", "read_bundle", "read_cache",
            "read_cache_parts", "split_timings", "differences", "merge_gemm", "merge_local",
@@ -61,7 +61,7 @@ def tuning_stamp() -> dict[str, Any]:
             "gpu_name": props.name if props else None,
             "sm_count": props.multi_processor_count if props else None,
             "capability": [props.major, props.minor] if props else None,
-            "cpu": None if props else _cpu_name(),
+            "cpu": None if props else cpu_name(),
             "system_hash": CacheBase.get_system()["hash"], "torch_key": torch_key().hex()}
 
 

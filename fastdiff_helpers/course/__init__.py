@@ -2,8 +2,6 @@
 
     settings          the parameters cell (smoke mode, fdh.course_settings), GPU-only cells,
                       the reference numbers a notebook quotes
-    sizing            the course sized for the card: size, runs and batch that fit, and
-                      each recipe's verdict (runs, swapped, skipped) with its reason
     playground        fdh.playground(): the ipywidgets panel to try recipes and compare runs
     playground_parts  the playground's controls, phases and small formatters
     lessons           the course as a workshop day: each notebook's track, visible words and
@@ -11,5 +9,6 @@
     nbclean           git's clean filter for the notebooks (committed without outputs, which
                       the files keep) and `make lab`'s post-save hook
 
+The course sized for the card (card_fit, rung_verdict) is planning's (planning/sizing.py).
 Imports the layers below it (models to results), nothing of runs.
 """

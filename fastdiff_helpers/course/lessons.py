@@ -4,7 +4,7 @@ text a participant sees, and the one-day core path.
 Introduced in README.md ("The syllabus"). `python -m fastdiff_helpers lessons` prints the table;
 `--write` puts each notebook's label (its first cell) and the README's syllabus columns in line
 with it. A lesson's minutes are its reading time (visible words at READING_WPM), the course
-clock's estimated GPU wait on an H100 (compiletime/clock.py; the core notebooks as the core path
+clock's estimated GPU wait on an H100 (planning/clock.py; the core notebooks as the core path
 runs them, alone and in order) and its exercises' minutes, rounded up to 5.
 
 What a participant sees ("visible text"): the markdown cells, less folded `<details>` blocks,
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from ..compiletime import clock
+from ..planning import clock
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"

@@ -23,7 +23,7 @@ from ..compiletime.tuning import import_matching
 from ..results.store import Result, reference_results
 from ..results.tables import format_table
 from ..techniques.recipe import BASELINE, Recipe
-from .sizing import card_fit, fitting_sizes, rung_verdict
+from ..planning.sizing import card_fit, fitting_sizes, rung_verdict
 
 
 # The tiny model's denoising steps outside smoke mode (the CPU story: the notebooks, the
@@ -57,12 +57,12 @@ class CourseSettings:
     max_runs: int | None = None
     # whether compiles may tune on a GPU (techniques/autotune.py): the switch as it stands
     autotune: bool = False
-    # on a GPU: the largest batch that fits at this size (course/sizing.py), and the card's
+    # on a GPU: the largest batch that fits at this size (planning/sizing.py), and the card's
     # profile key ("t4", "h100", "other"; None without a GPU)
     max_batch: int = 1
     gpu: str | None = None
     # the baseline's dtype: "fp32", or on a card where the model's fp32 does not fit, the
-    # card's half precision (course/sizing.py card_fit); settings.baseline is its recipe
+    # card's half precision (planning/sizing.py card_fit); settings.baseline is its recipe
     baseline_dtype: str = "fp32"
 
     @property
@@ -76,7 +76,7 @@ class CourseSettings:
     def skip(self, recipe: Recipe) -> str | None:
         """Why this card skips `recipe`, said in one line before anything loads, or None where
         it runs (always off a GPU): the hardware it names (fp8 below sm89), and, for full-size
-        weights, its estimated peak at this size; decided by course/sizing.py rung_verdict, as
+        weights, its estimated peak at this size; decided by planning/sizing.py rung_verdict, as
         the plan decides. Introduced in 02_where_the_time_goes.ipynb."""
         if self.device != "cuda":
             return None
@@ -98,7 +98,7 @@ class CourseSettings:
 
     def sizes_that_fit(self, sizes: Sequence[int]) -> list[int]:
         """The `sizes` (square, in pixels) whose estimated peak in half precision fits this
-        card (course/sizing.py; every size off a GPU), saying which were left out and why.
+        card (planning/sizing.py; every size off a GPU), saying which were left out and why.
         Introduced in 06_cold_start.ipynb."""
         if self.gpu is None or self.weights == "tiny":
             return list(sizes)
@@ -116,7 +116,7 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
     tiny weights on the CPU, 2 steps, 64x64, 2 timed runs. Otherwise the model's native
     resolution and 30 steps, weights="auto" (fdh.choose_weights: on a GPU never random unasked),
     5 timed runs after 2 warm-ups. On a GPU the size, timed runs and warm-ups are sized for
-    the card (course/sizing.py card_fit: the native size where it fits in half precision, fewer
+    the card (planning/sizing.py card_fit: the native size where it fits in half precision, fewer
     timed runs where an image takes long) and said in one line; what you pass is kept.
     "auto" is resolved here and the choice printed; the
     tiny model gets its tiny resolution and TINY_STEPS (10) steps: the CPU story, the same in

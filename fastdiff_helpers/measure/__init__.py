@@ -19,6 +19,6 @@ techniques.
     work_kinds      the kinds of work (matmul, convolution, attention...) by op and kernel name
 
 Imports the models and the techniques (a Result records the recipe a pipeline runs), nothing
-of compiletime, results, course or runs. What compiling costs and leaves behind (tuning, compile
-artifacts, the course clock) is compiletime/, the layer above.
+of planning, compiletime, results, course or runs. What compiling costs and leaves behind
+(tuning, compile artifacts) is compiletime/; the course clock, planning/clock.py.
 """

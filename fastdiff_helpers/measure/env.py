@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["env_report", "FLOORS", "below_floor"]
+__all__ = ["env_report", "FLOORS", "below_floor", "cpu_name"]
 
 _PACKAGES = ("torch", "diffusers", "transformers", "torchao", "accelerate", "triton",
              "huggingface_hub")
@@ -65,7 +65,7 @@ def below_floor(versions: dict[str, str] | None = None) -> list[str]:
     return found
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
         for line in cpuinfo.read_text(errors="replace").splitlines():
@@ -125,7 +125,7 @@ def device_name(device: Any) -> str:
     import torch
 
     device = torch.device(device)
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
 
 
 def gpu_folder(device: Any) -> str:
@@ -169,7 +169,7 @@ def env_report(as_text: bool = False) -> dict[str, Any] | str:
         report["compute_capability"] = f"{major}.{minor}"
     else:
         report["compute_capability"] = None
-    report["cpu"] = _cpu_name()
+    report["cpu"] = cpu_name()
     report["cpu_count"] = os.cpu_count()
     tf32_matmul, tf32_cudnn = _tf32_flags(torch)
     report["tf32_matmul"] = tf32_matmul

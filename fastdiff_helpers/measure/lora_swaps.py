@@ -15,8 +15,7 @@ import numpy as np
 
 from ..checks import arg, whole
 from ..errors import FastdiffError
-from ..models.loading import call_kwargs, pipeline_device
-from ..techniques._state import applied
+from ..models.loading import call_kwargs, pipeline_device, pipeline_info
 from ..techniques.lora import LORA_FILE, load_lora, lora_file_info, unload_lora
 from .bench import time_call
 from .compile_events import events_between, recompile_reasons, snapshot
@@ -77,7 +76,8 @@ def lora_swap_report(pipe, loras: Sequence[Any], hotswap: bool = True, steps: in
     (0 when steady), the timings above, notes, the recompile reasons new since the LoRA before,
     and the first call's image (float in [0, 1] as "image", 8-bit as "pil", as a pipeline
     returns it). Introduced in 08_lora_hotswap.ipynb."""
-    if "lora" not in applied(pipe):
+    applied = pipeline_info(pipe)["applied"]  # what the techniques applied to it
+    if "lora" not in applied:
         raise FastdiffError("No LoRA loaded: load the first one with fdh.load_lora(pipe, folder)"
                             " (after fdh.enable_lora_hotswap for hot-swaps), compile, then "
                             "report.")
@@ -91,7 +91,7 @@ def lora_swap_report(pipe, loras: Sequence[Any], hotswap: bool = True, steps: in
         raise FastdiffError(f"{arg('max_runs', max_runs)} is below {arg('runs', runs)}: give "
                             "max_runs >= runs (or leave it out: 4 x runs).")
     files = [lora_file_info(lora)["path"] for lora in loras]  # each one readable, before a call
-    plan = [(applied(pipe)["lora"]["path"], "loaded first", None)]
+    plan = [(applied["lora"]["path"], "loaded first", None)]
     plan += [(f, "hot-swap" if hotswap else "unload + load", f) for f in files]
     device = pipeline_device(pipe)
     rows = []

@@ -1,6 +1,6 @@
 """The course clock's recorder: with FASTDIFF_CLOCK_LOG set, what a process does that takes GPU
 time (each pipeline call, each compile, each benchmark) is appended to that file as JSON lines.
-The notebook smoke runs set it (tests/test_notebooks.py), and compiletime/clock.py turns the
+The notebook smoke runs set it (tests/test_notebooks.py), and planning/clock.py turns the
 record into what each notebook would do on a GPU. Off (no variable), nothing is recorded.
 
 Introduced with the course clock (docs/workshop.md: "The course clock").

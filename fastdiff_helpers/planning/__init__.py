@@ -1,9 +1,29 @@
 """planning: what a card will do with the course, estimated before anything runs.
 
-    published   the published and measured figures the estimates rest on (source, the figure
-                as written, settings), and the published peak memory
-    image_time  fdh.image_seconds: one image's seconds on a card, per ladder step, from them
+    published         the published and measured figures the estimates rest on (source, the
+                      figure as written, settings), and the published peak memory
+    image_time        fdh.image_seconds: one image's seconds on a card, per ladder step, from them
+    clock             the course clock: what each notebook compiles and runs on a GPU, and the
+                      estimated wait (`python -m fastdiff_helpers clock`)
+    clock_record      what each notebook's smoke run did, cell by cell (written by clock)
+    clock_gpu         what the cells that do more on a GPU than in smoke mode do there
+    sizing            the course sized for the card: size, runs and batch that fit, and each
+                      recipe's verdict (runs, swapped, skipped) with its reason (fdh.card_fit,
+                      fdh.rung_verdict)
+    course_downloads  what each notebook downloads, from the clock's record
+                      (fdh.course_downloads), and what of it a card needs (for_card)
+    plan_work         what of each cell's recorded work runs on a card (the plan's wait counts
+                      only that)
+    plan              `plan --gpu`: per notebook, on a card, what runs, is swapped or skipped,
+                      memory fit and the estimated wait (fdh.plan_table, plan_summary)
+
+The one public way to ask what a cell or a notebook does:
+    clock.cell_work(notebook)             [(cell, work)] as an H100 runs it: the smoke record,
+                                          the GPU cells' declared work in place
+    plan_work.card_work(profile, notebook)  the same on a card, less what the card skips
+    plan.plan(profile) / fdh.plan_table(gpu)  per notebook: verdict, fit and estimated wait
+Other subpackages ask these, never a planning module's private names.
 
 Imports the models, the techniques and the measurements, nothing of compiletime, results,
-course or runs (the course clock, compiletime/clock.py, asks image_time for its images).
+course or runs (the course and the command line import planning).
 """

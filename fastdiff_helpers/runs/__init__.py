@@ -10,13 +10,10 @@
     demo              `make demo`: the blog's ladder (on a GPU without autotuning, the
                       course's) with the course's settings, said before and explained after
     demo_explain      what the demo says after its ladder: each step, from what was measured
-    plan              `plan --gpu`: per notebook, on a card, what runs, is swapped or skipped,
-                      memory fit and the estimated wait (the notebooks' own policy)
-    plan_work         what of each cell's recorded work runs on a card (the plan's wait
-                      counts only that)
     cli               `python -m fastdiff_helpers ...`: the command line over all of these
     cli_compile       its compile commands: warm (a part at a time), reference, tuning, clock
     cli_download      its download command: the course's weights fetched ahead of a workshop
+    cli_plan          its plan command's arguments (the plan itself: planning/plan.py)
 
 Imports every layer below it; the course's settings too (the demo runs with them).
 """

@@ -1,6 +1,6 @@
 """The command line: `python -m fastdiff_helpers demo | ladder | bench | batch | warm | reference
 | tuning | download | env | plan | lessons` (also `fastdiff ...`); warm, reference and tuning are in
-cli_compile.py, download in cli_download.py.
+cli_compile.py, download in cli_download.py, plan in cli_plan.py.
 
 Introduced in 00_setup.ipynb (env) and 14_all_models.ipynb (ladder). The CLI only composes
 the package's functions; invalid input prints one line on stderr and exits with code 2.
@@ -33,7 +33,7 @@ from . import demo
 from .ladder import resolve_ladder, run_ladder
 from .launch import batch_from_args
 from .cli_compile import COMPILE_COMMANDS, UsageError, add_compile_commands
-from .plan import add_plan_command, run_plan
+from .cli_plan import add_plan_command, run_plan
 from . import cli_download
 
 __all__ = ["main", "build_parser"]

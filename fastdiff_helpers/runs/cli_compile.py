@@ -19,7 +19,7 @@ from ..techniques.compile import PARTS
 from ..techniques.compile_cache import use_course_cache
 from ..techniques.ladders import LADDERS
 from ..compiletime.cold_start import check_artifacts_path, load_artifacts
-from ..compiletime import clock
+from ..planning import clock
 from ..compiletime.tuning_raw import import_raw
 from ..compiletime.tuning import (bundle_path, export_tuning, import_matching, import_tuning,
                               show_tuning)

@@ -12,14 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..models.fit import fits
 from ..models.gpus import PROFILES, gpu_profile
 from ..errors import FastdiffError
 from ..models.downloads import (GB, cache_folder, check_cache_folder, check_disk, check_online,
-                                files_dtype, free_bytes, repo_folders, wanted_variant,
-                                weight_files)
+                                free_bytes, repo_folders, wanted_variant, weight_files)
 from ..models.presets import MODELS, VAES
-from ..compiletime.downloads import course_downloads, table
+from ..planning.course_downloads import course_downloads, for_card, table
 
 __all__ = ["add_download_command", "download"]
 
@@ -56,23 +54,6 @@ def _allow_patterns(hub_id: str, folders: dict, variant_dtype: str) -> tuple[lis
     todo = sum(sizes[f] for f in files
                if not isinstance(try_to_load_from_cache(hub_id, f), str))
     return files + extra, todo
-
-
-def for_card(rows, profile):
-    """(the rows a card needs, a line for each left out): not the files of a model in a
-    precision that does not fit the card (its cells are skipped there: the plan's rule)."""
-    kept, left = [], []
-    for row in rows:
-        # fp32 files serve fp32 cells, and half-precision ones where the repo has no others
-        dtype = ("fp32" if row[1] == "fp32" and row[0] in MODELS
-                 and files_dtype(row[0], "bf16") != "fp32" else profile.half)
-        ok, need = fits(profile, row[0], dtype) if row[0] in MODELS else (True, "")
-        if ok:
-            kept.append(row)
-        else:
-            left.append(f"fastdiff: left out for {profile.name}: {row[0]}'s {row[1]} files "
-                        f"({row[0]} in {dtype} does not fit: {need})")
-    return kept, left
 
 
 def download(notebooks=None, models=None, dry_run: bool = False, gpu: str | None = None) -> int:

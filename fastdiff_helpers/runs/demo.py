@@ -27,7 +27,7 @@ from ..techniques.compile_cache import use_course_cache
 from ..techniques.ladders import LADDERS
 from ..measure.flops import measure_matmul_tflops
 from ..measure.record import Result
-from ..compiletime.clock import ladder_estimate
+from ..planning.clock import ladder_estimate
 from ..course.settings import course_settings
 from .demo_explain import after, cpu_flags, why  # noqa: F401 (read as demo.why, ...)
 from .ladder import run_ladder

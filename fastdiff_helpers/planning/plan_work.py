@@ -1,11 +1,11 @@
 """What of a notebook runs on a card, cell by cell: the course clock's record of each cell's
-work (compiletime/clock.py cell_work) less what the card skips, so the plan's wait counts only
+work (planning/clock.py cell_work) less what the card skips, so the plan's wait counts only
 what runs, and all of it (issue 51).
 
 Introduced in 00_setup.ipynb (`python -m fastdiff_helpers plan`). On a card:
-- a model that fits in no size in half precision (course/sizing.py card_fit) runs nothing: its
+- a model that fits in no size in half precision (planning/sizing.py card_fit) runs nothing: its
   loads, compiles, frames, benchmarks and calls are left out;
-- a compile whose recipe the card refuses (course/sizing.py rung_verdict: fp8 below sm89, a
+- a compile whose recipe the card refuses (planning/sizing.py rung_verdict: fp8 below sm89, a
   peak that does not fit) is left out with its compiled parts' frames, one compiled benchmark
   or call of that model and one load (a ladder step is refused before it loads: models/fit.py
   check_fits, techniques/recipe.py check_device);
@@ -20,8 +20,8 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from ..compiletime import clock
-from ..course.sizing import card_fit, rung_verdict
+from . import clock
+from .sizing import card_fit, rung_verdict
 from ..models.gpus import GpuProfile
 from ..techniques.recipe import Recipe
 

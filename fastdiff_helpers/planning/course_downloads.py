@@ -12,12 +12,13 @@ from typing import Iterable
 
 from ..errors import FastdiffError
 from ..models.downloads import download_bytes, files_dtype
+from ..models.fit import fits
 from ..models.presets import BLOG_LOADING, MODELS
 from .clock import cell_work  # the clock's own reading: the record, GPU cells in place
 from .clock_record import RECORDED
 from .clock_gpu import GPU_WORK
 
-__all__ = ["course_downloads", "notebook_needs", "VAE_NOTEBOOKS"]
+__all__ = ["course_downloads", "notebook_needs", "for_card", "VAE_NOTEBOOKS"]
 
 # The record names the models a cell runs, not the VAE it loads them with: the blog's ladder
 # swaps in the fp16-fix VAE for SDXL and SSD-1B (presets.BLOG_LOADING). The notebooks that run
@@ -81,6 +82,23 @@ def course_downloads(notebooks: Iterable[str] | None = None,
     key = lambda mf: (order.index(mf[0]) if mf[0] in order else len(order), mf)  # noqa: E731
     return [(model, files, download_bytes(model, files), sorted(set(rows[(model, files)])))
             for model, files in sorted(rows, key=key)]
+
+
+def for_card(rows, profile):
+    """(the rows a card needs, a line for each left out): not the files of a model in a
+    precision that does not fit the card (its cells are skipped there: the plan's rule)."""
+    kept, left = [], []
+    for row in rows:
+        # fp32 files serve fp32 cells, and half-precision ones where the repo has no others
+        dtype = ("fp32" if row[1] == "fp32" and row[0] in MODELS
+                 and files_dtype(row[0], "bf16") != "fp32" else profile.half)
+        ok, need = fits(profile, row[0], dtype) if row[0] in MODELS else (True, "")
+        if ok:
+            kept.append(row)
+        else:
+            left.append(f"fastdiff: left out for {profile.name}: {row[0]}'s {row[1]} files "
+                        f"({row[0]} in {dtype} does not fit: {need})")
+    return kept, left
 
 
 def _notebook(name: str, known: list[str]) -> str:

@@ -1,5 +1,5 @@
 """What the cells that do more on a GPU than in smoke mode do there, for the course clock
-(compiletime/clock.py): declared here, in the form of clock_record.py, cell by cell. A cell is
+(planning/clock.py): declared here, in the form of clock_record.py, cell by cell. A cell is
 here when it is tagged "gpu" or branches on smoke mode or the device; tests/test_clock.py ties
 this list to the notebooks (every such cell is here, with its reason when it does nothing).
 

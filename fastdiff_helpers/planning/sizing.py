@@ -14,7 +14,7 @@ from ..models.fit import fits
 from ..models.gpus import TEMPLATE_SMS, GpuProfile
 from ..models.presets import get_spec
 from ..techniques.recipe import Recipe, RecipeError
-from ..planning.image_time import image_seconds
+from .image_time import image_seconds
 
 # timed runs a benchmark takes on a GPU: 5 where an image takes under TIMED_S / 5 seconds, fewer
 # on slower cards (never under 2: a median needs them), so a benchmark cell answers in about a

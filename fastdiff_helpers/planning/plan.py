@@ -1,8 +1,9 @@
 """`python -m fastdiff_helpers plan --gpu t4`: per notebook, on a card, what runs, what is
 swapped or skipped and why, the memory fit, the downloads and the estimated wait, decided by the
-functions the notebooks themselves call (course/sizing.py card_fit and rung_verdict, Recipe's
+functions the notebooks themselves call (planning/sizing.py card_fit and rung_verdict, Recipe's
 policy, models/fit.py), read from the course clock's record of what each cell does
-(compiletime/clock_record.py, with the GPU work of clock_gpu.py).
+(planning/clock_record.py, with the GPU work of clock_gpu.py). The command's arguments are
+parsed in runs/cli_plan.py.
 
 Introduced in 00_setup.ipynb (README: preparing a workshop)."""
 
@@ -13,15 +14,14 @@ from typing import Any, Iterable
 from ..errors import FastdiffError
 from ..models.fit import fits
 from ..models.gpus import PROFILES, GpuProfile, gpu_profile
-from ..compiletime import clock
-from ..compiletime.clock_record import RECORDED
-from ..course.sizing import card_fit, no_fit, rung_verdict
+from . import clock
+from .clock_record import RECORDED
+from .sizing import card_fit, no_fit, rung_verdict
 from ..techniques.recipe import Recipe
-from ..compiletime.downloads import course_downloads
-from .cli_download import for_card
+from .course_downloads import course_downloads, for_card
 from .plan_work import card_work, compile_fields
 
-__all__ = ["plan", "plan_table"]
+__all__ = ["plan", "plan_table", "plan_summary", "notebooks_by_number"]
 
 
 def _work(notebook: str) -> tuple[set[tuple[str, str]], list[tuple[str, dict]]]:
@@ -138,29 +138,14 @@ def plan_summary(gpus: Iterable[str] = ("t4", "l4", "a100-40", "h100")) -> str:
     return "\n".join(lines)
 
 
-def add_plan_command(sub) -> None:
-    """`plan [--gpu KEY] [--notebooks NN ...]` on the command line."""
-    cmd = sub.add_parser("plan", help="per notebook, on a card: what runs, what is swapped or "
-                         "skipped and why, memory fit and the estimated wait")
-    cmd.add_argument("--gpu", choices=list(PROFILES), default=None,
-                     help="the card to plan for (default: this machine's GPU)")
-    cmd.add_argument("--notebooks", nargs="+", default=None, metavar="NN",
-                     help="only these notebooks, by number (00 05 ...)")
-    cmd.add_argument("--summary", action="store_true",
-                     help="one row per workshop card (T4, L4, A100 40GB, H100): the README's table")
-
-
-def run_plan(args) -> int:
-    if args.summary:
-        print(plan_summary())
-        return 0
-    names = None
-    if args.notebooks is not None:
-        by_number = {name[:2]: name for name in RECORDED}
-        unknown = [n for n in args.notebooks if n not in by_number]
-        if unknown:
-            raise FastdiffError(f"--notebooks {' '.join(unknown)}: no such notebook; use "
-                                f"numbers from {min(by_number)} to {max(by_number)}.")
-        names = [by_number[n] for n in args.notebooks]
-    print(plan_table(args.gpu, names))
-    return 0
+def notebooks_by_number(numbers: Iterable[str] | None) -> list[str] | None:
+    """The recorded notebooks' names for their two-digit `numbers` (`plan --notebooks 00 05`);
+    None for None (every notebook)."""
+    if numbers is None:
+        return None
+    by_number = {name[:2]: name for name in RECORDED}
+    unknown = [n for n in numbers if n not in by_number]
+    if unknown:
+        raise FastdiffError(f"--notebooks {' '.join(unknown)}: no such notebook; use "
+                            f"numbers from {min(by_number)} to {max(by_number)}.")
+    return [by_number[n] for n in numbers]
