@@ -18,6 +18,15 @@ def _module(path: Path) -> str:
 MODULES = {_module(p): p for p in PACKAGE.rglob("*.py")}
 
 
+def _from_target(node: ast.ImportFrom, package: str) -> str:
+    """The module a `from ... import` reads from, its dots resolved against `package`."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")
+    base = base[:len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def _imports(name: str) -> list[tuple[str, int, bool]]:
     """(imported package module, line, at module level) for every import in `name`'s file,
     function bodies included."""
@@ -28,12 +37,7 @@ def _imports(name: str) -> list[tuple[str, int, bool]]:
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[:len(base) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = _from_target(node, package)
             # `from .. import checks` imports the module checks, not the package's __init__
             submodules = [f"{target}.{a.name}" for a in node.names
                           if f"{target}.{a.name}" in MODULES]
@@ -181,12 +185,7 @@ def _private_imports(name: str, source: str | None = None) -> list[tuple[str, st
     found = []
     for node in ast.walk(ast.parse(path.read_text() if source is None else source)):
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[:len(base) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = _from_target(node, package)
             if target.split(".")[0] != "fastdiff_helpers":
                 continue
             for alias in node.names:
