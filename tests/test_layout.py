@@ -175,6 +175,19 @@ def test_each_subpackage_docstring_names_its_modules():
         assert not missing, f"{layer}/__init__.py's docstring does not list {missing}"
 
 
+def test_the_layout_page_names_every_module():
+    """docs/layout.md's map of the package names each module (the name as a word, so
+    course_downloads does not stand for models/downloads) and every notebook's range."""
+    page = (PACKAGE.parent / "docs" / "layout.md").read_text()
+    block = page.split("fastdiff_helpers/  the package", 1)[1].split("notebooks/", 1)[0]
+    modules = sorted(p for p in PACKAGE.rglob("*.py") if p.stem != "__init__")
+    missing = [p.relative_to(PACKAGE.parent).as_posix() for p in modules
+               if not re.search(rf"(?<![\w]){re.escape(p.stem)}(?![\w])", block)]
+    assert not missing, f"docs/layout.md does not name {missing}"
+    last = sorted((PACKAGE.parent / "notebooks").glob("*.ipynb"))[-1].stem
+    assert f"... {last}" in page, f"docs/layout.md's notebooks line does not end at {last}"
+
+
 def _private_imports(name: str, source: str | None = None) -> list[tuple[str, str, int]]:
     """(the module imported from, the private name, line) for every import in `name`'s file of a
     name starting with "_" (dunders aside): `from ..x import _y`, `from fastdiff_helpers.x import
