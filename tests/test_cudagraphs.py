@@ -12,6 +12,7 @@ import torch
 import fastdiff_helpers as fdh
 from conftest import eager_compiled_block
 from fastdiff_helpers.measure import cudagraphs
+from fastdiff_helpers.measure.compile_events import recompile_reasons
 
 
 def tiny(recipe=None):
@@ -89,10 +90,10 @@ def test_no_manager_is_created_where_there_is_no_gpu():
 def _frames_and_reasons(call):
     from fastdiff_helpers.measure.compile_events import events_between, snapshot
 
-    seen = {k: len(v) for k, v in fdh.recompile_reasons().items()}
+    seen = {k: len(v) for k, v in recompile_reasons().items()}
     before = snapshot()
     call()
-    reasons = [r for k, v in fdh.recompile_reasons().items() for r in v[seen.get(k, 0):]]
+    reasons = [r for k, v in recompile_reasons().items() for r in v[seen.get(k, 0):]]
     return events_between(before, snapshot())["frames"], reasons
 
 

@@ -12,18 +12,19 @@ import fastdiff_helpers as fdh
 from fastdiff_helpers.planning.course_downloads import course_downloads
 from fastdiff_helpers.models import downloads, pretrained
 from fastdiff_helpers.runs.cli import main
+from fastdiff_helpers.models.downloads import download_bytes
 
 SDXL = {"unet": 2_567_463_684, "vae": 83_653_863, "text_encoder": 123_060_480,
         "text_encoder_2": 694_659_840}
 
 
 def test_download_bytes_are_the_parameters_times_the_files_bytes():
-    assert fdh.download_bytes("sdxl", "fp32") == 4 * sum(SDXL.values())
-    assert fdh.download_bytes("sdxl", "bf16") == 2 * sum(SDXL.values())  # its fp16 files
-    assert fdh.download_bytes("pixart", "bf16") == fdh.download_bytes("pixart", "fp32")
-    assert fdh.download_bytes("flux", "fp32") == fdh.download_bytes("flux", "bf16")
-    assert round(fdh.download_bytes("flux", "bf16") / 1e9, 1) == 33.7
-    assert fdh.download_bytes("fp16-fix", "fp16") == 4 * 83_653_863
+    assert download_bytes("sdxl", "fp32") == 4 * sum(SDXL.values())
+    assert download_bytes("sdxl", "bf16") == 2 * sum(SDXL.values())  # its fp16 files
+    assert download_bytes("pixart", "bf16") == download_bytes("pixart", "fp32")
+    assert download_bytes("flux", "fp32") == download_bytes("flux", "bf16")
+    assert round(download_bytes("flux", "bf16") / 1e9, 1) == 33.7
+    assert download_bytes("fp16-fix", "fp16") == 4 * 83_653_863
 
 
 def _online(monkeypatch):
@@ -127,7 +128,7 @@ def test_course_downloads_reads_the_records_precisions():
     assert [(m, f, n) for m, f, _, n in rows] == [
         ("sdxl", "fp16", ["02_b.ipynb"]), ("sdxl", "fp32", ["01_a.ipynb"]),
         ("sd15", "fp32", ["03_c.ipynb"]), ("pixart", "fp32", ["03_c.ipynb"])]
-    assert rows[0][2] == fdh.download_bytes("sdxl", "bf16")
+    assert rows[0][2] == download_bytes("sdxl", "bf16")
     assert [r[0] for r in course_downloads(["02"], works=works)] == ["sdxl"]
 
 

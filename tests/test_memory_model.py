@@ -13,6 +13,7 @@ import fastdiff_helpers as fdh
 from fastdiff_helpers.planning import sizing
 from fastdiff_helpers.models import fit
 from fastdiff_helpers.planning.published import PEAKS_GIB
+from fastdiff_helpers.planning.sizing import card_fit
 
 ROOT = Path(__file__).resolve().parent.parent
 GIB = 1024 ** 3
@@ -60,8 +61,8 @@ def test_ssd1b_in_fp32_fits_a_t4():
     (lambda: fdh.peak_bytes("sdxl", "bf16", 1001), "height=1001 cannot work: this model needs"),
     (lambda: fdh.peak_bytes("sdxl", "bf16", batch=0), "batch=0 cannot work"),
     (lambda: fdh.peak_bytes("sdxl", "bf16", batch=-2), "batch=-2 cannot work"),
-    (lambda: fdh.card_fit(T4, "sdxl", 0), "size=0 cannot work"),
-    (lambda: fdh.card_fit(T4, "sdxl", -512), "size=-512 cannot work"),
+    (lambda: card_fit(T4, "sdxl", 0), "size=0 cannot work"),
+    (lambda: card_fit(T4, "sdxl", -512), "size=-512 cannot work"),
 ])
 def test_bad_sizes_batches_and_dtypes_are_one_clear_line(call, said):
     with pytest.raises(fdh.FastdiffError, match=re.escape(said)) as caught:

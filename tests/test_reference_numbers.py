@@ -10,6 +10,7 @@ import pytest
 
 import fastdiff_helpers as fdh
 from fastdiff_helpers.results.store import Result, save_results
+from fastdiff_helpers.models.presets import BLOG_SOURCE
 
 
 def _result(step: str, latency: float) -> Result:
@@ -22,7 +23,7 @@ def _result(step: str, latency: float) -> Result:
 def test_blog_row_with_its_source_and_none_committed(tmp_path, capsys):
     fdh.reference_numbers("sdxl", root=tmp_path)
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == f"Published ({fdh.BLOG_SOURCE}), sdxl:"
+    assert lines[0] == f"Published ({BLOG_SOURCE}), sdxl:"
     assert lines[1] == ("  fp32: 7.36 s, bf16: 4.63 s, + SDPA: 3.31 s, + compile: 2.54 s, "
                         "+ fused QKV: 2.52 s, + int8 dynamic: 2.43 s")
     assert lines[2] == f"  read from: {fdh.BLOG_A100_WHERE['sdxl']}"

@@ -17,6 +17,8 @@ from fastdiff_helpers.runs import cli
 from fastdiff_helpers.models import loading
 from fastdiff_helpers.errors import FastdiffError
 from fastdiff_helpers.techniques.recipe import RecipeError
+from fastdiff_helpers.runs.batch import read_prompts
+from fastdiff_helpers.results.store import save_result
 
 
 @pytest.fixture(scope="module")
@@ -280,10 +282,10 @@ def test_input_paths(tmp_path, slow_work):
     refused(lambda: fdh.load_pipeline("sdxl", path=str(folder)), "no model_index.json")
     refused(lambda: fdh.load_pipeline("sdxl", weights="tiny", path=str(folder)),
             "weights='tiny'", "drop one")
-    refused(lambda: fdh.read_prompts(tmp_path / "prompts.txt"), "prompts=", "does not exist",
+    refused(lambda: read_prompts(tmp_path / "prompts.txt"), "prompts=", "does not exist",
             "one prompt per line")
-    refused(lambda: fdh.read_prompts(tmp_path), "is a folder")
-    refused(lambda: fdh.read_prompts(42), "prompts=", "list of strings")
+    refused(lambda: read_prompts(tmp_path), "is a folder")
+    refused(lambda: read_prompts(42), "prompts=", "list of strings")
     refused(lambda: fdh.load_artifacts(tmp_path / "x.fdcache"), "is not a file")
     refused(lambda: fdh.load_results(tmp_path), "is a folder", "results.jsonl")
     with pytest.raises(FileNotFoundError, match="save_results"):
@@ -309,7 +311,7 @@ def test_output_folders_and_files(tmp_path, slow_work, pipe):
             (lambda: fdh.run_batch(["x"], a_file), ("out=", "is a file")),
             (lambda: fdh.launch_batch(["x"], a_file / "sub"), ("out=", "is a file")),
             (lambda: fdh.save_results([result], tmp_path), ("path=", "is a folder")),
-            (lambda: fdh.save_result(result, a_file), ("out=", "is a file")),
+            (lambda: save_result(result, a_file), ("out=", "is a file")),
             (lambda: fdh.use_course_cache(a_file), ("path=", "is a file")),
             (lambda: fdh.save_artifacts(tmp_path), ("path=", "is a folder")),
             (lambda: fdh.first_image_in_new_process(a_file), ("cache_dir=", "is a file")),

@@ -23,6 +23,7 @@ import pytest
 import fastdiff_helpers as fdh
 from fastdiff_helpers.errors import FastdiffError
 from fastdiff_helpers.compiletime import tuning, tuning_cache, tuning_data, tuning_raw, tuning_watch
+from fastdiff_helpers.measure.compile_events import recompile_reasons
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -565,7 +566,7 @@ def test_each_part_compiles_with_the_inputs_the_pipeline_gives_it(monkeypatch, m
     before = snapshot()
     pipe(**fdh.call_kwargs(pipe, steps=2))
     assert frames["denoiser"] >= 1 and frames["vae"] >= 1
-    assert events_between(before, snapshot())["frames"] == 0, fdh.recompile_reasons()
+    assert events_between(before, snapshot())["frames"] == 0, recompile_reasons()
     with pytest.raises(fdh.RecipeError, match="Unknown part"):
         fdh.compile_part(pipe, "text_encoder")
     torch._dynamo.reset()

@@ -8,10 +8,10 @@
     clock_record      what each notebook's smoke run did, cell by cell (written by clock)
     clock_gpu         what the cells that do more on a GPU than in smoke mode do there
     sizing            the course sized for the card: size, runs and batch that fit, and each
-                      recipe's verdict (runs, swapped, skipped) with its reason (fdh.card_fit,
-                      fdh.rung_verdict)
+                      recipe's verdict (runs, swapped, skipped) with its reason (card_fit,
+                      rung_verdict)
     course_downloads  what each notebook downloads, from the clock's record
-                      (fdh.course_downloads), and what of it a card needs (for_card)
+                      (course_downloads), and what of it a card needs (for_card)
     plan_work         what of each cell's recorded work runs on a card (the plan's wait counts
                       only that)
     plan              `plan --gpu`: per notebook, on a card, what runs, is swapped or skipped,

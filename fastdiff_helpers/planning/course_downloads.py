@@ -65,7 +65,7 @@ def course_downloads(notebooks: Iterable[str] | None = None,
     in fdh.MODELS order. A notebook needs a model's fp32 files where it runs it in fp32 (or
     TF32), its fp16 files where in half precision (the plain files where the repo has no fp16
     ones: PixArt's fp32, Flux's bf16); the fp16-fix VAE goes with SDXL and SSD-1B in the
-    notebooks that run the blog's ladder (VAE_NOTEBOOKS). Bytes: fdh.download_bytes.
+    notebooks that run the blog's ladder (VAE_NOTEBOOKS). Bytes: download_bytes.
     `works`: {notebook: [(cell, work)]} in place of the clock's (a testing aid)."""
     known = sorted(RECORDED.keys() | GPU_WORK.keys()) if works is None else sorted(works)
     chosen = known if notebooks is None else [_notebook(n, known) for n in notebooks]

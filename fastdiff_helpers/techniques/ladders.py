@@ -32,7 +32,6 @@ _B_INT8 = replace(_B_FUSED, quantize="int8-dynamic", quant_filter="blog")
 LADDER: list[tuple[str, Recipe]] = [
     ("fp32", _B_FP32), ("bf16", _B_BF16), ("+ SDPA", _B_SDPA), ("+ compile", _B_COMPILED),
     ("+ fused QKV", _B_FUSED), ("+ int8 dynamic", _B_INT8)]
-BLOG_LADDER = LADDER
 
 # The course's own ladder, beside the blog's: a true fp32 baseline with TF32 as its own step,
 # the pipeline's own VAE and scheduler, no 1x1-conv swap, sync removal as its own step, the

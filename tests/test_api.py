@@ -1,0 +1,63 @@
+"""The public API is what the course uses (issue 52): `fdh.__all__` lists every public name the
+package offers, and each is called in a notebook or named on a documentation page as fdh.<name>."""
+
+from __future__ import annotations
+
+import json
+import re
+import types
+from pathlib import Path
+
+from doc_pages import ROOT, doc_texts
+
+import fastdiff_helpers as fdh
+
+
+def _public(module) -> set[str]:
+    """The public names a module offers, less its subpackages and modules."""
+    return {n for n in dir(module)
+            if not n.startswith("_") and not isinstance(getattr(module, n), types.ModuleType)}
+
+
+def _course_text() -> str:
+    cells = ["".join(c["source"]) for p in sorted((ROOT / "notebooks").glob("*.ipynb"))
+             for c in json.loads(p.read_text(encoding="utf-8"))["cells"]]
+    return "\n".join(cells + [text for _, text in doc_texts()])
+
+
+def _unused(names, text: str) -> list[str]:
+    """Names neither called nor named as fdh.<name> in `text` (fdh.LADDERS does not count for
+    LADDER)."""
+    return sorted(n for n in names if not re.search(rf"\bfdh\.{re.escape(n)}(?!\w)", text))
+
+
+def test_all_lists_every_public_name_once():
+    assert len(fdh.__all__) == len(set(fdh.__all__))
+    assert set(fdh.__all__) == _public(fdh), (
+        f"public but not in __all__: {sorted(_public(fdh) - set(fdh.__all__))}; "
+        f"in __all__ but not public: {sorted(set(fdh.__all__) - _public(fdh))}")
+
+
+def test_every_public_name_is_used_in_a_notebook_or_documented():
+    unused = _unused(fdh.__all__, _course_text())
+    assert not unused, (f"{unused}: no notebook calls them and no page names them as fdh.<name>; "
+                        "use or document them (docs/helpers.md, 'The rest of the public API'), "
+                        "or take them out of the API")
+
+
+def test_the_use_check_reads_whole_names():
+    text = "fdh.LADDERS[...] and fdh.load_pipeline(...); load_results without its prefix"
+    assert _unused(["LADDER", "LADDERS", "load_pipeline", "load_results"], text) == [
+        "LADDER", "load_results"]
+
+
+def test_notebooks_call_the_package_through_its_api():
+    """A notebook's cells, and the code in its exercises, use `fdh.<name>`, never an import from
+    inside the package: what a lesson needs is public."""
+    reaching = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            if re.search(r"^\s*(from|import) fastdiff_helpers\.",
+                         "".join(cell["source"]), re.M):
+                reaching.append(path.name)
+    assert not reaching, reaching
