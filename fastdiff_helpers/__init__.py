@@ -42,9 +42,10 @@ from .measure.bench import benchmark, naive_time
 from .measure.cache_hooks import cache_hooks_report
 from .compiletime.cold_start import first_image_in_new_process, load_artifacts, save_artifacts
 from .measure.compile_events import recompile_reasons
-from .compiletime.tuning import export_tuning, import_tuning, show_tuning, tuning_stamp
+from .compiletime.bundle import bundle_path, tuning_stamp
+from .compiletime.bundle_io import export_tuning, import_tuning, show_tuning
 from .compiletime.tuning_cpu import cpu_tuning_run
-from .compiletime.tuning_watch import TuningWatch
+from .compiletime.watch import TuningWatch
 from .measure.cudagraphs import cudagraph_report, cudagraph_snapshot
 from .measure.env import env_report
 from .measure.lora_swaps import lora_swap_report
