@@ -39,9 +39,10 @@ from .techniques.ladders import COURSE_LADDER, FLUX_LADDER, LADDER, LADDERS
 from .measure.bench import benchmark, naive_time
 from .measure.cache_hooks import cache_hooks_report
 from .compiletime.cold_start import first_image_in_new_process, load_artifacts, save_artifacts
-from .compiletime.tuning import export_tuning, import_tuning, show_tuning, tuning_stamp
+from .compiletime.bundle import bundle_path, tuning_stamp
+from .compiletime.bundle_io import export_tuning, import_tuning, show_tuning
 from .compiletime.tuning_cpu import cpu_tuning_run
-from .compiletime.tuning_watch import TuningWatch
+from .compiletime.watch import TuningWatch
 from .measure.cudagraphs import cudagraph_report, cudagraph_snapshot
 from .measure.env import env_report
 from .measure.lora_swaps import lora_swap_report
@@ -67,34 +68,35 @@ from .planning.plan import plan_table
 from .runs.warm import warm_ladder
 from .runs.launch import format_summary, launch_batch
 
-# The public API: what the notebooks and docs use (tests/test_layout.py checks both ways: every
+
+# The public API: what the notebooks and docs use (tests/test_api.py checks both ways: every
 # public name is listed here, and each is called or documented as fdh.<name>).
 __all__ = [
     "apply", "apply_memory_saver", "autotune_enabled", "BASELINE", "benchmark",
     "BLOG_A100_SECONDS", "BLOG_A100_WHERE", "blog_inductor_flags", "BLOG_LOADING",
-    "cache_hooks_report", "call_kwargs", "capture_denoiser_inputs", "CARDS", "choose_weights",
-    "compare_images", "compile_part", "compile_pipeline", "conv1x1_to_linear", "count_flops",
-    "count_parameters", "count_syncs", "COURSE_LADDER", "course_settings", "CourseSettings",
-    "cpu_tuning_run", "cudagraph_report", "cudagraph_snapshot", "current_recipe",
-    "enable_lora_hotswap", "encode_prompt_once", "env_report", "export_tuning", "FastdiffError",
-    "FEW_STEP", "few_step_file", "first_image_in_new_process", "flop_floor_seconds",
-    "FLUX_COMPILE_SECONDS", "FLUX_H100_BEST", "FLUX_H100_SECONDS", "FLUX_LADDER",
-    "format_summary", "format_table", "fp8_kernel_ok", "free_memory", "fuse_lora", "fuse_qkv",
-    "gemm_shapes", "generate", "get_denoiser", "gpu_profile", "GPU_PROFILES", "GpuProfile",
-    "graph_breaks", "image_basis", "image_seconds", "import_tuning", "LADDER", "ladder_chart",
-    "LADDERS", "launch_batch", "load_artifacts", "load_lora", "load_pipeline", "load_results",
-    "lora_file_info", "lora_swap_report", "make_lora_file", "measure_matmul_tflops",
-    "memory_chart", "MEMORY_SAVERS", "memory_savers_report", "MODELS", "models_chart",
-    "ModelSpec", "naive_time", "needs_gpu", "OFFLOADS", "peak_bytes", "peak_memory",
-    "pipeline_info", "plan_table", "playground", "profile", "profile_chart",
-    "PUBLISHED_PARAMETERS", "quality_chart", "quantize", "quiet_known_noise", "Recipe",
-    "RecipeError", "recompile_report", "reference_numbers", "reference_results", "remove_syncs",
-    "resolve_lora", "Result", "ResultsFormatError", "run_batch", "run_ladder", "save_artifacts",
-    "save_figure", "save_results", "select_filter", "set_attention", "set_autotune",
-    "set_channels_last", "set_precision", "set_scheduler", "set_tf32", "show_images",
-    "show_tuning", "smoke_mode", "speedup_text", "step_cache", "stop_guidance", "timing_text",
-    "to_code", "trace_steps", "tuning_estimate", "tuning_stamp", "TuningWatch", "unfuse_lora",
-    "unload_lora", "use_course_cache", "use_few_step", "warm_ladder", "weight_bytes",
-    "what_fits"]
+    "bundle_path", "cache_hooks_report", "call_kwargs", "capture_denoiser_inputs", "CARDS",
+    "choose_weights", "compare_images", "compile_part", "compile_pipeline", "conv1x1_to_linear",
+    "count_flops", "count_parameters", "count_syncs", "COURSE_LADDER", "course_settings",
+    "CourseSettings", "cpu_tuning_run", "cudagraph_report", "cudagraph_snapshot",
+    "current_recipe", "enable_lora_hotswap", "encode_prompt_once", "env_report",
+    "export_tuning", "FastdiffError", "FEW_STEP", "few_step_file", "first_image_in_new_process",
+    "flop_floor_seconds", "FLUX_COMPILE_SECONDS", "FLUX_H100_BEST", "FLUX_H100_SECONDS",
+    "FLUX_LADDER", "format_summary", "format_table", "fp8_kernel_ok", "free_memory",
+    "fuse_lora", "fuse_qkv", "gemm_shapes", "generate", "get_denoiser", "gpu_profile",
+    "GPU_PROFILES", "GpuProfile", "graph_breaks", "image_basis", "image_seconds",
+    "import_tuning", "LADDER", "ladder_chart", "LADDERS", "launch_batch", "load_artifacts",
+    "load_lora", "load_pipeline", "load_results", "lora_file_info", "lora_swap_report",
+    "make_lora_file", "measure_matmul_tflops", "memory_chart", "MEMORY_SAVERS",
+    "memory_savers_report", "MODELS", "models_chart", "ModelSpec", "naive_time", "needs_gpu",
+    "OFFLOADS", "peak_bytes", "peak_memory", "pipeline_info", "plan_table", "playground",
+    "profile", "profile_chart", "PUBLISHED_PARAMETERS", "quality_chart", "quantize",
+    "quiet_known_noise", "Recipe", "RecipeError", "recompile_report", "reference_numbers",
+    "reference_results", "remove_syncs", "resolve_lora", "Result", "ResultsFormatError",
+    "run_batch", "run_ladder", "save_artifacts", "save_figure", "save_results", "select_filter",
+    "set_attention", "set_autotune", "set_channels_last", "set_precision", "set_scheduler",
+    "set_tf32", "show_images", "show_tuning", "smoke_mode", "speedup_text", "step_cache",
+    "stop_guidance", "timing_text", "to_code", "trace_steps", "tuning_estimate", "tuning_stamp",
+    "TuningWatch", "unfuse_lora", "unload_lora", "use_course_cache", "use_few_step",
+    "warm_ladder", "weight_bytes", "what_fits"]
 
 __version__ = "0.1.0"

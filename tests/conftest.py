@@ -75,7 +75,7 @@ def pytest_sessionstart(session):
     SIGTERM of `timeout`), so a cut GPU command keeps its tuning."""
     bundle = os.environ.get("FASTDIFF_KEEP_TUNING")
     if bundle:
-        from fastdiff_helpers.compiletime.tuning_watch import TuningWatch
+        from fastdiff_helpers.compiletime.watch import TuningWatch
 
         watch = TuningWatch(bundle, "gpu-tests", command="pytest " + " ".join(
             str(a) for a in session.config.invocation_params.args))

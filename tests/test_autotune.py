@@ -16,9 +16,10 @@ import pytest
 
 import fastdiff_helpers as fdh
 from fastdiff_helpers import checks
-from fastdiff_helpers.compiletime import tuning, tuning_data
+from fastdiff_helpers.compiletime import bundle as bundle_format
 from fastdiff_helpers.measure import record
-from fastdiff_helpers.techniques import autotune, coordesc
+from fastdiff_helpers.techniques import autotune, coordesc, tuning_state
+from fastdiff_helpers.techniques.tuning_state import STATE
 from fastdiff_helpers.techniques.ladders import COURSE_LADDER, LADDER
 
 H100 = ("NVIDIA H100 80GB HBM3", 132)
@@ -30,11 +31,9 @@ def _fresh(monkeypatch):
     """Each test starts with the switch unset, no FASTDIFF_AUTOTUNE and nothing covered, and
     leaves TF32 off (the blog's recipes set it process-wide)."""
     monkeypatch.delenv(autotune.ENV, raising=False)
-    autotune.set_autotune(None)
-    autotune.forget_coverage()
+    STATE.reset()
     yield
-    autotune.set_autotune(None)
-    autotune.forget_coverage()
+    STATE.reset()
     fdh.set_tf32("off")
 
 
@@ -158,7 +157,7 @@ def test_a_bundle_that_covers_the_recipe_lets_it_read_its_tuning(monkeypatch, tm
     assert len(keys) == 1 and autotune.covers("sd15", "tiny", dict(COURSE_LADDER)["+ compile"]) \
         == []  # fusion leaves nothing to cover
     cache = tmp_path / "cache"
-    timings = cache / "cache" / tuning_data.tuning_stamp()["system_hash"]
+    timings = cache / "cache" / bundle_format.tuning_stamp()["system_hash"]
     timings.parent.mkdir(parents=True)
     timings.write_text(json.dumps({"system": {}, "cache": {"mm": {"[k]": {"highest": {"a": 1.0}}}}}))
     run = {"id": "r1", "steps": {"+ compile": {"state": "measured", "covers": keys},
@@ -166,20 +165,18 @@ def test_a_bundle_that_covers_the_recipe_lets_it_read_its_tuning(monkeypatch, tm
     bundle = tmp_path / "sd15.json.gz"
     fdh.export_tuning(bundle, model="sd15", cache_dir=cache, run=run, verbose=False)
     on_gpu(monkeypatch)
-    assert autotune.covered_by("sd15", "tiny", recipe) is None
+    assert tuning_state.covered_by("sd15", "tiny", recipe) is None
     done = fdh.import_tuning(bundle, cache_dir=tmp_path / "bare", verbose=False)
     assert done["covers"] == 1  # the cut step covers nothing
-    assert autotune.covered_by("sd15", "tiny", recipe) == str(bundle)
-    assert autotune.covered_by("sd15", "random", recipe) is None  # another architecture
+    assert tuning_state.covered_by("sd15", "tiny", recipe) == str(bundle)
+    assert tuning_state.covered_by("sd15", "random", recipe) is None  # another architecture
     pipe = fdh.apply(tiny(), dataclasses.replace(LADDER[3][1], compile_vae=False))
     assert fdh.pipeline_info(pipe)["recipe"].compile == "max-autotune-no-cudagraphs"
     assert f"reads its tuning from {bundle}" in capsys.readouterr().out
     # a compile that is not the covered recipe (here with the VAE) still runs untuned
     other = fdh.apply(tiny(), LADDER[3][1])
     assert fdh.pipeline_info(other)["recipe"].compile == "default"
-    tuning._IMPORTED.clear()
-    tuning._IMPORTED_BEST.clear()
-    tuning._IMPORTED_LOCAL.clear()
+    STATE.reset()
 
 
 def test_a_step_that_is_autotuning_alone_is_not_run_where_it_may_not_tune(monkeypatch):
@@ -299,13 +296,13 @@ def test_make_demo_on_a_gpu_runs_the_blogs_ladder_only_when_it_need_not_wait_for
     compiled = [r.for_device("cuda")[0] for _, r in LADDER if r.compile]
     for recipe in compiled[:2]:  # two of the three covered: still the course's
         for key in autotune.covers("sdxl", "random", recipe):
-            autotune.cover(key, "results/h100/tuning/sdxl.json.gz")
+            tuning_state.cover(key, "results/h100/tuning/sdxl.json.gz")
     assert demo.demo_ladder("sdxl", "random", "cuda")[0] == "course"
     for key in autotune.covers("sdxl", "random", compiled[2]):
-        autotune.cover(key, "results/h100/tuning/sdxl.json.gz")
+        tuning_state.cover(key, "results/h100/tuning/sdxl.json.gz")
     ladder, why = demo.demo_ladder("sdxl", "random", "cuda")
     assert ladder == "blog" and "results/h100/tuning/sdxl.json.gz" in why
-    autotune.forget_coverage()
+    STATE.reset()
     # what the course's ladder compiles, by the course clock: its fusion steps, not "+ autotune"
     course = demo.before("sdxl", "random", "cuda", "course")
     assert "compiling 9 graphs" in course and "+ autotune: autotuning on top" in course

@@ -173,13 +173,13 @@ def test_a_step_cut_at_the_budget_gets_the_whole_budget_again_three_times(fake, 
 def test_a_compiled_step_whose_compile_tuned_is_measured_by_the_next_command(fake, tmp_path,
                                                                            monkeypatch):
     import torch
-    from fastdiff_helpers.compiletime import tuning_data
+    from fastdiff_helpers.compiletime import bundle as bundle_format
 
     cache = tmp_path / "cache"
     monkeypatch.setenv("FASTDIFF_CACHE_DIR", str(cache))
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     # what the tuning wrote into the cache (the fake step stands in for the compile)
-    timings = cache / "cache" / tuning_data.tuning_stamp()["system_hash"]
+    timings = cache / "cache" / bundle_format.tuning_stamp()["system_hash"]
     timings.parent.mkdir(parents=True)
     timings.write_text(json.dumps({"cache": {"mm": {"[k]": {"high": {"aten": 1.0}}}}}))
     out = tmp_path / "results" / "cpu" / "sdxl"

@@ -22,7 +22,9 @@ import pytest
 
 import fastdiff_helpers as fdh
 from fastdiff_helpers.errors import FastdiffError
-from fastdiff_helpers.compiletime import tuning, tuning_cache, tuning_data, tuning_raw, tuning_watch
+from fastdiff_helpers.compiletime import bundle as bundle_format, bundle_cache, bundle_io
+from fastdiff_helpers.compiletime import watch as tuning_watch
+from fastdiff_helpers.techniques.tuning_state import STATE
 from fastdiff_helpers.measure.compile_events import recompile_reasons
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,9 +46,7 @@ def _forget_imports():
     """What import_tuning brought is remembered per process (export leaves out another model's
     unchanged blocks): each test starts from none."""
     yield
-    tuning._IMPORTED.clear()
-    tuning._IMPORTED_BEST.clear()
-    tuning._IMPORTED_LOCAL.clear()
+    STATE.reset()
 
 
 def _load(path: Path) -> dict:
@@ -107,7 +107,7 @@ def test_a_deleted_shape_is_tuned_again_alone_and_edited_timings_decide_the_winn
 
 def _cache(tmp_path: Path, gemm: dict, best: dict | None = None) -> Path:
     cache = tmp_path / "cache"
-    stamp = tuning_data.tuning_stamp()
+    stamp = bundle_format.tuning_stamp()
     path = cache / "cache" / stamp["system_hash"]
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"system": {"hash": stamp["system_hash"]}, "cache": gemm}))
@@ -132,7 +132,7 @@ def test_export_then_show_then_import_into_an_empty_cache(tmp_path, capsys):
     bare = tmp_path / "bare"
     done = fdh.import_tuning(tmp_path / "b.json.gz", sha256=summary["sha256"], cache_dir=bare)
     assert (done["blocks_added"], done["best_configs_added"]) == (2, 1)
-    gemm, best = tuning_data.read_cache(bare)
+    gemm, best = bundle_cache.read_cache(bare)
     assert gemm == GEMM and best == BEST
 
 
@@ -191,7 +191,7 @@ def test_merge_replaces_whole_blocks_and_keeps_the_others(tmp_path):
     # import keeps what the cache measured itself, adds only what it lacks
     done = fdh.import_tuning(tmp_path / "b.json.gz", cache_dir=first, verbose=False)
     assert (done["blocks_added"], done["blocks_kept"]) == (1, 2)
-    gemm, _ = tuning_data.read_cache(first)
+    gemm, _ = bundle_cache.read_cache(first)
     assert gemm["mm"]["[key A]"]["highest"] == GEMM["mm"]["[key A]"]["highest"]
 
 
@@ -200,9 +200,9 @@ def test_a_models_bundle_leaves_out_what_another_models_bundle_brought(tmp_path)
     fdh.export_tuning(tmp_path / "sd15.json.gz", model="sd15", cache_dir=other, verbose=False)
     cache = tmp_path / "mine"
     fdh.import_tuning(tmp_path / "sd15.json.gz", cache_dir=cache, verbose=False)
-    gemm, _ = tuning_data.read_cache(cache)
+    gemm, _ = bundle_cache.read_cache(cache)
     gemm["mm"]["[key S]"] = {"highest": {"aten": 5.0}}  # what this model's compile tuned
-    tuning_cache._write_timings(cache / "cache" / tuning_data.tuning_stamp()["system_hash"], gemm)
+    bundle_cache.write_timings(cache / "cache" / bundle_format.tuning_stamp()["system_hash"], gemm)
     fdh.export_tuning(tmp_path / "sdxl.json.gz", model="sdxl", cache_dir=cache, verbose=False)
     assert list(_load(tmp_path / "sdxl.json.gz")["gemm"]["mm"]) == ["[key S]"]
 
@@ -228,7 +228,7 @@ def test_import_matching_takes_this_torch_builds_bundles_of_this_machine_only(tm
     older = tmp_path / "results" / "cpu" / "tuning" / "2.11.0+cu130" / "sd15.json.gz"
     older.parent.mkdir(parents=True)
     older.write_bytes(mine.read_bytes())
-    done = tuning.import_matching(tmp_path / "results", cache_dir=tmp_path / "bare",
+    done = bundle_io.import_matching(tmp_path / "results", cache_dir=tmp_path / "bare",
                                   verbose=False)
     assert [Path(d["path"]).name for d in done] == ["sdxl.json.gz"]
 
@@ -263,7 +263,7 @@ def test_a_gpu_timings_file_with_pad_mm_entries_goes_through_a_bundle_whole(tmp_
     done = fdh.import_tuning(tmp_path / "sdxl.json.gz", cache_dir=bare)
     assert (done["blocks_added"], done["local_added"]) == (26, 14)
     assert "(14 single-key benchmark(s) beside them)" in capsys.readouterr().out
-    written = bare / "cache" / tuning_data.tuning_stamp()["system_hash"]
+    written = bare / "cache" / bundle_format.tuning_stamp()["system_hash"]
     assert json.loads(written.read_text())["cache"] == timings  # as inductor wrote it
     # again: everything is there already, nothing is rewritten
     again = fdh.import_tuning(tmp_path / "sdxl.json.gz", cache_dir=bare, verbose=False)
@@ -311,7 +311,7 @@ def test_a_raw_tarball_of_this_machine_is_imported_first_and_goes_into_the_next_
         tmp_path):
     import torch
 
-    here = tuning_data.tuning_stamp()["system_hash"]
+    here = bundle_format.tuning_stamp()["system_hash"]
     timings = {**GEMM, "base mm time: (a)": 0.75}
     folder = tmp_path / "results" / "cpu" / "tuning" / torch.__version__
     _raw(folder / "sdxl.cache-raw.tgz", {
@@ -324,7 +324,7 @@ def test_a_raw_tarball_of_this_machine_is_imported_first_and_goes_into_the_next_
     _raw(tmp_path / "results" / "h200" / "tuning" / torch.__version__ / "sdxl.cache-raw.tgz",
          {"./cache/0123other": {"system": {}, "cache": GEMM}})
     cache = tmp_path / "bare"
-    done = tuning.import_matching(tmp_path / "results", cache_dir=cache, verbose=False)
+    done = bundle_io.import_matching(tmp_path / "results", cache_dir=cache, verbose=False)
     assert [(d["blocks_added"], d["local_added"], d["best_configs_added"]) for d in done] == [
         (2, 1, 1)]
     written = json.loads((cache / "cache" / here).read_text())["cache"]
@@ -336,10 +336,10 @@ def test_a_raw_tarball_of_this_machine_is_imported_first_and_goes_into_the_next_
     assert (summary["gemm_blocks"], summary["local_entries"], summary["best_configs"]) == (
         2, 1, 1)
     # the committed H200 tarball is not this CPU's: nothing taken
-    assert tuning_raw.import_raw(H200_RAW, cache_dir=tmp_path / "other", verbose=False) is None
+    assert bundle_cache.import_raw(H200_RAW, cache_dir=tmp_path / "other", verbose=False) is None
     (tmp_path / "broken.cache-raw.tgz").write_bytes(b"\x1f\x8bnot a tarball")
     with pytest.raises(FastdiffError, match="not a readable tarball"):
-        tuning_raw.import_raw(tmp_path / "broken.cache-raw.tgz", cache_dir=cache)
+        bundle_cache.import_raw(tmp_path / "broken.cache-raw.tgz", cache_dir=cache)
 
 
 # --- the watch ----------------------------------------------------------------------------
@@ -515,7 +515,7 @@ def test_the_next_watch_drops_what_a_killed_run_was_descending_on(tmp_path, monk
 
 WATCHED = r"""
 import os, sys, time
-from fastdiff_helpers.compiletime.tuning_watch import TuningWatch
+from fastdiff_helpers.compiletime.watch import TuningWatch
 with TuningWatch(sys.argv[1], "toy", command="killed", every_s=600):
     print("watching", flush=True)
     time.sleep(60)
@@ -613,4 +613,4 @@ def test_a_test_session_keeps_its_tuning_when_asked(tmp_path):
     mine.write_bytes(bundle.read_bytes())
     assert main(["tuning", "import", "--matching", str(tmp_path / "results"),
                  "--cache-dir", str(tmp_path / "bare")]) == 0
-    assert tuning_data.read_cache(tmp_path / "bare")[0] == GEMM
+    assert bundle_cache.read_cache(tmp_path / "bare")[0] == GEMM

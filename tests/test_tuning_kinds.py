@@ -1,7 +1,7 @@
 """Tuning seeded across GPU kinds of one design (issue 44, item 4): an H200's tuning taken on an
 H100 SXM only when asked for by name, only with the same SM count and compute capability, and
 said wherever it is used. No GPU here: the stamps of the two machines are written as the two
-GPUs would write them (compiletime/tuning_data.py tuning_stamp), around this machine's own
+GPUs would write them (compiletime/bundle.py tuning_stamp), around this machine's own
 torch, triton and system hash."""
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.compiletime import tuning, tuning_data, tuning_raw
+from fastdiff_helpers.compiletime import bundle as bundle_format, bundle_cache, bundle_io
 from fastdiff_helpers.errors import FastdiffError
-from fastdiff_helpers.techniques import autotune
+from fastdiff_helpers.techniques import tuning_state
+from fastdiff_helpers.techniques.tuning_state import STATE
 from test_tuning import _raw  # the slot's by-hand tarball, as tools/gpu_slot.sh makes it
 
 GEMM = {"mm": {"[key A]": {"highest": {"aten": 1.0, "triton_a": 0.5}}}}
@@ -24,21 +25,19 @@ BEST = {"ab/cabc.best_config": {"XBLOCK": 64, "num_warps": 4, "found_by_coordesc
 
 @pytest.fixture(autouse=True)
 def _fresh():
-    autotune.forget_coverage()
+    STATE.reset()
     yield
-    autotune.forget_coverage()
-    for kept in (tuning._IMPORTED, tuning._IMPORTED_BEST, tuning._IMPORTED_LOCAL):
-        kept.clear()
+    STATE.reset()
 
 
 def stamp(name: str, sms: int, capability=(9, 0)) -> dict:
-    here = tuning_data.tuning_stamp()
+    here = bundle_format.tuning_stamp()
     return dict(here, gpu_name=name, sm_count=sms, capability=list(capability), cpu=None,
                 system_hash=f"hash-of-{name}")
 
 
 def bundle_of(tmp_path, name: str, sms: int, capability=(9, 0)) -> str:
-    content = {"format": tuning_data.FORMAT, "stamp": stamp(name, sms, capability),
+    content = {"format": bundle_format.FORMAT, "stamp": stamp(name, sms, capability),
                "model": "sdxl", "gemm": GEMM, "local": {}, "best_configs": BEST, "runs": []}
     path = tmp_path / f"{name.replace(' ', '_')}.json.gz"
     path.write_bytes(gzip.compress(json.dumps(content).encode()))
@@ -47,7 +46,7 @@ def bundle_of(tmp_path, name: str, sms: int, capability=(9, 0)) -> str:
 
 def as_h100(monkeypatch):
     h100 = stamp("NVIDIA H100 80GB HBM3", 132)
-    monkeypatch.setattr(tuning, "tuning_stamp", lambda: h100)
+    monkeypatch.setattr(bundle_io, "tuning_stamp", lambda: h100)
     return h100
 
 
@@ -62,10 +61,10 @@ def test_another_kinds_bundle_is_refused_unless_named(tmp_path, monkeypatch):
     assert (done["blocks_added"], done["best_configs_added"]) == (1, 1)
     # the timings go into this GPU's own timings file (its system hash), the kernels' configs
     # where inductor looks them up (their keys do not hold the GPU's name)
-    gemm, best = tuning_data.read_cache(tmp_path / "cache", h100["system_hash"])
+    gemm, best = bundle_cache.read_cache(tmp_path / "cache", h100["system_hash"])
     assert gemm == GEMM and best == BEST
-    assert autotune.seeded_from("sdxl") == [{"gpu_name": "NVIDIA H200", "source": h200}]
-    assert autotune.seeded_from("sd15") == []  # another model's bundle seeds nothing of it
+    assert tuning_state.seeded_from("sdxl") == [{"gpu_name": "NVIDIA H200", "source": h200}]
+    assert tuning_state.seeded_from("sd15") == []  # another model's bundle seeds nothing of it
 
 
 @pytest.mark.parametrize("kind, sms, capability, said", [
@@ -111,7 +110,7 @@ def test_what_was_seeded_is_recorded_in_the_next_bundle_and_in_every_result(tmp_
 def test_benchmark_says_tuned_on_the_other_kind_for_a_compile_that_tunes(monkeypatch):
     """What measure/bench.py adds: a compile that reads tuning (max-autotune or the blog's
     flags) says where its tuning came from; one that tunes nothing says nothing of it."""
-    autotune.seed("sd15", "NVIDIA H200", "h200.json.gz")
+    tuning_state.seed("sd15", "NVIDIA H200", "h200.json.gz")
     recipe = fdh.Recipe(dtype="bf16", attention="sdpa", compile="max-autotune",
                         compile_vae=False)
     pipe = fdh.apply(fdh.load_pipeline("sd15", weights="tiny", device="cpu", verbose=False),
@@ -139,16 +138,16 @@ def raw_of(tmp_path, name: str) -> str:
 
 def test_a_raw_tarball_of_a_known_kind_seeds_a_gpu_of_the_same_design(tmp_path, monkeypatch):
     raw = raw_of(tmp_path, "NVIDIA H200")
-    assert fdh.compiletime.tuning_raw.import_raw(raw, cache_dir=tmp_path / "a",
+    assert fdh.compiletime.bundle_cache.import_raw(raw, cache_dir=tmp_path / "a",
                                                  verbose=False) is None  # not this GPU's
-    monkeypatch.setattr(tuning_raw, "_this_gpu", lambda: (132, [9, 0]))
-    done = tuning_raw.import_raw(raw, cache_dir=tmp_path / "b", verbose=False,
+    monkeypatch.setattr(bundle_cache, "_this_gpu", lambda: (132, [9, 0]))
+    done = bundle_cache.import_raw(raw, cache_dir=tmp_path / "b", verbose=False,
                                  from_kind="NVIDIA H200")
     assert (done["blocks_added"], done["best_configs_added"]) == (1, 1)
-    assert autotune.seeded_from("sdxl") == [{"gpu_name": "NVIDIA H200", "source": raw}]
-    monkeypatch.setattr(tuning_raw, "_this_gpu", lambda: (114, [9, 0]))  # an H100 PCIe
+    assert tuning_state.seeded_from("sdxl") == [{"gpu_name": "NVIDIA H200", "source": raw}]
+    monkeypatch.setattr(bundle_cache, "_this_gpu", lambda: (114, [9, 0]))  # an H100 PCIe
     with pytest.raises(FastdiffError, match="NVIDIA H200 has 132 SMs"):
-        tuning_raw.import_raw(raw, cache_dir=tmp_path / "c", verbose=False,
+        bundle_cache.import_raw(raw, cache_dir=tmp_path / "c", verbose=False,
                               from_kind="NVIDIA H200")
     assert not (tmp_path / "c").exists()
 

@@ -24,14 +24,15 @@ import fastdiff_helpers as fdh
 import fastdiff_helpers.runs.ladder as ladder_mod
 import fastdiff_helpers.runs.reference as ref
 from fastdiff_helpers.runs import reference_folder
-from fastdiff_helpers.compiletime import cold_start, tuning, tuning_data
+from fastdiff_helpers.compiletime import bundle as bundle_format, cold_start
 from fastdiff_helpers.measure.profile import load_trace
-from fastdiff_helpers.compiletime.tuning_watch import TuningWatch
+from fastdiff_helpers.compiletime.watch import TuningWatch
 from fastdiff_helpers.results.store import Result
 from fastdiff_helpers.runs import demo
 from fastdiff_helpers.runs.cli import main
 from fastdiff_helpers.runs.launch import launch_batch
 from fastdiff_helpers.techniques.lora import LORA_FILE
+from fastdiff_helpers.techniques.tuning_state import STATE
 
 THEIRS = "a file the writer did not make\n"
 
@@ -50,9 +51,7 @@ def box(tmp_path, monkeypatch):
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     monkeypatch.delenv("FASTDIFF_SMOKE", raising=False)
     yield tmp_path
-    tuning._IMPORTED.clear()
-    tuning._IMPORTED_BEST.clear()
-    tuning._IMPORTED_LOCAL.clear()
+    STATE.reset()
 
 
 def _files(root: Path) -> dict[Path, tuple[int, int]]:
@@ -184,7 +183,7 @@ def test_compile_artifacts_are_written_only_over_an_artifact_file(box):
 def _tuned_cache(box: Path) -> Path:
     """The course cache with one GEMM block of timings, as max-autotune leaves it."""
     cache = fdh.use_course_cache(verbose=False)
-    timings = cache / "cache" / tuning_data.tuning_stamp()["system_hash"]
+    timings = cache / "cache" / bundle_format.tuning_stamp()["system_hash"]
     timings.parent.mkdir(parents=True, exist_ok=True)
     timings.write_text(json.dumps({"cache": {"mm": {"[k]": {"high": {"aten": 1.0}}}}}))
     return cache

@@ -1,14 +1,15 @@
 """compiletime: what compiling costs and what it leaves behind, above the measurements.
 
-    tuning          max-autotune's tuning as data: a bundle exported, imported (what it
-                    covers registered for the autotune rule, techniques/autotune.py), shown
-    tuning_data     the bundle's format: its stamp, reading and checking it, merging timings
-    tuning_cache    adding tuning to a cache folder; what this process imported, by model
-    tuning_raw      a GPU slot's by-hand fallback (a tarball of the cache's tuning), imported
-    tuning_kinds    tuning seeded across GPU kinds of one design (same SMs and capability)
-    tuning_watch    a command that tunes keeps its tuning: the bundle and a progress file
+    bundle          max-autotune's tuning as data, its format: the stamp, reading and
+                    checking a bundle, merging timings, where the course keeps it, which
+                    other GPU kind of one design may take it (same SMs and capability)
+    bundle_cache    an inductor cache folder's tuning read and added to, and a GPU slot's
+                    by-hand fallback (a tarball of the cache's tuning) imported
+    bundle_io       a bundle exported, imported (what it covers registered for the autotune
+                    rule, techniques/tuning_state.py), every matching one imported, shown
+    watch           a command that tunes keeps its tuning: the bundle and a progress file
                     written as they grow, when cut and when stopped
-    tuning_hooks    the hooks a watch puts into torch (choices made, coordinate descent
+    watch_hooks     the hooks a watch puts into torch (choices made, coordinate descent
                     followed, a provisional best config told from a finished one)
     tuning_cpu      max-autotune's tuning on a CPU in a new process (06's experiment)
     cold_start      compile artifacts carried to another process or machine, and the time a

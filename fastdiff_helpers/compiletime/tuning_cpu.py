@@ -25,7 +25,7 @@ from typing import Any
 
 from .. import checks
 from ..errors import FastdiffError
-from .tuning import export_tuning, import_tuning
+from .bundle_io import export_tuning, import_tuning
 
 __all__ = ["cpu_tuning_run"]
 

@@ -19,7 +19,8 @@ from ..models.presets import BLOG_A100_WHERE, get_spec, published_ladder
 from ..models.gpus import gpu_profile
 from ..models.pretrained import check_weights, course_weights
 from ..techniques.autotune import autotune_enabled, set_autotune
-from ..compiletime.tuning import import_matching
+from ..compiletime.bundle_io import import_matching
+from ..techniques.tuning_state import STATE
 from ..results.store import Result, reference_results
 from ..results.tables import format_table
 from ..techniques.recipe import BASELINE, Recipe
@@ -174,7 +175,6 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
 
 TUNING_ENV = "FASTDIFF_TUNING_DIR"
 RESULTS_ROOT = Path(__file__).resolve().parents[2] / "results"  # results/ of this checkout
-_IMPORTED_ROOTS: set[str] = set()
 
 
 def import_course_tuning(tuning: str | Path | None = None) -> list[dict]:
@@ -183,11 +183,11 @@ def import_course_tuning(tuning: str | Path | None = None) -> list[dict]:
     compile that would tune does without them. Introduced in 00_setup.ipynb."""
     done: list[dict] = []
     roots = [root for root in [RESULTS_ROOT] + ([Path(tuning)] if tuning is not None else [])
-             if str(root.resolve()) not in _IMPORTED_ROOTS and root.is_dir()]
+             if str(root.resolve()) not in STATE.roots and root.is_dir()]
     if not roots:
         return done  # said when this process first looked
     for root in roots:
-        _IMPORTED_ROOTS.add(str(root.resolve()))
+        STATE.roots.add(str(root.resolve()))
         done += import_matching(root, verbose=False)
     if done:
         print(f"fastdiff: imported {len(done)} tuning bundle(s) of this GPU and torch "

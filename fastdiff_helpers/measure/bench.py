@@ -17,7 +17,8 @@ from ..models.loading import FastdiffError, call_kwargs, pipeline_device, pipeli
 from ..models.clock_log import kind as clock_kind, record as clock_record
 from ..models.presets import DEFAULT_PROMPT
 from ..techniques import current_recipe, tf32_state
-from ..techniques.autotune import seeded_from, tunes
+from ..techniques.autotune import tunes
+from ..techniques.tuning_state import seeded_from
 from .compile_events import compiled, events_between, snapshot, tuned
 from .cudagraphs import cudagraph_report, cudagraph_snapshot
 from .env import device_name, env_report

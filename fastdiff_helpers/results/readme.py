@@ -44,7 +44,7 @@ def _ladder_of(folder: Path, records: list[Result]) -> str:
 def tuning_seconds(folder: Path, model: str, torch_version: str) -> dict[str, float]:
     """Seconds of the commands that tuned each compiled step, summed across commands, from the
     model's tuning bundle beside the folder (<gpu>/tuning/<torch>/<model>.json.gz; every
-    command that tuned wrote its run there: compiletime/tuning_watch.py). Read with gzip and json
+    command that tuned wrote its run there: compiletime/watch.py). Read with gzip and json
     alone; no bundle: {}."""
     import gzip
 

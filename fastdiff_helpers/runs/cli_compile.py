@@ -20,9 +20,9 @@ from ..techniques.compile_cache import use_course_cache
 from ..techniques.ladders import LADDERS
 from ..compiletime.cold_start import check_artifacts_path, load_artifacts
 from ..planning import clock
-from ..compiletime.tuning_raw import import_raw
-from ..compiletime.tuning import (bundle_path, export_tuning, import_matching, import_tuning,
-                              show_tuning)
+from ..compiletime.bundle import bundle_path
+from ..compiletime.bundle_cache import import_raw
+from ..compiletime.bundle_io import export_tuning, import_matching, import_tuning, show_tuning
 from .warm import warm_ladder
 from .reference import run_reference
 
@@ -94,7 +94,7 @@ def add_compile_commands(sub, common, steps: list[str]) -> None:
     verbs = tuning.add_subparsers(dest="verb", required=True, parser_class=sub._parser_class)
     export = verbs.add_parser("export", help="write (or grow) a bundle from the compile cache")
     export.add_argument("--out", required=True, metavar="FILE", help="e.g. results/h100-80gb-"
-                        "hbm3/tuning/2.11.0+cu130/sdxl.json.gz (fdh.compiletime.tuning.bundle_path)")
+                        "hbm3/tuning/2.11.0+cu130/sdxl.json.gz (fdh.bundle_path)")
     export.add_argument("--model", default=None, help="the model the tuning is for (leaves "
                         "out what another model's bundle brought unchanged)")
     export.add_argument("--cache-dir", default=None, help="default: the course's cache folder")

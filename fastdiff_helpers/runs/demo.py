@@ -22,7 +22,8 @@ from typing import Sequence
 import torch
 
 from ..models.presets import get_spec
-from ..techniques.autotune import autotune_enabled, covered_by, tunes
+from ..techniques.autotune import autotune_enabled, tunes
+from ..techniques.tuning_state import covered_by
 from ..techniques.compile_cache import use_course_cache
 from ..techniques.ladders import LADDERS
 from ..measure.flops import measure_matmul_tflops

@@ -12,7 +12,7 @@ are made with it). What run_ladder does in one go, this does in pieces that add 
 - with a budget it never starts a step it expects not to finish (the estimate comes from the
   steps recorded here, or a first guess by step kind), stops at the budget otherwise (the cut
   step leaves no record) and says in one line how to continue (exit code 3);
-- tuning is data (compiletime/tuning.py): it imports every committed tuning bundle of this GPU
+- tuning is data (compiletime/bundle.py): it imports every committed tuning bundle of this GPU
   kind and torch build (results/*/tuning/<torch>/*.json.gz) before the first compile, keeps
   the model's bundle (results/<gpu>/tuning/<torch>/<model>.json.gz) growing while it compiles,
   and measures a compiled step only in a command whose compile tuned nothing: a step that
@@ -39,8 +39,8 @@ from ..techniques.ladders import LADDERS
 from ..measure.bench import TunedNotMeasured
 from ..measure.compile_events import events_between, snapshot, tuned
 from ..measure.env import device_name
-from ..compiletime.tuning import import_matching
-from ..compiletime.tuning_watch import TuningWatch
+from ..compiletime.bundle_io import import_matching
+from ..compiletime.watch import TuningWatch
 from ..measure.quality import compare_images
 from ..results.charts import Reference, ladder_chart, memory_chart, save_figure
 from ..results.readme import write_results_readme

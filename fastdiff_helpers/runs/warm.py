@@ -20,8 +20,8 @@ from ..techniques.recipe import RecipeError
 from ..techniques.ladders import LADDERS
 from ..compiletime.cold_start import save_artifacts
 from ..measure.compile_events import events_between, snapshot
-from ..compiletime.tuning import check_bundle_path
-from ..compiletime.tuning_watch import TuningWatch
+from ..compiletime.bundle import check_bundle_path
+from ..compiletime.watch import TuningWatch
 from .ladder import _setup, resolve_ladder
 
 __all__ = ["warm_ladder"]
@@ -40,8 +40,8 @@ def warm_ladder(model: str = "sdxl", weights: str = "auto", ladder: str | None =
     `part`: "denoiser" or "vae" compiles only that part, with the exact inputs the pipeline
     gives it (fdh.compile_part), so each part's max-autotune tuning fits its own command;
     "all" (default) makes one pipeline call. `bundle`: keep the tuning in this bundle as it
-    grows (TuningWatch: every 30 s, at the end, when stopped), e.g. fdh.compiletime.tuning
-    .bundle_path(model); import first what you have (fdh.import_tuning).
+    grows (TuningWatch: every 30 s, at the end, when stopped), e.g. fdh.bundle_path(model);
+    import first what you have (fdh.import_tuning).
 
     What an instructor runs before a workshop (06_cold_start.ipynb).
     Introduced in 06_cold_start.ipynb."""

@@ -10,7 +10,7 @@ before any coordinate descent (results/h200/slot-2026-11-26.md). The course star
 - when the learner switched autotuning on (set_autotune(True), fdh.course_settings(...,
   autotune=True), FASTDIFF_AUTOTUNE=1, --autotune on the command line), or
 - where an imported tuning bundle of this GPU and torch covers the compile (the bundles'
-  import registers what each covers, compiletime/tuning.py): the tuning is read, not run.
+  import registers what each covers, techniques/tuning_state.py): the tuning is read, not run.
 Otherwise the compile runs its default-mode equivalent (the same CUDA graphs, no tuning) and
 says so in one line with the tuning it skipped. A CPU tunes nothing in these modes (inductor's
 C++ GEMM templates tune only with freezing, torch/_inductor/config.py), so nothing changes there.
@@ -21,7 +21,6 @@ Imports the models (the shape count runs a meta copy) and the recipe, nothing of
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 import torch
@@ -32,6 +31,7 @@ from ..models.loading import get_denoiser, pipeline_info
 from ..models.gpus import PROFILES
 from ..models.meta import gemm_shapes
 from .recipe import Recipe, RecipeError
+from .tuning_state import STATE, coverage_key, covered_by
 
 # The modes whose options tune (torch._inductor.list_mode_options: both set max_autotune and
 # coordinate_descent_tuning), and the mode with the same CUDA-graph choice that tunes nothing
@@ -70,9 +70,6 @@ DEFAULT_GRAPH_WHERE = ("scaled by the graphs' sizes from FLUX.1-dev's whole tran
                        "model")
 
 ENV = "FASTDIFF_AUTOTUNE"
-_SWITCH: dict[str, bool] = {}
-# coverage key -> where it came from (a bundle's path): what imported bundles hold finished
-_COVERED: dict[str, str] = {}
 
 
 def set_autotune(on: bool | None) -> None:
@@ -81,9 +78,9 @@ def set_autotune(on: bool | None) -> None:
     that would tune runs its default-mode equivalent and says what it skipped.
     Introduced in 19_autotuning.ipynb."""
     if on is None:
-        _SWITCH.clear()
+        STATE.switch.clear()
     elif isinstance(on, bool):
-        _SWITCH["on"] = on
+        STATE.switch["on"] = on
     else:
         raise RecipeError(f"set_autotune({on!r}): give True, False or None.")
 
@@ -91,8 +88,8 @@ def set_autotune(on: bool | None) -> None:
 def autotune_enabled() -> bool:
     """Whether the learner asked for autotuning (set_autotune, else FASTDIFF_AUTOTUNE).
     Introduced in 19_autotuning.ipynb."""
-    if "on" in _SWITCH:
-        return _SWITCH["on"]
+    if "on" in STATE.switch:
+        return STATE.switch["on"]
     return checks.env_switch(ENV, "autotuning")
 
 
@@ -109,14 +106,7 @@ def without_tuning(recipe: Recipe) -> Recipe:
                                inductor_flags=False)
 
 
-# --- what imported bundles cover ---------------------------------------------------------
-
-def coverage_key(model: str, weights: str, recipe: dict, part: str) -> str:
-    """One compiled part (denoiser or vae) of one recipe on one model: the full-size
-    architectures share their kernels whatever the weights; the tiny ones are another model."""
-    return json.dumps({"model": model, "size": "tiny" if weights == "tiny" else "full",
-                       "recipe": recipe, "part": part}, sort_keys=True, default=str)
-
+# --- what a finished compile leaves covered ------------------------------------------------
 
 def covers(model: str, weights: str, recipe: Recipe | dict | None,
            parts: tuple[str, ...] | None = None) -> list[str]:
@@ -135,45 +125,6 @@ def covers(model: str, weights: str, recipe: Recipe | dict | None,
         return []
     parts = parts or ("denoiser",) + (("vae",) if recipe.compile_vae else ())
     return [coverage_key(model, weights, recipe.to_dict(), part) for part in parts]
-
-
-def cover(key: str, source: str) -> None:
-    """Note that `source` (a bundle) holds the finished tuning of `key` (coverage_key)."""
-    _COVERED.setdefault(key, source)
-
-
-def covered_by(model: str, weights: str, recipe: Recipe) -> str | None:
-    """The bundle that covers every part this recipe compiles, or None."""
-    parts = ["denoiser"] + (["vae"] if recipe.compile_vae else [])
-    sources = [_COVERED.get(coverage_key(model, weights, recipe.to_dict(), p)) for p in parts]
-    return sources[0] if all(sources) else None
-
-
-def forget_coverage() -> None:
-    """Forget what imported bundles cover and which were seeded from another GPU kind (a test
-    aid, and a fresh start)."""
-    _COVERED.clear()
-    _SEEDED.clear()
-
-
-# tuning imported from another GPU kind of one design (compiletime/tuning_kinds.py), by model
-# (None: a bundle of no model): [{"gpu_name", "source"}]
-_SEEDED: dict[str | None, list[dict[str, str]]] = {}
-
-
-def seed(model: str | None, gpu_name: str, source: str) -> None:
-    """Note that `source`, tuned on `gpu_name`, was imported on this GPU (explicitly)."""
-    entry = {"gpu_name": gpu_name, "source": source}
-    if entry not in _SEEDED.setdefault(model, []):
-        _SEEDED[model].append(entry)
-
-
-def seeded_from(model: str | None = None) -> list[dict[str, str]]:
-    """The imports from another GPU kind that tuning of `model` may read (its own and those of
-    no model), or every one with model None."""
-    if model is None:
-        return [e for entries in _SEEDED.values() for e in entries]
-    return _SEEDED.get(model, []) + _SEEDED.get(None, [])
 
 
 # --- the decision --------------------------------------------------------------------------

@@ -1,22 +1,8 @@
-"""max-autotune's tuning as data: the results of autotuning, carried between machines of one
-GPU kind as a small gzip'd JSON bundle, never as code.
+"""A tuning bundle exported from the compile cache, imported into it (what it covers registered
+for the autotune rule, techniques/tuning_state.py), every matching one imported, and shown.
+The format is bundle.py's; the cache folder's side, bundle_cache.py's.
 
-Introduced in 06_cold_start.ipynb. Inductor already keeps what tuning found, as JSON, in its
-cache folder (torch 2.13):
-- GEMM and convolution timings, every choice of every shape: `<cache>/cache/<system hash>`
-  (torch/_inductor/codecache.py, PersistentCache.lookup; the file name is a hash of the GPU
-  name, triton and CUDA versions, CacheBase.get_system). A shape whose every choice is there
-  is not benchmarked again: the winner is picked from the stored timings.
-- beside them in that file, single-key benchmarks (pad_mm's pad-or-not timings, the
-  scheduler's runtime benchmarks: LocalCache.set_value with one key), looked up before
-  benchmarking again (torch/_inductor/fx_passes/pad_mm.py, get_cached_should_pad).
-- the best config of each Triton kernel, coordinate descent's included: `<cache>/<xx>/<key>
-  .best_config` (torch/_inductor/runtime/autotune_cache.py; the key includes torch_key(),
-  AutotuneCache._make_local_cache_key), read when the kernel loads.
-A bundle holds both, stamped with what they are valid for; import checks the stamp, then puts
-them into this machine's cache folder before the first compile, so a bare machine compiles
-without tuning. torch.compiler.save_cache_artifacts (the "mega-cache", compiletime/cold_start.py)
-lacks the GEMM timings, cannot be written by a killed process, and holds pickled code.
+Introduced in 06_cold_start.ipynb.
 """
 
 from __future__ import annotations
@@ -28,41 +14,17 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .. import checks
 from ..errors import FastdiffError
-from ..techniques.autotune import cover, seed, seeded_from
-from ..measure.env import gpu_folder
-from .tuning_cache import _IMPORTED, _IMPORTED_BEST, _IMPORTED_LOCAL, _cache_folder, _put
-from .tuning_kinds import cross_kind_problems
-from .tuning_data import (FORMAT, MUST_MATCH, _blocks, differences, merge_gemm, merge_local,
-                          read_bundle, read_cache, read_cache_parts, show_tuning, tuning_stamp)
-from .tuning_raw import import_raw
+from ..techniques.tuning_state import STATE, cover, seed, seeded_from
+from .bundle import (FORMAT, MUST_MATCH, blocks, check_bundle_path, cross_kind_problems,
+                     differences, merge_gemm, merge_local, read_bundle, tuning_stamp, write_atomic)
+from .bundle_cache import add_to_cache, cache_folder, import_raw, read_cache_parts
 
 # the states of a run's step whose compile ended with its tuning in the cache
 FINISHED = ("measured", "tuned", "warmed")
 
-__all__ = ["export_tuning", "import_tuning", "show_tuning", "tuning_stamp", "bundle_path",
-           "import_matching", "read_bundle", "read_cache"]
-
-
-
-def bundle_path(model: str, device: str | None = None, root: str | os.PathLike = "results"
-                ) -> Path:
-    """Where the course keeps a model's bundle: <root>/<gpu>/tuning/<torch>/<model>.json.gz,
-    e.g. results/h100-80gb-hbm3/tuning/2.11.0+cu130/sdxl.json.gz.
-    Introduced in 06_cold_start.ipynb."""
-    import torch
-
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    return Path(root) / gpu_folder(device) / "tuning" / torch.__version__ / f"{model}.json.gz"
-
-
-def check_bundle_path(name: str, path: str | os.PathLike) -> Path:
-    """A path a bundle may be written to: new, or a gzip file (read_bundle then checks that it
-    is a bundle of this machine's); any other file is left as it is (refused)."""
-    return checks.output_file(name, path, "sdxl.json.gz", lambda p: checks.file_starts(
-        p, b"\x1f\x8b"), "a tuning bundle (gzip'd JSON written by fdh.export_tuning)")
+__all__ = ["export_tuning", "import_tuning", "register_coverage", "import_matching",
+           "show_tuning"]
 
 
 def _refuse_stamp(path: Any, stamp: dict, here: dict, doing: str) -> None:
@@ -75,10 +37,7 @@ def _refuse_stamp(path: Any, stamp: dict, here: dict, doing: str) -> None:
 
 def _write_gzip_json(path: Path, content: dict) -> bytes:
     data = gzip.compress(json.dumps(content, sort_keys=True).encode(), mtime=0)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)  # a killed write never leaves half a bundle under the real name
+    write_atomic(path, data)
     return data
 
 
@@ -93,13 +52,13 @@ def _ours(model: str | None, gemm: dict, best: dict, local: dict
     """What of a cache belongs in `model`'s bundle: all of it, less what another model's
     bundle brought into this process and is still unchanged."""
     kept: dict = {}
-    for (op, key, precision), block in _blocks(gemm):
-        source = _IMPORTED.get((op, key, precision))
+    for (op, key, precision), block in blocks(gemm):
+        source = STATE.imported.get((op, key, precision))
         if model is not None and source and source[0] != model and source[1] == block:
             continue
         kept.setdefault(op, {}).setdefault(key, {})[precision] = block
-    mine = {rel: c for rel, c in best.items() if not _theirs(model, _IMPORTED_BEST, rel, c)}
-    singles = {k: v for k, v in local.items() if not _theirs(model, _IMPORTED_LOCAL, k, v)}
+    mine = {rel: c for rel, c in best.items() if not _theirs(model, STATE.imported_best, rel, c)}
+    singles = {k: v for k, v in local.items() if not _theirs(model, STATE.imported_local, k, v)}
     return kept, mine, singles
 
 
@@ -122,7 +81,7 @@ def export_tuning(path: str | os.PathLike, model: str | None = None,
     from torch._inductor.codecache import CacheBase
 
     out = check_bundle_path("path", path)
-    cache = _cache_folder(cache_dir)
+    cache = cache_folder(cache_dir)
     gemm, local, best = read_cache_parts(cache, CacheBase.get_system()["hash"])
     gemm, best, local = _ours(model, gemm, best, local)
     for rel in drop:
@@ -145,7 +104,7 @@ def export_tuning(path: str | os.PathLike, model: str | None = None,
     runs = [r for r in (old["runs"] if old else []) if not run or r.get("id") != run.get("id")]
     if run:
         runs.append(run)
-    precisions = sorted({p for (_, _, p), _ in _blocks(merged)})
+    precisions = sorted({p for (_, _, p), _ in blocks(merged)})
     seeds = [dict(e) for e in (old or {}).get("seeded_from", [])]
     seeds += [e for e in seeded_from(model) if e not in seeds]
     content = {"format": FORMAT, "stamp": here, "model": model if model else
@@ -153,7 +112,7 @@ def export_tuning(path: str | os.PathLike, model: str | None = None,
                "local": singles, "best_configs": best_all, "runs": runs,
                "seeded_from": seeds}
     data = _write_gzip_json(out, content)
-    summary = {"path": str(out), "gemm_blocks": sum(1 for _ in _blocks(merged)),
+    summary = {"path": str(out), "gemm_blocks": sum(1 for _ in blocks(merged)),
                "best_configs": len(best_all), "blocks_added": changed,
                "local_entries": len(singles), "local_added": singles_changed,
                "best_configs_added": best_changed, "bytes": len(data),
@@ -177,7 +136,7 @@ def import_tuning(path: str | os.PathLike, sha256: str | None = None,
 
     `from_kind`: the GPU the bundle was tuned on, when it is another kind of the same design as
     this one (an H200's bundle on an H100 SXM: the same SM count and compute capability, every
-    other part of the stamp equal; compiletime/tuning_kinds.py says why that holds). Its
+    other part of the stamp equal; compiletime/bundle.py says why that holds). Its
     tuning is taken and recorded: a bundle exported here lists it in "seeded_from", and every
     result measured from it says "tuned on the <kind>". Never implied: a bundle of another kind
     without from_kind is refused, and from_kind is refused across SM counts or capabilities.
@@ -197,8 +156,8 @@ def import_tuning(path: str | os.PathLike, sha256: str | None = None,
                                 f"{'; '.join(problems)}. Nothing was imported.")
         source = f"{path} (tuned on the {from_kind})"
         seed(bundle.get("model"), from_kind, str(path))
-    cache = _cache_folder(cache_dir)
-    counts = _put(cache, here["system_hash"], bundle, bundle.get("model"), source)
+    cache = cache_folder(cache_dir)
+    counts = add_to_cache(cache, here["system_hash"], bundle, bundle.get("model"), source)
     covered = register_coverage(bundle, source)
     summary = {"path": str(path), "cache": str(cache), "sha256": bundle["sha256"],
                "model": bundle.get("model"), "covers": covered, **counts}
@@ -212,7 +171,7 @@ def import_tuning(path: str | os.PathLike, sha256: str | None = None,
 
 
 def register_coverage(bundle: dict, source: str) -> int:
-    """Tell the autotune rule (techniques/autotune.py) what `bundle` holds finished: every
+    """Tell the autotune rule (techniques/tuning_state.py) what `bundle` holds finished: every
     coverage key a step of its runs recorded when its compile ended (TuningWatch.note_step's
     covers: measured, tuned or warmed), so that a compile it covers may read its tuning on a
     GPU with autotuning off. Returns how many keys were registered."""
@@ -249,3 +208,37 @@ def import_matching(root: str | os.PathLike = "results", cache_dir=None, verbose
             continue  # another GPU kind's bundle: silently not ours
         done.append(import_tuning(path, cache_dir=cache_dir, verbose=verbose))
     return done
+
+
+def show_tuning(path: str | os.PathLike) -> str:
+    """What a bundle holds, as text: its stamp, shapes per op, best configs (and how many
+    coordinate descent found), the commands that tuned and their seconds, its SHA-256.
+    Introduced in 06_cold_start.ipynb."""
+    bundle = read_bundle(path)
+    ops: dict[str, int] = {}
+    for (op, _, _), _ in blocks(bundle["gemm"]):
+        ops[op] = ops.get(op, 0) + 1
+    coordesc = sum(bool(c.get("found_by_coordesc")) for c in bundle["best_configs"].values())
+    runs = bundle.get("runs", [])
+    tuned = [r for r in runs if r.get("tuned")]
+    lines = [f"{path}: {bundle['bytes'] / 1024:.1f} KiB, SHA-256 {bundle['sha256']}",
+             f"model: {bundle.get('model') or '-'}; fp32 precisions: "
+             f"{', '.join(bundle.get('fp32_precisions', [])) or '-'}"]
+    lines += [f"  {key}: {bundle['stamp'].get(key)}" for key in MUST_MATCH]
+    lines.append("GEMM/conv shapes: " + (", ".join(f"{op} {n}" for op, n in sorted(ops.items()))
+                                         or "none"))
+    local = bundle.get("local", {})
+    pads = sum(key.startswith("base mm time: ") or key.startswith("((torch.Size") for key in local)
+    lines.append(f"single-key benchmarks: {len(local)} ({pads} of pad_mm)")
+    lines.append(f"Triton best configs: {len(bundle['best_configs'])} ({coordesc} found by "
+                 "coordinate descent)")
+    for seed in bundle.get("seeded_from", []):
+        lines.append(f"seeded from another GPU kind: tuned on the {seed.get('gpu_name')} "
+                     f"({seed.get('source')})")
+    lines.append(f"commands that tuned: {len(tuned)} of {len(runs)}, "
+                 f"{sum(r.get('wall_s') or 0 for r in tuned):.0f} s in all")
+    for r in runs:
+        lines.append(f"  {r.get('started_at', '?')} {r.get('state', '?')}: {r.get('wall_s', 0):.0f} s,"
+                     f" {r.get('autotunes', 0)} autotune(s), {r.get('coordesc_benches', 0)} "
+                     f"coordinate-descent benchmark(s): {r.get('command', '')}")
+    return "\n".join(lines)

@@ -30,11 +30,12 @@ from typing import Any
 
 from .. import checks
 from ..techniques.compile_cache import use_course_cache
+from ..techniques.tuning_state import STATE
 from ..measure.compile_events import compile_times, events_between, snapshot
-from .tuning import check_bundle_path, export_tuning
-from .tuning_hooks import _ACTIVE, install_hooks
-from .tuning_cache import _IMPORTED_BEST
-from .tuning_data import read_best_configs
+from .bundle import check_bundle_path, write_atomic
+from .bundle_cache import read_best_configs
+from .bundle_io import export_tuning
+from .watch_hooks import install_hooks
 
 __all__ = ["TuningWatch", "progress_path"]
 
@@ -50,13 +51,6 @@ def progress_path(bundle: str | os.PathLike) -> Path:
 
 def _utc() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _write_json(path: Path, content: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(content, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
 
 
 class TuningWatch:
@@ -129,7 +123,7 @@ class TuningWatch:
             return False
         if not now.get("found_by_coordesc"):
             return False
-        imported = _IMPORTED_BEST.get(rel)
+        imported = STATE.imported_best.get(rel)
         return self._finished_at_start.get(rel) == now or (imported is not None and
                                                            imported[1] == now)
 
@@ -194,7 +188,8 @@ class TuningWatch:
         if not (self.write == "always" or self.tuning_seen or self.bundle.exists()):
             return
         try:
-            _write_json(self.progress, self._progress(state or self.run["state"]))
+            write_atomic(self.progress, json.dumps(self._progress(state or self.run["state"]),
+                                                   indent=1, sort_keys=True) + "\n")
         except Exception as exc:  # noqa: BLE001 (a progress report must not stop the work)
             self.last_error = f"{type(exc).__name__}: {exc}"
 
@@ -248,7 +243,7 @@ class TuningWatch:
         self.before = snapshot()
         self._started, self._finished = time.monotonic(), False
         self._install()
-        _ACTIVE.append(self)
+        STATE.watches.append(self)
         self._thread = threading.Thread(target=self._loop, name="fastdiff-tuning", daemon=True)
         self._thread.start()
         return self
@@ -260,8 +255,8 @@ class TuningWatch:
         try:
             self._finish(state)
         finally:
-            if self in _ACTIVE:
-                _ACTIVE.remove(self)
+            if self in STATE.watches:
+                STATE.watches.remove(self)
             for undo in reversed(self._restore):
                 undo()
             self._restore.clear()

@@ -1,18 +1,42 @@
-"""A tuning bundle's format: its stamp (what the tuning is valid for), how it is read and
-checked (gzip and json alone: nothing in it runs), how a cache folder's tuning is read, and
-how two sets of GEMM timings merge. compiletime/tuning.py exports and imports bundles with it.
+"""A tuning bundle's format: max-autotune's results carried between machines of one GPU kind as
+a small gzip'd JSON file, never as code. Its stamp (what the tuning is valid for), how it is read
+and checked (gzip and json alone: nothing in it runs), how two sets of timings merge, where the
+course keeps it, and when another GPU kind of one design may take it. bundle_io.py exports and
+imports bundles; bundle_cache.py reads and fills an inductor cache folder.
 
-Introduced in 06_cold_start.ipynb. A bundle (gzip'd JSON):
+Introduced in 06_cold_start.ipynb. Inductor already keeps what tuning found, as JSON, in its
+cache folder (torch 2.13):
+- GEMM and convolution timings, every choice of every shape: `<cache>/cache/<system hash>`
+  (torch/_inductor/codecache.py, PersistentCache.lookup; the file name is a hash of the GPU
+  name, triton and CUDA versions, CacheBase.get_system). A shape whose every choice is there
+  is not benchmarked again: the winner is picked from the stored timings.
+- beside them in that file, single-key benchmarks (LocalCache.set_value with one key):
+  pad_mm's pad-or-not benchmarks (torch/_inductor/fx_passes/pad_mm.py, get_pad_cache: "base mm
+  time: ..." -> ms, the padded key -> bool; looked up before benchmarking again,
+  get_cached_should_pad) and the scheduler's runtime benchmarks (scheduler.py,
+  get_estimate_runtime_cache).
+- the best config of each Triton kernel, coordinate descent's included: `<cache>/<xx>/<key>
+  .best_config` (torch/_inductor/runtime/autotune_cache.py; the key includes torch_key(),
+  AutotuneCache._make_local_cache_key), read when the kernel loads.
+A bundle holds all three, stamped; import checks the stamp, then puts them into this machine's
+cache folder before the first compile, so a bare machine compiles without tuning.
+torch.compiler.save_cache_artifacts (the "mega-cache", compiletime/cold_start.py) lacks the GEMM
+timings, cannot be written by a killed process, and holds pickled code. A bundle (gzip'd JSON):
     {"format": "fastdiff-tuning 1", "stamp": {...}, "model": "sdxl",
      "fp32_precisions": ["high"], "gemm": {op: {input key: {precision: {choice: ms}}}},
      "local": {key: ms or bool}, "best_configs": {"<xx>/<key>.best_config": {...}},
      "runs": [{the commands that tuned}]}
-"gemm" keeps inductor's own nesting (torch/_inductor/codecache.py, PersistentCache.lookup).
-"local" holds the single-key entries that share that file (LocalCache.set_value with one key):
-pad_mm's pad-or-not benchmarks (torch/_inductor/fx_passes/pad_mm.py, get_pad_cache: "base mm
-time: ..." -> ms, the padded key -> bool) and the scheduler's runtime benchmarks
-(scheduler.py, get_estimate_runtime_cache). A bundle without it (none was written before) reads
+"gemm" keeps inductor's own nesting; a bundle without "local" (none was written before) reads
 as holding none.
+
+Another GPU kind of one design: inductor's kernels and their keys depend on the device only
+through its DeviceProperties (torch/_inductor/runtime/hints.py: type, index, SM count, compute
+capability, registers and threads per SM, threads per block, warp size), which an H100 SXM and
+an H200 share (both a GH100 with 132 SMs, compute capability 9.0); the GPU's name enters only
+the timings file's name, inductor's system hash (codecache.py CacheBase.get_system: the name,
+triton's key and the CUDA version). The timings are another card's: an H200's memory is faster,
+so a shape's winner may differ by a little; that is why such an import is explicit (from_kind)
+and every result measured with it says where its tuning came from.
 """
 
 from __future__ import annotations
@@ -27,11 +51,12 @@ from typing import Any
 
 from .. import checks
 from ..errors import FastdiffError
-from ..measure.env import cpu_name
+from ..measure.env import cpu_name, gpu_folder
 
-__all__ = ["FORMAT", "MUST_MATCH", "tuning_stamp", "read_bundle", "read_cache",
-           "read_cache_parts", "split_timings", "differences", "merge_gemm", "merge_local",
-           "show_tuning"]
+__all__ = ["FORMAT", "MUST_MATCH", "KNOWN_KINDS", "tuning_stamp", "bundle_path",
+           "check_bundle_path", "write_atomic", "read_bundle", "split_timings", "blocks",
+           "safe_relative", "differences", "cross_kind_problems", "raw_kind_problems",
+           "merge_gemm", "merge_local"]
 
 
 FORMAT = "fastdiff-tuning 1"
@@ -65,8 +90,32 @@ def tuning_stamp() -> dict[str, Any]:
             "system_hash": CacheBase.get_system()["hash"], "torch_key": torch_key().hex()}
 
 
-def _timings_file(cache: Path, system_hash: str) -> Path:
-    return cache / "cache" / system_hash
+def bundle_path(model: str, device: str | None = None, root: str | os.PathLike = "results"
+                ) -> Path:
+    """Where the course keeps a model's bundle: <root>/<gpu>/tuning/<torch>/<model>.json.gz,
+    e.g. results/h100-80gb-hbm3/tuning/2.11.0+cu130/sdxl.json.gz.
+    Introduced in 06_cold_start.ipynb."""
+    import torch
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return Path(root) / gpu_folder(device) / "tuning" / torch.__version__ / f"{model}.json.gz"
+
+
+def check_bundle_path(name: str, path: str | os.PathLike) -> Path:
+    """A path a bundle may be written to: new, or a gzip file (read_bundle then checks that it
+    is a bundle of this machine's); any other file is left as it is (refused)."""
+    return checks.output_file(name, path, "sdxl.json.gz", lambda p: checks.file_starts(
+        p, b"\x1f\x8b"), "a tuning bundle (gzip'd JSON written by fdh.export_tuning)")
+
+
+def write_atomic(path: Path, data: bytes | str) -> None:
+    """Write `path` whole or not at all: into a temporary file beside it, then moved over it (a
+    killed write never leaves half a file under the real name)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+    os.replace(tmp, path)
 
 
 def _is_number(value: Any) -> bool:
@@ -74,19 +123,12 @@ def _is_number(value: Any) -> bool:
         isinstance(value, float) and math.isnan(value))
 
 
-def _safe_relative(rel: str) -> bool:
+def safe_relative(rel: str) -> bool:
     """A path inside the cache folder: relative, no '..', no backslash, a .best_config."""
     path = PurePosixPath(rel)
     return (isinstance(rel, str) and rel.endswith(".best_config") and "\\" not in rel
             and not path.is_absolute() and ":" not in path.parts[0]
             and all(part not in ("", ".", "..") for part in path.parts))
-
-
-def _read_timings(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text()).get("cache", {}) if path.is_file() else {}
-    except (json.JSONDecodeError, OSError):  # being rewritten this instant: next time
-        return {}
 
 
 def _is_block(value: Any) -> bool:
@@ -114,42 +156,7 @@ def split_timings(cache: dict) -> tuple[dict, dict]:
     return gemm, local
 
 
-def read_cache_parts(cache_dir: str | os.PathLike, system_hash: str | None = None
-                     ) -> tuple[dict, dict, dict]:
-    """(GEMM timings, single-key entries, best configs) in an inductor cache folder: the
-    timings file of this system read once and split (split_timings), and every *.best_config
-    by its path relative to the folder. A file being written at that moment is skipped."""
-    cache = Path(cache_dir)
-    if system_hash is None:
-        system_hash = tuning_stamp()["system_hash"]
-    gemm, local = split_timings(_read_timings(_timings_file(cache, system_hash)))
-    return gemm, local, read_best_configs(cache)
-
-
-def read_best_configs(cache_dir: str | os.PathLike) -> dict:
-    """Every *.best_config in an inductor cache folder, by its path relative to the folder (a
-    file being written at that moment is skipped)."""
-    cache = Path(cache_dir)
-    best: dict = {}
-    for file in sorted(cache.rglob("*.best_config")) if cache.is_dir() else []:
-        try:
-            best[file.relative_to(cache).as_posix()] = json.loads(file.read_text())
-        except (json.JSONDecodeError, OSError):
-            continue
-    return best
-
-
-def read_cache(cache_dir: str | os.PathLike, system_hash: str | None = None
-               ) -> tuple[dict, dict]:
-    """(GEMM timings, best configs) in an inductor cache folder: select_algorithm's part of the
-    timings file of this system ({op: {input key: {precision: {choice: ms}}}}) and every
-    *.best_config by its path relative to the folder (read_cache_parts, less the single-key
-    entries)."""
-    gemm, _, best = read_cache_parts(cache_dir, system_hash)
-    return gemm, best
-
-
-def _blocks(gemm: dict):
+def blocks(gemm: dict):
     for op, keys in gemm.items():
         for key, precisions in keys.items():
             for precision, block in precisions.items():
@@ -173,7 +180,7 @@ def _check_bundle(bundle: Any, where: str) -> dict:
     for op, keys in gemm.items():
         if not isinstance(keys, dict) or not all(isinstance(p, dict) for p in keys.values()):
             raise bad(f"the timings of {op} are not nested objects")
-    for (op, key, precision), block in _blocks(gemm):
+    for (op, key, precision), block in blocks(gemm):
         if not _is_block(block):
             raise bad(f"the timings of {op} {key[:40]} {precision} are not choice: ms")
     local = bundle.get("local", {})
@@ -181,7 +188,7 @@ def _check_bundle(bundle: Any, where: str) -> dict:
             isinstance(v, bool) or _is_number(v) for v in local.values()):
         raise bad("local must map keys to a number or true/false")
     for rel, config in best.items():
-        if not _safe_relative(rel):
+        if not safe_relative(rel):
             raise bad(f"best config path {rel!r} is not a relative path inside the cache "
                       "folder (no '..', no absolute path)")
         if not isinstance(config, dict):
@@ -216,13 +223,68 @@ def differences(stamp: dict, here: dict) -> list[str]:
             if stamp.get(key) != here.get(key)]
 
 
+# (SM count, compute capability) of the kinds the course has met, for a raw tarball (which
+# carries the GPU's name, not its properties). NVIDIA's H100 Tensor Core GPU Architecture
+# whitepaper: H100 SXM5 132 SMs, H100 PCIe 114; the H200 is the same GH100 configuration as
+# the H100 SXM5; all compute capability 9.0.
+KNOWN_KINDS: dict[str, tuple[int, tuple[int, int]]] = {
+    "NVIDIA H100 80GB HBM3": (132, (9, 0)),
+    "NVIDIA H200": (132, (9, 0)),
+    "NVIDIA H100 PCIe": (114, (9, 0)),
+}
+# the stamp's fields that may differ between two kinds of one design (MUST_MATCH's others may
+# not): the name, and the timings file's name derived from it
+ACROSS_KINDS = ("gpu_name", "system_hash")
+
+
+def cross_kind_problems(stamp: dict, here: dict, must_match: tuple[str, ...]) -> list[str]:
+    """Why a bundle stamped `stamp` may not seed this machine (`here`), one phrase each; empty
+    when it may: another GPU name, the same SM count and compute capability, everything else
+    of the stamp equal."""
+    problems = []
+    if stamp.get("gpu_name") is None or here.get("gpu_name") is None:
+        problems.append("a seed goes from one GPU to another (this stamp has none)")
+    elif stamp.get("gpu_name") == here.get("gpu_name"):
+        problems.append(f"the bundle is of this kind ({here['gpu_name']}): import it without "
+                        "from_kind")
+    for key in ("sm_count", "capability"):
+        if stamp.get(key) is None or stamp.get(key) != here.get(key):
+            problems.append(f"{key}: bundle {stamp.get(key)!r}, here {here.get(key)!r}")
+    problems += [f"{key}: bundle {stamp.get(key)!r}, here {here.get(key)!r}"
+                 for key in must_match if key not in ACROSS_KINDS + ("sm_count", "capability")
+                 and stamp.get(key) != here.get(key)]
+    return problems
+
+
+def raw_kind_problems(system: Any, here_system: dict, from_kind: str, sm_count: int | None,
+                      capability: list[int] | None) -> list[str]:
+    """Why a raw timings file (its inductor "system" record) of GPU kind `from_kind` may not
+    seed this machine (its system record, SM count and capability); empty when it may."""
+    if not isinstance(system, dict):
+        return ["the timings file has no system record"]
+    name = (system.get("device") or {}).get("name")
+    problems = []
+    if name != from_kind:
+        problems.append(f"its GPU is {name!r}, not {from_kind!r}")
+    if from_kind not in KNOWN_KINDS:
+        problems.append(f"{from_kind!r} is not a kind whose SM count the course knows "
+                        f"({', '.join(KNOWN_KINDS)})")
+    elif KNOWN_KINDS[from_kind] != (sm_count, tuple(capability or ())):
+        sms, cc = KNOWN_KINDS[from_kind]
+        problems.append(f"{from_kind} has {sms} SMs and compute capability {cc}, this GPU "
+                        f"{sm_count} and {tuple(capability or ())}")
+    if system.get("version") != here_system.get("version"):
+        problems.append("its triton or CUDA is not this machine's")
+    return problems
+
+
 def merge_gemm(old: dict, new: dict) -> tuple[dict, int]:
     """`old` with every (op, input key, precision) block of `new` put in whole: a block is one
     run's timings of one shape, never mixed with another run's. Returns (merged, blocks new
     or changed)."""
     merged = json.loads(json.dumps(old))
     changed = 0
-    for (op, key, precision), block in _blocks(new):
+    for (op, key, precision), block in blocks(new):
         slot = merged.setdefault(op, {}).setdefault(key, {})
         if slot.get(precision) != block:
             changed += 1
@@ -237,37 +299,3 @@ def merge_local(old: dict, new: dict) -> tuple[dict, int]:
     changed = sum(merged.get(key) != value for key, value in new.items())
     merged.update(new)
     return merged, changed
-
-
-def show_tuning(path: str | os.PathLike) -> str:
-    """What a bundle holds, as text: its stamp, shapes per op, best configs (and how many
-    coordinate descent found), the commands that tuned and their seconds, its SHA-256.
-    Introduced in 06_cold_start.ipynb."""
-    bundle = read_bundle(path)
-    ops: dict[str, int] = {}
-    for (op, _, _), _ in _blocks(bundle["gemm"]):
-        ops[op] = ops.get(op, 0) + 1
-    coordesc = sum(bool(c.get("found_by_coordesc")) for c in bundle["best_configs"].values())
-    runs = bundle.get("runs", [])
-    tuned = [r for r in runs if r.get("tuned")]
-    lines = [f"{path}: {bundle['bytes'] / 1024:.1f} KiB, SHA-256 {bundle['sha256']}",
-             f"model: {bundle.get('model') or '-'}; fp32 precisions: "
-             f"{', '.join(bundle.get('fp32_precisions', [])) or '-'}"]
-    lines += [f"  {key}: {bundle['stamp'].get(key)}" for key in MUST_MATCH]
-    lines.append("GEMM/conv shapes: " + (", ".join(f"{op} {n}" for op, n in sorted(ops.items()))
-                                         or "none"))
-    local = bundle.get("local", {})
-    pads = sum(key.startswith("base mm time: ") or key.startswith("((torch.Size") for key in local)
-    lines.append(f"single-key benchmarks: {len(local)} ({pads} of pad_mm)")
-    lines.append(f"Triton best configs: {len(bundle['best_configs'])} ({coordesc} found by "
-                 "coordinate descent)")
-    for seed in bundle.get("seeded_from", []):
-        lines.append(f"seeded from another GPU kind: tuned on the {seed.get('gpu_name')} "
-                     f"({seed.get('source')})")
-    lines.append(f"commands that tuned: {len(tuned)} of {len(runs)}, "
-                 f"{sum(r.get('wall_s') or 0 for r in tuned):.0f} s in all")
-    for r in runs:
-        lines.append(f"  {r.get('started_at', '?')} {r.get('state', '?')}: {r.get('wall_s', 0):.0f} s,"
-                     f" {r.get('autotunes', 0)} autotune(s), {r.get('coordesc_benches', 0)} "
-                     f"coordinate-descent benchmark(s): {r.get('command', '')}")
-    return "\n".join(lines)

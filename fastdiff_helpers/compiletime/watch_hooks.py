@@ -2,7 +2,7 @@
 GEMM/conv choice), a wrapper around coordinate descent (which kernel is being descended on, and
 whether its best config is provisional), and a handler of inductor's precompilation log line.
 
-Introduced in 06_cold_start.ipynb, with the watch (tuning_watch.py).
+Introduced in 06_cold_start.ipynb, with the watch (watch.py).
 """
 
 from __future__ import annotations
@@ -10,22 +10,24 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
+from ..techniques.tuning_state import STATE
+
 __all__ = ["install_hooks"]
 
 _LOGGER = "torch._inductor.select_algorithm"
-_ACTIVE: list[Any] = []  # the watch that hooks report to (one at a time)
+# torch's, not ours to forget (no TuningState.reset): torch keeps a feedback saver for the process
 _SAVER_ADDED: list[bool] = []
 
 
 def _feedback(timings, name, input_nodes, choices, profiled, precompile_times) -> None:
     """torch's feedback hook (select_algorithm.add_feedback_saver): called for every GEMM/conv
     choice made, from stored timings or after benchmarking them."""
-    if not _ACTIVE or not timings:
+    if not STATE.watches or not timings:
         return
     try:
         shapes = ", ".join("x".join(str(s) for s in node.get_size()) for node in input_nodes)
         best = min(timings, key=timings.get)
-        _ACTIVE[-1].saw_choice(f"{name}({shapes}): {len(timings)} choices, best "
+        STATE.watches[-1].saw_choice(f"{name}({shapes}): {len(timings)} choices, best "
                                f"{getattr(best, 'name', best)} {timings[best]:.4f} ms")
     except Exception:  # a report must never break a compile
         pass
