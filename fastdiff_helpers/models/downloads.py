@@ -8,7 +8,7 @@ plain files. Which files from_pretrained takes per folder is diffusers' own choi
 (pipeline_loading_utils.py variant_compatible_siblings: the variant's files where a folder has
 them, else its plain ones; none at all raises ValueError, pipeline_utils.py DiffusionPipeline
 .from_pretrained, "no such modeling files"), so load_pipeline asks for the variant only where
-the repository has it. huggingface_hub and diffusers are imported inside the functions.
+the repository has it. The hub is asked through models/hub.py.
 """
 
 from __future__ import annotations
@@ -21,12 +21,10 @@ from dataclasses import dataclass, field
 from ..errors import FastdiffError
 from .build import build_component
 from .presets import HUB_FILES, MODELS, VAES
+from .hub import cached, file_sizes, folders, offline, weight_files
 
 HALF = ("fp16", "bf16")
 BYTES_PER = {"fp32": 4, "fp16": 2, "bf16": 2}
-# what from_pretrained(use_safetensors=True) leaves out (pipeline_loading_utils.py
-# _get_ignore_patterns)
-IGNORED = ["*.bin", "*.msgpack", "*.onnx", "*.pb"]
 GB = 1e9
 
 
@@ -86,29 +84,6 @@ def download_bytes(model: str, dtype: str) -> int:
     return per * sum(component_parameters(model).values())
 
 
-def weight_files(names, folders, variant: str | None) -> tuple[list[str], str | None]:
-    """The safetensors files (and shard indexes) from_pretrained loads from a repository whose
-    files are `names`, for the weight `folders` ("" for a repo's root), by diffusers' own
-    choice; and the variant to pass it (None where the repo has no file of `variant`)."""
-    from diffusers.pipelines.pipeline_loading_utils import variant_compatible_siblings
-
-    mine = [n for n in names if (n.rpartition("/")[0] in folders)]
-    try:
-        chosen, _ = variant_compatible_siblings(mine, variant=variant, ignore_patterns=IGNORED)
-    except ValueError:  # no file of the variant at all: from_pretrained would refuse it
-        if variant is None:
-            raise
-        chosen, _ = variant_compatible_siblings(mine, variant=None, ignore_patterns=IGNORED)
-        variant = None
-    return sorted(f for f in chosen if f.endswith((".safetensors", ".json"))), variant
-
-
-def _cached(hub_id: str, filename: str) -> bool:
-    from huggingface_hub import try_to_load_from_cache
-
-    return isinstance(try_to_load_from_cache(hub_id, filename), str)
-
-
 def has_variant(root: str, folders, variant: str) -> bool:
     """Whether the folder `root` (a cached snapshot, a local pipeline folder) holds a
     safetensors file of `variant` in any of `folders` (diffusers' _identify_model_variants
@@ -119,12 +94,9 @@ def has_variant(root: str, folders, variant: str) -> bool:
                if f.endswith(".safetensors") and f.count(".") >= 2)
 
 
-def _has_cached_variant(hub_id: str, folders, variant: str) -> bool:
-    from huggingface_hub import try_to_load_from_cache
-
-    found = try_to_load_from_cache(hub_id, "config.json" if "" in folders
-                                   else "model_index.json")
-    return isinstance(found, str) and has_variant(os.path.dirname(found), folders, variant)
+def _has_cached_variant(hub_id: str, names, variant: str) -> bool:
+    found = cached(hub_id, "config.json" if "" in names else "model_index.json")
+    return found is not None and has_variant(os.path.dirname(found), names, variant)
 
 
 def local_variant(model: str, path: str, dtype) -> str | None:
@@ -149,89 +121,62 @@ class Download:
         return sum(self.files.values())
 
 
-def hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def plan_download(model: str, dtype) -> Download:
     """What loading `model` (or the "fp16-fix" VAE) in `dtype` from the hub would download now.
-    Online: the hub's file list and sizes (model_info(files_metadata=True)) against the local
-    cache. Offline or unreachable: nothing can download; the variant is the wanted one where
-    the cache holds its files, else the plain files (loaded, then cast)."""
+    Online: the hub's file list and sizes (hub.file_sizes) against the local cache. Offline
+    or unreachable: nothing can download; the variant is the wanted one where the cache holds
+    its files, else the plain files (loaded, then cast)."""
     hub_id, comps = repo_folders(model)
     variant = wanted_variant(hub_id, dtype)
-    if not hub_offline():
-        from huggingface_hub import model_info
-
+    if not offline():
         try:
-            info = model_info(hub_id, files_metadata=True, timeout=10)
+            sizes = file_sizes(hub_id)
         except Exception:  # unreachable, refused, gated: what is cached decides, said below
-            info = None
-        if info is not None:
-            sizes = {s.rfilename: s.size or 0 for s in info.siblings}
+            sizes = None
+        if sizes is not None:
             files, variant = weight_files(sizes, set(comps), variant)
             return Download(hub_id, variant, {f: sizes[f] for f in files
-                                              if not _cached(hub_id, f)})
+                                              if cached(hub_id, f) is None})
     if variant is not None and not _has_cached_variant(hub_id, set(comps), variant):
         variant = None
     return Download(hub_id, variant, {}, exact=False)
 
 
-def free_bytes(folder: str) -> int:
-    """Free bytes on the disk of `folder` (its nearest existing parent)."""
+def _existing(folder: str) -> str:
+    """`folder`, or its nearest parent that exists."""
     path = os.path.abspath(folder)
     while not os.path.exists(path):
         path = os.path.dirname(path)
-    return shutil.disk_usage(path).free
+    return path
 
 
-def cache_folder() -> str:
-    from huggingface_hub import constants
-
-    return constants.HF_HUB_CACHE
+def free_bytes(folder: str) -> int:
+    """Free bytes on the disk of `folder` (its nearest existing parent)."""
+    return shutil.disk_usage(_existing(folder)).free
 
 
 def check_cache_folder() -> None:
     """Refuse, before any network call, a Hugging Face cache that cannot be a folder: HF_HOME or
     HF_HUB_CACHE naming a regular file (huggingface_hub would fail deep inside with
     NotADirectoryError, or reach the network first), or a folder this user cannot write."""
-    from huggingface_hub import constants
-
+    home, hub_cache = folders()
     named = next((v for v in ("HF_HUB_CACHE", "HF_HOME") if os.environ.get(v)), None)
     fix = (f"Point {named} at a folder (or unset it) before starting Python." if named else
            "Point HF_HUB_CACHE (or HF_HOME) at a folder before starting Python.")
-    for folder in (constants.HF_HOME, constants.HF_HUB_CACHE):
-        path = os.path.abspath(folder)
-        while not os.path.exists(path):
-            path = os.path.dirname(path)
-        if not os.path.isdir(path):
-            raise FastdiffError(f"The Hugging Face cache {constants.HF_HUB_CACHE} cannot be "
-                                f"made: {path} is a file, not a folder. {fix} Nothing was "
-                                "downloaded.")
-        if not os.access(path, os.W_OK):
-            raise FastdiffError(f"The Hugging Face cache {constants.HF_HUB_CACHE} cannot be "
-                                f"written: {path} is not writable by this user. {fix} Nothing "
-                                "was downloaded.")
-
-
-def check_online() -> None:
-    """Refuse a download in huggingface_hub's offline mode before it asks the hub anything
-    (every request raises OfflineModeIsEnabled there: huggingface_hub/utils/_http.py)."""
-    from huggingface_hub import constants
-
-    if constants.is_offline_mode():
-        raise FastdiffError("HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) is set: huggingface_hub "
-                            "is in offline mode and cannot download. Unset it on a machine "
-                            "that reaches huggingface.co, or carry a filled cache here "
-                            "(`download --dry-run` lists what the course needs). Nothing was "
-                            "downloaded.")
+    for path in map(_existing, (home, hub_cache)):
+        why = (f"made: {path} is a file, not a folder" if not os.path.isdir(path) else
+               f"written: {path} is not writable by this user"
+               if not os.access(path, os.W_OK) else None)
+        if why:
+            raise FastdiffError(f"The Hugging Face cache {hub_cache} cannot be {why}. {fix} "
+                                "Nothing was downloaded.")
 
 
 def check_disk(nbytes: int, what: str) -> None:
     """Refuse, before it starts, a download of `nbytes` that the Hugging Face cache's disk
     cannot hold, saying what to do."""
     check_cache_folder()
-    folder = cache_folder()
+    folder = folders()[1]
     free = free_bytes(folder)
     if nbytes > free:
         raise FastdiffError(
@@ -249,9 +194,9 @@ def say_download(model: str, dtype, verbose: bool = True) -> str | None:
         kind = "fp16" if plan.variant else HUB_FILES.get(plan.hub_id, ("fp32", 0))[0]
         what = f"{model} ({plan.hub_id}, its {kind} files)"
         check_disk(plan.bytes, f"Downloading {what}")
+        folder = folders()[1]
         print(f"fastdiff: downloading {what}: {len(plan.files)} file(s), "
-                  f"{plan.bytes / GB:.1f} GB, into {cache_folder()} "
-                  f"({free_bytes(cache_folder()) / GB:.0f} GB free)")
+              f"{plan.bytes / GB:.1f} GB, into {folder} ({free_bytes(folder) / GB:.0f} GB free)")
     elif verbose and wanted_variant(plan.hub_id, dtype) and plan.variant is None:
         print(f"fastdiff: {model}: its fp16 files are not here; loading its cached "
               f"{HUB_FILES[plan.hub_id][0]} files and casting them")
