@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -18,18 +19,18 @@ from ..errors import FastdiffError
 # what from_pretrained(use_safetensors=True) leaves out (pipeline_loading_utils.py
 # _get_ignore_patterns)
 IGNORED = ["*.bin", "*.msgpack", "*.onnx", "*.pb"]
-# huggingface_hub/constants.py: ENV_VARS_TRUE_VALUES = {"1", "ON", "YES", "TRUE"}, compared
-# upper-cased (_is_true: `return value.upper() in ENV_VARS_TRUE_VALUES`)
-OFFLINE_ON = ("1", "on", "true", "yes")
 _INFO: dict[tuple, Any] = {}  # (the model_info asked, hub id) -> its answer with file sizes
 
 
 def offline() -> bool:
     # huggingface_hub/constants.py: `HF_HUB_OFFLINE = _is_true(os.environ.get("HF_HUB_OFFLINE")
-    # or os.environ.get("TRANSFORMERS_OFFLINE"))` (is_offline_mode() returns it): the same
-    # variables and values, read at each call here, once at its import there.
+    # or os.environ.get("TRANSFORMERS_OFFLINE"))`, _is_true: `value.upper() in
+    # ENV_VARS_TRUE_VALUES`: the same variables and values, read at each call (there at import)
+    from huggingface_hub import constants
+
     name = "HF_HUB_OFFLINE" if os.environ.get("HF_HUB_OFFLINE") else "TRANSFORMERS_OFFLINE"
-    return checks.env_switch(name, "the hub's offline mode", on=OFFLINE_ON)
+    on = tuple(sorted(v.lower() for v in constants.ENV_VARS_TRUE_VALUES))
+    return checks.env_switch(name, "the hub's offline mode", on=on)
 
 
 def check_online() -> None:
@@ -44,15 +45,15 @@ def check_online() -> None:
 
 
 def model_info(hub_id: str, timeout: float, files: bool = False):
-    """model_info of `hub_id`; with `files` (each file's size) asked once per process (a file
-    list stays put), without asked each time (is the hub answering now, and its gate?)."""
+    """model_info of `hub_id`; with `files` (file sizes) asked once per process (a file list
+    stays put), without each time (is the hub answering now, and its gate?)."""
     import huggingface_hub
 
     ask = huggingface_hub.model_info
     if not files:
         return ask(hub_id, timeout=timeout)
-    # a dict keyed by the function asked too, not lru_cache on the arguments: a model_info
-    # replaced (a test's hub) is not answered from another's answers; a failure is not kept
+    # a dict keyed by the function asked too, not lru_cache: a replaced model_info (a test's
+    # hub) gets no answer of another; a failure is not kept
     key = (ask, hub_id)
     if key not in _INFO:
         _INFO[key] = ask(hub_id, files_metadata=True, timeout=timeout)
@@ -81,11 +82,37 @@ def fetch(hub_id: str, filename: str | None = None, patterns: list[str] | None =
     return hub.snapshot_download(hub_id, allow_patterns=patterns)
 
 
-def folders() -> tuple[str, str]:
-    """huggingface_hub's HF_HOME and HF_HUB_CACHE, as it resolved them at its import."""
+def _existing(folder: str) -> str:  # `folder`, or its nearest parent that exists
+    path = os.path.abspath(folder)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def free_bytes(folder: str) -> int:
+    """Free bytes on the disk of `folder` (its nearest existing parent)."""
+    return shutil.disk_usage(_existing(folder)).free
+
+
+def check_cache_folder() -> str:
+    """Refuse, before any network call, a Hugging Face cache that cannot be a folder: HF_HOME or
+    HF_HUB_CACHE naming a regular file (huggingface_hub would fail deep inside with
+    NotADirectoryError, or reach the network first), or a folder this user cannot write; else
+    the cache folder."""
     from huggingface_hub import constants
 
-    return constants.HF_HOME, constants.HF_HUB_CACHE
+    home, hub_cache = constants.HF_HOME, constants.HF_HUB_CACHE
+    named = next((v for v in ("HF_HUB_CACHE", "HF_HOME") if os.environ.get(v)), None)
+    fix = (f"Point {named} at a folder (or unset it) before starting Python." if named else
+           "Point HF_HUB_CACHE (or HF_HOME) at a folder before starting Python.")
+    for path in map(_existing, (home, hub_cache)):
+        why = (f"made: {path} is a file, not a folder" if not os.path.isdir(path) else
+               f"written: {path} is not writable by this user"
+               if not os.access(path, os.W_OK) else None)
+        if why:
+            raise FastdiffError(f"The Hugging Face cache {hub_cache} cannot be {why}. {fix} "
+                                "Nothing was downloaded.")
+    return hub_cache
 
 
 def hub_errors():
@@ -107,8 +134,7 @@ def gate_access(hub_id: str, timeout: float) -> tuple[bool | None, str]:
 
     def ask() -> None:
         try:
-            auth_check(hub_id)
-            answer.append(None)
+            answer.append(auth_check(hub_id))  # None: let in
         except Exception as exc:  # kept, judged below
             answer.append(exc)
 
@@ -140,10 +166,20 @@ def gate_todo(hub_id: str, gated: str | None = None) -> str:
             "`hf auth login` or set HF_TOKEN to a token of that account")
 
 
+def weight_kinds(folder: str) -> set[str]:
+    """The kinds of safetensors weights in `folder`, single files or shards: "safetensors"
+    (plain) or a variant ("fp16"); a cached snapshot's link counts where its blob exists."""
+    files = os.listdir(folder) if os.path.isdir(folder) else []
+    return {f.split(".")[1].split("-")[0] for f in files if f.endswith(".safetensors")
+            and os.path.exists(os.path.join(folder, f))}
+
+
 def weight_files(names, folders, variant: str | None) -> tuple[list[str], str | None]:
     """The safetensors files (and shard indexes) from_pretrained loads from a repository whose
-    files are `names`, for the weight `folders` ("" for a repo's root), by diffusers' own
-    choice; and the variant to pass it (None where the repo has no file of `variant`)."""
+    files are `names`, for the weight `folders` ("" for a repo's root), and the variant to pass
+    it (None where the repo has no file of `variant`): diffusers' choice (pipeline_loading_utils
+    .py variant_compatible_siblings: a folder's variant files, else its plain ones; none at
+    all raises ValueError, pipeline_utils.py from_pretrained "no such modeling files")."""
     from diffusers.pipelines.pipeline_loading_utils import variant_compatible_siblings
 
     mine = [n for n in names if (n.rpartition("/")[0] in folders)]

@@ -24,7 +24,8 @@ import torch
 
 from ..errors import FastdiffError
 from .. import checks
-from .hub import cached, gate_access, gate_todo, hub_errors, model_info, needs_access, offline
+from .hub import (cached, gate_access, gate_todo, hub_errors, model_info, needs_access, offline,
+                  weight_kinds)
 from .presets import ModelSpec, get_spec
 from .weights_choice import CARRIED, carried_choice, carry_choice, weights_file
 
@@ -84,16 +85,9 @@ def _status(spec: ModelSpec, path: str | None) -> tuple[bool, str, str | None]:
 def _uncached_weights(spec: ModelSpec, snapshot: str) -> list[str]:
     """The model components (unet, vae, text encoders...) whose folder in a cached snapshot
     holds no safetensors weights that from_pretrained would load: plain or fp16 (what a
-    half-precision load takes, models/downloads.py), a single file or shards (a snapshot
-    holds only what was downloaded; a file there is a link to a blob, which must exist)."""
-    missing = []
-    for name in spec.full:
-        folder = os.path.join(snapshot, name)
-        files = os.listdir(folder) if os.path.isdir(folder) else []
-        if not any(f.endswith(".safetensors") and f.split(".")[1].split("-")[0] in ("safetensors", "fp16")
-                   and os.path.exists(os.path.join(folder, f)) for f in files):
-            missing.append(name)
-    return missing
+    half-precision load takes, models/downloads.py), a single file or shards."""
+    return [name for name in spec.full
+            if not weight_kinds(os.path.join(snapshot, name)) & {"safetensors", "fp16"}]
 
 
 def require_pretrained(spec: ModelSpec, path: str | None) -> None:
@@ -167,11 +161,8 @@ def resolve_weights(model: str | ModelSpec, weights: str, device: str,
 
 
 def choose_weights(spec: ModelSpec, path: str | None, device: str) -> tuple[str, str]:
-    """What weights="auto" picks for `spec` on `device`, and why: on a CPU pretrained when the
-    weights are at `path`, in the local Hugging Face cache or reachable (and a gated
-    repository lets this machine's token in), else tiny; on a GPU the choice a parameters cell
-    carried ("random" asked for by name, or "pretrained"), else pretrained when available,
-    else "none": "auto" stops there, and why says what to do. Introduced in 00_setup.ipynb."""
+    """What weights="auto" picks for `spec` on `device` (the rule atop this module), and why;
+    "none" where "auto" stops, why saying what to do. Introduced in 00_setup.ipynb."""
     carried = carried_choice(spec.key) if path is None and device.startswith("cuda") else None
     if carried and carried["weights"] == "random":  # asked for by name: no hub question
         return "random", (f"asked for in a parameters cell on {carried['when']}, carried in "

@@ -13,10 +13,9 @@ import argparse
 
 from ..models.gpus import PROFILES, gpu_profile
 from ..errors import FastdiffError
-from ..models.downloads import (GB, check_cache_folder, check_disk, free_bytes, repo_folders,
-                                wanted_variant)
-from ..models.hub import (allow_patterns, check_online, fetch, folders, gate_todo, hub_errors,
-                          needs_access)
+from ..models.downloads import GB, check_disk, repo_folders, wanted_variant
+from ..models.hub import (allow_patterns, check_cache_folder, check_online, fetch, gate_todo,
+                          hub_errors, needs_access)
 from ..models.presets import MODELS, VAES
 from ..planning.course_downloads import course_downloads, for_card, table
 
@@ -56,32 +55,22 @@ def download(notebooks=None, models=None, dry_run: bool = False, gpu: str | None
     print(table(rows))
     if dry_run:
         return 0
-    refused = hub_errors().RepositoryNotFoundError  # GatedRepoError is one (errors.py)
     plans = []
-    for model, files, _, _ in rows:
-        hub_id, parts = repo_folders(model)
-        try:
-            patterns, todo = allow_patterns(hub_id, parts, wanted_variant(hub_id, files))
-        except refused as exc:
-            raise _access_error(hub_id, exc) from None
-        plans.append((model, files, hub_id, patterns, todo))
-    total = sum(p[-1] for p in plans)
-    check_disk(total, "This download")
-    cache = folders()[1]
-    print(f"fastdiff: {total / GB:.1f} GB to download into {cache} "
-          f"({free_bytes(cache) / GB:.0f} GB free)")
-    for model, files, hub_id, patterns, todo in plans:
-        print(f"fastdiff: {model} ({hub_id}), its {files} files: {todo / GB:.1f} GB")
-        try:
+    try:  # the repository being asked when the hub refuses is hub_id's
+        for model, files, _, _ in rows:
+            hub_id, parts = repo_folders(model)
+            plans.append((model, files, hub_id,
+                          *allow_patterns(hub_id, parts, wanted_variant(hub_id, files))))
+        total = sum(p[-1] for p in plans)
+        print(f"fastdiff: {total / GB:.1f} GB to download {check_disk(total, 'This download')}")
+        for model, files, hub_id, patterns, todo in plans:
+            print(f"fastdiff: {model} ({hub_id}), its {files} files: {todo / GB:.1f} GB")
             fetch(hub_id, patterns=patterns)
-        except refused as exc:
-            raise _access_error(hub_id, exc) from None
+    except hub_errors().RepositoryNotFoundError as exc:  # GatedRepoError is one (errors.py)
+        why = needs_access(hub_id, f"the hub refused the download: {type(exc).__name__}")
+        raise FastdiffError(f"{why}. To get access: {gate_todo(hub_id)}; then run the command "
+                            "again.") from None
     return 0
-
-
-def _access_error(hub_id: str, exc: Exception) -> FastdiffError:
-    why = needs_access(hub_id, f"the hub refused the download: {type(exc).__name__}")
-    return FastdiffError(f"{why}. To get access: {gate_todo(hub_id)}; then run the command again.")
 
 
 def run(args: argparse.Namespace, argv=None) -> int:
