@@ -69,17 +69,17 @@ SWITCH_ON, SWITCH_OFF = ("1", "true", "yes"), ("0", "false", "no")
 _SAID: set[tuple[str, str]] = set()  # the unknown switch values already said, once each
 
 
-def env_switch(variable: str, what: str) -> bool:
-    """An on/off environment variable: on for 1, true or yes, off unset or for 0, false or no
-    (any case); another value is off, said once per process with the values it takes."""
+def env_switch(variable: str, what: str, on: tuple[str, ...] = SWITCH_ON) -> bool:
+    """An on/off environment variable: on for 1, true or yes (or `on`, a library's values), off
+    unset or for 0, false or no (any case); another value is off, said once with the values."""
     raw = os.environ.get(variable, "")
     value = raw.strip().lower()
-    if value and value not in SWITCH_ON + SWITCH_OFF and (variable, value) not in _SAID:
+    if value and value not in on + SWITCH_OFF and (variable, value) not in _SAID:
         _SAID.add((variable, value))
         print(f"fastdiff: {variable}={raw!r} is not a value it takes: {what} stays off; "
-              f"{', '.join(SWITCH_ON)} switch it on, {', '.join(SWITCH_OFF)} (or unset) leave "
+              f"{', '.join(on)} switch it on, {', '.join(SWITCH_OFF)} (or unset) leave "
               "it off")
-    return value in SWITCH_ON
+    return value in on
 
 
 def image_size(name: str, value: Any, multiple: int) -> int | None:

@@ -18,6 +18,19 @@ def test_smoke_settings_are_tiny_and_short(monkeypatch):
     assert s.ladder_kwargs() == dict(s.bench_kwargs(), weights="tiny", device="cpu")
 
 
+@pytest.mark.parametrize("value", ["true", "TRUE", " Yes ", "0", "maybe"])
+def test_smoke_mode_takes_what_every_switch_takes(monkeypatch, capsys, value):
+    """FASTDIFF_SMOKE was read on its own, case-sensitive and silent: "TRUE" was off unsaid."""
+    from fastdiff_helpers import checks
+
+    monkeypatch.setattr(checks, "_SAID", set())
+    monkeypatch.setenv("FASTDIFF_SMOKE", value)
+    assert smoke_mode() is smoke_mode() is checks.env_switch("FASTDIFF_SMOKE", "smoke mode")
+    assert smoke_mode() is (value.strip().lower() in checks.SWITCH_ON)
+    out = capsys.readouterr().out
+    assert out.count("is not a value it takes: smoke mode stays off") == (value == "maybe")
+
+
 def test_full_settings_use_native_resolution(monkeypatch):
     monkeypatch.delenv("FASTDIFF_SMOKE", raising=False)
     s = course_settings("sd15", weights="random")

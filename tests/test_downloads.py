@@ -10,7 +10,7 @@ import pytest
 
 import fastdiff_helpers as fdh
 from fastdiff_helpers.planning.course_downloads import course_downloads
-from fastdiff_helpers.models import downloads, pretrained
+from fastdiff_helpers.models import downloads, hub, pretrained
 from fastdiff_helpers.runs.cli import main
 from fastdiff_helpers.models.downloads import download_bytes
 
@@ -185,6 +185,27 @@ def test_download_for_a_card_leaves_out_what_does_not_fit_it(capsys):
     assert ("pixart", "fp32") in rows and ("sdxl", "fp32") not in rows
     assert main(["download", "--dry-run", "--notebooks", "01"]) == 0
     assert "sdxl           fp32" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("variables, offline", [
+    ({"HF_HUB_OFFLINE": "ON"}, True), ({"HF_HUB_OFFLINE": "yes"}, True),
+    ({"HF_HUB_OFFLINE": "0"}, False), ({"TRANSFORMERS_OFFLINE": "1"}, True),
+    ({"HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "1"}, False)])
+def test_offline_is_read_as_the_hub_library_reads_it(monkeypatch, variables, offline):
+    """huggingface_hub/constants.py: HF_HUB_OFFLINE, else TRANSFORMERS_OFFLINE; 1/on/yes/true."""
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    assert hub.offline() is offline
+
+
+def test_a_repositorys_file_list_is_asked_once_per_process(monkeypatch):
+    asked = []
+    monkeypatch.setattr(huggingface_hub, "model_info", lambda *a, **k: asked.append(k) or
+                        SimpleNamespace(siblings=[SimpleNamespace(rfilename="a", size=3)]))
+    assert hub.file_sizes("x/y") == hub.file_sizes("x/y") == {"a": 3}
+    assert asked == [{"files_metadata": True, "timeout": 10}]
 
 
 def _no_network(monkeypatch):

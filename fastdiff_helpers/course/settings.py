@@ -35,9 +35,9 @@ TINY_STEPS = 10
 
 
 def smoke_mode() -> bool:
-    """True when FASTDIFF_SMOKE=1: tiny weights, 2 steps, small images, CPU (CI runs this).
-    Introduced in 00_setup.ipynb."""
-    return os.environ.get("FASTDIFF_SMOKE", "").strip() in ("1", "true", "yes")
+    """True when FASTDIFF_SMOKE=1 (checks.env_switch's values): tiny weights, 2 steps, small
+    images, CPU (CI runs this). Introduced in 00_setup.ipynb."""
+    return checks.env_switch("FASTDIFF_SMOKE", "smoke mode")
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@
     pretrained  pretrained weights: are they here (a gated repository: may this token in?),
                 what weights="auto" picks (never random unasked on a GPU), safetensors only
     weights_choice  the weights a parameters cell chose on a GPU, carried to later notebooks
+    hub         the Hugging Face hub, asked in one place: offline or not, file lists (cached),
+                the local cache, downloads, a gated repository's access, allow-patterns
     downloads   which files a load fetches in its dtype (fp16 ones for half precision),
                 their bytes (download_bytes), said and the disk checked before it starts
     loading     load_pipeline (one path for the three weight sources), the pipeline's record

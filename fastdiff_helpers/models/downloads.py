@@ -4,29 +4,23 @@ before they start, with the cache's free disk checked.
 Introduced in 00_setup.ipynb (the first load that downloads says what and how many GB).
 A half-precision load (fp16, bf16) fetches a repository's fp16 files where it has them
 (presets.HUB_FILES, checked against the hub's own file list when online); an fp32 load its
-plain files. Which files from_pretrained takes per folder is diffusers' own choice
-(pipeline_loading_utils.py variant_compatible_siblings: the variant's files where a folder has
-them, else its plain ones; none at all raises ValueError, pipeline_utils.py DiffusionPipeline
-.from_pretrained, "no such modeling files"), so load_pipeline asks for the variant only where
-the repository has it. huggingface_hub and diffusers are imported inside the functions.
+plain files; load_pipeline asks for the variant only where the repository has it (the files
+from_pretrained takes: hub.weight_files). The hub is asked through models/hub.py.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import shutil
-from dataclasses import dataclass, field
 
 from ..errors import FastdiffError
 from .build import build_component
 from .presets import HUB_FILES, MODELS, VAES
+from .hub import (cached, check_cache_folder, file_sizes, free_bytes, offline, weight_files,
+                  weight_kinds)
 
 HALF = ("fp16", "bf16")
 BYTES_PER = {"fp32": 4, "fp16": 2, "bf16": 2}
-# what from_pretrained(use_safetensors=True) leaves out (pipeline_loading_utils.py
-# _get_ignore_patterns)
-IGNORED = ["*.bin", "*.msgpack", "*.onnx", "*.pb"]
 GB = 1e9
 
 
@@ -86,45 +80,11 @@ def download_bytes(model: str, dtype: str) -> int:
     return per * sum(component_parameters(model).values())
 
 
-def weight_files(names, folders, variant: str | None) -> tuple[list[str], str | None]:
-    """The safetensors files (and shard indexes) from_pretrained loads from a repository whose
-    files are `names`, for the weight `folders` ("" for a repo's root), by diffusers' own
-    choice; and the variant to pass it (None where the repo has no file of `variant`)."""
-    from diffusers.pipelines.pipeline_loading_utils import variant_compatible_siblings
-
-    mine = [n for n in names if (n.rpartition("/")[0] in folders)]
-    try:
-        chosen, _ = variant_compatible_siblings(mine, variant=variant, ignore_patterns=IGNORED)
-    except ValueError:  # no file of the variant at all: from_pretrained would refuse it
-        if variant is None:
-            raise
-        chosen, _ = variant_compatible_siblings(mine, variant=None, ignore_patterns=IGNORED)
-        variant = None
-    return sorted(f for f in chosen if f.endswith((".safetensors", ".json"))), variant
-
-
-def _cached(hub_id: str, filename: str) -> bool:
-    from huggingface_hub import try_to_load_from_cache
-
-    return isinstance(try_to_load_from_cache(hub_id, filename), str)
-
-
 def has_variant(root: str, folders, variant: str) -> bool:
     """Whether the folder `root` (a cached snapshot, a local pipeline folder) holds a
     safetensors file of `variant` in any of `folders` (diffusers' _identify_model_variants
     asks the same of the folder it loads)."""
-    return any(f.split(".")[1:2] == [variant] or f.split(".")[1].startswith(variant + "-")
-               for folder in folders if os.path.isdir(os.path.join(root, folder))
-               for f in os.listdir(os.path.join(root, folder))
-               if f.endswith(".safetensors") and f.count(".") >= 2)
-
-
-def _has_cached_variant(hub_id: str, folders, variant: str) -> bool:
-    from huggingface_hub import try_to_load_from_cache
-
-    found = try_to_load_from_cache(hub_id, "config.json" if "" in folders
-                                   else "model_index.json")
-    return isinstance(found, str) and has_variant(os.path.dirname(found), folders, variant)
+    return any(variant in weight_kinds(os.path.join(root, folder)) for folder in folders)
 
 
 def local_variant(model: str, path: str, dtype) -> str | None:
@@ -134,104 +94,29 @@ def local_variant(model: str, path: str, dtype) -> str | None:
     return variant if variant and has_variant(path, set(comps), variant) else None
 
 
-@dataclass
-class Download:
-    """What a load would fetch: its files (name: bytes) not in the cache yet, the variant it
-    loads, and whether the sizes are the hub's (exact) or from the architecture."""
-
-    hub_id: str
-    variant: str | None
-    files: dict[str, int] = field(default_factory=dict)
-    exact: bool = True
-
-    @property
-    def bytes(self) -> int:
-        return sum(self.files.values())
-
-
-def hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def plan_download(model: str, dtype) -> Download:
-    """What loading `model` (or the "fp16-fix" VAE) in `dtype` from the hub would download now.
-    Online: the hub's file list and sizes (model_info(files_metadata=True)) against the local
-    cache. Offline or unreachable: nothing can download; the variant is the wanted one where
-    the cache holds its files, else the plain files (loaded, then cast)."""
+def plan_download(model: str, dtype) -> tuple[str | None, dict[str, int]]:
+    """The variant loading `model` (or the "fp16-fix" VAE) in `dtype` from the hub takes, and
+    the files (name: bytes) it would download now. Online: the hub's file list and sizes
+    (hub.file_sizes) against the local cache. Offline or unreachable: nothing can download;
+    the variant is the wanted one where the cache holds its files, else the plain files
+    (loaded, then cast)."""
     hub_id, comps = repo_folders(model)
     variant = wanted_variant(hub_id, dtype)
-    if not hub_offline():
-        from huggingface_hub import model_info
-
-        try:
-            info = model_info(hub_id, files_metadata=True, timeout=10)
-        except Exception:  # unreachable, refused, gated: what is cached decides, said below
-            info = None
-        if info is not None:
-            sizes = {s.rfilename: s.size or 0 for s in info.siblings}
-            files, variant = weight_files(sizes, set(comps), variant)
-            return Download(hub_id, variant, {f: sizes[f] for f in files
-                                              if not _cached(hub_id, f)})
-    if variant is not None and not _has_cached_variant(hub_id, set(comps), variant):
-        variant = None
-    return Download(hub_id, variant, {}, exact=False)
+    try:
+        sizes = None if offline() else file_sizes(hub_id)
+    except Exception:  # unreachable, refused, gated: what is cached decides, said below
+        sizes = None
+    if sizes is not None:
+        files, variant = weight_files(sizes, set(comps), variant)
+        return variant, {f: sizes[f] for f in files if cached(hub_id, f) is None}
+    found = cached(hub_id, "config.json" if "" in comps else "model_index.json")
+    return found and local_variant(model, os.path.dirname(found), dtype), {}
 
 
-def free_bytes(folder: str) -> int:
-    """Free bytes on the disk of `folder` (its nearest existing parent)."""
-    path = os.path.abspath(folder)
-    while not os.path.exists(path):
-        path = os.path.dirname(path)
-    return shutil.disk_usage(path).free
-
-
-def cache_folder() -> str:
-    from huggingface_hub import constants
-
-    return constants.HF_HUB_CACHE
-
-
-def check_cache_folder() -> None:
-    """Refuse, before any network call, a Hugging Face cache that cannot be a folder: HF_HOME or
-    HF_HUB_CACHE naming a regular file (huggingface_hub would fail deep inside with
-    NotADirectoryError, or reach the network first), or a folder this user cannot write."""
-    from huggingface_hub import constants
-
-    named = next((v for v in ("HF_HUB_CACHE", "HF_HOME") if os.environ.get(v)), None)
-    fix = (f"Point {named} at a folder (or unset it) before starting Python." if named else
-           "Point HF_HUB_CACHE (or HF_HOME) at a folder before starting Python.")
-    for folder in (constants.HF_HOME, constants.HF_HUB_CACHE):
-        path = os.path.abspath(folder)
-        while not os.path.exists(path):
-            path = os.path.dirname(path)
-        if not os.path.isdir(path):
-            raise FastdiffError(f"The Hugging Face cache {constants.HF_HUB_CACHE} cannot be "
-                                f"made: {path} is a file, not a folder. {fix} Nothing was "
-                                "downloaded.")
-        if not os.access(path, os.W_OK):
-            raise FastdiffError(f"The Hugging Face cache {constants.HF_HUB_CACHE} cannot be "
-                                f"written: {path} is not writable by this user. {fix} Nothing "
-                                "was downloaded.")
-
-
-def check_online() -> None:
-    """Refuse a download in huggingface_hub's offline mode before it asks the hub anything
-    (every request raises OfflineModeIsEnabled there: huggingface_hub/utils/_http.py)."""
-    from huggingface_hub import constants
-
-    if constants.is_offline_mode():
-        raise FastdiffError("HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) is set: huggingface_hub "
-                            "is in offline mode and cannot download. Unset it on a machine "
-                            "that reaches huggingface.co, or carry a filled cache here "
-                            "(`download --dry-run` lists what the course needs). Nothing was "
-                            "downloaded.")
-
-
-def check_disk(nbytes: int, what: str) -> None:
+def check_disk(nbytes: int, what: str) -> str:
     """Refuse, before it starts, a download of `nbytes` that the Hugging Face cache's disk
-    cannot hold, saying what to do."""
-    check_cache_folder()
-    folder = cache_folder()
+    cannot hold, saying what to do; else where it goes: "into FOLDER (N GB free)"."""
+    folder = check_cache_folder()
     free = free_bytes(folder)
     if nbytes > free:
         raise FastdiffError(
@@ -239,20 +124,20 @@ def check_disk(nbytes: int, what: str) -> None:
             f"({folder}) has {free / GB:.1f} GB free. Free some space, or point HF_HUB_CACHE "
             "(or HF_HOME) at a bigger disk before starting Python, or load with "
             "weights='random' (no download).")
+    return f"into {folder} ({free / GB:.0f} GB free)"
 
 
 def say_download(model: str, dtype, verbose: bool = True) -> str | None:
     """Before a load from the hub: say what it downloads (which files, how many GB; always,
     `verbose` or not) and check the disk; returns the variant to load (None: plain files)."""
-    plan = plan_download(model, dtype)
-    if plan.files:
-        kind = "fp16" if plan.variant else HUB_FILES.get(plan.hub_id, ("fp32", 0))[0]
-        what = f"{model} ({plan.hub_id}, its {kind} files)"
-        check_disk(plan.bytes, f"Downloading {what}")
-        print(f"fastdiff: downloading {what}: {len(plan.files)} file(s), "
-                  f"{plan.bytes / GB:.1f} GB, into {cache_folder()} "
-                  f"({free_bytes(cache_folder()) / GB:.0f} GB free)")
-    elif verbose and wanted_variant(plan.hub_id, dtype) and plan.variant is None:
+    hub_id, (variant, files) = repo_folders(model)[0], plan_download(model, dtype)
+    if files:
+        kind = "fp16" if variant else HUB_FILES.get(hub_id, ("fp32", 0))[0]
+        what = f"{model} ({hub_id}, its {kind} files)"
+        where = check_disk(sum(files.values()), f"Downloading {what}")
+        print(f"fastdiff: downloading {what}: {len(files)} file(s), "
+              f"{sum(files.values()) / GB:.1f} GB, {where}")
+    elif verbose and wanted_variant(hub_id, dtype) and variant is None:
         print(f"fastdiff: {model}: its fp16 files are not here; loading its cached "
-              f"{HUB_FILES[plan.hub_id][0]} files and casting them")
-    return plan.variant
+              f"{HUB_FILES[hub_id][0]} files and casting them")
+    return variant

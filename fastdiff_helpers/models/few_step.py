@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import FastdiffError
+from .hub import cached
 
 
 @dataclass(frozen=True)
@@ -51,12 +52,9 @@ FEW_STEP: dict[str, FewStep] = {
 
 def few_step_file(name: str) -> str | None:
     """The local path of `name`'s weights in the Hugging Face cache, or None (no network:
-    huggingface_hub.try_to_load_from_cache only looks). Introduced in
+    hub.cached only looks). Introduced in
     13_fewer_denoiser_calls.ipynb."""
     if name not in FEW_STEP:
         raise FastdiffError(f"Unknown few-step weights {name!r}. Use one of: "
                             f"{', '.join(FEW_STEP)}.")
-    from huggingface_hub import try_to_load_from_cache
-
-    found = try_to_load_from_cache(FEW_STEP[name].repo, FEW_STEP[name].filename)
-    return found if isinstance(found, str) else None
+    return cached(FEW_STEP[name].repo, FEW_STEP[name].filename)

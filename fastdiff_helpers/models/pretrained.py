@@ -11,30 +11,27 @@ The rule of weights="auto" (choose_weights):
   with a FastdiffError saying why and what to do (reconnect, `hf download`, get access to a
   gated repository, or weights="random" by name).
 
-Introduced in 00_setup.ipynb. huggingface_hub and diffusers are imported inside the functions
-(cost at import; see build.py).
+Introduced in 00_setup.ipynb. The hub is asked through models/hub.py; diffusers is imported
+inside the functions (cost at import; see build.py).
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from typing import Any
 
 import torch
 
 from ..errors import FastdiffError
 from .. import checks
+from .hub import (cached, gate_access, gate_todo, hub_errors, model_info, needs_access, offline,
+                  weight_kinds)
 from .presets import ModelSpec, get_spec
 from .weights_choice import CARRIED, carried_choice, carry_choice, weights_file
 
 WEIGHTS = ("auto", "pretrained", "random", "tiny")
 HUB_TIMEOUT_S = 5  # each question to the hub (model_info, the gate's access check)
 NOISE = "real speed, memory and FLOPs; every image is noise"
-
-
-def _hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def pretrained_status(spec: ModelSpec, path: str | None = None) -> tuple[bool, str]:
@@ -52,20 +49,16 @@ def _status(spec: ModelSpec, path: str | None) -> tuple[bool, str, str | None]:
         if os.path.isfile(os.path.join(path, "model_index.json")):
             return True, f"local pipeline folder {path}", None
         return False, f"{path} is not a pipeline folder (no model_index.json)", None
-    from huggingface_hub import try_to_load_from_cache
-
-    cached = try_to_load_from_cache(spec.hub_id, "model_index.json")
+    index = cached(spec.hub_id, "model_index.json")
     partly = ""
-    if isinstance(cached, str):
-        missing = _uncached_weights(spec, os.path.dirname(cached))
+    if index is not None:
+        missing = _uncached_weights(spec, os.path.dirname(index))
         if not missing:
             return True, f"{spec.hub_id} is in the local Hugging Face cache", None
         partly = (f"{spec.hub_id} is only partly cached (model_index.json, but no safetensors "
                   f"weights for {', '.join(missing)})")
-    if _hub_offline():
+    if offline():
         return False, partly or f"{spec.hub_id} is not cached and HF_HUB_OFFLINE is set", None
-    from huggingface_hub import model_info
-
     try:
         info = model_info(spec.hub_id, timeout=HUB_TIMEOUT_S)
     except Exception as exc:  # any network or hub failure means: not reachable now
@@ -75,12 +68,12 @@ def _status(spec: ModelSpec, path: str | None) -> tuple[bool, str, str | None]:
     # repository answers model_info to anyone, its files only to a token that was let in
     gated = getattr(info, "gated", None) or None
     if gated:
-        access, said = _gate_access(spec.hub_id)
+        access, said = gate_access(spec.hub_id, HUB_TIMEOUT_S)
         where = partly or f"{spec.hub_id} is not cached"
         if access is None:
             return False, f"{where} and the hub did not answer its access check ({said})", None
         if not access:
-            return False, (f"{spec.hub_id} is gated: needs access ({gated} approval; {said})"
+            return False, (needs_access(spec.hub_id, f"{gated} approval; {said}")
                            + (f"; {partly}" if partly else "")), gated
     let_in = " (gated: the token here has access)" if gated else ""
     if partly:
@@ -89,62 +82,12 @@ def _status(spec: ModelSpec, path: str | None) -> tuple[bool, str, str | None]:
     return True, f"{spec.hub_id} is reachable on the Hugging Face hub{let_in}", None
 
 
-def _gate_access(hub_id: str) -> tuple[bool | None, str]:
-    """Whether this machine's token may download the gated `hub_id` (True, False, or None when
-    the hub did not answer), and in words. huggingface_hub's auth_check (hf_api.py,
-    HfApi.auth_check) returns None with access and raises GatedRepoError without it
-    (utils/_http.py, hf_raise_for_status: X-Error-Code "GatedRepo"), or RepositoryNotFoundError
-    for a request without a valid token (the hub's 401, same function); GatedRepoError is a
-    RepositoryNotFoundError (errors.py). It takes no timeout and its client has none
-    (utils/_http.py, default_client_factory: timeout=None): it is asked in a thread, waited for
-    HUB_TIMEOUT_S seconds."""
-    from huggingface_hub import auth_check, get_token
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
-
-    answer: list[BaseException | None] = []
-
-    def ask() -> None:
-        try:
-            auth_check(hub_id)
-            answer.append(None)
-        except Exception as exc:  # kept, judged below
-            answer.append(exc)
-
-    thread = threading.Thread(target=ask, name="fastdiff-auth-check", daemon=True)
-    thread.start()
-    thread.join(HUB_TIMEOUT_S)
-    if not answer:
-        return None, f"no answer in {HUB_TIMEOUT_S} s"
-    if answer[0] is None:
-        return True, "the token here has access"
-    if not isinstance(answer[0], RepositoryNotFoundError):
-        return None, type(answer[0]).__name__
-    token = ("no Hugging Face token on this machine" if get_token() is None else
-             "the token on this machine has no access" if isinstance(answer[0], GatedRepoError)
-             else "the token on this machine was refused")
-    return False, token
-
-
-def gate_todo(hub_id: str, gated: str | None = None) -> str:
-    """How to get into a gated repository, said before any download."""
-    wait = (" and wait for its authors to approve the request" if gated == "manual" else "")
-    return (f"accept its licence on https://huggingface.co/{hub_id} (logged in){wait}, then "
-            "`hf auth login` or set HF_TOKEN to a token of that account")
-
-
 def _uncached_weights(spec: ModelSpec, snapshot: str) -> list[str]:
     """The model components (unet, vae, text encoders...) whose folder in a cached snapshot
     holds no safetensors weights that from_pretrained would load: plain or fp16 (what a
-    half-precision load takes, models/downloads.py), a single file or shards (a snapshot
-    holds only what was downloaded; a file there is a link to a blob, which must exist)."""
-    missing = []
-    for name in spec.full:
-        folder = os.path.join(snapshot, name)
-        files = os.listdir(folder) if os.path.isdir(folder) else []
-        if not any(f.endswith(".safetensors") and f.split(".")[1].split("-")[0] in ("safetensors", "fp16")
-                   and os.path.exists(os.path.join(folder, f)) for f in files):
-            missing.append(name)
-    return missing
+    half-precision load takes, models/downloads.py), a single file or shards."""
+    return [name for name in spec.full
+            if not weight_kinds(os.path.join(snapshot, name)) & {"safetensors", "fp16"}]
 
 
 def require_pretrained(spec: ModelSpec, path: str | None) -> None:
@@ -169,7 +112,6 @@ def load_pretrained(spec: ModelSpec, path: str | None, dtype: torch.dtype, check
     """from_pretrained, safetensors only; `variant` "fp16": the repo's fp16 files where a
     folder has them (models/downloads.py decides it per load dtype)."""
     import diffusers
-    from huggingface_hub.errors import GatedRepoError
 
     if check:  # load_pipeline checked already
         require_pretrained(spec, path)
@@ -182,11 +124,12 @@ def load_pretrained(spec: ModelSpec, path: str | None, dtype: torch.dtype, check
     try:
         return cls.from_pretrained(path or spec.hub_id, **kwargs)
     except OSError as exc:
+        gate = hub_errors().GatedRepoError
         # diffusers re-raises a refused gate as an EnvironmentError from it
         # (pipelines/pipeline_utils.py, DiffusionPipeline.download)
-        if isinstance(exc, GatedRepoError) or isinstance(exc.__cause__, GatedRepoError):
-            raise FastdiffError(f"{spec.hub_id} is gated and the hub refused this machine's "
-                                f"token: {gate_todo(spec.hub_id)}.") from None
+        if isinstance(exc, gate) or isinstance(exc.__cause__, gate):
+            refused = needs_access(spec.hub_id, "the hub refused this machine's token")
+            raise FastdiffError(f"{refused}: {gate_todo(spec.hub_id)}.") from None
         raise FastdiffError(f"Loading {spec.key!r} from {path or spec.hub_id} failed: {exc}. "
                             "Only safetensors weights are loaded; check the folder holds "
                             "*.safetensors files for every component.") from None
@@ -218,11 +161,8 @@ def resolve_weights(model: str | ModelSpec, weights: str, device: str,
 
 
 def choose_weights(spec: ModelSpec, path: str | None, device: str) -> tuple[str, str]:
-    """What weights="auto" picks for `spec` on `device`, and why: on a CPU pretrained when the
-    weights are at `path`, in the local Hugging Face cache or reachable (and a gated
-    repository lets this machine's token in), else tiny; on a GPU the choice a parameters cell
-    carried ("random" asked for by name, or "pretrained"), else pretrained when available,
-    else "none": "auto" stops there, and why says what to do. Introduced in 00_setup.ipynb."""
+    """What weights="auto" picks for `spec` on `device` (the rule atop this module), and why;
+    "none" where "auto" stops, why saying what to do. Introduced in 00_setup.ipynb."""
     carried = carried_choice(spec.key) if path is None and device.startswith("cuda") else None
     if carried and carried["weights"] == "random":  # asked for by name: no hub question
         return "random", (f"asked for in a parameters cell on {carried['when']}, carried in "
@@ -236,7 +176,7 @@ def choose_weights(spec: ModelSpec, path: str | None, device: str) -> tuple[str,
     before = (f"a parameters cell chose pretrained weights for {spec.key} on "
               f"{carried['when']}, and they are not here now; " if carried else "")
     fetch = (gate_todo(spec.hub_id, gated) if gated else
-             ("unset HF_HUB_OFFLINE and reconnect" if _hub_offline() else "reconnect")
+             ("unset HF_HUB_OFFLINE and reconnect" if offline() else "reconnect")
              + f", or run `hf download {spec.hub_id}` (here, or on a machine with network "
              "and copy its Hugging Face cache)")
     return "none", (f"{why}; {before}on a GPU \"auto\" stops rather than pick random weights: "

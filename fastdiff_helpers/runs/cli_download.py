@@ -4,18 +4,18 @@ workshop in the dtypes its cells run them in, sizes said first and the disk chec
 
 Introduced in 00_setup.ipynb. Each repository comes down by huggingface_hub's own
 snapshot_download (its progress bars), restricted to the files from_pretrained loads in that
-dtype (models/downloads.py weight_files), the configs, tokenizers and scheduler beside them.
+dtype (models/hub.py allow_patterns), the configs, tokenizers and scheduler beside them.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 
 from ..models.gpus import PROFILES, gpu_profile
 from ..errors import FastdiffError
-from ..models.downloads import (GB, cache_folder, check_cache_folder, check_disk, check_online,
-                                free_bytes, repo_folders, wanted_variant, weight_files)
+from ..models.downloads import GB, check_disk, repo_folders, wanted_variant
+from ..models.hub import (allow_patterns, check_cache_folder, check_online, fetch, gate_todo,
+                          hub_errors, needs_access)
 from ..models.presets import MODELS, VAES
 from ..planning.course_downloads import course_downloads, for_card, table
 
@@ -33,27 +33,6 @@ def add_download_command(sub) -> None:
                    help="leave out the files of what does not fit this card (as the plan says)")
     p.add_argument("--dry-run", action="store_true",
                    help="print what would come down, and the GB, without downloading")
-
-
-def _allow_patterns(hub_id: str, folders: dict, variant_dtype: str) -> tuple[list[str], int]:
-    """The files from_pretrained fetches for these folders in this dtype, as snapshot_download
-    patterns, and their bytes still to download (the hub's sizes)."""
-    from huggingface_hub import hf_hub_download, model_info, try_to_load_from_cache
-
-    info = model_info(hub_id, files_metadata=True, timeout=10)
-    sizes = {s.rfilename: s.size or 0 for s in info.siblings}
-    files, _ = weight_files(sizes, set(folders), wanted_variant(hub_id, variant_dtype))
-    if "" in folders:  # one model at the repo's root: its config
-        extra = ["config.json"]
-    else:  # a pipeline: model_index.json names its folders; the ones without weights whole
-        index = json.loads(open(hf_hub_download(hub_id, "model_index.json")).read())
-        named = [k for k, v in index.items() if isinstance(v, list) and k != "_class_name"]
-        extra = ["model_index.json"] + [f"{k}/config.json" for k in folders]
-        extra += [f"{k}/*" for k in named if k not in folders and not any(
-            f.startswith(k + "/") and f.endswith((".safetensors", ".bin")) for f in sizes)]
-    todo = sum(sizes[f] for f in files
-               if not isinstance(try_to_load_from_cache(hub_id, f), str))
-    return files + extra, todo
 
 
 def download(notebooks=None, models=None, dry_run: bool = False, gpu: str | None = None) -> int:
@@ -76,35 +55,22 @@ def download(notebooks=None, models=None, dry_run: bool = False, gpu: str | None
     print(table(rows))
     if dry_run:
         return 0
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
-
     plans = []
-    for model, files, _, _ in rows:
-        hub_id, folders = repo_folders(model)
-        try:
-            patterns, todo = _allow_patterns(hub_id, folders, files)
-        except (GatedRepoError, RepositoryNotFoundError) as exc:
-            raise _access_error(hub_id, exc) from None
-        plans.append((model, files, hub_id, patterns, todo))
-    total = sum(p[-1] for p in plans)
-    check_disk(total, "This download")
-    print(f"fastdiff: {total / GB:.1f} GB to download into {cache_folder()} "
-          f"({free_bytes(cache_folder()) / GB:.0f} GB free)")
-    for model, files, hub_id, patterns, todo in plans:
-        print(f"fastdiff: {model} ({hub_id}), its {files} files: {todo / GB:.1f} GB")
-        try:
-            snapshot_download(hub_id, allow_patterns=patterns)
-        except (GatedRepoError, RepositoryNotFoundError) as exc:
-            raise _access_error(hub_id, exc) from None
+    try:  # the repository being asked when the hub refuses is hub_id's
+        for model, files, _, _ in rows:
+            hub_id, parts = repo_folders(model)
+            plans.append((model, files, hub_id,
+                          *allow_patterns(hub_id, parts, wanted_variant(hub_id, files))))
+        total = sum(p[-1] for p in plans)
+        print(f"fastdiff: {total / GB:.1f} GB to download {check_disk(total, 'This download')}")
+        for model, files, hub_id, patterns, todo in plans:
+            print(f"fastdiff: {model} ({hub_id}), its {files} files: {todo / GB:.1f} GB")
+            fetch(hub_id, patterns=patterns)
+    except hub_errors().RepositoryNotFoundError as exc:  # GatedRepoError is one (errors.py)
+        why = needs_access(hub_id, f"the hub refused the download: {type(exc).__name__}")
+        raise FastdiffError(f"{why}. To get access: {gate_todo(hub_id)}; then run the command "
+                            "again.") from None
     return 0
-
-
-def _access_error(hub_id: str, exc: Exception) -> FastdiffError:
-    return FastdiffError(
-        f"{hub_id} refused the download ({type(exc).__name__}): a gated repository needs "
-        f"access. Accept its terms at https://huggingface.co/{hub_id} while logged in, then "
-        "log this machine in (`hf auth login`, or set HF_TOKEN), and run the command again.")
 
 
 def run(args: argparse.Namespace, argv=None) -> int:

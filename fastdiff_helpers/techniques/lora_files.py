@@ -14,6 +14,7 @@ import torch
 
 from ..checks import arg, output_folder, same_bytes, whole
 from ..errors import FastdiffError
+from ..models.hub import fetch
 from ..models.loading import get_denoiser
 
 __all__ = ["make_lora_file", "lora_file_info", "resolve_lora", "DEFAULT_LORA_TARGETS",
@@ -130,14 +131,11 @@ def resolve_lora(source, weight_name: str | None = None) -> Path:
         raise FastdiffError(f"{arg('lora', str(source))}: no LoRA file there ({path} does not "
                             "exist); give a folder written by save_lora_weights or "
                             "fdh.make_lora_file.")
-    from huggingface_hub import hf_hub_download, snapshot_download
-
     try:
         if weight_name is not None:
-            return Path(hf_hub_download(str(source), weight_name))
+            return Path(fetch(str(source), weight_name))
         # no name given: the repo's one .safetensors file (diffusers guesses the same way)
-        files = sorted(Path(snapshot_download(str(source), allow_patterns=["*.safetensors"])
-                            ).rglob("*.safetensors"))
+        files = sorted(Path(fetch(str(source), patterns=["*.safetensors"])).rglob("*.safetensors"))
     except Exception as exc:  # offline, unknown repo, no such file: all say the same next step
         raise FastdiffError(f"{arg('lora', str(source))}: no local LoRA file and the hub gave "
                             f"none ({type(exc).__name__}). On a machine with network run `hf "
