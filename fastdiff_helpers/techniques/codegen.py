@@ -17,9 +17,10 @@ import re
 import textwrap
 from typing import Sequence
 
+from ..models.dtypes import fp32_or_half, weight_dtype
 from ..models.presets import get_spec
 from . import attention, compile as comp, flux as flux_rules, fusion, precision, quantization, syncs
-from .recipe import WEIGHT_DTYPES, Recipe, RecipeError
+from .recipe import Recipe, RecipeError
 
 _DENOISER = 'denoiser = pipe.unet if hasattr(pipe, "unet") else pipe.transformer'
 
@@ -103,7 +104,7 @@ def _plain(r: Recipe, flux: bool = False, D: str = "denoiser") -> dict[str, list
     # pipeline's own defaults (fp32 weights, TF32 off for matmuls, diffusers' SDPA processor)
     # are not written; a TF32 mode the recipe names is, "off" included
     tf32 = r.tf32 or ("on" if r.dtype == "tf32" else None)
-    lines = [] if r.dtype in ("fp32", "tf32") else [f"pipe.to({WEIGHT_DTYPES[r.dtype]})"]
+    lines = [] if fp32_or_half(r.dtype) == "fp32" else [f"pipe.to({weight_dtype(r.dtype)})"]
     if tf32 is not None:
         lines += [f"# TF32 {tf32!r}: a process-wide switch"] + precision.tf32_code(tf32, alone=True)
     if lines:
