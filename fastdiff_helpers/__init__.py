@@ -15,20 +15,17 @@ from .models.flux import FLUX_COMPILE_SECONDS, FLUX_H100_BEST, FLUX_H100_SECONDS
 from .models.pretrained import choose_weights
 from .models.gpus import PROFILES as GPU_PROFILES, GpuProfile, gpu_profile
 from .models.fit import peak_bytes
-from .planning.image_time import image_basis, image_seconds
-from .techniques import (apply, capture_denoiser_inputs, compile_part, compile_pipeline,
-                         conv1x1_to_linear,
-                         current_recipe, count_syncs, fuse_qkv, graph_breaks, quantize,
-                         remove_syncs, set_attention, set_channels_last, blog_inductor_flags,
-                         set_precision, set_tf32)
-from .techniques import step_cache, stop_guidance
-from .techniques.schedulers import set_scheduler, use_few_step
 from .models.few_step import FEW_STEP, few_step_file
+from .models.meta import gemm_shapes
+from .techniques import (apply, blog_inductor_flags, capture_denoiser_inputs, compile_part,
+                         compile_pipeline, conv1x1_to_linear, count_syncs, current_recipe,
+                         fuse_qkv, graph_breaks, quantize, remove_syncs, set_attention,
+                         set_channels_last, set_precision, set_tf32, step_cache, stop_guidance)
+from .techniques.schedulers import set_scheduler, use_few_step
 from .techniques.step_cache import trace_steps
 from .techniques.codegen import to_code
 from .techniques.compile_cache import use_course_cache
 from .techniques.autotune import autotune_enabled, set_autotune, tuning_estimate
-from .models.meta import gemm_shapes
 from .techniques.lora import (enable_lora_hotswap, fuse_lora, load_lora, lora_file_info,
                               make_lora_file, resolve_lora, unfuse_lora, unload_lora)
 from .techniques.memory_savers import (MEMORY_SAVERS, OFFLOADS, apply_memory_saver,
@@ -38,11 +35,6 @@ from .techniques.quantization import fp8_kernel_ok, select_filter
 from .techniques.ladders import COURSE_LADDER, FLUX_LADDER, LADDER, LADDERS
 from .measure.bench import benchmark, naive_time
 from .measure.cache_hooks import cache_hooks_report
-from .compiletime.cold_start import first_image_in_new_process, load_artifacts, save_artifacts
-from .compiletime.bundle import bundle_path, tuning_stamp
-from .compiletime.bundle_io import export_tuning, import_tuning, show_tuning
-from .compiletime.tuning_cpu import cpu_tuning_run
-from .compiletime.watch import TuningWatch
 from .measure.cudagraphs import cudagraph_report, cudagraph_snapshot
 from .measure.env import env_report
 from .measure.lora_swaps import lora_swap_report
@@ -52,19 +44,24 @@ from .measure.flops import count_flops, flop_floor_seconds, measure_matmul_tflop
 from .measure.quality import compare_images
 from .measure.recompiles import recompile_report
 from .measure.profile import profile
+from .planning.image_time import image_basis, image_seconds
+from .planning.plan import plan_table
+from .compiletime.cold_start import first_image_in_new_process, load_artifacts, save_artifacts
+from .compiletime.bundle import bundle_path, tuning_stamp
+from .compiletime.bundle_io import export_tuning, import_tuning, show_tuning
+from .compiletime.tuning_cpu import cpu_tuning_run
+from .compiletime.watch import TuningWatch
 from .results.charts import (ladder_chart, memory_chart, models_chart, quality_chart, save_figure,
                              show_images)
 from .results.tables import format_table
 from .results.text import speedup_text, timing_text
 from .results.profile_chart import profile_chart
-from .results.store import (Result, ResultsFormatError, load_results, reference_results,
-                            save_results)
+from .results.store import Result, ResultsFormatError, load_results, reference_results, save_results
 from .course.playground import playground
-from .course.settings import CourseSettings, course_settings, needs_gpu, smoke_mode
-from .course.settings import reference_numbers
+from .course.settings import (CourseSettings, course_settings, needs_gpu, reference_numbers,
+                              smoke_mode)
 from .runs.batch import run_batch
 from .runs.ladder import run_ladder
-from .planning.plan import plan_table
 from .runs.warm import warm_ladder
 from .runs.launch import format_summary, launch_batch
 
@@ -73,30 +70,29 @@ from .runs.launch import format_summary, launch_batch
 # public name is listed here, and each is called or documented as fdh.<name>).
 __all__ = [
     "apply", "apply_memory_saver", "autotune_enabled", "BASELINE", "benchmark",
-    "BLOG_A100_SECONDS", "BLOG_A100_WHERE", "blog_inductor_flags", "BLOG_LOADING",
-    "bundle_path", "cache_hooks_report", "call_kwargs", "capture_denoiser_inputs", "CARDS",
-    "choose_weights", "compare_images", "compile_part", "compile_pipeline", "conv1x1_to_linear",
-    "count_flops", "count_parameters", "count_syncs", "COURSE_LADDER", "course_settings",
-    "CourseSettings", "cpu_tuning_run", "cudagraph_report", "cudagraph_snapshot",
-    "current_recipe", "enable_lora_hotswap", "encode_prompt_once", "env_report",
-    "export_tuning", "FastdiffError", "FEW_STEP", "few_step_file", "first_image_in_new_process",
-    "flop_floor_seconds", "FLUX_COMPILE_SECONDS", "FLUX_H100_BEST", "FLUX_H100_SECONDS",
-    "FLUX_LADDER", "format_summary", "format_table", "fp8_kernel_ok", "free_memory",
-    "fuse_lora", "fuse_qkv", "gemm_shapes", "generate", "get_denoiser", "gpu_profile",
-    "GPU_PROFILES", "GpuProfile", "graph_breaks", "image_basis", "image_seconds",
-    "import_tuning", "LADDER", "ladder_chart", "LADDERS", "launch_batch", "load_artifacts",
-    "load_lora", "load_pipeline", "load_results", "lora_file_info", "lora_swap_report",
-    "make_lora_file", "measure_matmul_tflops", "memory_chart", "MEMORY_SAVERS",
-    "memory_savers_report", "MODELS", "models_chart", "ModelSpec", "naive_time", "needs_gpu",
-    "OFFLOADS", "peak_bytes", "peak_memory", "pipeline_info", "plan_table", "playground",
-    "profile", "profile_chart", "PUBLISHED_PARAMETERS", "quality_chart", "quantize",
-    "quiet_known_noise", "Recipe", "RecipeError", "recompile_report", "reference_numbers",
-    "reference_results", "remove_syncs", "resolve_lora", "Result", "ResultsFormatError",
-    "run_batch", "run_ladder", "save_artifacts", "save_figure", "save_results", "select_filter",
-    "set_attention", "set_autotune", "set_channels_last", "set_precision", "set_scheduler",
-    "set_tf32", "show_images", "show_tuning", "smoke_mode", "speedup_text", "step_cache",
-    "stop_guidance", "timing_text", "to_code", "trace_steps", "tuning_estimate", "tuning_stamp",
-    "TuningWatch", "unfuse_lora", "unload_lora", "use_course_cache", "use_few_step",
-    "warm_ladder", "weight_bytes", "what_fits"]
+    "BLOG_A100_SECONDS", "BLOG_A100_WHERE", "blog_inductor_flags", "BLOG_LOADING", "bundle_path",
+    "cache_hooks_report", "call_kwargs", "capture_denoiser_inputs", "CARDS", "choose_weights",
+    "compare_images", "compile_part", "compile_pipeline", "conv1x1_to_linear", "count_flops",
+    "count_parameters", "count_syncs", "COURSE_LADDER", "course_settings", "CourseSettings",
+    "cpu_tuning_run", "cudagraph_report", "cudagraph_snapshot", "current_recipe",
+    "enable_lora_hotswap", "encode_prompt_once", "env_report", "export_tuning", "FastdiffError",
+    "FEW_STEP", "few_step_file", "first_image_in_new_process", "flop_floor_seconds",
+    "FLUX_COMPILE_SECONDS", "FLUX_H100_BEST", "FLUX_H100_SECONDS", "FLUX_LADDER", "format_summary",
+    "format_table", "fp8_kernel_ok", "free_memory", "fuse_lora", "fuse_qkv", "gemm_shapes",
+    "generate", "get_denoiser", "gpu_profile", "GPU_PROFILES", "GpuProfile", "graph_breaks",
+    "image_basis", "image_seconds", "import_tuning", "LADDER", "ladder_chart", "LADDERS",
+    "launch_batch", "load_artifacts", "load_lora", "load_pipeline", "load_results",
+    "lora_file_info", "lora_swap_report", "make_lora_file", "measure_matmul_tflops",
+    "memory_chart", "MEMORY_SAVERS", "memory_savers_report", "MODELS", "models_chart", "ModelSpec",
+    "naive_time", "needs_gpu", "OFFLOADS", "peak_bytes", "peak_memory", "pipeline_info",
+    "plan_table", "playground", "profile", "profile_chart", "PUBLISHED_PARAMETERS",
+    "quality_chart", "quantize", "quiet_known_noise", "Recipe", "RecipeError", "recompile_report",
+    "reference_numbers", "reference_results", "remove_syncs", "resolve_lora", "Result",
+    "ResultsFormatError", "run_batch", "run_ladder", "save_artifacts", "save_figure",
+    "save_results", "select_filter", "set_attention", "set_autotune", "set_channels_last",
+    "set_precision", "set_scheduler", "set_tf32", "show_images", "show_tuning", "smoke_mode",
+    "speedup_text", "step_cache", "stop_guidance", "timing_text", "to_code", "trace_steps",
+    "tuning_estimate", "tuning_stamp", "TuningWatch", "unfuse_lora", "unload_lora",
+    "use_course_cache", "use_few_step", "warm_ladder", "weight_bytes", "what_fits"]
 
 __version__ = "0.1.0"

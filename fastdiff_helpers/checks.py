@@ -95,6 +95,22 @@ def image_size(name: str, value: Any, multiple: int) -> int | None:
     return int(value)
 
 
+def call_size(steps: Any, height: Any, width: Any, multiple: int) -> None:
+    """A call's steps and its height and width (image_size), each None for the model's own."""
+    whole("steps", steps, 1, none=True)
+    for name, value in (("height", height), ("width", width)):
+        image_size(name, value, multiple)
+
+
+def write_atomic(path: Path, data: bytes | str) -> None:
+    """Write `path` whole or not at all: into a temporary file beside it, then moved over it (a
+    killed write never leaves half a file under the real name)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data.encode() if isinstance(data, str) else data)
+    os.replace(tmp, path)
+
+
 def real(name: str, value: Any, none: bool = False) -> float | None:
     """A finite number (None allowed when `none`)."""
     if value is None and none:

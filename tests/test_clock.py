@@ -18,6 +18,7 @@ import fastdiff_helpers as fdh
 
 from fastdiff_helpers.planning import clock, clock_gpu
 from fastdiff_helpers.models import clock_log
+from fastdiff_helpers.techniques.recipe import recipe_id
 from fastdiff_helpers.techniques import autotune
 from doc_pages import doc_texts
 
@@ -188,8 +189,8 @@ def test_the_recorder_writes_nothing_unless_asked(tmp_path, monkeypatch):
     monkeypatch.setenv(clock_log.ENV, str(log))
     clock_log.record({"event": "call", "model": "sdxl"})
     assert clock.read_log(log) == [{"event": "call", "model": "sdxl"}]
-    assert clock_log.recipe_id(None) == "compile_pipeline"
-    assert clock_log.recipe_id({"dtype": "bf16", "compile": "reduce-overhead",
+    assert recipe_id(None) == "compile_pipeline"
+    assert recipe_id({"dtype": "bf16", "compile": "reduce-overhead",
                                 "compile_vae": True}) == \
         '{"compile": "reduce-overhead", "dtype": "bf16"}'
 

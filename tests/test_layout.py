@@ -86,8 +86,10 @@ def test_no_import_circle():
 # and Flux.1 (flux); presets gathers them into fdh.MODELS.
 FLOOR_DATA = {"models.presets": {"fastdiff_helpers.models.spec", "fastdiff_helpers.models.flux"},
               "models.flux": {"fastdiff_helpers.models.spec"},
-              # the recipe's hardware thresholds are the GPU profiles' (one rule, issue 46)
-              "techniques.recipe": {"fastdiff_helpers.models.gpus"}}
+              # the recipe's hardware thresholds are the GPU profiles' (one rule, issue 46), its
+              # dtype names the one dtype vocabulary's (issue 52), itself on the profiles alone
+              "techniques.recipe": {"fastdiff_helpers.models.gpus", "fastdiff_helpers.models.dtypes"},
+              "models.dtypes": {"fastdiff_helpers.models.gpus"}}
 
 
 def test_lower_floors_import_nothing_of_the_package():
@@ -95,7 +97,8 @@ def test_lower_floors_import_nothing_of_the_package():
     (errors.py, which imports nothing) and, for the model data, the other data floors."""
     for name in ("models.presets", "models.spec", "models.flux", "techniques.recipe",
                  "measure.record", "measure.quality", "measure.env", "errors", "results.text",
-                 "models.noise", "measure.compile_events", "models.gpus", "planning.published"):
+                 "models.noise", "measure.compile_events", "models.gpus", "planning.published",
+                 "models.dtypes"):
         imported = {t for t, _, _ in _imports(f"fastdiff_helpers.{name}")}
         imported.discard("fastdiff_helpers.errors")
         imported -= FLOOR_DATA.get(name, set())

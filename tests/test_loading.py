@@ -215,7 +215,7 @@ def test_a_bf16_load_on_a_card_is_the_dtype_apply_runs(card, monkeypatch):
     """One policy: below sm80 fdh.apply runs a bf16 recipe as fp16 (Recipe.for_device), and
     load_pipeline loads it in fp16 (loaded in bf16 and cast, the weights would be rounded to
     bf16's 8 mantissa bits first). The capability read from the GPU when not given."""
-    from fastdiff_helpers.models.loading import load_dtype
+    from fastdiff_helpers.models.dtypes import load_dtype
 
     profile = fdh.gpu_profile(card)
     recipe = fdh.Recipe(dtype="bf16").for_device("cuda", profile.capability)[0]

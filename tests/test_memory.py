@@ -33,16 +33,17 @@ def test_weight_bytes_of_a_pipeline_is_what_it_holds():
         fdh.weight_bytes(42)
 
 
-def test_a_model_name_builds_its_meta_pipeline_once_per_dtype(monkeypatch):
-    """17's table asks what_fits once per card: the architecture's bytes are built once per
-    model and dtype, and each caller gets its own dict."""
-    import fastdiff_helpers.measure.memory as memory
+def test_a_model_name_builds_its_meta_pipeline_once(monkeypatch):
+    """17's table asks what_fits once per card: the architecture's parameters are counted once
+    per model (models/fit.py part_parameters, whatever the dtype), and each caller gets its own
+    dict."""
+    from fastdiff_helpers.models import fit
 
     built = []
-    real_load = memory.load_pipeline
-    monkeypatch.setattr(memory, "load_pipeline", lambda *a, **k: built.append(a[0]) or
-                        real_load(*a, **k))
-    memory._architecture_bytes.cache_clear()
+    real_build = fit.build_pipeline
+    monkeypatch.setattr(fit, "build_pipeline", lambda *a, **k: built.append(a[0].key) or
+                        real_build(*a, **k))
+    fit.part_parameters.cache_clear()
     rows = [fdh.what_fits("sd15", gib) for gib in fdh.CARDS.values()]
     assert built == ["sd15"] and len(rows) == len(fdh.CARDS) > 1
     mine = fdh.weight_bytes("sd15", "bf16")
@@ -50,7 +51,7 @@ def test_a_model_name_builds_its_meta_pipeline_once_per_dtype(monkeypatch):
     assert fdh.weight_bytes("sd15", "bf16")["unet"] > 0 and built == ["sd15"]
     fp32 = fdh.weight_bytes("sd15", "fp32")
     assert fp32["unet"] == 2 * fdh.weight_bytes("sd15", "bf16")["unet"]
-    assert built == ["sd15", "sd15"]
+    assert built == ["sd15"]
 
 
 def test_what_fits_a_card():

@@ -19,12 +19,11 @@ def fresh(model="sd15"):
 
 def test_recipe_dtypes_load_as_the_models_load_them():
     """A Recipe's dtype names the weights load_pipeline loads (fdh.load_pipeline(dtype=...)),
-    "tf32" being fp32 weights with TF32 math: the two tables agree (the models layer keeps
-    its own, so loading imports nothing of the recipe)."""
-    from fastdiff_helpers.models.loading import DTYPES
+    "tf32" being fp32 weights with TF32 math: one vocabulary (models/dtypes.py) for both."""
+    from fastdiff_helpers.models.dtypes import weight_dtype
+    from fastdiff_helpers.models.dtypes import DTYPES
 
-    weights = recipe_module.WEIGHT_DTYPES
-    assert set(weights) == set(recipe_module.DTYPES)
+    weights = {name: weight_dtype(name) for name in recipe_module.DTYPES}
     assert {name: dtype for name, dtype in weights.items() if name != "tf32"} == DTYPES
     assert weights["tf32"] is DTYPES["fp32"] is torch.float32
 

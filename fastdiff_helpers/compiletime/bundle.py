@@ -54,7 +54,7 @@ from ..errors import FastdiffError
 from ..measure.env import cpu_name, gpu_folder
 
 __all__ = ["FORMAT", "MUST_MATCH", "KNOWN_KINDS", "tuning_stamp", "bundle_path",
-           "check_bundle_path", "write_atomic", "read_bundle", "split_timings", "blocks",
+           "check_bundle_path", "read_bundle", "split_timings", "blocks",
            "safe_relative", "differences", "cross_kind_problems", "raw_kind_problems",
            "merge_gemm", "merge_local"]
 
@@ -107,15 +107,6 @@ def check_bundle_path(name: str, path: str | os.PathLike) -> Path:
     is a bundle of this machine's); any other file is left as it is (refused)."""
     return checks.output_file(name, path, "sdxl.json.gz", lambda p: checks.file_starts(
         p, b"\x1f\x8b"), "a tuning bundle (gzip'd JSON written by fdh.export_tuning)")
-
-
-def write_atomic(path: Path, data: bytes | str) -> None:
-    """Write `path` whole or not at all: into a temporary file beside it, then moved over it (a
-    killed write never leaves half a file under the real name)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data.encode() if isinstance(data, str) else data)
-    os.replace(tmp, path)
 
 
 def _is_number(value: Any) -> bool:

@@ -21,8 +21,7 @@ from .. import checks
 from ..errors import FastdiffError
 from ..techniques.compile_cache import use_course_cache
 from ..techniques.tuning_state import STATE, seed
-from .bundle import (blocks, raw_kind_problems, safe_relative, split_timings, tuning_stamp,
-                     write_atomic)
+from .bundle import (blocks, raw_kind_problems, safe_relative, split_timings, tuning_stamp)
 
 __all__ = ["timings_file", "read_timings", "read_cache_parts", "read_best_configs", "read_cache",
            "cache_folder", "write_timings", "add_to_cache", "import_raw"]
@@ -86,7 +85,8 @@ def write_timings(path: Path, gemm: dict) -> None:
     from torch._inductor.codecache import CacheBase
 
     # inductor's own layout (CacheBase.update_local_cache)
-    write_atomic(path, json.dumps({"system": CacheBase.get_system(), "cache": gemm}, indent=4))
+    checks.write_atomic(path, json.dumps({"system": CacheBase.get_system(), "cache": gemm},
+                                         indent=4))
 
 
 def add_to_cache(cache: Path, system_hash: str, content: dict, model: str | None, source: str,
@@ -128,7 +128,7 @@ def add_to_cache(cache: Path, system_hash: str, content: dict, model: str | None
         if target.exists():
             best_kept += 1
             continue
-        write_atomic(target, json.dumps(config))
+        checks.write_atomic(target, json.dumps(config))
         best_added += 1
     return {"blocks_added": added, "blocks_kept": kept, "local_added": local_added,
             "best_configs_added": best_added, "best_configs_kept": best_kept}

@@ -14,10 +14,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .. import checks
 from ..errors import FastdiffError
 from ..techniques.tuning_state import STATE, cover, seed, seeded_from
 from .bundle import (FORMAT, MUST_MATCH, blocks, check_bundle_path, cross_kind_problems,
-                     differences, merge_gemm, merge_local, read_bundle, tuning_stamp, write_atomic)
+                     differences, merge_gemm, merge_local, read_bundle, tuning_stamp)
 from .bundle_cache import add_to_cache, cache_folder, import_raw, read_cache_parts
 
 # the states of a run's step whose compile ended with its tuning in the cache
@@ -37,7 +38,7 @@ def _refuse_stamp(path: Any, stamp: dict, here: dict, doing: str) -> None:
 
 def _write_gzip_json(path: Path, content: dict) -> bytes:
     data = gzip.compress(json.dumps(content, sort_keys=True).encode(), mtime=0)
-    write_atomic(path, data)
+    checks.write_atomic(path, data)
     return data
 
 
@@ -232,9 +233,9 @@ def show_tuning(path: str | os.PathLike) -> str:
     lines.append(f"single-key benchmarks: {len(local)} ({pads} of pad_mm)")
     lines.append(f"Triton best configs: {len(bundle['best_configs'])} ({coordesc} found by "
                  "coordinate descent)")
-    for seed in bundle.get("seeded_from", []):
-        lines.append(f"seeded from another GPU kind: tuned on the {seed.get('gpu_name')} "
-                     f"({seed.get('source')})")
+    for seeded in bundle.get("seeded_from", []):
+        lines.append(f"seeded from another GPU kind: tuned on the {seeded.get('gpu_name')} "
+                     f"({seeded.get('source')})")
     lines.append(f"commands that tuned: {len(tuned)} of {len(runs)}, "
                  f"{sum(r.get('wall_s') or 0 for r in tuned):.0f} s in all")
     for r in runs:

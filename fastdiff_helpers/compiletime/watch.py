@@ -24,7 +24,6 @@ import sys
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,8 @@ from .. import checks
 from ..techniques.compile_cache import use_course_cache
 from ..techniques.tuning_state import STATE
 from ..measure.compile_events import compile_times, events_between, snapshot
-from .bundle import check_bundle_path, write_atomic
+from ..measure.record import utc_now
+from .bundle import check_bundle_path
 from .bundle_cache import read_best_configs
 from .bundle_io import export_tuning
 from .watch_hooks import install_hooks
@@ -47,10 +47,6 @@ def progress_path(bundle: str | os.PathLike) -> Path:
     bundle = Path(bundle)
     return bundle.with_name(bundle.name.removesuffix(".gz").removesuffix(".json")
                             + ".progress.json")
-
-
-def _utc() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 class TuningWatch:
@@ -69,7 +65,7 @@ class TuningWatch:
         checks.output_file("bundle", self.progress, "sdxl.progress.json", lambda p: checks.
                            file_starts(p, b"{", b'"best_config_files"'), "a progress file")
         self.run: dict[str, Any] = {"id": uuid.uuid4().hex, "command": command,
-                                    "started_at": _utc(), "state": "running", "steps": {}}
+                                    "started_at": utc_now(), "state": "running", "steps": {}}
         self.in_descent: set[str] = set()  # provisional best configs being descended on
         self.redescents = 0  # descents from a finished best config (pytorch#172819)
         self.last_autotune: str | None = None
@@ -171,7 +167,7 @@ class TuningWatch:
         parallel = (None if self.precompile_lines == 0 and not events["autotunes"] else
                     self.precompile_lines > 0)
         return {"command": self.run["command"], "state": state, "bundle": self.bundle.name,
-                "started_at": self.run["started_at"], "updated_at": _utc(),
+                "started_at": self.run["started_at"], "updated_at": utc_now(),
                 "elapsed_s": round(time.monotonic() - self._started, 1),
                 "select_algorithm_autotune": events["autotunes"],
                 "coordesc_tuning_bench": events["coordesc_benches"],
@@ -188,8 +184,9 @@ class TuningWatch:
         if not (self.write == "always" or self.tuning_seen or self.bundle.exists()):
             return
         try:
-            write_atomic(self.progress, json.dumps(self._progress(state or self.run["state"]),
-                                                   indent=1, sort_keys=True) + "\n")
+            report = json.dumps(self._progress(state or self.run["state"]), indent=1,
+                                sort_keys=True)
+            checks.write_atomic(self.progress, report + "\n")
         except Exception as exc:  # noqa: BLE001 (a progress report must not stop the work)
             self.last_error = f"{type(exc).__name__}: {exc}"
 
@@ -197,7 +194,7 @@ class TuningWatch:
         """Write the bundle (if there is tuning data, or always) and the progress file now."""
         with self._lock:
             events = self.events()
-            self.run.update(state=state, updated_at=_utc(),
+            self.run.update(state=state, updated_at=utc_now(),
                             wall_s=round(time.monotonic() - self._started, 1),
                             autotunes=events["autotunes"],
                             coordesc_benches=events["coordesc_benches"],

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable

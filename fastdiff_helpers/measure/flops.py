@@ -138,9 +138,7 @@ def count_flops(pipe_or_model_key: Any, height: int | None = None, width: int | 
     (fdh.benchmark's callback_on_step_end), in place of the pipeline's own (None).
     Cached per configuration."""
     spec, keys, encodes_negative, size, tokens = _pipeline_parts(pipe_or_model_key)
-    checks.whole("steps", steps, 1, none=True)
-    for name, value in (("height", height), ("width", width)):
-        checks.image_size(name, value, spec.size_multiple)
+    checks.call_size(steps, height, width, spec.size_multiple)
     checks.real("guidance", guidance, none=True)
     stop = checks.real("guidance_stop", guidance_stop, none=True)
     if stop is not None and not 0 < stop <= 1:

@@ -5,7 +5,6 @@ Introduced in 17_fitting_your_gpu.ipynb."""
 
 from __future__ import annotations
 
-import functools
 import time
 import weakref
 from typing import Any, Callable
@@ -16,24 +15,23 @@ from torch.utils._pytree import tree_leaves
 
 from ..errors import FastdiffError
 from ..checks import arg, real
-from ..models.loading import load_pipeline
+from ..models.dtypes import resolve_dtype, weight_name
+from ..models.fit import part_parameters
+from ..models.gpus import PROFILES
 from ..models.presets import get_spec
 from ..techniques.recipe import Recipe
 
 __all__ = ["weight_bytes", "peak_memory", "what_fits", "CARDS", "GIB"]
 
 GIB = 1024 ** 3
-# card memory as sold, in GiB: a "16 GB" card is sold as 16e9 bytes, 14.9 GiB (a T4's driver
-# reports 14.76: models/gpus.py); the CUDA context and the allocator take a few hundred MiB more
-CARDS = {label: gb * 1e9 / 1024 ** 3 for label, gb in (
-    ("8 GB (RTX 3070, RTX 4060)", 8), ("12 GB (RTX 3060, RTX 4070)", 12),
-    ("16 GB (T4, RTX 4060 Ti 16GB, RTX 4080)", 16), ("24 GB (A10G, L4, RTX 3090, RTX 4090)", 24),
-    ("48 GB (L40S, RTX 6000 Ada)", 48), ("80 GB (A100 80GB, H100)", 80))}
-
-
-def _component_bytes(pipe) -> dict[str, int]:
-    return {name: sum(p.numel() * p.element_size() for p in module.parameters())
-            for name, module in pipe.components.items() if isinstance(module, torch.nn.Module)}
+# the memory lesson's cards, by memory as sold: "16 GB" is 16e9 bytes, 14.9 GiB (a T4's driver
+# reports 14.76), less the CUDA context's and allocator's few hundred MiB. A workshop GPU's size is
+# its profile's (models/gpus.py; the A10G's, A100 80GB's: the L4's, H100's), the rest consumer.
+CARDS = {f"{gb} GB ({names})": gb * 1e9 / GIB for gb, names in (
+    (8, "RTX 3070, RTX 4060"), (12, "RTX 3060, RTX 4070"),
+    (PROFILES["t4"].memory_gb, "T4, RTX 4060 Ti 16GB, RTX 4080"),
+    (PROFILES["l4"].memory_gb, "A10G, L4, RTX 3090, RTX 4090"), (48, "L40S, RTX 6000 Ada"),
+    (PROFILES["h100"].memory_gb, "A100 80GB, H100"))}
 
 
 def _weight_dtype(dtype) -> str:
@@ -43,7 +41,7 @@ def _weight_dtype(dtype) -> str:
             raise FastdiffError(f"quantize={dtype.quantize!r} stores some weights in 8 bits: "
                                 "the architecture alone does not say which. Load the pipeline, "
                                 "fdh.apply the recipe and measure it with fdh.peak_memory.")
-        return "fp32" if dtype.dtype == "tf32" else dtype.dtype
+        return weight_name(dtype.dtype)
     return dtype
 
 
@@ -53,20 +51,14 @@ def weight_bytes(model, dtype="bf16") -> dict[str, int]:
     download); for a pipeline, of what it holds now. Buffers (position ids, a few KB) are not
     counted. Introduced in 17_fitting_your_gpu.ipynb."""
     if isinstance(model, str):
-        get_spec(model)  # an unknown name says which ones exist
-        return dict(_architecture_bytes(model, _weight_dtype(dtype)))
+        key = get_spec(model).key  # an unknown name says which ones exist
+        per = resolve_dtype(_weight_dtype(dtype)).itemsize
+        return {name: n * per for name, n in part_parameters(key).items()}
     if not hasattr(model, "components"):
         raise FastdiffError(f"{arg('model', type(model).__name__)} cannot work: give a model "
                             "name (e.g. 'sdxl') or a pipeline.")
-    return _component_bytes(model)
-
-
-@functools.lru_cache(maxsize=None)
-def _architecture_bytes(model: str, dtype: str) -> tuple[tuple[str, int], ...]:
-    """A model name's full-size bytes per component, built once per process: the meta
-    pipeline takes about 0.5 s to build, and what_fits asks for it once per card."""
-    pipe = load_pipeline(model, weights="random", device="meta", dtype=dtype, verbose=False)
-    return tuple(_component_bytes(pipe).items())
+    return {name: sum(p.numel() * p.element_size() for p in module.parameters())
+            for name, module in model.components.items() if isinstance(module, torch.nn.Module)}
 
 
 class _LiveBytes(TorchDispatchMode):

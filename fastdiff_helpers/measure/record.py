@@ -72,7 +72,7 @@ class ResultsFormatError(ValueError):
     """A results file holds a record that is not a valid Result (names file and line)."""
 
 
-def _utc_now() -> str:
+def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
@@ -141,7 +141,7 @@ class Result:
 
     def __post_init__(self) -> None:
         if not self.created_at:
-            self.created_at = _utc_now()
+            self.created_at = utc_now()
 
     @property
     def latency_min_s(self) -> float | None:

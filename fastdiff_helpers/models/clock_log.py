@@ -13,6 +13,7 @@ import json
 import os
 from typing import Any
 
+from .dtypes import fp32_or_half
 from .state import compiled_by_hand
 
 ENV = "FASTDIFF_CLOCK_LOG"
@@ -29,21 +30,6 @@ def record(event: dict[str, Any]) -> None:
         return
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(event, sort_keys=True, default=str) + "\n")
-
-
-def recipe_id(recipe: dict | None) -> str:
-    """A short, stable name of a compiled recipe (the fields it sets away from the defaults),
-    for telling its graphs from another recipe's; "compile_pipeline" for a compile outside
-    fdh.apply."""
-    if recipe is None:
-        return "compile_pipeline"
-    defaults = {"dtype": "fp32", "tf32": None, "attention": "classic", "channels_last": False,
-                "compile_scope": "full", "compile_vae": True, "fullgraph": False,
-                "dynamic": None, "inductor_flags": False, "fuse_qkv": False, "no_sync": False,
-                "quantize": None, "quant_filter": "blog", "conv1x1_to_linear": False,
-                "cache_every": 1, "cache_branch": 1, "guidance_stop": None}
-    return json.dumps({k: v for k, v in sorted(recipe.items()) if defaults.get(k, "?") != v},
-                      sort_keys=True, default=str)
 
 
 def kind(info: dict[str, Any], pipe: Any = None) -> str:
@@ -65,7 +51,7 @@ def kind(info: dict[str, Any], pipe: Any = None) -> str:
     dtype = getattr(recipe, "dtype", None) or (
         str(next(denoiser.parameters()).dtype) if denoiser is not None
         else str(info.get("dtype", "")))
-    return "fp32" if dtype in ("fp32", "tf32", "torch.float32") else "half"
+    return fp32_or_half(dtype)
 
 
 def _frame(args) -> None:

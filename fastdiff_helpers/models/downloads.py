@@ -10,17 +10,15 @@ from_pretrained takes: hub.weight_files). The hub is asked through models/hub.py
 
 from __future__ import annotations
 
-import functools
 import os
 
 from ..errors import FastdiffError
-from .build import build_component
+from .dtypes import dtype_name, element_bytes, fp32_or_half
+from .fit import part_parameters
 from .presets import HUB_FILES, MODELS, VAES
 from .hub import (cached, check_cache_folder, file_sizes, free_bytes, offline, weight_files,
                   weight_kinds)
 
-HALF = ("fp16", "bf16")
-BYTES_PER = {"fp32": 4, "fp16": 2, "bf16": 2}
 GB = 1e9
 
 
@@ -36,20 +34,11 @@ def repo_folders(model: str):
                         f"VAE {', '.join(VAES)}.")
 
 
-def _dtype_name(dtype) -> str:
-    name = str(dtype).removeprefix("torch.")
-    name = {"float32": "fp32", "tf32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(name,
-                                                                                          name)
-    if name not in BYTES_PER:
-        raise FastdiffError(f"Unknown dtype {dtype!r}: use fp32, bf16 or fp16.")
-    return name
-
-
 def wanted_variant(hub_id: str, dtype) -> str | None:
     """"fp16" where a load in `dtype` takes the repository's fp16 files (a half-precision load
     of a repo that has them, presets.HUB_FILES), else None (its plain files)."""
     _, has_fp16 = HUB_FILES.get(hub_id, ("fp32", False))
-    return "fp16" if has_fp16 and _dtype_name(dtype) in HALF else None
+    return "fp16" if has_fp16 and fp32_or_half(dtype_name(dtype)) == "half" else None
 
 
 def files_dtype(model: str, dtype) -> str:
@@ -59,25 +48,13 @@ def files_dtype(model: str, dtype) -> str:
     return "fp16" if wanted_variant(hub_id, dtype) else HUB_FILES.get(hub_id, ("fp32", 0))[0]
 
 
-@functools.lru_cache(maxsize=16)
-def component_parameters(model: str) -> dict[str, int]:
-    """Parameters per weight folder of `model`'s full-size architecture, built on the meta
-    device (no memory, no download)."""
-    import torch
-
-    _, comps = repo_folders(model)
-    return {name: sum(p.numel() for p in build_component(comp, "meta", torch.float32)
-                      .parameters()) for name, comp in comps.items()}
-
-
 def download_bytes(model: str, dtype: str) -> int:
     """The bytes of the safetensors files from_pretrained fetches for `model` (a key of
     fdh.MODELS, or "fp16-fix" for that VAE) loaded in `dtype`: parameters of the full-size
     architecture times the bytes per element of the files' dtype (a safetensors file is the
     raw tensors plus a header of a few hundred kB, left out). Offline, from the meta device;
     what the download command and the plan count."""
-    per = BYTES_PER[files_dtype(model, dtype)]
-    return per * sum(component_parameters(model).values())
+    return element_bytes(files_dtype(model, dtype)) * sum(part_parameters(model).values())
 
 
 def has_variant(root: str, folders, variant: str) -> bool:

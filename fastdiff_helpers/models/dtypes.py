@@ -1,6 +1,6 @@
-"""The weight dtypes a pipeline loads in, by name, and the one a load on a device uses.
-
-Its own module so that loading.py stays one topic (the load itself); fdh.load_pipeline asks it.
+"""The package's one dtype vocabulary: the weight dtypes a pipeline loads in, by name, a
+Recipe's dtype names ("tf32" is fp32 weights with TF32 math), bytes per element, "fp32" or
+"half", and the dtype a load on a device uses. Every other module asks these.
 """
 
 from __future__ import annotations
@@ -10,10 +10,36 @@ import torch
 from ..errors import FastdiffError
 from .gpus import BF16_FROM
 
-# the weight dtypes a pipeline loads in (a Recipe's "tf32" is fp32 weights with TF32 math:
-# recipe.WEIGHT_DTYPES maps it here)
+# the weight dtypes a pipeline loads in, and a Recipe's dtype names (techniques/recipe.py)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+RECIPE_DTYPES = ("fp32", "tf32", "bf16", "fp16")
+
+
+def weight_name(dtype: str) -> str:  # a Recipe's "tf32" is fp32 weights with TF32 math
+    return "fp32" if dtype == "tf32" else dtype
+
+
+def weight_dtype(dtype: str) -> torch.dtype:  # the weights' torch dtype of a Recipe's dtype name
+    return DTYPES[weight_name(dtype)]
+
+
+def element_bytes(dtype: str) -> int:  # bytes per element of a name's weights (dtype.itemsize)
+    return weight_dtype(dtype).itemsize
+
+
+def dtype_name(dtype) -> str:
+    """The weights' name ("fp32", "bf16", "fp16") of a name, "tf32", a torch dtype or its str."""
+    name = weight_name(str(dtype).removeprefix("torch."))
+    name = {str(v).removeprefix("torch."): k for k, v in DTYPES.items()}.get(name, name)
+    if name not in DTYPES:
+        raise FastdiffError(f"Unknown dtype {dtype!r}: use fp32, bf16 or fp16.")
+    return name
+
+
+def fp32_or_half(dtype: str | torch.dtype) -> str:
+    """"fp32" for fp32 weights (a name, "tf32" included, torch.float32 or its str), else "half"."""
+    return "fp32" if dtype in ("fp32", "tf32", torch.float32, "torch.float32") else "half"
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:

@@ -13,13 +13,12 @@ import torch
 
 from .. import checks
 from ..errors import FastdiffError
-from .build import build_pipeline
+from .build import build_component, build_pipeline
+from .dtypes import RECIPE_DTYPES, element_bytes, fp32_or_half
 from .gpus import GpuProfile
-from .presets import get_spec
+from .presets import VAES, get_spec
 
 GIB = 1024 ** 3
-ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # Activations of one image at the native size (the decode or the denoiser's peak; guidance
 # runs its two halves as a batch of 2), in bytes, per model and precision ("half": bf16 and
 # fp16): a peak (torch.cuda.max_memory_allocated) minus the exact weights, the larger of this
@@ -41,12 +40,19 @@ UPCAST_IN_FP16 = ("StableDiffusionXLPipeline",)
 
 
 @functools.lru_cache(maxsize=None)
+def part_parameters(model: str) -> dict[str, int]:
+    """Parameters per part of a model key's full-size pipeline (its components' order) or of a
+    VAE swap's ("fp16-fix": its root, ""), on the meta device, once per process: the one count
+    the fit, the download sizes and fdh.weight_bytes ask (bytes: x dtypes.element_bytes)."""
+    parts = ({"": build_component(VAES[model][1], "meta", torch.float32)} if model in VAES else
+             build_pipeline(get_spec(model), "full", "meta", torch.float32, 0).components)
+    return {name: sum(p.numel() for p in m.parameters()) for name, m in parts.items()
+            if isinstance(m, torch.nn.Module)}
+
+
 def weight_bytes_of(model: str, dtype: str) -> int:
     """Bytes of the full-size pipeline's parameters in `dtype` (meta device, nothing loaded)."""
-    pipe = build_pipeline(get_spec(model), "full", "meta",
-                          DTYPES["fp32" if dtype == "tf32" else dtype], 0)
-    return sum(p.numel() * p.element_size() for m in pipe.components.values()
-               if isinstance(m, torch.nn.Module) for p in m.parameters())
+    return sum(part_parameters(model).values()) * element_bytes(dtype)
 
 
 def peak_bytes(model: str, dtype: str, height: int | None = None, width: int | None = None,
@@ -54,11 +60,10 @@ def peak_bytes(model: str, dtype: str, height: int | None = None, width: int | N
     """The estimated GPU peak of one call: weights + activations (ACT_BYTES), scaled by
     pixels and batch, plus MARGIN and CONTEXT_BYTES. Introduced in 00_setup.ipynb."""
     spec = get_spec(model)
-    if dtype not in ELEMENT_BYTES:
+    if dtype not in RECIPE_DTYPES:
         raise FastdiffError(f"dtype={dtype!r} cannot work: use one of "
-                            f"{', '.join(ELEMENT_BYTES)}.")
-    for name, value in (("height", height), ("width", width)):
-        checks.image_size(name, value, spec.size_multiple)
+                            f"{', '.join(RECIPE_DTYPES)}.")
+    checks.call_size(None, height, width, spec.size_multiple)
     checks.whole("batch", batch, 1)
     height = height or spec.resolution
     width = width or height
@@ -66,7 +71,7 @@ def peak_bytes(model: str, dtype: str, height: int | None = None, width: int | N
     if dtype == "fp16" and spec.pipeline_class in UPCAST_IN_FP16:
         act_dtype = "fp32"
     key = "sdxl" if spec.key.startswith("flux") else spec.key
-    acts = (ACT_BYTES[key, "fp32" if ELEMENT_BYTES[act_dtype] == 4 else "half"]
+    acts = (ACT_BYTES[key, fp32_or_half(act_dtype)]
             * height * width / spec.resolution ** 2 * batch)
     return int((weight_bytes_of(spec.key, dtype) + acts) * (1 + MARGIN) + CONTEXT_BYTES)
 

@@ -30,8 +30,9 @@ FLASH_FROM = (8, 0)
 # - fp8 matmuls: torchao's float8 kernels need sm89 (torchao/utils.py is_sm_at_least_89), as does
 #   torch._scaled_mm; the course's refusal (techniques/recipe.py Recipe.check_device) says so
 FP8_FROM = (8, 9)
-# - max-autotune's GEMM/conv templates: torch/_inductor/utils.py is_big_gpu, min_sms = 68 on CUDA
-#   ("Not enough SMs to use max_autotune_gemm mode"); below it max-autotune tunes no matmul
+# - max-autotune's GEMM/conv templates: torch/_inductor/utils.py is_big_gpu, `min_sms = 16 if
+#   device.type == "xpu" else 68  # 3080` ("Not enough SMs to use max_autotune_gemm mode");
+#   below it max-autotune tunes no matmul. The package's one statement of the rule.
 TEMPLATE_SMS = 68
 
 

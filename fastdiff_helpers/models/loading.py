@@ -17,7 +17,7 @@ from ..errors import FastdiffError
 from .. import checks
 from .build import build_component, build_pipeline, cast_built
 from .downloads import local_variant, say_download
-from .dtypes import DTYPE_NAMES, DTYPES, load_dtype, resolve_dtype  # noqa: F401 (re-exported)
+from .dtypes import DTYPE_NAMES, load_dtype, resolve_dtype
 from .clock_log import record, recording, watch_calls, watch_compiles
 from .fit import check_fits
 from .noise import quiet_known_noise
@@ -243,9 +243,7 @@ def call_kwargs(pipe, prompt: str = DEFAULT_PROMPT,
     if not isinstance(prompt, str) and not (isinstance(prompt, list) and prompt
                                             and all(isinstance(p, str) for p in prompt)):
         raise FastdiffError(f"{checks.arg('prompt', prompt)} cannot work: give a string.")
-    checks.whole("steps", steps, 1, none=True)
-    for name, value in (("height", height), ("width", width)):
-        checks.image_size(name, value, spec.size_multiple)
+    checks.call_size(steps, height, width, spec.size_multiple)
     checks.real("guidance", guidance, none=True)
     if checks.whole("seed", seed, 0) >= 2**64:
         raise FastdiffError(f"{checks.arg('seed', seed)} cannot work: a torch generator takes "

@@ -22,6 +22,7 @@ from typing import Any, Iterable
 from ..errors import FastdiffError
 from ..techniques.autotune import (GRAPH_OPS, REGIONAL_S, SECONDS_PER_OP, SHAPE_S,
                                    WITHOUT_TUNING, graph_ops_of)
+from ..models.gpus import PROFILES, TEMPLATE_SMS
 from ..models.meta import gemm_shapes
 from .image_time import kind_seconds
 from . import clock_gpu
@@ -123,7 +124,7 @@ def cell_work(notebook: str) -> list[tuple[str, dict]]:
 
 
 def estimate(notebooks: Iterable[str] | None = None, autotune: bool = False,
-             committed: frozenset = frozenset(), sms: int = 132,
+             committed: frozenset = frozenset(), sms: int = PROFILES["h100"].sms,
              works: dict[str, list[tuple[str, dict]]] | None = None,
              gpu: Any = "h100") -> dict[str, Any]:
     """The estimated GPU wait of `notebooks` (default: all, in order), run top to bottom in one
@@ -166,7 +167,7 @@ def estimate(notebooks: Iterable[str] | None = None, autotune: bool = False,
                 last_model = model
                 if run_tuned and recipe not in committed and (model, recipe) not in tuned:
                     tuned.add((model, recipe))
-                    if sms >= 68:
+                    if sms >= TEMPLATE_SMS:
                         shapes.setdefault(model, gemm_shapes(model))
                         tune_s += shapes[model] * SHAPE_S
             frames, graphs, hits = work.get("frames", 0), 0, 0
@@ -234,7 +235,7 @@ def _m(seconds: float) -> str:
     return f"{seconds / 60:.0f}" if seconds >= 60 else f"{seconds / 60:.1f}"
 
 
-def course_table(sms: int = 132) -> str:
+def course_table(sms: int = PROFILES["h100"].sms) -> str:
     """The table of docs/workshop.md: per notebook the graphs it compiles new and the estimated minutes on
     an H100 from an empty compile cache, with autotuning off (the course's default) and
     switched on, and with the committed tuning (none of the H100's yet)."""

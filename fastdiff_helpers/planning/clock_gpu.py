@@ -12,11 +12,11 @@ import dataclasses
 import json
 from typing import Any
 
-from ..models.clock_log import recipe_id
+from ..models.dtypes import fp32_or_half
 from ..models.gpus import PROFILES
 from ..techniques.autotune import is_tuning_step, tunes
 from ..techniques.ladders import LADDERS
-from ..techniques.recipe import Recipe
+from ..techniques.recipe import Recipe, recipe_id
 
 __all__ = ["GPU_WORK", "NOTHING"]
 
@@ -27,8 +27,7 @@ NOTHING = "nothing that takes GPU time to speak of"
 
 
 def _kind(recipe: Recipe) -> str:
-    return ("compiled" if recipe.compile else
-            "fp32" if recipe.dtype in ("fp32", "tf32") else "half")
+    return "compiled" if recipe.compile else fp32_or_half(recipe.dtype)
 
 
 def run(model: str, recipe: Recipe, benchmarks: int = 1, calls: int = 0, profile: bool = False,

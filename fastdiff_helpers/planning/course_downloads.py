@@ -11,6 +11,7 @@ import json
 from typing import Iterable
 
 from ..errors import FastdiffError
+from ..models.dtypes import fp32_or_half
 from ..models.downloads import download_bytes, files_dtype
 from ..models.fit import fits
 from ..models.presets import BLOG_LOADING, MODELS
@@ -27,14 +28,14 @@ VAE_NOTEBOOKS = ("06_cold_start.ipynb", "11_int8_quantization.ipynb", "14_all_mo
 
 
 def _precision(recipe: str) -> str | None:
-    """"fp32" or "half" for a compiled recipe as the record writes it (clock_log.recipe_id:
-    the fields away from the defaults, dtype fp32 left out); None where it does not say (a
-    compile outside fdh.apply: its pipeline's own loads and calls say it)."""
+    """"fp32" or "half" for a compiled recipe as the record writes it (techniques/recipe.py
+    recipe_id: the fields away from the defaults, dtype fp32 left out); None where it does not
+    say (a compile outside fdh.apply: its pipeline's own loads and calls say it)."""
     try:
         fields = json.loads(recipe)
     except (json.JSONDecodeError, TypeError):
         return None
-    return "fp32" if fields.get("dtype", "fp32") in ("fp32", "tf32") else "half"
+    return fp32_or_half(fields.get("dtype", "fp32"))
 
 
 def notebook_needs(notebook: str, works: list[tuple[str, dict]] | None = None

@@ -35,6 +35,7 @@ from typing import Any
 
 from .. import checks
 from ..errors import FastdiffError
+from ..models.dtypes import fp32_or_half
 from ..models.flux import FLUX_H100_SECONDS
 from ..models.gpus import PROFILES, GpuProfile
 from ..models.presets import BLOG_A100_SECONDS, get_spec
@@ -199,7 +200,7 @@ def _gain(card: dict, model: str) -> tuple[float, str]:
 def path_of(recipe: Recipe) -> str:
     if recipe.compile:
         return "compiled"
-    if recipe.dtype in ("fp32", "tf32"):
+    if fp32_or_half(recipe.dtype) == "fp32":
         return "tf32" if recipe.dtype == "tf32" or recipe.tf32 not in (None, "off") else "fp32"
     return "half" if recipe.attention == "classic" else "sdpa"
 

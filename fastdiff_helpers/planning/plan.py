@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ..errors import FastdiffError
+from ..models.dtypes import fp32_or_half
 from ..models.fit import fits
 from ..models.gpus import PROFILES, GpuProfile, gpu_profile
 from . import clock
@@ -30,12 +31,11 @@ def _work(notebook: str) -> tuple[set[tuple[str, str]], list[tuple[str, dict]]]:
     compiles: list[tuple[str, dict]] = []
     for _, work in clock.cell_work(notebook):
         for entry in work.get("benchmarks", []) + work.get("calls", []):
-            runs.add((entry[0], "fp32" if entry[1] == "fp32" else "half"))
+            runs.add((entry[0], fp32_or_half(entry[1])))
         for model, mode, *_, rid in work.get("compiles", []):
             fields = compile_fields(model, mode, rid)
             compiles.append((model, fields))
-            runs.add((model, "fp32" if fields.get("dtype", "fp32") in ("fp32", "tf32")
-                      else "half"))
+            runs.add((model, fp32_or_half(fields.get("dtype", "fp32"))))
     return runs, compiles
 
 

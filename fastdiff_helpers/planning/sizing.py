@@ -91,7 +91,7 @@ def rung_verdict(profile: GpuProfile, model: str, recipe: Recipe, size: int | No
         adapted.check_device("cuda", profile.capability)
     except RecipeError as exc:
         return "skipped", adapted, [str(exc)]
-    dtype = "fp32" if adapted.dtype in ("fp32", "tf32") else adapted.dtype
+    dtype = adapted.weight_dtype
     ok, need = fits(profile, model, dtype, size, size, batch) if memory else (True, "")
     if not ok:
         return "skipped", adapted, [no_fit(profile, model, dtype, need)]

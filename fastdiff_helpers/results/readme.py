@@ -7,7 +7,6 @@ docs/offline-gpu.md, "On an offline GPU machine".
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from .. import checks
@@ -164,8 +163,5 @@ def write_results_readme(root: str | Path) -> Path | None:
         records = load_results(store)
         if records:
             lines += _table(store.parent, records) + [""]
-    path = root / "README.md"
-    tmp = path.with_name(f".README.md.{os.getpid()}.tmp")
-    tmp.write_text("\n".join(lines).rstrip() + "\n")
-    os.replace(tmp, path)
-    return path
+    checks.write_atomic(root / "README.md", "\n".join(lines).rstrip() + "\n")
+    return root / "README.md"

@@ -222,9 +222,7 @@ def run_batch(prompts: Prompts, out: str | os.PathLike, recipe: Recipe | None = 
     if not isinstance(recipe, Recipe):
         raise FastdiffError(f"recipe must be a fdh.Recipe, not {type(recipe).__name__}")
     every, todo = check_batch(prompts, out, batch_size)  # before anything slow
-    checks.whole("steps", steps, 1, none=True)
-    for name, value in (("height", height), ("width", width)):
-        checks.image_size(name, value, size_multiple(model))
+    checks.call_size(steps, height, width, size_multiple(model))
     checks.whole("seed", seed, 0)
     checks.whole("warmup", warmup, 0)
     check_weights(weights)
@@ -294,8 +292,7 @@ def run_batch(prompts: Prompts, out: str | os.PathLike, recipe: Recipe | None = 
         latency_s=dict(median=statistics.median(latencies), mean=statistics.fmean(latencies),
                        min=min(latencies), max=max(latencies)) if latencies else None,
         measured=MEASURED, env=env_report())
-    tmp = out / f".{SUMMARY}.tmp"
-    tmp.write_text(json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, out / SUMMARY)
+    checks.write_atomic(out / SUMMARY, json.dumps(summary, indent=1, sort_keys=True, default=str)
+                        + "\n")
     state.wait_for_everyone()  # the others return once the summary is written
     return summary

@@ -19,8 +19,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-import torch
-
+from ..models.dtypes import DTYPES
 from ..models.presets import get_spec
 from ..techniques.autotune import autotune_enabled, tunes
 from ..techniques.tuning_state import covered_by
@@ -192,9 +191,8 @@ def _clock(seconds: float) -> str:
 def matmul_rates(dtypes: Sequence[str]) -> dict[str, float]:
     """This CPU's dense matmul rate (GFLOP/s, 512x512, fdh.measure_matmul_tflops) in fp32 and
     each of `dtypes` the ladder used: measured now, for the explanations."""
-    torch_dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-    return {name: measure_matmul_tflops("cpu", dtype=torch_dtypes[name], n=512) * 1e3
-            for name in dict.fromkeys(["fp32", *dtypes]) if name in torch_dtypes}
+    return {name: measure_matmul_tflops("cpu", dtype=DTYPES[name], n=512) * 1e3
+            for name in dict.fromkeys(["fp32", *dtypes]) if name in DTYPES}
 
 
 def run_demo(out: str | Path | None = None, model: str = "sdxl", weights: str = "auto",

@@ -80,9 +80,7 @@ def _setup(model: str, ladder: str | None, device: str | None,
     spec = get_spec(model)
     ladder = resolve_ladder(spec, ladder)
     wanted = _check_names(steps_filter, "steps_filter", ladder)
-    checks.whole("steps", steps, 1, none=True)
-    for name, value in (("height", height), ("width", width)):
-        checks.image_size(name, value, spec.size_multiple)
+    checks.call_size(steps, height, width, spec.size_multiple)
     if out is not None:
         if out_is_file:
             check_artifacts_path("out", out)

@@ -48,7 +48,9 @@ from ..results.store import RESULTS_FOLDER, rewrite_results
 from .ladder import _setup, measure_step, resolve_ladder
 from .reference_folder import (baseline_image, matmul_rate, check_same_run, is_compiled, cuts_in_a_row, estimate,
                                record_tuning, results_root, tuning_bundle,
-                               Folder, utc_now, slug, gpu_folder)
+                               Folder, slug)
+from ..measure.env import gpu_folder
+from ..measure.record import utc_now
 
 __all__ = ["run_reference", "ReferenceOutcome", "write_results_readme", "EXIT_BUDGET",
            "gpu_folder"]

@@ -8,17 +8,17 @@ Used by reference.py. Introduced in docs/offline-gpu.md, "On an offline GPU mach
 from __future__ import annotations
 
 import json
-import os
 import re
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from ..checks import write_atomic
 from ..errors import FastdiffError
 from ..techniques.ladders import LADDERS
-from ..measure.env import device_name, gpu_folder  # gpu_folder: reference.py imports it here
+from ..measure.env import device_name
+from ..measure.record import utc_now
 from ..measure.flops import measure_matmul_tflops
 from ..results.readme import STATE, check_results_readme
 from ..results.store import Result, load_results
@@ -52,14 +52,8 @@ def tuning_bundle(out: Path, root: Path | None, model: str) -> Path:
     return (out.parent if root else out) / "tuning" / torch.__version__ / f"{model}.json.gz"
 
 
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
 def write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 def slug(name: str) -> str:

@@ -39,17 +39,19 @@ import warnings
 
 import torch
 
+from ..models.dtypes import DTYPE_NAMES, weight_dtype
 from ..models.loading import get_denoiser, pipeline_device, pipeline_info
 from ..models.noise import quiet_known_noise
 from .attention import SDPA_BACKENDS, SDPABackendProcessor, check_attention, is_fused, set_attention
+from ..models.state import compiled_by_hand
 from .compile import (capture_denoiser_inputs, check_scope, compile_part, compile_pipeline,
-                      compiled_by_hand, graph_breaks, set_channels_last, blog_inductor_flags)
+                      graph_breaks, set_channels_last, blog_inductor_flags)
 from .flux import FLUX_BACKENDS, check_recipe
 from .fusion import fuse_qkv
 from .precision import set_precision, set_tf32, tf32_state
 from .quantization import (blog_conv_filter, blog_filter, conv1x1_to_linear, fastdiff_filter,
                            quantize)
-from .recipe import WEIGHT_DTYPES, Recipe, RecipeError
+from .recipe import Recipe, RecipeError
 from .syncs import count_syncs, remove_syncs
 from .guidance import stop_guidance
 from .step_cache import check_branch, step_cache
@@ -73,7 +75,7 @@ def current_recipe(pipe) -> dict:
         return info["recipe"].to_dict()
     done = info["applied"]
     denoiser = get_denoiser(pipe)
-    dtype = {v: k for k, v in WEIGHT_DTYPES.items() if k != "tf32"}.get(denoiser.dtype, "fp32")
+    dtype = DTYPE_NAMES.get(denoiser.dtype, "fp32")
     # the TF32 mode set_precision recorded, else what torch's switch says now
     tf32 = done.get("tf32") or ("on" if torch.backends.cuda.matmul.fp32_precision == "tf32"
                                 else "off")
@@ -167,7 +169,7 @@ def apply(pipe, recipe: Recipe):
         check_scope(pipe, recipe.compile_scope)
     if recipe.cache_every > 1:
         check_branch(pipe, recipe.cache_branch)
-    check_attention(pipe, recipe.attention, str(WEIGHT_DTYPES[recipe.dtype]).removeprefix("torch."))
+    check_attention(pipe, recipe.attention, str(weight_dtype(recipe.dtype)).removeprefix("torch."))
     if recipe.quantize and recipe.compile is None:
         warnings.warn(UNCOMPILED_QUANT_WARNING.format(kind=recipe.quantize), stacklevel=2)
 

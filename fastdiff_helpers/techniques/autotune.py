@@ -26,18 +26,17 @@ from typing import Any
 import torch
 
 from .. import checks
-from ..models.clock_log import recipe_id, record as clock_record
+from ..models.clock_log import record as clock_record
 from ..models.loading import get_denoiser, pipeline_info
-from ..models.gpus import PROFILES
+from ..models.gpus import PROFILES, TEMPLATE_SMS
 from ..models.meta import gemm_shapes
-from .recipe import Recipe, RecipeError
+from .recipe import Recipe, RecipeError, recipe_id
 from .tuning_state import STATE, coverage_key, covered_by
 
 # The modes whose options tune (torch._inductor.list_mode_options: both set max_autotune and
 # coordinate_descent_tuning), and the mode with the same CUDA-graph choice that tunes nothing
 # ("reduce-overhead" sets only triton.cudagraphs; "default" sets nothing).
 WITHOUT_TUNING = {"max-autotune": "reduce-overhead", "max-autotune-no-cudagraphs": "default"}
-BIG_GPU_SMS = 68  # torch/_inductor/utils.py, is_big_gpu: fewer SMs, no GEMM/conv templates
 # Measured: SDXL's UNet, bf16, 1024x1024, batch 2, on an H200 with torch 2.11: 28 shapes
 # autotuned in 347.6 s of benchmarking, 4.2 to 40.8 s a shape (results/h200/slot-2026-11-26.md)
 SHAPE_S = 347.6 / 28
@@ -137,7 +136,7 @@ def _gpu(device: str) -> tuple[str, int] | None:
     return props.name, props.multi_processor_count
 
 
-def tuning_estimate(pipe_or_model: Any, compile_vae: bool = True, sms: int = 132
+def tuning_estimate(pipe_or_model: Any, compile_vae: bool = True, sms: int = PROFILES["h100"].sms
                     ) -> dict[str, Any]:
     """What max-autotune would tune for a pipeline (or a model key: its full-size architecture)
     on a GPU with `sms` SMs (default: an H100's or H200's 132): its GEMM/convolution shapes
@@ -145,7 +144,7 @@ def tuning_estimate(pipe_or_model: Any, compile_vae: bool = True, sms: int = 132
     benchmarking seconds at the H200's measured cost a shape (and the range its shapes took),
     and the words that say it. Coordinate descent comes on top and is not measured yet.
     Introduced in 19_autotuning.ipynb."""
-    big = sms >= BIG_GPU_SMS
+    big = sms >= TEMPLATE_SMS
     shapes = gemm_shapes(pipe_or_model, vae=compile_vae) if big else 0
     seconds = shapes * SHAPE_S
     low, high = (shapes * s for s in SHAPE_S_RANGE)
@@ -155,7 +154,7 @@ def tuning_estimate(pipe_or_model: Any, compile_vae: bool = True, sms: int = 132
         words = (f"{shapes} GEMM/convolution shapes to benchmark, about {seconds / 60:.0f} min "
                  f"({low / 60:.0f}-{high / 60:.0f} min; {SHAPES_WHERE}), {descent}")
     else:
-        words = (f"no GEMM/convolution templates on {sms} SMs (inductor needs {BIG_GPU_SMS}: "
+        words = (f"no GEMM/convolution templates on {sms} SMs (inductor needs {TEMPLATE_SMS}: "
                  f"torch/_inductor/utils.py is_big_gpu), only {descent.removeprefix('then ')}")
     return {"shapes": shapes, "seconds": seconds, "range_s": (low, high), "big_gpu": big,
             "words": words}

@@ -17,9 +17,10 @@ import re
 import textwrap
 from typing import Sequence
 
+from ..models.dtypes import fp32_or_half, weight_dtype
 from ..models.presets import get_spec
 from . import attention, compile as comp, flux as flux_rules, fusion, precision, quantization, syncs
-from .recipe import WEIGHT_DTYPES, Recipe, RecipeError
+from .recipe import Recipe, RecipeError
 
 _DENOISER = 'denoiser = pipe.unet if hasattr(pipe, "unet") else pipe.transformer'
 
@@ -103,7 +104,7 @@ def _plain(r: Recipe, flux: bool = False, D: str = "denoiser") -> dict[str, list
     # pipeline's own defaults (fp32 weights, TF32 off for matmuls, diffusers' SDPA processor)
     # are not written; a TF32 mode the recipe names is, "off" included
     tf32 = r.tf32 or ("on" if r.dtype == "tf32" else None)
-    lines = [] if r.dtype in ("fp32", "tf32") else [f"pipe.to({WEIGHT_DTYPES[r.dtype]})"]
+    lines = [] if fp32_or_half(r.dtype) == "fp32" else [f"pipe.to({weight_dtype(r.dtype)})"]
     if tf32 is not None:
         lines += [f"# TF32 {tf32!r}: a process-wide switch"] + precision.tf32_code(tf32, alone=True)
     if lines:
@@ -116,42 +117,32 @@ def _plain(r: Recipe, flux: bool = False, D: str = "denoiser") -> dict[str, list
             + _source(conv_filter)
             + [f"swap_conv2d_1x1_to_linear({D}, {conv_filter.__name__})",
                f"swap_conv2d_1x1_to_linear(pipe.vae, {conv_filter.__name__})"])
+    if r.fuse_qkv:  # never with classic attention (Recipe refuses it)
+        reads = ("FluxAttnProcessor reads the fused ones" if flux else
+                 "diffusers installs its fused SDPA processor")
+        out["fuse_qkv"] = [f"# fused QKV projections ({reads})",
+                           f"{D}.fuse_qkv_projections()", "pipe.vae.fuse_qkv_projections()"]
+        out["drop_unfused"] = (["# the course's own: free the unfused copies diffusers keeps"]
+                               + _source(fusion.drop_unfused_projections)
+                               + [f"drop_unfused_projections({D})",
+                                  "drop_unfused_projections(pipe.vae)"])
     if flux:
-        if r.fuse_qkv:
-            out["fuse_qkv"] = ["# fused QKV projections (FluxAttnProcessor reads the fused ones)",
-                               f"{D}.fuse_qkv_projections()", "pipe.vae.fuse_qkv_projections()"]
-            out["drop_unfused"] = (["# the course's own: free the unfused copies diffusers keeps"]
-                                   + _source(fusion.drop_unfused_projections)
-                                   + [f"drop_unfused_projections({D})",
-                                      "drop_unfused_projections(pipe.vae)"])
         out["attention"] = _flux_attention(r, D)
     elif r.attention == "classic":
         out["attention"] = ["from diffusers.models.attention_processor import AttnProcessor",
                             f"{D}.set_attn_processor(AttnProcessor())",
                             "pipe.vae.set_attn_processor(AttnProcessor())"]
-    else:
-        fused = "Fused" if r.fuse_qkv else ""
-        if r.fuse_qkv:
-            out["fuse_qkv"] = ["# fused QKV projections (diffusers installs its fused SDPA "
-                               "processor)",
-                               f"{D}.fuse_qkv_projections()", "pipe.vae.fuse_qkv_projections()"]
-            out["drop_unfused"] = (["# the course's own: free the unfused copies diffusers keeps"]
-                                   + _source(fusion.drop_unfused_projections)
-                                   + [f"drop_unfused_projections({D})",
-                                      "drop_unfused_projections(pipe.vae)"])
-        if r.attention == "sdpa":
-            pass  # diffusers' default processor (AttnProcessor2_0; fusing installs its own)
-        else:
-            backend = attention.SDPA_BACKENDS[r.attention]
-            lines = []
-            if backend == "FLASH_ATTENTION":
-                lines += ["# flash takes no attention mask: not for PixArt, whose cross-attention "
-                          "gets the prompt's mask"]
-            lines += ["# what each forced kernel takes (torch's cuda/sdp_utils.cpp)",
-                      f"SDPA_LIMITS = {{{backend!r}: {attention.SDPA_LIMITS[backend]!r}}}", ""]
-            lines += _source(attention.SDPABackendProcessor, attention.pin_backend)
-            out["attention"] = lines + [f"pin_backend({D}, {backend!r})",
-                                        f"pin_backend(pipe.vae, {backend!r})"]
+    elif r.attention != "sdpa":  # "sdpa": diffusers' default processor (AttnProcessor2_0)
+        backend = attention.SDPA_BACKENDS[r.attention]
+        lines = []
+        if backend == "FLASH_ATTENTION":
+            lines += ["# flash takes no attention mask: not for PixArt, whose cross-attention "
+                      "gets the prompt's mask"]
+        lines += ["# what each forced kernel takes (torch's cuda/sdp_utils.cpp)",
+                  f"SDPA_LIMITS = {{{backend!r}: {attention.SDPA_LIMITS[backend]!r}}}", ""]
+        lines += _source(attention.SDPABackendProcessor, attention.pin_backend)
+        out["attention"] = lines + [f"pin_backend({D}, {backend!r})",
+                                    f"pin_backend(pipe.vae, {backend!r})"]
     if r.channels_last:
         out["channels_last"] = [f"{D}.to(memory_format=torch.channels_last)",
                                 "pipe.vae.to(memory_format=torch.channels_last)"]

@@ -14,7 +14,6 @@ import torch
 from ..models.loading import (call_kwargs, denoiser_kind, get_denoiser, pipeline_device,
                               pipeline_info)
 from ..models.clock_log import record as clock_record
-from ..models.state import compiled_by_hand  # noqa: F401 (the techniques' name for it)
 from ..models.noise import quiet_known_noise
 from .autotune import compile_line, gate_compile, record_for_clock, tunes
 from .coordesc import keep_coordesc_marks

@@ -8,7 +8,8 @@ import torch
 
 from ..models.build import quiet_diffusers
 from ._state import record, refuse_after
-from .recipe import DTYPES, TF32_MODES, WEIGHT_DTYPES, RecipeError
+from ..models.dtypes import weight_dtype
+from .recipe import DTYPES, TF32_MODES, RecipeError
 
 
 
@@ -92,7 +93,7 @@ def set_precision(pipe, dtype: str = "bf16", tf32: str | None = None):
         raise RecipeError("dtype='tf32' with tf32='off' contradicts itself: use dtype='fp32'.")
     refuse_after(pipe, "set_precision", "quantize", "compile")
     with quiet_diffusers():
-        pipe.to(dtype=WEIGHT_DTYPES[dtype])
+        pipe.to(dtype=weight_dtype(dtype))
     set_tf32(mode)
     record(pipe, "dtype", dtype)
     record(pipe, "tf32", mode)

@@ -1,25 +1,23 @@
 """Recipe: the toggles of the course, validated on construction, and BASELINE, the course's
 true fp32 baseline. The ladders built from recipes are in ladders.py.
 
-Introduced in 01_baseline.ipynb. Imports nothing of the package but errors.py and the GPU
-profiles' thresholds (models/gpus.py) (techniques import it; the code writer, fdh.to_code(recipe), lives above them in codegen.py).
+Introduced in 01_baseline.ipynb. Imports nothing of the package but errors.py, the dtype
+names (models/dtypes.py) and the GPU profiles' thresholds (models/gpus.py) (techniques import it; the code writer, fdh.to_code(recipe), lives above them in codegen.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
 
 from ..errors import FastdiffError
+from ..models.dtypes import RECIPE_DTYPES as DTYPES, fp32_or_half, weight_name
 from ..models.gpus import BF16_FROM, FLASH_FROM, FP8_FROM
 
-DTYPES = ("fp32", "tf32", "bf16", "fp16")
-# the weight dtype of each (TF32 is fp32 weights with TF32 math)
-WEIGHT_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
-                 "fp16": torch.float16}
 ATTENTION = ("classic", "sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-math", "sdpa-cudnn")
 COMPILE_MODES = (None, "default", "max-autotune", "max-autotune-no-cudagraphs",
                  "reduce-overhead")
@@ -205,11 +203,11 @@ class Recipe:
         if self.fuse_qkv and self.attention == "classic":
             raise RecipeError("fuse_qkv needs an SDPA attention (diffusers' fused processor "
                               "calls scaled_dot_product_attention): set attention='sdpa'.")
-        if self.attention in ("sdpa-flash", "sdpa-cudnn") and self.dtype in ("fp32", "tf32"):
+        if self.attention in ("sdpa-flash", "sdpa-cudnn") and fp32_or_half(self.dtype) == "fp32":
             # torch's cuda/sdp_utils.cpp: check_dtypes_flash_attention, check_dtypes_low_precision
             raise RecipeError(f"attention={self.attention!r} runs only in fp16/bf16: set "
                               "dtype='bf16', or use 'sdpa-efficient' or 'sdpa-math' in fp32.")
-        if self.quantize and self.dtype in ("fp32", "tf32") and self.quantize != "int8-weight-only":
+        if self.quantize not in (None, "int8-weight-only") and fp32_or_half(self.dtype) == "fp32":
             raise RecipeError(f"quantize={self.quantize!r} is meant for bf16 models (the blog "
                               "quantizes a bf16 UNet): set dtype='bf16'.")
         if self.quantize == "fp8-dynamic-row" and self.dtype != "bf16":
@@ -254,7 +252,7 @@ class Recipe:
         matmul setting), else its own. fdh.load_pipeline(..., dtype=recipe.weight_dtype) fetches
         the files of that dtype (fp16 files for a half-precision recipe, where the hub has
         them). Introduced in 02_where_the_time_goes.ipynb."""
-        return "fp32" if self.dtype == "tf32" else self.dtype
+        return weight_name(self.dtype)
 
     def for_device(self, device: str, capability: tuple[int, int] | None = None
                    ) -> tuple["Recipe", list[str]]:
@@ -298,3 +296,14 @@ class Recipe:
 
 
 BASELINE = Recipe()  # the course's true fp32 baseline: TF32 off, classic attention
+_ID_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Recipe) if f.name != "compile"}
+
+
+def recipe_id(recipe: dict | None) -> str:
+    """A short, stable name of a compiled recipe (a Recipe.to_dict(): "compile" and the fields
+    away from their defaults), telling its graphs from another recipe's in the course clock's
+    record; "compile_pipeline" for a compile outside fdh.apply."""
+    if recipe is None:
+        return "compile_pipeline"
+    return json.dumps({k: v for k, v in recipe.items() if _ID_DEFAULTS.get(k, "?") != v},
+                      sort_keys=True, default=str)
