@@ -108,7 +108,6 @@ RECORDED: dict = {
         'launch': {'benchmarks': [], 'calls': [['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32'], ['sd15', 'fp32']], 'compiles': [], 'frames': 0, 'loads': ['sd15', 'sd15', 'sd15']},
     },
     '17_fitting_your_gpu.ipynb': {
-        'weights': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl', 'sd15', 'ssd1b', 'pixart', 'flux', 'flux-schnell']},
         'peak': {'benchmarks': [], 'calls': [['sdxl', 'fp32']], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
         'savers': {'benchmarks': [], 'calls': [['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32'], ['sdxl', 'fp32']], 'compiles': [], 'frames': 0, 'loads': ['sdxl', 'sdxl', 'sdxl', 'sdxl']},
     },
