@@ -49,6 +49,8 @@ def test_a_model_name_builds_its_meta_pipeline_once(monkeypatch):
     mine = fdh.weight_bytes("sd15", "bf16")
     mine["unet"] = 0
     assert fdh.weight_bytes("sd15", "bf16")["unet"] > 0 and built == ["sd15"]
+    with pytest.raises(TypeError):  # the cached count itself cannot be changed by a caller
+        fit.part_parameters("sd15")["unet"] = 0
     fp32 = fdh.weight_bytes("sd15", "fp32")
     assert fp32["unet"] == 2 * fdh.weight_bytes("sd15", "bf16")["unet"]
     assert built == ["sd15"]
