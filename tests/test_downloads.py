@@ -188,16 +188,21 @@ def test_download_for_a_card_leaves_out_what_does_not_fit_it(capsys):
 
 
 @pytest.mark.parametrize("variables, offline", [
-    ({"HF_HUB_OFFLINE": "ON"}, True), ({"HF_HUB_OFFLINE": "yes"}, True),
-    ({"HF_HUB_OFFLINE": "0"}, False), ({"TRANSFORMERS_OFFLINE": "1"}, True),
-    ({"HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "1"}, False)])
+    ({"HF_HUB_OFFLINE": "ON"}, "HF_HUB_OFFLINE"), ({"HF_HUB_OFFLINE": "yes"}, "HF_HUB_OFFLINE"),
+    ({"HF_HUB_OFFLINE": "0"}, None), ({"TRANSFORMERS_OFFLINE": "1"}, "TRANSFORMERS_OFFLINE"),
+    ({"HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "1"}, None)])
 def test_offline_is_read_as_the_hub_library_reads_it(monkeypatch, variables, offline):
-    """huggingface_hub/constants.py: HF_HUB_OFFLINE, else TRANSFORMERS_OFFLINE; 1/on/yes/true."""
+    """huggingface_hub/constants.py: HF_HUB_OFFLINE, else TRANSFORMERS_OFFLINE; 1/on/yes/true.
+    The variable that made it offline is the one the refusal names."""
     for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.delenv(name, raising=False)
     for name, value in variables.items():
         monkeypatch.setenv(name, value)
-    assert hub.offline() is offline
+    assert hub.offline() == offline
+    if offline:
+        monkeypatch.setattr(pretrained, "cached", lambda *a: None)  # nothing in the cache
+        assert pretrained.pretrained_status(fdh.MODELS["sd15"]) == (
+            False, f"{fdh.MODELS['sd15'].hub_id} is not cached and {offline} is set")
 
 
 def test_a_repositorys_file_list_is_asked_once_per_process(monkeypatch):

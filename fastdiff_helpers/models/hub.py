@@ -22,7 +22,9 @@ IGNORED = ["*.bin", "*.msgpack", "*.onnx", "*.pb"]
 _INFO: dict[tuple, Any] = {}  # (the model_info asked, hub id) -> its answer with file sizes
 
 
-def offline() -> bool:
+def offline() -> str | None:
+    """The variable that puts the hub in offline mode ("HF_HUB_OFFLINE" or, where that is unset,
+    "TRANSFORMERS_OFFLINE"), or None when online."""
     # huggingface_hub/constants.py: `HF_HUB_OFFLINE = _is_true(os.environ.get("HF_HUB_OFFLINE")
     # or os.environ.get("TRANSFORMERS_OFFLINE"))`, _is_true: `value.upper() in
     # ENV_VARS_TRUE_VALUES`: the same variables and values, read at each call (there at import)
@@ -30,7 +32,7 @@ def offline() -> bool:
 
     name = "HF_HUB_OFFLINE" if os.environ.get("HF_HUB_OFFLINE") else "TRANSFORMERS_OFFLINE"
     on = tuple(sorted(v.lower() for v in constants.ENV_VARS_TRUE_VALUES))
-    return checks.env_switch(name, "the hub's offline mode", on=on)
+    return name if checks.env_switch(name, "the hub's offline mode", on=on) else None
 
 
 def check_online() -> None:

@@ -57,8 +57,9 @@ def _status(spec: ModelSpec, path: str | None) -> tuple[bool, str, str | None]:
             return True, f"{spec.hub_id} is in the local Hugging Face cache", None
         partly = (f"{spec.hub_id} is only partly cached (model_index.json, but no safetensors "
                   f"weights for {', '.join(missing)})")
-    if offline():
-        return False, partly or f"{spec.hub_id} is not cached and HF_HUB_OFFLINE is set", None
+    off = offline()
+    if off:
+        return False, partly or f"{spec.hub_id} is not cached and {off} is set", None
     try:
         info = model_info(spec.hub_id, timeout=HUB_TIMEOUT_S)
     except Exception as exc:  # any network or hub failure means: not reachable now
@@ -176,7 +177,7 @@ def choose_weights(spec: ModelSpec, path: str | None, device: str) -> tuple[str,
     before = (f"a parameters cell chose pretrained weights for {spec.key} on "
               f"{carried['when']}, and they are not here now; " if carried else "")
     fetch = (gate_todo(spec.hub_id, gated) if gated else
-             ("unset HF_HUB_OFFLINE and reconnect" if offline() else "reconnect")
+             (f"unset {off} and reconnect" if (off := offline()) else "reconnect")
              + f", or run `hf download {spec.hub_id}` (here, or on a machine with network "
              "and copy its Hugging Face cache)")
     return "none", (f"{why}; {before}on a GPU \"auto\" stops rather than pick random weights: "
