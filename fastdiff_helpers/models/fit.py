@@ -8,7 +8,6 @@ The estimate is for deciding before loading, said as an estimate; fdh.peak_memor
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 from types import MappingProxyType
 
 import torch
@@ -42,13 +41,13 @@ UPCAST_IN_FP16 = ("StableDiffusionXLPipeline",)
 
 
 @functools.lru_cache(maxsize=None)
-def part_parameters(model: str) -> Mapping[str, int]:
+def part_parameters(model: str) -> MappingProxyType[str, int]:
     """Parameters per part of a model key's full-size pipeline (its components' order) or of a
-    VAE swap's ("fp16-fix": its root, ""), on the meta device, once per process: the one count
-    the fit, the download sizes and fdh.weight_bytes ask (bytes: x dtypes.element_bytes)."""
+    VAE swap's ("fp16-fix": its root, ""), on the meta device, once per process and read-only
+    (every caller gets the cached mapping): the count the fit, the download sizes and
+    fdh.weight_bytes ask (bytes: x dtypes.element_bytes)."""
     parts = ({"": build_component(VAES[model][1], "meta", torch.float32)} if model in VAES else
              build_pipeline(get_spec(model), "full", "meta", torch.float32, 0).components)
-    # read-only: lru_cache hands every caller the same mapping
     return MappingProxyType({name: sum(p.numel() for p in m.parameters())
                              for name, m in parts.items() if isinstance(m, torch.nn.Module)})
 

@@ -23,8 +23,7 @@ _INFO: dict[tuple, Any] = {}  # (the model_info asked, hub id) -> its answer wit
 
 
 def offline() -> str | None:
-    """The variable that puts the hub in offline mode ("HF_HUB_OFFLINE" or, where that is unset,
-    "TRANSFORMERS_OFFLINE"), or None when online."""
+    """Which variable puts the hub offline (HF_HUB_OFFLINE, else TRANSFORMERS_OFFLINE), or None."""
     # huggingface_hub/constants.py: `HF_HUB_OFFLINE = _is_true(os.environ.get("HF_HUB_OFFLINE")
     # or os.environ.get("TRANSFORMERS_OFFLINE"))`, _is_true: `value.upper() in
     # ENV_VARS_TRUE_VALUES`: the same variables and values, read at each call (there at import)

@@ -57,8 +57,7 @@ def _status(spec: ModelSpec, path: str | None) -> tuple[bool, str, str | None]:
             return True, f"{spec.hub_id} is in the local Hugging Face cache", None
         partly = (f"{spec.hub_id} is only partly cached (model_index.json, but no safetensors "
                   f"weights for {', '.join(missing)})")
-    off = offline()
-    if off:
+    if off := offline():
         return False, partly or f"{spec.hub_id} is not cached and {off} is set", None
     try:
         info = model_info(spec.hub_id, timeout=HUB_TIMEOUT_S)
