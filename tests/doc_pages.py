@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 PAGES = [ROOT / "docs" / name for name in
-         ("running.md", "helpers.md", "workshop.md", "instructor.md", "offline-gpu.md",
+         ("running.md", "hosted.md", "helpers.md", "workshop.md", "instructor.md", "offline-gpu.md",
           "layout.md", "glossary.md")]
 DOCS = [README, *PAGES]
 

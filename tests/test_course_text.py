@@ -143,6 +143,11 @@ def _exercise_blocks():
                         yield path, block
 
 
+def _parameters_cell(nb) -> str:
+    """The parameters cell: the second code cell, after the first cell of every notebook."""
+    return [c.source for c in nb.cells if c.cell_type == "code"][1]
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize("path, block", list(_exercise_blocks()),
                          ids=[f"{p.name}:{b.splitlines()[0]}" for p, b in _exercise_blocks()])
@@ -152,8 +157,8 @@ def test_exercise_code_runs_on_the_tiny_model(path, block, monkeypatch):
     leaves them."""
     monkeypatch.setenv("FASTDIFF_SMOKE", "1")
     nb = _read(path)
-    namespace: dict = {}
-    exec(next(c.source for c in nb.cells if c.cell_type == "code"), namespace)
+    namespace: dict = {"fdh": fdh}  # what the first cell imports
+    exec(_parameters_cell(nb), namespace)
     settings = namespace["settings"]
     spec = fdh.MODELS[settings.model]  # the first step of the model's own ladder (Flux: bf16)
     recipe = fdh.Recipe() if "course" in spec.ladders else fdh.LADDERS[spec.ladders[0]][0][1]
@@ -276,7 +281,7 @@ def test_cold_start_comes_right_after_compile():
 def test_the_syncs_notebook_runs_a_model_where_removing_syncs_changes_something():
     nb = _read(_by_name("10_"))
     assert "syncs" in nb.cells[0].source
-    model = re.search(r'course_settings\("(\w+)"\)', nb.cells[1].source).group(1)
+    model = re.search(r'course_settings\("(\w+)"\)', _parameters_cell(nb)).group(1)
     pipe = fdh.load_pipeline(model, weights="tiny", device="cpu", verbose=False)
     fdh.remove_syncs(pipe)
     assert fdh.pipeline_info(pipe)["applied"]["no_sync"]["changed"] is True

@@ -103,7 +103,8 @@ def test_below_floor_names_each_old_version():
                         "diffusers": "not installed"}) == [
         "python 3.9.18 is below 3.10", "torch 2.10.1+cu128 is below 2.11",
         "transformers 4.57.1 is below 5.17"]
-    assert below_floor({"python": "3.13.1"}) == ["python 3.13.1 is above the tested range (< 3.13)"]
+    assert below_floor({"python": "3.14.0"}) == ["python 3.14.0 is above the tested range (< 3.14)"]
+    assert below_floor({"python": "3.13.1"}) == []  # Colab's Python since 2026-08-19
     assert below_floor({"torch": "2.11.0a0+git123"}) == []  # a 2.11 pre-release build: its release
 
 

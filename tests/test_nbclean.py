@@ -67,6 +67,7 @@ def run_and_save(path: Path, source_edit: str = "") -> None:
     code[0].execution_count = 1
     code[0].metadata["execution"] = {"iopub.status.busy": "2026-01-01T00:00:00Z"}
     nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
+    nb.metadata["colab"]["provenance"] = []  # as a save on Colab adds
     nb.cells[0].source += source_edit
     nbformat.write(nb, path)
 
@@ -127,7 +128,8 @@ def test_an_edited_notebook_shows_and_commits_its_edit_without_outputs(tmp_path)
     assert "A line the participant wrote." in "".join(stored["cells"][0]["source"])
     assert all(not c.get("outputs") and c.get("execution_count") is None
                for c in stored["cells"] if c["cell_type"] == "code")
-    assert set(stored["metadata"]) == {"kernelspec", "language_info"}
+    assert set(stored["metadata"]) == {"kernelspec", "language_info", "accelerator", "colab"}
+    assert stored["metadata"]["colab"] == {"gpuType": "T4"}  # Colab's provenance went
     assert all(set(c["metadata"]) <= {"tags"} for c in stored["cells"])
     assert "hello" in path.read_text(encoding="utf-8")
 

@@ -20,6 +20,9 @@ import pytest
 
 nbformat = pytest.importorskip("nbformat")
 
+from fastdiff_helpers.course.hosted import first_cell  # noqa: E402
+from fastdiff_helpers.course.nbclean import KEEP_CELL, KEEP_COLAB, KEEP_NOTEBOOK  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
@@ -95,20 +98,24 @@ def _calls(source: str, name: str) -> bool:
                and n.func.value.id == "fdh" for n in ast.walk(tree))
 
 
-NB_METADATA = {"kernelspec", "language_info"}
-CELL_METADATA = {"tags"}
+NB_METADATA = set(KEEP_NOTEBOOK)
+CELL_METADATA = set(KEEP_CELL)
 ENDING = ["## Try it yourself", "## Exercises", "## Summary"]
 CELL_ID = re.compile(r"[a-z0-9-]+")
 
 
 def clean_problems(raw: dict) -> list[str]:
     """What nbstripout would strip: outputs, execution counts, widget state and any notebook
-    or cell metadata beyond kernelspec/language_info and tags."""
+    or cell metadata beyond kernelspec/language_info, Colab's GPU (accelerator,
+    colab.gpuType) and tags."""
     problems = []
     extra = sorted(set(raw.get("metadata", {})) - NB_METADATA)
     if extra:
         problems.append(f"notebook metadata has {extra} (widget state, jupytext, ...): keep only "
                         f"{sorted(NB_METADATA)}")
+    colab = sorted(set(raw.get("metadata", {}).get("colab") or {}) - set(KEEP_COLAB))
+    if colab:
+        problems.append(f"notebook metadata colab has {colab}: keep only {list(KEEP_COLAB)}")
     if raw.get("metadata", {}).get("kernelspec", {}).get("name") != "python3":
         problems.append(f"kernelspec is {raw.get('metadata', {}).get('kernelspec')}, not python3")
     for i, cell in enumerate(raw.get("cells", [])):
@@ -142,7 +149,9 @@ def id_problems(raw: dict) -> list[str]:
 
 def skeleton_problems(nb, number: str) -> list[str]:
     """The course skeleton: a "# NN · title" markdown cell with a "**What you will learn**" list
-    first; the parameters cell (fdh.course_settings) is the first code cell; the headings end
+    first; the first cell of every notebook (course/hosted.py: it imports fastdiff_helpers as
+    fdh, installing it where it is missing) is the first code cell, the parameters cell
+    (fdh.course_settings) the second; the headings end
     "## Try it yourself", "## Exercises", "## Summary", in that order."""
     problems = []
     first = nb.cells[0] if nb.cells else None
@@ -160,15 +169,16 @@ def skeleton_problems(nb, number: str) -> list[str]:
             if not after or not after[0].startswith("- "):
                 problems.append("'**What you will learn**' is not followed by a '- ' list")
     code = [c for c in nb.cells if c.cell_type == "code"]
-    if not code:
-        problems.append("there is no code cell")
+    if len(code) < 2:
+        problems.append("there is no first cell and parameters cell")
     else:
-        parameters = code[0].source
-        if not _calls(parameters, "course_settings"):
-            problems.append("the first code cell is not the parameters cell: it must call "
+        if code[0].source != first_cell():
+            problems.append("the first code cell is not the first cell of every notebook "
+                            "(fastdiff_helpers/course/hosted.py FIRST_CELL): run `python -m "
+                            "fastdiff_helpers lessons --write`")
+        if not _calls(code[1].source, "course_settings"):
+            problems.append("the second code cell is not the parameters cell: it must call "
                             "fdh.course_settings(...)")
-        if "import fastdiff_helpers as fdh" not in parameters:
-            problems.append("the parameters cell does not `import fastdiff_helpers as fdh`")
     headings = _headings(nb)
     for heading in ENDING:
         if headings.count(heading) != 1:

@@ -88,7 +88,7 @@ def test_a_target_below_the_floor_is_refused_with_the_reason():
         wh.check_floor({"torch": "2.10.0+cu128", "transformers": "4.57.0"}, "3.9",
                        requirements, requires_python)
     message = str(info.value)
-    assert "Python 3.9 is outside fastdiff's range >=3.10,<3.13" in message
+    assert "Python 3.9 is outside fastdiff's range >=3.10,<3.14" in message
     assert "torch 2.10.0+cu128 on the target does not satisfy torch>=2.11" in message
     assert "transformers 4.57.0 on the target does not satisfy transformers<6,>=5.17" in message
 

@@ -6,6 +6,11 @@
     playground_parts  the playground's controls, phases and small formatters
     lessons           the course as a workshop day: each notebook's track, visible words and
                       minutes, the core path (README's syllabus, `lessons --write`)
+    hosted            what every notebook's first cell runs where the course is not installed
+                      (Colab, Kaggle, any Jupyter): the host's limits, the install with the
+                      host's torch and Jupyter held, whether to restart; the cell itself
+    opening           how a notebook opens where a participant is: its first cell, the GPU
+                      Colab gives it, its Open-in-Colab and Open-in-Kaggle badges
     nbclean           git's clean filter for the notebooks (committed without outputs, which
                       the files keep) and `make lab`'s post-save hook
 

@@ -21,7 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from ..errors import FastdiffError
 from ..planning import clock
+from . import hosted
+from .opening import badges, cell_text, colab_gpu, with_first_cell
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
@@ -39,6 +42,7 @@ CORE_WORDS, OPTIONAL_WORDS = 1_200, 1_800   # visible words, at most, per lesson
 PATH_WORDS, COURSE_WORDS = 12_000, 20_000   # on the core path, and in all
 CELL_WAIT_S = 180     # no core cell waits longer on an H100 (the course clock)
 
+
 LABEL = re.compile(r"^\*\*(Core|Optional) · (\d+) min\*\*")
 EXERCISE = re.compile(r"^\*\*(\d+)\. (.+?)\*\* · (\d+) min · (CPU|GPU|CPU or GPU)\s*$", re.M)
 ANSWER = re.compile(r"<details>\s*<summary>\s*Answer\b", re.I)
@@ -50,6 +54,11 @@ SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]*_]*\s+(?=[\"'(\[*_`]*[A-Z0-9`])")
 
 
 def notebooks() -> list[Path]:
+    """The course's notebooks, in a clone: an installed package has none beside it, and the
+    writes of `lessons --write` are edits of the course's source, never of the package."""
+    if not NOTEBOOKS.is_dir():
+        raise FastdiffError(f"{NOTEBOOKS} is not there: `lessons` reads and writes the course's "
+                            "notebooks and README, so run it in a clone of the repository.")
     return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 
 
@@ -197,29 +206,33 @@ def table(found: list[Lesson] | None = None) -> str:
     return "\n".join(lines)
 
 
+def _write_notebook(path: Path, nb: dict) -> None:
+    # as JupyterLab writes a notebook (course/nbclean.py)
+    path.write_text(json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n",
+                    encoding="utf-8")
+
+
 def write_labels(found: list[Lesson] | None = None) -> list[str]:
-    """Put each notebook's label line (the first line after its title) and the README's
-    syllabus columns in line with `lessons()`. Returns the files changed."""
+    """Put each notebook's label line (the first line after its title), its first cell
+    (hosted.first_cell) and Colab's GPU, and the README's syllabus columns and badges, in line
+    with `lessons()`. Returns the files changed."""
     changed = []
+    cell = hosted.first_cell()
     for lesson in found or lessons():
         path = NOTEBOOKS / lesson.name
-        nb = json.loads(path.read_text(encoding="utf-8"))
+        before = path.read_text(encoding="utf-8")
+        nb = with_first_cell(json.loads(before), cell, colab_gpu(lesson.name))
         first = nb["cells"][0]
-        source = "".join(first["source"]) if isinstance(first["source"], list) else first["source"]
-        lines = source.split("\n")
+        lines = cell_text(first).split("\n")
         at = next((i for i, line in enumerate(lines[1:], 1) if line.strip()), None)
         if at is not None and LABEL.match(lines[at]):
-            new = LABEL.sub(lesson.label, lines[at], count=1)
-            if new == lines[at]:
-                continue
-            lines[at] = new
+            lines[at] = LABEL.sub(lesson.label, lines[at], count=1)
         else:
             lines[1:1] = ["", lesson.label]
         first["source"] = "\n".join(lines).splitlines(keepends=True)
-        # as JupyterLab writes a notebook (course/nbclean.py)
-        path.write_text(json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n",
-                        encoding="utf-8")
-        changed.append(str(path.relative_to(ROOT)))
+        _write_notebook(path, nb)
+        if path.read_text(encoding="utf-8") != before:
+            changed.append(str(path.relative_to(ROOT)))
     readme = README.read_text(encoding="utf-8")
     updated = syllabus_columns(readme, found or lessons())
     if updated != readme:
@@ -228,8 +241,11 @@ def write_labels(found: list[Lesson] | None = None) -> list[str]:
     return changed
 
 
-SYLLABUS_ROW = re.compile(r"^\| (\d\d) \| (\[\d\d_\w+\.ipynb\]\(notebooks/\d\d_\w+\.ipynb\)) \| "
-                          r"(Core|Optional) \| (\d+) \|", re.M)
+SYLLABUS_HEAD = "| # | notebook | track | min | what you learn | open in |"
+SYLLABUS_TOP = re.compile(r"^\| # \| notebook \| track \| min \| what you learn \|( open in \|)?\n"
+                          r"\|(?:---\|){5,6}$", re.M)
+SYLLABUS_ROW = re.compile(r"^\| (\d\d) \| (\[\d\d_\w+\.ipynb\]\(notebooks/(\d\d_\w+\.ipynb)\)) \| "
+                          r"(Core|Optional) \| (\d+) \| (.+?) \|(?: \[!\[Open in Colab.*\|)?$", re.M)
 PATH_LINE = re.compile(r"(The core path: )(\d+) notebooks, (about \d+ h \d+ min)")
 
 
@@ -237,9 +253,9 @@ def _hours(minutes: int) -> str:
     return f"about {minutes // 60} h {minutes % 60:02d} min"
 
 
-def syllabus_columns(readme: str, found: list[Lesson]) -> str:
-    """The README with its syllabus rows' track and minutes, and the core path's line, as
-    `found` says."""
+def syllabus_columns(readme: str, found: list[Lesson], repository: str | None = None) -> str:
+    """The README with its syllabus rows' track, minutes and Open-in badges, and the core
+    path's line, as `found` says."""
     by_number = {lesson.name[:2]: lesson for lesson in found}
 
     def row(match: re.Match) -> str:
@@ -247,9 +263,10 @@ def syllabus_columns(readme: str, found: list[Lesson]) -> str:
         if lesson is None:
             return match.group(0)
         return (f"| {match.group(1)} | {match.group(2)} | {lesson.track.capitalize()} | "
-                f"{lesson.minutes} |")
+                f"{lesson.minutes} | {match.group(6)} | {badges(match.group(3), repository)} |")
 
     core = [x for x in found if x.track == "core"]
-    out = SYLLABUS_ROW.sub(row, readme)
+    out = SYLLABUS_TOP.sub(SYLLABUS_HEAD + "\n" + "|---" * 6 + "|", readme)
+    out = SYLLABUS_ROW.sub(row, out)
     return PATH_LINE.sub(lambda m: f"{m.group(1)}{len(core)} notebooks, "
                                    f"{_hours(path_minutes(found))}", out)

@@ -21,15 +21,21 @@ import subprocess
 import sys
 from typing import Any
 
-KEEP_NOTEBOOK = ("kernelspec", "language_info")
+# accelerator and colab.gpuType: the GPU Colab opens the notebook on (course/lessons.py)
+KEEP_NOTEBOOK = ("kernelspec", "language_info", "accelerator", "colab")
+KEEP_COLAB = ("gpuType",)
 KEEP_CELL = ("tags",)
 
 
 def clean_notebook(nb: Any) -> Any:
     """Strip, in place, what running and saving add: outputs, execution counts, notebook
-    metadata but kernelspec and language_info, cell metadata but tags (test_notebooks.py
+    metadata but kernelspec, language_info and the GPU Colab opens it on (accelerator,
+    colab.gpuType: Colab's own provenance goes), cell metadata but tags (test_notebooks.py
     holds the committed notebooks to the same rule)."""
     nb["metadata"] = {k: v for k, v in nb["metadata"].items() if k in KEEP_NOTEBOOK}
+    if isinstance(nb["metadata"].get("colab"), dict):
+        nb["metadata"]["colab"] = {k: v for k, v in nb["metadata"]["colab"].items()
+                                   if k in KEEP_COLAB}
     for cell in nb["cells"]:
         cell["metadata"] = {k: v for k, v in cell.get("metadata", {}).items() if k in KEEP_CELL}
         if cell["cell_type"] == "code":

@@ -21,10 +21,11 @@ from ..models.pretrained import check_weights, course_weights
 from ..techniques.autotune import autotune_enabled, set_autotune
 from ..compiletime.bundle_io import import_matching
 from ..techniques.tuning_state import STATE
-from ..results.store import Result, reference_results
+from ..results.store import REFERENCE_ROOT, Result, reference_results
 from ..results.tables import format_table
 from ..techniques.recipe import BASELINE, Recipe
 from ..planning.sizing import card_fit, fitting_sizes, rung_verdict
+from .hosted import card_problem
 
 
 # The tiny model's denoising steps outside smoke mode (the CPU story: the notebooks, the
@@ -127,8 +128,8 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
     GPU) runs only when asked for: `autotune=True` switches it on for this process
     (fdh.set_autotune; None leaves the switch as it is: off, or FASTDIFF_AUTOTUNE=1). On a GPU
     the matching tuning bundles are imported here, once per process: those committed under
-    results/ of this checkout and those under `tuning` (or $FASTDIFF_TUNING_DIR), a folder an
-    instructor names, laid out as results/ is (<gpu>/tuning/<torch>/<model>.json.gz); a compile
+    results/ (shipped in the package) and those under `tuning` (or $FASTDIFF_TUNING_DIR), a
+    folder an instructor names, laid out as results/ is (<gpu>/tuning/<torch>/<model>.json.gz); a compile
     they cover reads its tuning with autotuning off.
     Introduced in 00_setup.ipynb."""
     spec = get_spec(model)
@@ -150,6 +151,11 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
     quiet_known_noise()  # the parameters cell runs first in every notebook
     smoke = smoke_mode() if smoke is None else smoke
     device = "cpu" if smoke or not torch.cuda.is_available() else "cuda"
+    if device == "cuda":  # a card the course cannot use is refused before anything loads
+        problem = card_problem(torch.cuda.get_device_name(), torch.cuda.get_device_capability(),
+                               torch.cuda.get_arch_list())
+        if problem:
+            raise FastdiffError(problem)
     weights = weights or ("tiny" if smoke else "auto")
     weights = course_weights(spec, weights, device)  # decided once, carried on a GPU
     if autotune is not None:
@@ -174,15 +180,14 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
 
 
 TUNING_ENV = "FASTDIFF_TUNING_DIR"
-RESULTS_ROOT = Path(__file__).resolve().parents[2] / "results"  # results/ of this checkout
 
 
 def import_course_tuning(tuning: str | Path | None = None) -> list[dict]:
     """Import, once per process and folder, the tuning bundles of this GPU and torch under
-    results/ of this checkout and under `tuning`; says in one line what they cover and what a
-    compile that would tune does without them. Introduced in 00_setup.ipynb."""
+    the committed results/ (shipped in the package) and under `tuning`; says in one line what
+    they cover and what a compile that would tune does without them. Introduced in 00_setup.ipynb."""
     done: list[dict] = []
-    roots = [root for root in [RESULTS_ROOT] + ([Path(tuning)] if tuning is not None else [])
+    roots = [root for root in [REFERENCE_ROOT] + ([Path(tuning)] if tuning is not None else [])
              if str(root.resolve()) not in STATE.roots and root.is_dir()]
     if not roots:
         return done  # said when this process first looked
@@ -228,7 +233,8 @@ def reference_numbers(model: str, steps: str | Sequence[str] | None = None,
     diffusers-torchao's H100 figures of its ladder, fdh.FLUX_H100_SECONDS), then the
     project's committed GPU results (fdh.reference_results, one table per GPU), or a line
     saying that none are committed yet. steps= keeps only those ladder steps ("bf16",
-    "+ SDPA", ...); root= is the results folder (default: results/ of this checkout).
+    "+ SDPA", ...); root= is the results folder (default: the committed results/, shipped in
+    the package).
 
     Compare times only between runs on the same GPU, weights, resolution and steps.
     Introduced in 01_baseline.ipynb."""

@@ -78,6 +78,7 @@ def fetch(hub_id: str, filename: str | None = None, patterns: list[str] | None =
     of the files they match, fetched into the cache (huggingface_hub's progress bars)."""
     import huggingface_hub as hub
 
+    host_token()  # a gated repository's files need it
     if filename is not None:
         return hub.hf_hub_download(hub_id, filename)
     return hub.snapshot_download(hub_id, allow_patterns=patterns)
@@ -123,6 +124,25 @@ def hub_errors():
     return huggingface_hub.errors
 
 
+def host_token(environ=os.environ) -> str | None:
+    """A hosted notebook's secret HF_TOKEN, where huggingface_hub does not read it itself:
+    huggingface_hub reads HF_TOKEN from the environment at each call and Colab's secret of that
+    name on its own (utils/_auth.py get_token: _get_token_from_environment, then
+    _get_token_from_google_colab), but not Kaggle's, which this puts into HF_TOKEN. Says where
+    the token came from, or None. A token is never asked for in a cell."""
+    if environ.get("HF_TOKEN") or "KAGGLE_KERNEL_RUN_TYPE" not in environ:
+        return None
+    try:
+        from kaggle_secrets import UserSecretsClient  # Kaggle's own module, on its image only
+        token = UserSecretsClient().get_secret("HF_TOKEN")
+    except Exception:  # no such secret, or not attached to this notebook: as with none at all
+        return None
+    if not token:
+        return None
+    environ["HF_TOKEN"] = token
+    return "Kaggle's secret HF_TOKEN"
+
+
 def gate_access(hub_id: str, timeout: float) -> tuple[bool | None, str]:
     """Whether this machine's token may download the gated `hub_id` (True, False, None: no
     answer), in words. auth_check (hf_api.py) returns None with access, raises GatedRepoError
@@ -131,6 +151,7 @@ def gate_access(hub_id: str, timeout: float) -> tuple[bool | None, str]:
     no timeout (utils/_http.py default_client_factory: timeout=None): asked in a thread."""
     from huggingface_hub import auth_check, get_token
 
+    host_token()
     answer: list[BaseException | None] = []
 
     def ask() -> None:
@@ -160,11 +181,20 @@ def needs_access(hub_id: str, why: str) -> str:
     return f"{hub_id} is gated: needs access ({why})"
 
 
-def gate_todo(hub_id: str, gated: str | None = None) -> str:
-    """How to get into a gated repository ("manual": its authors approve)."""
+def gate_todo(hub_id: str, gated: str | None = None, environ=os.environ) -> str:
+    """How to get into a gated repository ("manual": its authors approve), and where this host
+    keeps the token: a secret on Colab and Kaggle (the same test as course/hosted.py host())."""
     wait = (" and wait for its authors to approve the request" if gated == "manual" else "")
+    if any(name.startswith("COLAB_") for name in environ):
+        keep = ("add a Colab secret named HF_TOKEN holding a token of that account (the key icon "
+                "in the left bar; let this notebook read it)")
+    elif "KAGGLE_KERNEL_RUN_TYPE" in environ:
+        keep = ("add a Kaggle secret named HF_TOKEN holding a token of that account (Add-ons > "
+                "Secrets, attached to this notebook)")
+    else:
+        keep = "`hf auth login` or set HF_TOKEN to a token of that account"
     return (f"accept its licence on https://huggingface.co/{hub_id} (logged in){wait}, then "
-            "`hf auth login` or set HF_TOKEN to a token of that account")
+            f"{keep}")
 
 
 def weight_kinds(folder: str) -> set[str]:

@@ -267,6 +267,10 @@ def refresh(folder: str | Path, target: str | Path | None = None,
         raise FastdiffError(f"{folder} holds no <notebook>.jsonl: run the notebooks' smoke test "
                             "first (make test, or pytest tests/test_notebooks.py -k smoke).")
     folder_of_notebooks = notebooks or Path(__file__).resolve().parents[2] / "notebooks"
+    if not folder_of_notebooks.is_dir():  # an installed package: its folder is not the source
+        raise FastdiffError(f"{folder_of_notebooks} is not there: the clock's record is the "
+                            "course's source (clock_record.py), refreshed in a clone of the "
+                            "repository.")
     existing = {p.name for p in folder_of_notebooks.glob("*.ipynb")}
     recorded = {name: cells for name, cells in RECORDED.items() if name in existing}
     recorded.update({f"{log.stem}.ipynb": summarize(read_log(log)) for log in logs})

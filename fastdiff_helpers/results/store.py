@@ -24,6 +24,11 @@ __all__ = ["SCHEMA_VERSION", "Result", "ResultsFormatError", "save_results", "lo
            "reference_results", "save_result", "rewrite_results"]
 
 
+# The repository's results/ folder, read the same from a clone and from an installed package:
+# in a clone it is a link to results/, in a wheel the package data (pyproject.toml).
+REFERENCE_ROOT = Path(__file__).resolve().parent.parent / "reference_data"
+
+
 def _repair_tail(path: Path) -> None:
     """If the file does not end in a newline, end the last line (valid) or drop it (cut write)."""
     if not path.exists() or path.stat().st_size == 0:
@@ -174,10 +179,11 @@ def reference_results(model: str, root: str | os.PathLike | None = None) -> dict
     """The project's committed GPU reference results for `model`: {gpu folder: [Result]}
     from results/<gpu>/<model>/results.jsonl ({} when none are committed yet).
 
-    root defaults to the results/ folder of this checkout. What fdh.reference_numbers prints
-    (01_baseline.ipynb). Introduced in 17_fitting_your_gpu.ipynb (the committed peak memory)."""
+    root defaults to REFERENCE_ROOT, the repository's results/ as the package ships it. What
+    fdh.reference_numbers prints (01_baseline.ipynb). Introduced in 17_fitting_your_gpu.ipynb
+    (the committed peak memory)."""
     base = (checks.existing_folder("root", root, "the results folder (results/ of a checkout)")
-            if root is not None else Path(__file__).resolve().parents[2] / "results")
+            if root is not None else REFERENCE_ROOT)
     found: dict[str, list[Result]] = {}
     for path in sorted(base.glob(f"*/{model}/results.jsonl")):
         found[path.parent.parent.name] = load_results(path)
