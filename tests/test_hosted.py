@@ -357,13 +357,20 @@ def test_every_requirement_has_a_python_313_wheel_or_is_pure_python(tmp_path):
     wh = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("wheelhouse", wh)
     spec.loader.exec_module(wh)
-    manifest = wh.build({"torch": "2.13.0"}, tmp_path / "wh", "3.13", "manylinux_2_28_x86_64")
+    platform = "manylinux_2_28_x86_64"
+    manifest = wh.build({"torch": "2.13.0"}, tmp_path / "wh", "3.13", platform)
     files = {w["name"]: w["file"] for w in manifest["wheels"]}
     pins = {name: version for name, version in wh.pins(ROOT).items() if name != "torch"}
-    carried = {name for name in pins if name in files}
-    assert {"diffusers", "numpy", "tokenizers", "ipykernel", "pytest"} <= carried, files
+    # the rest of requirements.txt (JupyterLab, playwright, pytest-xdist): make's set
+    rest = [f"{name}=={version}" for name, version in pins.items() if name not in files]
+    have = {"torch": "2.13.0", **{w["name"]: w["version"] for w in manifest["wheels"]}}
+    files |= {w.name: w.filename for w in wh.resolve(
+        rest, have, wh.pip_index(tmp_path / "wh" / "wheels", "3.13", platform), "3.13",
+        platform, pins)}
+    assert set(pins) <= set(files), sorted(set(pins) - set(files))
+    assert all(files[name].split("-")[1] == version for name, version in pins.items())
     for name, file in files.items():
-        tags = file.rsplit("-", 3)[-3:]
+        tags = file[:-len(".whl")].rsplit("-", 3)[-3:]
         assert tags[0] == "py3" or tags[1] in ("cp313", "abi3", "none") or tags[0].startswith(
             "cp313"), f"{file}: not a wheel Python 3.13 takes"
 
