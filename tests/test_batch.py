@@ -20,7 +20,7 @@ import fastdiff_helpers as fdh
 from fastdiff_helpers.errors import FastdiffError
 from fastdiff_helpers.runs import batch as fdb
 from fastdiff_helpers.runs.launch import recipe_flags
-from fastdiff_helpers.runs.cli import _recipe, build_parser, main
+from fastdiff_helpers.runs.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = dict(model="sd15", weights="tiny", device="cpu", steps=4, height=64, width=64)
@@ -158,13 +158,6 @@ def test_bad_input_from_the_shell_is_one_line_on_stderr(tmp_path):
     assert done.stderr.strip().splitlines() == [
         f"fastdiff: error: --prompts {tmp_path / 'nope.txt'}: {tmp_path / 'nope.txt'} does not "
         "exist; give a text file with one prompt per line."]
-
-
-def test_recipe_flags_build_the_same_recipe():
-    for recipe in [fdh.Recipe(), *(r for _, r in fdh.LADDER), *(r for _, r in fdh.COURSE_LADDER)]:
-        args = build_parser().parse_args(["batch", "--prompts", "p", "--out", "o",
-                                          *recipe_flags(recipe)])
-        assert _recipe(args) == recipe
 
 
 # --- one process ---------------------------------------------------------------------------

@@ -9,28 +9,17 @@ from typing import Any
 
 from ..models.presets import SCHEDULERS
 from ..techniques.codegen import to_code
-from ..techniques.recipe import (ATTENTION, BASELINE, COMPILE_MODES, CONV_SWAPS, DTYPES,
-                                 QUANT_FILTERS, QUANTIZE, SCOPES, TF32_MODES, Recipe)
+from ..techniques.recipe import BASELINE, KNOBS, Recipe
 
-# Recipe field -> readable label (the widget's description; the browser test finds it by it).
-LABELS = {"dtype": "dtype", "tf32": "TF32", "attention": "attention", "channels_last": "channels_last",
-          "compile": "compile", "compile_scope": "compile scope", "compile_vae": "compile VAE",
-          "fullgraph": "fullgraph", "dynamic": "dynamic", "inductor_flags": "inductor flags",
-          "fuse_qkv": "fused QKV", "no_sync": "no GPU syncs", "quantize": "quantize",
-          "quant_filter": "quant filter", "conv1x1_to_linear": "1x1 conv to linear",
-          "cache_every": "step cache every", "cache_branch": "cache branch",
-          "guidance_stop": "guidance on first"}
-# A Dropdown's value None means "nothing selected", so None/True/False travel as words.
+# Recipe field -> readable label (the widget's description; the browser test finds it by it)
+LABELS = {name: knob.label for name, knob in KNOBS.items()}
+# A Dropdown's value None means "nothing selected", so None/True/False travel as words (a
+# field's Knob.unset: "off" or "auto"); a True/False field is a checkbox
 _WORDS = {"off": None, "auto": None, "True": True, "False": False}
 _CHOICES: dict[str, list] = {
-    "dtype": list(DTYPES), "attention": list(ATTENTION),
-    "compile": ["off", *COMPILE_MODES[1:]], "compile_scope": list(SCOPES),
-    "dynamic": ["auto", "True", "False"], "quantize": ["off", *QUANTIZE[1:]],
-    "quant_filter": list(QUANT_FILTERS), "tf32": ["auto", *TF32_MODES],
-    "conv1x1_to_linear": ["off", *CONV_SWAPS[1:]],
-    # 13_fewer_denoiser_calls: every 1 is no cache; guidance "off" (None) is guidance throughout
-    "cache_every": [1, 2, 3, 4, 5], "cache_branch": [1, 2, 3],
-    "guidance_stop": ["off", 0.25, 0.5, 0.75]}
+    name: list(knob.widget) or [knob.unset if v is None or v is False else v
+                                for v in knob.choices]
+    for name, knob in KNOBS.items() if knob.choices != (False, True)}
 RESOLUTIONS = [("model default", 0)] + [(f"{n}x{n}", n) for n in (64, 128, 256, 512, 768, 1024)]
 _PHASES = ["idle", "loading the pipeline", "applying the recipe",
            "cold start (compiling), warm-up and timing", "comparing with the baseline", "done"]

@@ -20,8 +20,7 @@ from ..models.presets import DEFAULT_PROMPT, MODELS, SCHEDULERS, VAES, size_mult
 from ..models.pretrained import WEIGHTS, resolve_weights
 from ..techniques import apply
 from ..techniques.autotune import set_autotune
-from ..techniques.recipe import (ATTENTION, COMPILE_MODES, DTYPES, QUANT_FILTERS, QUANTIZE,
-                                 SCOPES, TF32_MODES, Recipe, RecipeError)
+from ..techniques.recipe import RecipeError
 from ..techniques.ladders import LADDERS
 from ..measure.bench import benchmark
 from ..measure.env import env_report
@@ -31,7 +30,7 @@ from ..course import lessons
 from ..course.settings import smoke_mode
 from . import demo
 from .ladder import resolve_ladder, run_ladder
-from .launch import batch_from_args
+from .launch import add_recipe_flags, batch_from_args, recipe_from_args
 from .cli_compile import COMPILE_COMMANDS, UsageError, add_compile_commands
 from .cli_plan import add_plan_command, run_plan
 from . import cli_download
@@ -47,14 +46,6 @@ class _Parser(argparse.ArgumentParser):
 LADDER_HELP = ("blog: the blog's recipe on today's stack; course: the course's own; flux: the "
                "course's Flux ladder (default: the model's own, blog or flux)")
 LADDER_COMMANDS = ("demo", "ladder", "warm", "reference")
-
-
-def _optional(choices: Sequence[str | None]) -> list[str]:
-    return [c if c is not None else "none" for c in choices]
-
-
-def _none(value: str) -> str | None:
-    return None if value == "none" else value
 
 
 # FASTDIFF_SMOKE=1 (fdh.smoke_mode) changes the defaults as it does the notebooks' settings:
@@ -96,29 +87,10 @@ def _autotune_flag(p: argparse.ArgumentParser) -> None:
 
 
 def _recipe_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dtype", default="fp32", choices=DTYPES)
-    p.add_argument("--tf32", default=None, choices=TF32_MODES,
-                   help="TF32 switch (default: on only for --dtype tf32)")
     p.add_argument("--vae", default=None, choices=sorted(VAES), help="swap the VAE")
     p.add_argument("--scheduler", default=None, choices=sorted(SCHEDULERS),
                    help="swap the scheduler")
-    p.add_argument("--attention", default="classic", choices=ATTENTION)
-    p.add_argument("--channels-last", action="store_true")
-    p.add_argument("--compile", default="none", choices=_optional(COMPILE_MODES))
-    p.add_argument("--compile-scope", default="full", choices=SCOPES)
-    p.add_argument("--no-compile-vae", action="store_true")
-    p.add_argument("--fullgraph", action="store_true")
-    p.add_argument("--dynamic", default=None, choices=["true", "false"])
-    p.add_argument("--inductor-flags", action="store_true")
-    p.add_argument("--fuse-qkv", action="store_true")
-    p.add_argument("--no-sync", action="store_true")
-    p.add_argument("--quantize", default="none", choices=_optional(QUANTIZE))
-    p.add_argument("--quant-filter", default="blog", choices=QUANT_FILTERS)
-    p.add_argument("--conv1x1-to-linear", default="none", choices=["none", "blog", "all"],
-                   help="swap 1x1 convs for linears: blog (diffusion-fast's filter) or all")
-    p.add_argument("--cache-every", type=int, default=1, help="step cache: deep part every N steps")
-    p.add_argument("--cache-branch", type=int, default=1, help="step cache: levels kept fresh")
-    p.add_argument("--guidance-stop", type=float, default=None, help="guidance on this share")
+    add_recipe_flags(p)  # one flag per Recipe field, from its Knob
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -207,20 +179,8 @@ def _check_counts(args: argparse.Namespace) -> None:
         checks.device(args.device)
 
 
-def _recipe(args: argparse.Namespace) -> Recipe:
-    return Recipe(
-        dtype=args.dtype, tf32=args.tf32, attention=args.attention, channels_last=args.channels_last,
-        compile=_none(args.compile), compile_scope=args.compile_scope,
-        compile_vae=not args.no_compile_vae, fullgraph=args.fullgraph,
-        dynamic=None if args.dynamic is None else args.dynamic == "true",
-        inductor_flags=args.inductor_flags, fuse_qkv=args.fuse_qkv, no_sync=args.no_sync,
-        quantize=_none(args.quantize), quant_filter=args.quant_filter,
-        conv1x1_to_linear=_none(args.conv1x1_to_linear) or False, cache_every=args.cache_every,
-        cache_branch=args.cache_branch, guidance_stop=args.guidance_stop)
-
-
 def _bench(args: argparse.Namespace) -> None:
-    recipe = _recipe(args)  # RecipeError (invalid combination) before anything is loaded
+    recipe = recipe_from_args(args)  # RecipeError (invalid combination) before anything is loaded
     device = args.device or default_device()
     recipe.for_device(device)[0].check_device(device)  # and hardware this machine lacks (fp8)
     if args.out:  # and a folder of someone else's
@@ -279,7 +239,7 @@ def _main(argv: Sequence[str] | None) -> int:
                                     progress=not args.no_progress)
             return 0 if any(r.ok for r in results) else 1
         if args.command == "batch":
-            return batch_from_args(args, _recipe(args))
+            return batch_from_args(args, recipe_from_args(args))
         if args.command == "ladder":
             device = args.device or default_device()
             weights = resolve_weights(args.model, args.weights, device)

@@ -5,6 +5,8 @@ Introduced in 16_scale_out.ipynb.
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -14,7 +16,7 @@ from typing import Any
 
 from .. import checks
 from ..models.loading import FastdiffError
-from ..techniques.recipe import Recipe
+from ..techniques.recipe import KNOBS, Recipe
 from .batch import IMAGES, SUMMARY, Prompts, check_batch, run_batch
 
 
@@ -23,24 +25,64 @@ OPTIONS = ("model", "weights", "device", "batch_size", "steps", "height", "width
            "warmup", "vae", "scheduler")
 
 
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _words(name: str) -> dict[str, Any]:
+    """A choice field's values by the word the command line writes: None, and False where it
+    stands for "none of these" (conv1x1_to_linear), are "none"; True and False "true", "false"."""
+    choices = KNOBS[name].choices
+    return {("none" if v is None or (v is False and None not in choices) else
+             str(v).lower() if isinstance(v, bool) else str(v)): v for v in choices}
+
+
+def add_recipe_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per Recipe field, from its Knob: a switch for a True/False field (--no-NAME
+    for one on by default), the words of its choices, else a number ("none": unset)."""
+    for f in dataclasses.fields(Recipe):
+        knob, flag = KNOBS[f.name], _flag(f.name)
+        if knob.choices == (False, True):
+            parser.add_argument(_flag("no_" + f.name) if f.default else flag, dest=f.name,
+                                action="store_false" if f.default else "store_true",
+                                help=knob.help)
+        elif knob.choices:
+            words = _words(f.name)
+            default = next(w for w, v in words.items() if v == f.default and type(v) is type(
+                f.default))
+            parser.add_argument(flag, default=default, choices=list(words), help=knob.help)
+        else:
+            number = type(f.default) if f.default is not None else float
+            parser.add_argument(flag, default=f.default, help=knob.help,
+                                type=lambda s, n=number: None if s == "none" else n(s))
+
+
+def recipe_from_args(args: argparse.Namespace) -> Recipe:
+    """The Recipe the flags of add_recipe_flags describe."""
+    return Recipe(**{f.name: _words(f.name)[getattr(args, f.name)]
+                     if KNOBS[f.name].choices and KNOBS[f.name].choices != (False, True)
+                     else getattr(args, f.name) for f in dataclasses.fields(Recipe)})
+
+
 def recipe_flags(recipe: Recipe) -> list[str]:
-    """The command-line flags of `bench` / `batch` that build `recipe` again."""
+    """The command-line flags of `bench` / `batch` that build `recipe` again: one for each
+    field away from its default (add_recipe_flags reads them)."""
     if callable(recipe.quant_filter):
         raise FastdiffError("a recipe with a callable quant_filter has no command-line form; "
                             "use quant_filter='blog', 'fastdiff' or 'all'")
-    flags = ["--dtype", recipe.dtype, "--attention", recipe.attention,
-             "--compile", recipe.compile or "none", "--compile-scope", recipe.compile_scope,
-             "--quantize", recipe.quantize or "none", "--quant-filter", recipe.quant_filter,
-             "--conv1x1-to-linear", recipe.conv1x1_to_linear or "none"]
-    if recipe.tf32 is not None:
-        flags += ["--tf32", recipe.tf32]
-    if recipe.dynamic is not None:
-        flags += ["--dynamic", "true" if recipe.dynamic else "false"]
-    switches = {"channels_last": "--channels-last", "fullgraph": "--fullgraph",
-                "inductor_flags": "--inductor-flags", "fuse_qkv": "--fuse-qkv",
-                "no_sync": "--no-sync"}
-    flags += [flag for name, flag in switches.items() if getattr(recipe, name)]
-    return flags + ([] if recipe.compile_vae else ["--no-compile-vae"])
+    flags = []
+    for f in dataclasses.fields(Recipe):
+        value = getattr(recipe, f.name)
+        if value == f.default and type(value) is type(f.default):
+            continue
+        if KNOBS[f.name].choices == (False, True):
+            flags.append(_flag("no_" + f.name) if f.default else _flag(f.name))
+        elif KNOBS[f.name].choices:
+            flags += [_flag(f.name), next(w for w, v in _words(f.name).items()
+                                          if v == value and type(v) is type(value))]
+        else:
+            flags += [_flag(f.name), "none" if value is None else str(value)]
+    return flags
 
 
 def batch_command(prompts_file: str | os.PathLike, out: str | os.PathLike, processes: int = 1,

@@ -88,34 +88,44 @@ class RecipeError(FastdiffError):
 
 
 @dataclass(frozen=True)
-class Recipe:
-    """The techniques to apply to a pipeline. Defaults are the true fp32 baseline.
+class Knob:
+    """What every surface reads of one Recipe field: the field's metadata (KNOBS[name]).
 
-    dtype: "fp32" (TF32 off) | "tf32" | "bf16" | "fp16"; tf32: None (follows dtype) | "off" |
-        "on" | "blog" (torch.set_float32_matmul_precision("high"), as diffusion-fast ran) |
-        "guide" (torch.backends.cuda.matmul.allow_tf32 = True, as the diffusers guide shows)
-    attention: "classic" (diffusers' non-SDPA processor) | "sdpa" | "sdpa-flash" |
-        "sdpa-efficient" | "sdpa-math" | "sdpa-cudnn"
-    channels_last: NHWC memory format for the denoiser and VAE
-    compile: None | "default" | "max-autotune" | "max-autotune-no-cudagraphs" |
-        "reduce-overhead"; compile_scope "full" | "regional" | "regional-extended" |
-        "regional-accelerate" (see SCOPES); compile_vae (VAE decode too);
-        fullgraph; dynamic (None: torch decides, True/False: force); inductor_flags (the
-        blog's four, plus force_fuse_int_mm_with_mul when quantizing; options of the
-        pipeline's own compiles, never set process-wide)
-    fuse_qkv: one matmul for Q, K and V (needs an SDPA attention)
-    no_sync: no device-to-host sync inside the denoising loop
-    quantize: None | "int8-dynamic" | "int8-weight-only" | "fp8-dynamic" (one scale per
-        tensor) | "fp8-dynamic-row" (per row and token); quant_filter
-        "blog" (diffusion-fast's) | "fastdiff" (ours) | "all" | "flux" (Flux's transformer) |
-        a callable(module, fqn) -> bool
-    conv1x1_to_linear: False | "blog" (diffusion-fast's filter, torchao's swap) | "all" (ours:
-        every pointwise conv); True means "all"
-    cache_every, cache_branch: the course's step cache (fdh.step_cache): the denoiser's deep
-        part on every cache_every-th step only (1: no cache), cache_branch levels or blocks
-        recomputed on every step
-    guidance_stop: None | the share of the steps that keep classifier-free guidance
-        (fdh.stop_guidance; the rest run at batch 1)
+    step: the technique that applies it (techniques/steps.py STEPS, in fdh.apply's order: its
+        place in the order, its code lines in fdh.to_code, its reading back in
+        fdh.current_recipe); label: the playground's widget; help: the command line's help (the
+        flag is --name-with-dashes, --no-name for a switch that is on by default); choices: the
+        values it takes (none: a whole number, or a share); widget: the playground's values
+        where they are not the choices; unset: the playground's word for None (or False);
+        cost: what prices it in the course's time estimates (course/planning/image_time.py):
+        "path" (it picks the precision and compile path), or {value: (words, published step,
+        the step it is measured against)}, the published ratio of two steps of a ladder."""
+    step: str
+    label: str
+    help: str = ""
+    choices: tuple = ()
+    widget: tuple = ()
+    unset: str = "off"
+    cost: Any = None
+
+
+def _knob(default: Any, step: str, label: str, help: str = "", choices: tuple = (),
+          **more: Any) -> Any:
+    return field(default=default, metadata={"knob": Knob(step, label, help, choices, **more)})
+
+
+_SWITCH = (False, True)
+_INT8 = ("int8", "+ int8 dynamic", "+ fused QKV")  # the blog's A100 rows
+_QUANT_COST = {"int8-dynamic": _INT8, "int8-weight-only": _INT8,
+               # diffusers-torchao's H100 rows of FLUX.1-dev, each against its compiled row
+               "fp8-dynamic": ("fp8", "+ fp8 dynamic", "+ compile"),
+               "fp8-dynamic-row": ("fp8", "+ fp8 dynamic row", "+ compile")}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The techniques to apply to a pipeline. Defaults are the true fp32 baseline. Each field
+    says what it is in its Knob (KNOBS[name].help, `python -m fastdiff_helpers bench --help`).
 
     GPU-only choices on a machine without them: one policy, applied by fdh.apply and so the
     same in the CLI, run_ladder, `make demo` and the playground (Recipe.for_device makes the
@@ -134,24 +144,51 @@ class Recipe:
     Introduced in 01_baseline.ipynb.
     """
 
-    dtype: str = "fp32"
-    tf32: str | None = None
-    attention: str = "classic"
-    channels_last: bool = False
-    compile: str | None = None
-    compile_scope: str = "full"
-    compile_vae: bool = True
-    fullgraph: bool = False
-    dynamic: bool | None = None
-    inductor_flags: bool = False
-    fuse_qkv: bool = False
-    no_sync: bool = False
-    quantize: str | None = None
-    quant_filter: str | Callable[..., bool] = field(default="blog", compare=True)
-    conv1x1_to_linear: bool | str = False
-    cache_every: int = 1
-    cache_branch: int = 1
-    guidance_stop: float | None = None
+    dtype: str = _knob("fp32", "precision", "dtype", "fp32 (TF32 off), tf32, bf16 or fp16",
+                       DTYPES, cost="path")
+    tf32: str | None = _knob(None, "precision", "TF32", "TF32 switch (default: on only for "
+                             "--dtype tf32); blog: set_float32_matmul_precision('high'), "
+                             "guide: matmul.allow_tf32", (None,) + TF32_MODES, unset="auto",
+                             cost="path")
+    attention: str = _knob("classic", "attention", "attention", "classic (diffusers' non-SDPA "
+                           "processor), sdpa, or one SDPA kernel pinned", ATTENTION, cost="path")
+    channels_last: bool = _knob(False, "channels_last", "channels_last", "NHWC memory format "
+                                "for the denoiser and VAE", _SWITCH)
+    compile: str | None = _knob(None, "compile", "compile", "torch.compile's mode",
+                                COMPILE_MODES, cost="path")
+    compile_scope: str = _knob("full", "compile", "compile scope", "the whole denoiser, or its "
+                               "blocks (see SCOPES)", SCOPES)
+    compile_vae: bool = _knob(True, "compile", "compile VAE", "compile the VAE decode too",
+                              _SWITCH)
+    fullgraph: bool = _knob(False, "compile", "fullgraph", "one graph, or an error", _SWITCH)
+    dynamic: bool | None = _knob(None, "compile", "dynamic", "dynamic shapes (default: torch "
+                                 "decides)", (None, True, False), widget=("auto", "True", "False"),
+                                 unset="auto")
+    inductor_flags: bool = _knob(False, "compile", "inductor flags", "the blog's four inductor "
+                                 "flags (plus force_fuse_int_mm_with_mul with int8), for these "
+                                 "compiles only", _SWITCH)
+    fuse_qkv: bool = _knob(False, "fuse_qkv", "fused QKV", "one matmul for Q, K and V (needs "
+                           "an SDPA attention)", _SWITCH,
+                           cost={True: ("fused QKV", "+ fused QKV", "+ compile")})
+    no_sync: bool = _knob(False, "no_sync", "no GPU syncs", "no device-to-host sync inside the "
+                          "denoising loop", _SWITCH)
+    quantize: str | None = _knob(None, "quantize", "quantize", "torchao quantization of the "
+                                 "denoiser's and VAE's linears", QUANTIZE, cost=_QUANT_COST)
+    quant_filter: str | Callable[..., bool] = _knob(
+        "blog", "quantize", "quant filter", "which linears: blog (diffusion-fast's), fastdiff "
+        "(ours), all, flux (Flux's transformer), or a callable(module, fqn) -> bool",
+        QUANT_FILTERS)
+    conv1x1_to_linear: bool | str = _knob(
+        False, "conv1x1_to_linear", "1x1 conv to linear", "swap 1x1 convs for linears: blog "
+        "(diffusion-fast's filter) or all (ours: every pointwise conv); True means all",
+        CONV_SWAPS)
+    cache_every: int = _knob(1, "step_cache", "step cache every", "step cache: deep part every "
+                             "N steps (1: no cache)", widget=(1, 2, 3, 4, 5))
+    cache_branch: int = _knob(1, "step_cache", "cache branch", "step cache: levels (UNet) or "
+                              "blocks kept fresh on every step", widget=(1, 2, 3))
+    guidance_stop: float | None = _knob(None, "guidance_stop", "guidance on first",
+                                        "guidance on this share of the steps (default: all)",
+                                        widget=("off", 0.25, 0.5, 0.75))
 
     def __post_init__(self) -> None:
         if self.conv1x1_to_linear is True or self.conv1x1_to_linear is None:
@@ -162,17 +199,13 @@ class Recipe:
                 shown = ", ".join(repr(a) for a in allowed)
                 raise RecipeError(f"Unknown {name} {value!r}. Use one of: {shown}.")
 
-        one_of("dtype", self.dtype, DTYPES)
-        one_of("attention", self.attention, ATTENTION)
-        one_of("compile", self.compile, COMPILE_MODES)
-        one_of("compile_scope", self.compile_scope, SCOPES)
-        one_of("quantize", self.quantize, QUANTIZE)
-        one_of("tf32", self.tf32, (None,) + TF32_MODES)
-        one_of("conv1x1_to_linear", self.conv1x1_to_linear, CONV_SWAPS)
-        for name in ("channels_last", "compile_vae", "fullgraph", "inductor_flags", "fuse_qkv",
-                     "no_sync"):
-            if not isinstance(getattr(self, name), bool):
-                raise RecipeError(f"{name}={getattr(self, name)!r}: give True or False.")
+        for f in dataclasses.fields(self):
+            choices = f.metadata["knob"].choices
+            if choices == _SWITCH:
+                if not isinstance(getattr(self, f.name), bool):
+                    raise RecipeError(f"{f.name}={getattr(self, f.name)!r}: give True or False.")
+            elif choices and f.name not in ("quant_filter", "dynamic"):
+                one_of(f.name, getattr(self, f.name), choices)
         if self.dtype == "tf32" and self.tf32 == "off":
             raise RecipeError("dtype='tf32' with tf32='off' contradicts itself: use dtype='fp32' "
                               "for true fp32, or leave tf32 unset.")
@@ -295,6 +328,7 @@ class Recipe:
                 if getattr(self, f.name) != getattr(other, f.name)]
 
 
+KNOBS: dict[str, Knob] = {f.name: f.metadata["knob"] for f in dataclasses.fields(Recipe)}
 BASELINE = Recipe()  # the course's true fp32 baseline: TF32 off, classic attention
 _ID_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Recipe) if f.name != "compile"}
 
