@@ -253,12 +253,6 @@ def test_package_imports_are_at_module_level():
     assert not local, "\n".join(local)
 
 
-def test_files_stay_readable():
-    long = {p.relative_to(PACKAGE.parent).as_posix(): n for p in PACKAGE.rglob("*.py")
-            if (n := len(p.read_text().splitlines())) > 320}
-    assert not long, f"files over 320 lines (split along a topic): {long}"
-
-
 def _all_recipes():
     import dataclasses
 

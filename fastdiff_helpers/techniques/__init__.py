@@ -36,12 +36,15 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 
 from ..models.dtypes import DTYPE_NAMES, weight_dtype
 from ..models.loading import get_denoiser, pipeline_device, pipeline_info
 from ..models.noise import quiet_known_noise
+from . import attention, compile as comp, fusion, guidance, precision, quantization, step_cache as cache, syncs
 from .attention import SDPA_BACKENDS, SDPABackendProcessor, check_attention, is_fused, set_attention
 from ..models.state import compiled_by_hand
 from .compile import (capture_denoiser_inputs, check_scope, compile_part, compile_pipeline,
@@ -55,6 +58,70 @@ from .recipe import Recipe, RecipeError
 from .syncs import count_syncs, remove_syncs
 from .guidance import stop_guidance
 from .step_cache import check_branch, step_cache
+
+@dataclass(frozen=True)
+class Step:
+    """One technique of fdh.apply, as every surface reads it: `on` (does the recipe ask for
+    it), `apply` (the helper calls on a pipeline), `fdh` (those calls as code), `code` (the
+    technique alone in plain diffusers / torch / torchao code, section by section:
+    fdh.to_code). The Recipe fields it applies are those whose Knob names it
+    (techniques/recipe.py KNOBS). STEPS lists them in the order fdh.apply runs them."""
+    name: str
+    on: Callable[[Recipe], bool]
+    apply: Callable[[Any, Recipe], Any]
+    fdh: Callable[[Recipe], list[str]]
+    code: Callable[..., dict[str, list]]
+    sections: tuple[str, ...] = ()
+
+
+def _precision_fdh(r: Recipe) -> list[str]:
+    tf32 = f", tf32={r.tf32!r}" if r.tf32 else ""
+    return [f"fdh.set_precision(pipe, {r.dtype!r}{tf32})"]
+
+
+def _fuse(pipe, r: Recipe) -> None:
+    set_attention(pipe, r.attention)  # diffusers' fused processors need an SDPA one first
+    fuse_qkv(pipe)
+
+
+STEPS: tuple[Step, ...] = (
+    Step("precision", lambda r: True, lambda pipe, r: set_precision(pipe, r.dtype, r.tf32),
+         _precision_fdh, precision.code, ("precision",)),
+    Step("conv1x1_to_linear", lambda r: bool(r.conv1x1_to_linear),
+         lambda pipe, r: conv1x1_to_linear(pipe, r.conv1x1_to_linear),
+         lambda r: [f"fdh.conv1x1_to_linear(pipe, {r.conv1x1_to_linear!r})"],
+         quantization.conv_code, ("conv1x1_to_linear",)),
+    Step("fuse_qkv", lambda r: r.fuse_qkv, _fuse,
+         lambda r: [f"fdh.set_attention(pipe, {r.attention!r})", "fdh.fuse_qkv(pipe)"],
+         fusion.code, ("fuse_qkv", "drop_unfused")),
+    Step("attention", lambda r: True, lambda pipe, r: set_attention(pipe, r.attention),
+         lambda r: [f"fdh.set_attention(pipe, {r.attention!r})"], attention.code,
+         ("attention",)),
+    Step("channels_last", lambda r: r.channels_last, lambda pipe, r: set_channels_last(pipe),
+         lambda r: ["fdh.set_channels_last(pipe)"], comp.channels_last_code, ("channels_last",)),
+    Step("quantize", lambda r: bool(r.quantize),
+         lambda pipe, r: quantize(pipe, r.quantize, r.quant_filter),
+         lambda r: [f"fdh.quantize(pipe, {r.quantize!r}, quant_filter={r.quant_filter!r})"],
+         quantization.code, ("quantize",)),
+    Step("no_sync", lambda r: r.no_sync, lambda pipe, r: remove_syncs(pipe),
+         lambda r: ["fdh.remove_syncs(pipe)"], syncs.code, ("no_sync_plan", "no_sync")),
+    Step("step_cache", lambda r: r.cache_every > 1,
+         lambda pipe, r: step_cache(pipe, r.cache_every, r.cache_branch),
+         lambda r: [f"fdh.step_cache(pipe, every={r.cache_every}, branch={r.cache_branch})"],
+         cache.code, ("step_cache",)),
+    Step("guidance_stop", lambda r: r.guidance_stop is not None,
+         lambda pipe, r: stop_guidance(pipe, r.guidance_stop),
+         lambda r: [f"fdh.stop_guidance(pipe, {r.guidance_stop!r})"], guidance.code,
+         ("guidance_stop",)),
+    Step("compile", lambda r: bool(r.compile),
+         lambda pipe, r: compile_pipeline(pipe, r.compile, r.compile_scope, r.compile_vae,
+                                          r.fullgraph, r.dynamic, r.inductor_flags),
+         lambda r: [f"fdh.compile_pipeline(pipe, mode={r.compile!r}, scope={r.compile_scope!r}, "
+                    f"compile_vae={r.compile_vae}, fullgraph={r.fullgraph}, "
+                    f"dynamic={r.dynamic}, inductor_flags={r.inductor_flags})"],
+         comp.code, ("compile",)),
+)
+
 
 UNCOMPILED_QUANT_WARNING = (
     "quantize={kind!r} without torch.compile: on a GPU the quantized matmuls need compile to "
@@ -175,30 +242,17 @@ def apply(pipe, recipe: Recipe):
 
     for note in notes:
         print(f"fastdiff: {note}")
-    set_precision(pipe, recipe.dtype, recipe.tf32)
-    if recipe.conv1x1_to_linear:
-        conv1x1_to_linear(pipe, recipe.conv1x1_to_linear)
-    if recipe.fuse_qkv:
-        set_attention(pipe, recipe.attention)
-        fuse_qkv(pipe)
-    set_attention(pipe, recipe.attention)
-    if recipe.channels_last:
-        set_channels_last(pipe)
-    if recipe.quantize:
-        quantize(pipe, recipe.quantize, recipe.quant_filter)
-    if recipe.no_sync:
-        remove_syncs(pipe)
-    if recipe.cache_every > 1:
-        step_cache(pipe, recipe.cache_every, recipe.cache_branch)
-    if recipe.guidance_stop is not None:
-        stop_guidance(pipe, recipe.guidance_stop)
-    if recipe.compile:
+    for step in STEPS:
+        if not step.on(recipe):
+            continue
+        if step.name != "compile":
+            step.apply(pipe, recipe)
+            continue
         # what an imported tuning bundle covers (autotune.py), and what was asked for (the
         # course clock records it as a GPU would run it: models/clock_log.py)
         info["applying"], info["asked"] = recipe, requested
         try:
-            compile_pipeline(pipe, recipe.compile, recipe.compile_scope, recipe.compile_vae,
-                             recipe.fullgraph, recipe.dynamic, recipe.inductor_flags)
+            step.apply(pipe, recipe)
         finally:
             info.pop("applying", None)
             info.pop("asked", None)

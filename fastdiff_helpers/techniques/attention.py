@@ -7,7 +7,7 @@ seconds, and `import fastdiff_helpers` must stay cheap (tests/test_env.py)."""
 from __future__ import annotations
 
 from ._state import get_denoiser, modules, pipeline_info, record, refuse_after
-from .flux import is_flux, set_flux_attention
+from .flux import FLUX_BACKENDS, is_flux, set_flux_attention
 from .recipe import ATTENTION, RecipeError
 
 SDPA_BACKENDS = {"sdpa-flash": "FLASH_ATTENTION", "sdpa-efficient": "EFFICIENT_ATTENTION",
@@ -156,3 +156,44 @@ def set_attention(pipe, kind: str = "sdpa"):
     # how many attentions run the forced kernel, per module (the rest: default SDPA)
     pipeline_info(pipe)["attention_pinned"] = pinned
     return pipe
+
+
+def _flux_code(r, D: str = "denoiser") -> list:
+    """Flux's attention as techniques/flux.py sets it: diffusers' backend, per module."""
+    backend = FLUX_BACKENDS[r.attention]
+    lines = ["# Flux keeps its FluxAttnProcessor; the kernel is diffusers' attention backend, set",
+             "# per module (the model's set_attention_backend also sets a process-wide default)",
+             "from diffusers.models.attention import AttentionModuleMixin",
+             f"for attn in {D}.modules():",
+             "    if isinstance(attn, AttentionModuleMixin):",
+             f"        attn.set_attention_backend({backend!r})"]
+    if r.attention == "sdpa":
+        fused = "Fused" if r.fuse_qkv else ""
+        return lines + [f"from diffusers.models.attention_processor import {fused}AttnProcessor2_0",
+                        f"pipe.vae.set_attn_processor({fused}AttnProcessor2_0())"]
+    name = SDPA_BACKENDS[r.attention]
+    return (lines + [f"SDPA_LIMITS = {{{name!r}: {SDPA_LIMITS[name]!r}}}", "",
+                     SDPABackendProcessor, pin_backend, f"pin_backend(pipe.vae, {name!r})"])
+
+
+def code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
+    """The attention as plain code (fdh.to_code); "sdpa" is diffusers' default processor
+    (AttnProcessor2_0), nothing to write, but for Flux."""
+    if flux:
+        return {"attention": _flux_code(r, D)}
+    if r.attention == "classic":
+        return {"attention": ["from diffusers.models.attention_processor import AttnProcessor",
+                              f"{D}.set_attn_processor(AttnProcessor())",
+                              "pipe.vae.set_attn_processor(AttnProcessor())"]}
+    if r.attention == "sdpa":
+        return {}
+    backend = SDPA_BACKENDS[r.attention]
+    lines = []
+    if backend == "FLASH_ATTENTION":
+        lines += ["# flash takes no attention mask: not for PixArt, whose cross-attention "
+                  "gets the prompt's mask"]
+    lines += ["# what each forced kernel takes (torch's cuda/sdp_utils.cpp)",
+              f"SDPA_LIMITS = {{{backend!r}: {SDPA_LIMITS[backend]!r}}}", "",
+              SDPABackendProcessor, pin_backend]
+    return {"attention": lines + [f"pin_backend({D}, {backend!r})",
+                                  f"pin_backend(pipe.vae, {backend!r})"]}

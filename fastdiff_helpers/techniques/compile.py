@@ -282,3 +282,60 @@ def graph_breaks(pipe, verbose: bool = True, **kwargs) -> dict[str, Any]:
         print(f"{report['graphs']} graph(s), {report['graph_breaks']} graph break(s), "
               f"{report['ops']} ops" + "".join(f"\n  - {r}" for r in reasons))
     return report
+
+
+def channels_last_code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
+    return {"channels_last": [f"{D}.to(memory_format=torch.channels_last)",
+                              "pipe.vae.to(memory_format=torch.channels_last)"]}
+
+
+def code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
+    """The compile as plain code (fdh.to_code): torch.compile's own calls, the blog's flags as
+    options= of these compiles only."""
+    args = ", ".join([f"mode={r.compile!r}"] + (["fullgraph=True"] if r.fullgraph else [])
+                     + ([f"dynamic={r.dynamic}"] if r.dynamic is not None else []))
+    lines = []
+    if r.inductor_flags:
+        flags = blog_inductor_flags(bool(r.quantize) and r.quantize.startswith("int8"))
+        lines += ["# the blog's inductor flags, for these compiles only (diffusion-fast set "
+                  "them process-wide",
+                  "# in torch._inductor.config); options= carries the mode's own settings "
+                  "too",
+                  "from torch._inductor import list_mode_options",
+                  f"options = {{**list_mode_options({r.compile!r}),"]
+        lines += [f"           {k!r}: {v}," for k, v in flags.items()]
+        lines[-1] = lines[-1].rstrip(",") + "}"
+        args = ", ".join(["options=options"] + (["fullgraph=True"] if r.fullgraph else [])
+                         + ([f"dynamic={r.dynamic}"] if r.dynamic is not None else []))
+    if r.dynamic:
+        lines += ["import torch.fx.experimental._config as fx_config  # the guide's switch "
+                  "(process-wide)",
+                  "fx_config.use_duck_shape = False"]
+    if r.compile_scope == "full" and (r.cache_every > 1 or r.guidance_stop is not None):
+        # a step plan (the step cache; fdh.stop_guidance on PixArt) is compiled as
+        # compile_pipeline does it: the whole denoiser would trace the plan's step counter
+        # and compile once per step (measured: 8 frames for 8 steps, against 2)
+        lines += ["# a step plan (the step cache, PixArt's guidance stop): its paths, each "
+                  "compiled once; the whole", "# denoiser would trace the plan's step "
+                  "counter and compile once per step",
+                  "from fastdiff_helpers.techniques.step_cache import compile_plan",
+                  f"if not compile_plan(pipe, {args}):",
+                  f"    {D}.compile({args})"]
+    elif r.compile_scope == "full":
+        lines.append(f"{D}.compile({args})")
+    elif r.compile_scope == "regional":
+        lines.append(f"{D}.compile_repeated_blocks({args})")
+    elif r.compile_scope == "regional-extended":
+        blocks = EXTENDED_BLOCKS
+        lines += ["# diffusers' own blocks plus the ones it leaves eager",
+                  f"blocks = {blocks['unet']!r} if hasattr(pipe, 'unet') else "
+                  f"{blocks['transformer']!r}",
+                  f"for block in [m for m in {D}.modules() if type(m).__name__ in "
+                  "blocks]:", f"    block.compile({args})"]
+    else:
+        name = "unet' if hasattr(pipe, 'unet') else 'transformer"
+        lines += ["from accelerate.utils import compile_regions",
+                  f"setattr(pipe, '{name}', compile_regions({D}, {args}))"]
+    if r.compile_vae:
+        lines.append(f"pipe.vae.decode = torch.compile(pipe.vae.decode, {args})")
+    return {"compile": lines}

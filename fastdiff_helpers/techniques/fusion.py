@@ -64,3 +64,15 @@ def fuse_qkv(pipe):
     if kind not in ("sdpa", "classic"):
         set_attention(pipe, kind)  # diffusers installs its plain fused processor
     return pipe
+
+
+def code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
+    """Fused QKV as plain code (fdh.to_code): diffusers' call, then the course's own freeing of
+    the unfused copies."""
+    reads = ("FluxAttnProcessor reads the fused ones" if flux else
+             "diffusers installs its fused SDPA processor")
+    return {"fuse_qkv": [f"# fused QKV projections ({reads})",
+                         f"{D}.fuse_qkv_projections()", "pipe.vae.fuse_qkv_projections()"],
+            "drop_unfused": ["# the course's own: free the unfused copies diffusers keeps",
+                             drop_unfused_projections, f"drop_unfused_projections({D})",
+                             "drop_unfused_projections(pipe.vae)"]}

@@ -85,3 +85,22 @@ def stop_guidance(pipe, share: float = 0.5):
         info.setdefault("per_call", []).append(_callback(pipe, share))
     record(pipe, "guidance_stop", share)
     return pipe
+
+
+def code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
+    """The guidance stop as code (fdh.to_code): diffusers' own callback on the SD models, the
+    helper on PixArt."""
+    return {"guidance_stop": [
+        "# guidance on the first share of the steps",
+        "import math",
+        f"guided = max(1, math.ceil(num_inference_steps * {r.guidance_stop!r} - 1e-9))",
+        "if hasattr(pipe, 'unet'):  # diffusers' own callback, passed on each call",
+        "    from diffusers.callbacks import SDCFGCutoffCallback, SDXLCFGCutoffCallback",
+        "    Cutoff = SDXLCFGCutoffCallback if hasattr(pipe, 'text_encoder_2') else "
+        "SDCFGCutoffCallback",
+        "    callback = Cutoff(cutoff_step_ratio=None, cutoff_step_index=guided - 1)",
+        "    # pipe(prompt, num_inference_steps=num_inference_steps, "
+        "callback_on_step_end=callback)",
+        "else:  # PixArt's pipeline takes no callback_on_step_end: the course's helper",
+        "    import fastdiff_helpers as fdh",
+        f"    fdh.stop_guidance(pipe, {r.guidance_stop!r})"]}

@@ -8,7 +8,7 @@ import torch
 
 from ..models.build import quiet_diffusers
 from ._state import record, refuse_after
-from ..models.dtypes import weight_dtype
+from ..models.dtypes import fp32_or_half, weight_dtype
 from .recipe import DTYPES, TF32_MODES, RecipeError
 
 
@@ -98,3 +98,14 @@ def set_precision(pipe, dtype: str = "bf16", tf32: str | None = None):
     record(pipe, "dtype", dtype)
     record(pipe, "tf32", mode)
     return pipe
+
+
+def code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
+    """The recipe's precision as plain code (fdh.to_code): the technique alone, so a stock
+    pipeline's fp32 weights and TF32 off are not written; a TF32 mode the recipe names is, "off"
+    included."""
+    tf32 = r.tf32 or ("on" if r.dtype == "tf32" else None)
+    lines = [] if fp32_or_half(r.dtype) == "fp32" else [f"pipe.to({weight_dtype(r.dtype)})"]
+    if tf32 is not None:
+        lines += [f"# TF32 {tf32!r}: a process-wide switch"] + tf32_code(tf32, alone=True)
+    return {"precision": lines} if lines else {}

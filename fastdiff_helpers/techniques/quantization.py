@@ -14,7 +14,7 @@ import torch
 from ..models.loading import get_denoiser, pipeline_device
 from ..models.noise import quiet_known_noise
 from ._state import applied, modules, record, refuse_after
-from .flux import check_filter, flux_filter
+from .flux import FLUX_PARTS, check_filter, flux_filter
 from .recipe import CONV_SWAPS, FP8, QUANT_FILTERS, QUANTIZE, Recipe, RecipeError
 
 # The (in_features, out_features) shapes diffusion-fast leaves in bf16: the list in
@@ -203,3 +203,49 @@ def quantize(pipe, kind: str = "int8-dynamic", quant_filter: str | Callable = "b
                               "filter": quant_filter if isinstance(quant_filter, str)
                               else getattr(quant_filter, "__name__", "callable")})
     return pipe
+
+
+def conv_code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
+    """The 1x1-conv swap as plain code (fdh.to_code): torchao's swap with the filter's source."""
+    conv_filter = CONV_FILTERS[r.conv1x1_to_linear]
+    return {"conv1x1_to_linear": (
+        ["# 1x1 convolutions as linears, so quantization reaches them",
+         "from torchao.quantization import swap_conv2d_1x1_to_linear", conv_filter,
+         f"swap_conv2d_1x1_to_linear({D}, {conv_filter.__name__})",
+         f"swap_conv2d_1x1_to_linear(pipe.vae, {conv_filter.__name__})"])}
+
+
+def code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
+    """The quantization as plain code (fdh.to_code): torchao's config and quantize_, with the
+    filter's and the kernel rule's source."""
+    config = type(quant_config(r.quantize)).__name__
+    lines = [f"from torchao.quantization import quantize_, {config}"]
+    made = f"{config}(set_inductor_config=False)"
+    if r.quantize in ("fp8-dynamic", "fp8-dynamic-row"):
+        granularity = "PerRow" if r.quantize == "fp8-dynamic-row" else "PerTensor"
+        lines = [f"from torchao.quantization import quantize_, {config}, {granularity}"]
+        made = f"{config}(granularity={granularity}(), set_inductor_config=False)"
+    named = {"blog": blog_filter, "fastdiff": fastdiff_filter, "flux": flux_filter}
+    if r.quant_filter in named:
+        if r.quant_filter == "blog":
+            lines.append("BLOG_EXCLUDED_SHAPES = {" + ", ".join(
+                map(repr, sorted(BLOG_EXCLUDED_SHAPES))) + "}")
+        if r.quant_filter == "flux":
+            lines.append(f"FLUX_PARTS = {FLUX_PARTS!r}")
+        lines.append(named[r.quant_filter])
+        filt = named[r.quant_filter].__name__
+    else:
+        lines.append("all_linears = lambda m, fqn: isinstance(m, torch.nn.Linear)")
+        filt = "all_linears"
+    if r.quantize == "int8-dynamic":
+        lines += ["# only linears the int8 kernels take", int8_kernel_ok]
+        lines.append(f"int8_filter = lambda m, fqn: {filt}(m, fqn) and int8_kernel_ok(m)")
+        filt = "int8_filter"
+    elif r.quantize in ("fp8-dynamic", "fp8-dynamic-row"):
+        lines += ["# only linears torch's fp8 matmul takes", fp8_kernel_ok]
+        lines.append(f"fp8_filter = lambda m, fqn: {filt}(m, fqn) and fp8_kernel_ok(m)")
+        filt = "fp8_filter"
+    return {"quantize": lines + [
+        "# set_inductor_config=False: torchao would set inductor flags process-wide",
+        f"quantize_({D}, {made}, filter_fn={filt})",
+        f"quantize_(pipe.vae, {made}, filter_fn={filt})"]}

@@ -246,3 +246,12 @@ def trace_steps(pipe, **kwargs: Any) -> list[tuple[int, str, int]]:
     plan = step_plan(pipe)
     paths = [p for _, p, _ in plan.log] if plan is not None else ["full"] * len(batches)
     return [(i, path, batch) for i, (path, batch) in enumerate(zip(paths, batches))]
+
+
+def code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
+    """The step cache as code (fdh.to_code): the helper's call; no library has a step cache
+    that compiles for these denoisers (13_fewer_denoiser_calls)."""
+    return {"step_cache": ["# the course's own step cache: ~250 lines in "
+                           "fastdiff_helpers/techniques/cache_paths.py and step_cache.py",
+                           "import fastdiff_helpers as fdh",
+                           f"fdh.step_cache(pipe, every={r.cache_every}, branch={r.cache_branch})"]}

@@ -169,3 +169,13 @@ def _loop_marks(pipe, call: dict, caught: list) -> tuple[list[int], list[int]]:
     if original is not None:  # the pipeline reads a PipelineCallback's inputs off the object
         call["callback_on_step_end_tensor_inputs"] = list(original.tensor_inputs)
     return start, marks
+
+
+def code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
+    """Sync removal as plain code (fdh.to_code): the plan and the two fixes, from their source."""
+    return {"no_sync_plan": ["# sync removal: only where diffusers 0.42 leaves a sync in the loop",
+                             no_sync_plan],
+            "no_sync": [keep_scheduler_on_cpu, upload_timestep_without_sync,
+                        "move, why = no_sync_plan(pipe)", "print('no_sync:', why)",
+                        "if move:", "    keep_scheduler_on_cpu(pipe)",
+                        f"    upload_timestep_without_sync({D})"]}
