@@ -23,14 +23,17 @@ def compiled_by_hand(module: torch.nn.Module) -> dict[str, Any] | None:
     def context(target):
         if isinstance(target, OptimizedModule):
             return target.dynamo_ctx
-        call = getattr(target, "_compiled_call_impl", None)
+        # a module compiled in place keeps its compiled call; a function torch.compile wrapped
+        # (pipe.vae.decode, a step plan's path) is that call itself
+        call = getattr(target, "_compiled_call_impl", None) or (
+            target if hasattr(target, "_torchdynamo_orig_callable") else None)
         for cell in getattr(call, "__closure__", None) or ():
             if hasattr(cell.cell_contents, "callback") and hasattr(cell.cell_contents,
                                                                    "fullgraph"):
                 return cell.cell_contents
         return None
 
-    scope, ctx = "full", context(module)
+    scope, ctx, blocks = "full", context(module), []
     if ctx is None:
         blocks = [m for m in module.modules() if m is not module and context(m) is not None]
         if not blocks:
@@ -44,4 +47,6 @@ def compiled_by_hand(module: torch.nn.Module) -> dict[str, Any] | None:
     for name in ("reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune"):
         if all(config.get(k) == v for k, v in list_mode_options(name).items()):
             mode = name
-    return {"mode": mode, "fullgraph": bool(ctx.fullgraph), "scope": scope}
+    return {"mode": mode, "fullgraph": bool(ctx.fullgraph), "scope": scope, "config": config,
+            "dynamic": getattr(ctx, "_dynamic", None),
+            "blocks": {type(getattr(b, "_orig_mod", b)).__name__ for b in blocks}}

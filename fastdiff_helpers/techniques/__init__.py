@@ -39,17 +39,14 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import torch
-
-from ..models.dtypes import DTYPE_NAMES, weight_dtype
-from ..models.loading import get_denoiser, pipeline_device, pipeline_info
+from ..models.dtypes import weight_dtype
+from ..models.loading import pipeline_device, pipeline_info
 from ..models.noise import quiet_known_noise
 from . import attention, compile as comp, fusion, guidance, precision, quantization, step_cache as cache, syncs
-from .attention import SDPA_BACKENDS, SDPABackendProcessor, check_attention, is_fused, set_attention
-from ..models.state import compiled_by_hand
+from .attention import SDPABackendProcessor, check_attention, set_attention
 from .compile import (capture_denoiser_inputs, check_scope, compile_part, compile_pipeline,
                       graph_breaks, set_channels_last, blog_inductor_flags)
-from .flux import FLUX_BACKENDS, check_recipe
+from .flux import check_recipe
 from .fusion import fuse_qkv
 from .precision import set_precision, set_tf32, tf32_state
 from .quantization import (blog_conv_filter, blog_filter, conv1x1_to_linear, fastdiff_filter,
@@ -71,6 +68,7 @@ class Step:
     apply: Callable[[Any, Recipe], Any]
     fdh: Callable[[Recipe], list[str]]
     code: Callable[..., dict[str, list]]
+    read: Callable[[Any, dict], dict[str, Any]]
     sections: tuple[str, ...] = ()
 
 
@@ -86,40 +84,41 @@ def _fuse(pipe, r: Recipe) -> None:
 
 STEPS: tuple[Step, ...] = (
     Step("precision", lambda r: True, lambda pipe, r: set_precision(pipe, r.dtype, r.tf32),
-         _precision_fdh, precision.code, ("precision",)),
+         _precision_fdh, precision.code, precision.read, ("precision",)),
     Step("conv1x1_to_linear", lambda r: bool(r.conv1x1_to_linear),
          lambda pipe, r: conv1x1_to_linear(pipe, r.conv1x1_to_linear),
          lambda r: [f"fdh.conv1x1_to_linear(pipe, {r.conv1x1_to_linear!r})"],
-         quantization.conv_code, ("conv1x1_to_linear",)),
+         quantization.conv_code, quantization.conv_read, ("conv1x1_to_linear",)),
     Step("fuse_qkv", lambda r: r.fuse_qkv, _fuse,
          lambda r: [f"fdh.set_attention(pipe, {r.attention!r})", "fdh.fuse_qkv(pipe)"],
-         fusion.code, ("fuse_qkv", "drop_unfused")),
+         fusion.code, fusion.read, ("fuse_qkv", "drop_unfused")),
     Step("attention", lambda r: True, lambda pipe, r: set_attention(pipe, r.attention),
          lambda r: [f"fdh.set_attention(pipe, {r.attention!r})"], attention.code,
-         ("attention",)),
+         attention.read, ("attention",)),
     Step("channels_last", lambda r: r.channels_last, lambda pipe, r: set_channels_last(pipe),
-         lambda r: ["fdh.set_channels_last(pipe)"], comp.channels_last_code, ("channels_last",)),
+         lambda r: ["fdh.set_channels_last(pipe)"], comp.channels_last_code,
+         comp.channels_last_read, ("channels_last",)),
     Step("quantize", lambda r: bool(r.quantize),
          lambda pipe, r: quantize(pipe, r.quantize, r.quant_filter),
          lambda r: [f"fdh.quantize(pipe, {r.quantize!r}, quant_filter={r.quant_filter!r})"],
-         quantization.code, ("quantize",)),
+         quantization.code, quantization.read, ("quantize",)),
     Step("no_sync", lambda r: r.no_sync, lambda pipe, r: remove_syncs(pipe),
-         lambda r: ["fdh.remove_syncs(pipe)"], syncs.code, ("no_sync_plan", "no_sync")),
+         lambda r: ["fdh.remove_syncs(pipe)"], syncs.code, syncs.read, ("no_sync_plan", "no_sync")),
     Step("step_cache", lambda r: r.cache_every > 1,
          lambda pipe, r: step_cache(pipe, r.cache_every, r.cache_branch),
          lambda r: [f"fdh.step_cache(pipe, every={r.cache_every}, branch={r.cache_branch})"],
-         cache.code, ("step_cache",)),
+         cache.code, cache.read, ("step_cache",)),
     Step("guidance_stop", lambda r: r.guidance_stop is not None,
          lambda pipe, r: stop_guidance(pipe, r.guidance_stop),
          lambda r: [f"fdh.stop_guidance(pipe, {r.guidance_stop!r})"], guidance.code,
-         ("guidance_stop",)),
+         guidance.read, ("guidance_stop",)),
     Step("compile", lambda r: bool(r.compile),
          lambda pipe, r: compile_pipeline(pipe, r.compile, r.compile_scope, r.compile_vae,
                                           r.fullgraph, r.dynamic, r.inductor_flags),
          lambda r: [f"fdh.compile_pipeline(pipe, mode={r.compile!r}, scope={r.compile_scope!r}, "
                     f"compile_vae={r.compile_vae}, fullgraph={r.fullgraph}, "
                     f"dynamic={r.dynamic}, inductor_flags={r.inductor_flags})"],
-         comp.code, ("compile",)),
+         comp.code, comp.read, ("compile",)),
 )
 
 
@@ -130,76 +129,24 @@ UNCOMPILED_QUANT_WARNING = (
     "compile='max-autotune', and measure both on your machine.")
 
 
-def current_recipe(pipe) -> dict:
-    """The recipe this pipeline really runs, as a dict of Recipe fields: the applied recipe,
-    or, for techniques applied one by one (or none), what is read off the pipeline (weight
-    dtype and the TF32 switch, attention processors, fusion, channels_last, torchao's
-    quantized weights, a plain torch.compile) and the helpers' records. A notebook's plain
-    technique cell (`pipe.fuse_qkv_projections()`, `quantize_(...)`, `torch.compile(...)`)
-    is read here, so its Result says what ran."""
-    info = pipeline_info(pipe)
-    if info.get("recipe") is not None:
-        return info["recipe"].to_dict()
-    done = info["applied"]
-    denoiser = get_denoiser(pipe)
-    dtype = DTYPE_NAMES.get(denoiser.dtype, "fp32")
-    # the TF32 mode set_precision recorded, else what torch's switch says now
-    tf32 = done.get("tf32") or ("on" if torch.backends.cuda.matmul.fp32_precision == "tf32"
-                                else "off")
-    if dtype == "fp32" and tf32 == "on":
-        dtype = "tf32"
-    tf32 = None if tf32 == ("on" if dtype == "tf32" else "off") else tf32  # implied by dtype
-    processors = list(denoiser.attn_processors.values())
-    processor = next((p for p in processors if hasattr(p, "backend")),
-                     processors[0] if processors else None)
-    names = {v: k for k, v in SDPA_BACKENDS.items()}
-    attention = ("classic" if type(processor).__name__ == "AttnProcessor" else
-                 names.get(getattr(processor, "backend", None), "sdpa"))
-    backend = getattr(processor, "_attention_backend", None)  # Flux: diffusers' backends
-    if backend is not None:
-        attention = {v: k for k, v in FLUX_BACKENDS.items()}.get(backend.value, "sdpa")
-    compiled = done.get("compile") or compiled_by_hand(denoiser)
-    if compiled and "compile_vae" not in compiled:  # by hand: read off the pipeline
-        vae = getattr(pipe, "vae", None)
-        compiled = {**compiled, "dynamic": None, "compile_vae": vae is not None and (
-            hasattr(vae.decode, "_torchdynamo_orig_callable")
-            or compiled_by_hand(vae) is not None)}
-    quant = done.get("quantize") or quantized_by_hand(denoiser)
-    d = Recipe().to_dict()
-    channels_last = bool(done.get("channels_last")) or any(
-        p.dim() == 4 and p.is_contiguous(memory_format=torch.channels_last)
-        and not p.is_contiguous() for p in denoiser.parameters())
-    d.update(dtype=dtype, attention=attention, channels_last=channels_last,
-             fuse_qkv=is_fused(denoiser), no_sync=bool(done.get("no_sync")),
-             conv1x1_to_linear=done.get("conv1x1_to_linear", {}).get("filter", False),
-             tf32=tf32,
-             quantize=quant.get("kind"), quant_filter=quant.get("filter", "blog"),
-             inductor_flags=bool(done.get("inductor_flags")),
-             cache_every=done.get("step_cache", {}).get("every", 1),
-             cache_branch=done.get("step_cache", {}).get("branch", 1),
-             guidance_stop=done.get("guidance_stop"))
-    if compiled:
-        d.update(compile=compiled["mode"], compile_scope=compiled["scope"],
-                 compile_vae=compiled["compile_vae"], fullgraph=compiled["fullgraph"],
-                 dynamic=compiled["dynamic"])
-    return d
-
-
-def quantized_by_hand(denoiser: torch.nn.Module) -> dict:
-    """{"kind", "filter"} of a denoiser whose linears torchao's quantize_ swapped outside the
-    helpers (its weights are torchao tensors), else {}: the filter is "by hand"."""
-    for module in denoiser.modules():
-        weight = getattr(module, "weight", None)
-        name = type(weight).__name__
-        if name.startswith("Int8"):
-            dynamic = getattr(weight, "act_quant_kwargs", None) is not None
-            return {"kind": "int8-dynamic" if dynamic else "int8-weight-only",
-                    "filter": "by hand"}
-        if name.startswith("Float8"):
-            scale = getattr(weight, "scale", None)
-            row = scale is not None and scale.numel() > 1
-            return {"kind": "fp8-dynamic-row" if row else "fp8-dynamic", "filter": "by hand"}
-    return {}
+def current_recipe(pipe, records: bool = True) -> dict:
+    """The recipe this pipeline really runs, as a dict of Recipe fields, read back off every
+    part each technique changes (each step's `read`: the weights' dtype, the attention
+    processors, fused projections, channels_last, swapped convs, torchao's quantized weights
+    and the filter that chose them, a step plan, dynamo's and inductor's wrappers) and torch's
+    TF32 switch. The helpers' records (fdh.apply, or a technique applied alone) decide between
+    values the modules cannot tell apart and give what no module shows (a TF32 mode's name,
+    sync removal where nothing needed moving, the SD models' guidance callback, `dynamic`);
+    `records=False` reads the modules alone, as a pipeline your own code changed reads. A
+    notebook's plain technique cell (`pipe.fuse_qkv_projections()`, `quantize_(...)`,
+    `torch.compile(...)`) is read so, and its Result says what ran. A technique applied to
+    some of the parts it changes reads as what each part is ("unet: True, vae: False"), which
+    no Recipe takes. Introduced in 07_cuda_graphs.ipynb."""
+    done = pipeline_info(pipe)["applied"] if records else {}
+    found: dict[str, Any] = {}
+    for step in STEPS:
+        found.update(step.read(pipe, done))
+    return {f.name: found[f.name] for f in dataclasses.fields(Recipe)}
 
 
 def apply(pipe, recipe: Recipe):

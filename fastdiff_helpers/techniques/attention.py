@@ -6,7 +6,10 @@ seconds, and `import fastdiff_helpers` must stay cheap (tests/test_env.py)."""
 
 from __future__ import annotations
 
-from ._state import get_denoiser, modules, pipeline_info, record, refuse_after
+from typing import Any
+
+from ._state import (agree, consistent, get_denoiser, modules, parts, pipeline_info,
+                     record, refuse_after)
 from .flux import FLUX_BACKENDS, is_flux, set_flux_attention
 from .recipe import ATTENTION, RecipeError
 
@@ -197,3 +200,40 @@ def code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
               SDPABackendProcessor, pin_backend]
     return {"attention": lines + [f"pin_backend({D}, {backend!r})",
                                   f"pin_backend(pipe.vae, {backend!r})"]}
+
+
+def read(pipe, done: dict[str, Any]) -> dict[str, Any]:
+    """The attention each part runs (fdh.current_recipe), read off its processors: a pinned
+    kernel's processor names its kernel; diffusers' SDPA processor is "sdpa", or a pinned
+    kernel whose limits that attention's head does not take (pin_backend leaves it so); Flux's
+    transformer, the backend of each attention."""
+    from diffusers.models.attention import AttentionModuleMixin
+    from diffusers.models.attention_processor import (Attention, AttnProcessor,
+                                                      AttnProcessor2_0, FusedAttnProcessor2_0)
+
+    kinds = {v: k for k, v in SDPA_BACKENDS.items()}
+    found = {}
+    for part, module in parts(pipe).items():
+        told = []
+        if part == "transformer" and is_flux(pipe):
+            backends = {v: k for k, v in FLUX_BACKENDS.items()}
+            for attn in module.modules():
+                if isinstance(attn, AttentionModuleMixin):
+                    backend = getattr(attn.processor, "_attention_backend", None)
+                    told.append({backends.get(getattr(backend, "value", "native"), "sdpa")})
+            found[part] = consistent(told)
+            continue
+        for attn in module.modules():
+            if not isinstance(attn, Attention):
+                continue
+            processor, head = attn.processor, attn.inner_dim // attn.heads
+            if getattr(processor, "backend", None) in kinds:  # SDPABackendProcessor, or its
+                told.append({kinds[processor.backend]})        # copy in to_code's plain code
+            elif type(processor) is AttnProcessor:
+                told.append({"classic"})
+            elif isinstance(processor, (AttnProcessor2_0, FusedAttnProcessor2_0)):
+                told.append({"sdpa"} | {kind for kind, b in SDPA_BACKENDS.items() if not (
+                    (SDPA_LIMITS[b]["max_head_dim"] is None or head <= SDPA_LIMITS[b][
+                        "max_head_dim"]) and head % SDPA_LIMITS[b]["multiple_of"] == 0)})
+        found[part] = consistent(told)
+    return {"attention": agree(found, ATTENTION, done.get("attention"))}

@@ -19,9 +19,11 @@ from .autotune import compile_line, gate_compile, record_for_clock, tunes
 from .coordesc import keep_coordesc_marks
 from .compile_cache import use_course_cache
 from .flux import refuse
-from ._state import applied, modules, record
-from .recipe import ACCELERATE_COPIES, COMPILE_MODES, SCOPES, RecipeError, compile_mode_for
-from .step_cache import compile_plan, step_plan
+from ._state import agree, applied, consistent, modules, parts, record
+from ..models.state import compiled_by_hand
+from .recipe import (ACCELERATE_COPIES, COMPILE_MODES, SCOPES, Recipe, RecipeError,
+                     compile_mode_for)
+from .step_cache import StepPlan, compile_plan, step_plan
 
 # The blog's four inductor settings, and the one it added for int8 dynamic quantization that
 # torch still reads. diffusion-fast also set use_mixed_mm, which torch 2.13 ignores
@@ -339,3 +341,56 @@ def code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
     if r.compile_vae:
         lines.append(f"pipe.vae.decode = torch.compile(pipe.vae.decode, {args})")
     return {"compile": lines}
+
+
+def channels_last_read(pipe, done: dict[str, Any]) -> dict[str, Any]:
+    """Whether every 4-D weight of each part is in channels_last (fdh.current_recipe); a weight
+    whose layout both formats describe (a 1x1 kernel) tells nothing."""
+    found = {}
+    for part, module in parts(pipe).items():
+        told = []
+        for p in module.parameters():
+            if p.dim() == 4:
+                last, plain = p.is_contiguous(memory_format=torch.channels_last), p.is_contiguous()
+                told.append({True} if last and not plain else {False} if plain and not last
+                            else {True, False})
+        found[part] = consistent(told)
+    return {"channels_last": agree(found, (False, True), bool(done.get("channels_last")))}
+
+
+def _compiled(function) -> dict[str, Any] | None:
+    return (compiled_by_hand(function) if hasattr(function, "_torchdynamo_orig_callable")
+            else None)
+
+
+def read(pipe, done: dict[str, Any]) -> dict[str, Any]:
+    """How the denoiser and the VAE decode are compiled (fdh.current_recipe), read off dynamo's
+    and inductor's wrappers: a module compiled whole or in place, its blocks (diffusers'
+    repeated blocks: "regional"; with the ones it leaves eager: "regional-extended"; a copy
+    with compiled children: accelerate's compile_regions), a step plan's paths, the decode; the
+    mode whose options inductor's config holds, the blog's flags among them, and `dynamic`."""
+    defaults = {k: Recipe.__dataclass_fields__[k].default for k in (
+        "compile", "compile_scope", "compile_vae", "fullgraph", "dynamic", "inductor_flags")}
+    done = done.get("compile")
+    denoiser = get_denoiser(pipe)
+    found = compiled_by_hand(denoiser)
+    plan = vars(denoiser).get("forward")  # a step plan: compile_pipeline compiles its paths
+    if found is None and isinstance(plan, StepPlan):
+        found = _compiled(plan.full)
+    vae = _compiled(pipe.vae.decode)
+    if found is None and vae is None:
+        return defaults
+    first = found or vae
+    scope = first["scope"]
+    if found is not None and scope == "regional":
+        repeated = set(getattr(denoiser, "_repeated_blocks", None) or ())
+        scope = ("regional-accelerate" if "_orig_mod" in vars(denoiser) else
+                 "regional" if found["blocks"] <= repeated else "regional-extended")
+    modes = {"denoiser": {found["mode"] if found else None}, **({"vae": {vae["mode"]}} if vae else {})}
+    flags = blog_inductor_flags()
+    tuned = all(first["config"].get(k) == v for k, v in flags.items())
+    return {"compile": agree(modes, COMPILE_MODES),
+            "compile_scope": done["scope"] if done else scope,
+            "compile_vae": vae is not None, "fullgraph": first["fullgraph"],
+            "dynamic": first["dynamic"],
+            "inductor_flags": tuned and bool(flags)}

@@ -4,7 +4,9 @@ seconds, and `import fastdiff_helpers` must stay cheap (tests/test_env.py)."""
 
 from __future__ import annotations
 
-from ._state import applied, modules, record, refuse_after
+from typing import Any
+
+from ._state import agree, applied, consistent, modules, parts, record, refuse_after
 from .attention import is_fused, set_attention
 from .recipe import RecipeError
 
@@ -76,3 +78,15 @@ def code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
             "drop_unfused": ["# the course's own: free the unfused copies diffusers keeps",
                              drop_unfused_projections, f"drop_unfused_projections({D})",
                              "drop_unfused_projections(pipe.vae)"]}
+
+
+def read(pipe, done: dict[str, Any]) -> dict[str, Any]:
+    """Whether every attention of each part has its projections fused (fdh.current_recipe)."""
+    from diffusers.models.attention import AttentionModuleMixin
+    from diffusers.models.attention_processor import Attention
+
+    found = {part: consistent([{bool(getattr(a, "fused_projections", False))}
+                               for a in module.modules()
+                               if isinstance(a, (Attention, AttentionModuleMixin))])
+             for part, module in parts(pipe).items()}
+    return {"fuse_qkv": agree(found, (False, True), bool(done.get("fuse_qkv")))}

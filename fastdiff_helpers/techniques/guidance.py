@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..models.loading import pipeline_info
+from ..models.loading import get_denoiser, pipeline_info
 from ._state import record, refuse_after
 from .flux import refuse
 from .recipe import RecipeError
-from .step_cache import guided_steps, step_plan
+from .step_cache import StepPlan, guided_steps, step_plan
 
 
 def _callback(pipe, share: float):
@@ -104,3 +104,13 @@ def code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
         "else:  # PixArt's pipeline takes no callback_on_step_end: the course's helper",
         "    import fastdiff_helpers as fdh",
         f"    fdh.stop_guidance(pipe, {r.guidance_stop!r})"]}
+
+
+def read(pipe, done: dict[str, Any]) -> dict[str, Any]:
+    """Where guidance stops (fdh.current_recipe): PixArt's step plan; on the SD models the
+    callback stop_guidance adds to every call, as it recorded it (a callback a call of your own
+    passes is the call's: fdh.benchmark reads it, cutoff_share)."""
+    plan = vars(get_denoiser(pipe)).get("forward")
+    if isinstance(plan, StepPlan) and plan.guidance_stop is not None:
+        return {"guidance_stop": plan.guidance_stop}
+    return {"guidance_stop": done.get("guidance_stop")}

@@ -7,8 +7,8 @@ from typing import Any
 import torch
 
 from ..models.build import quiet_diffusers
-from ._state import record, refuse_after
-from ..models.dtypes import fp32_or_half, weight_dtype
+from ._state import agree, record, refuse_after
+from ..models.dtypes import DTYPE_NAMES, fp32_or_half, weight_dtype
 from .recipe import DTYPES, TF32_MODES, RecipeError
 
 
@@ -109,3 +109,25 @@ def code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
     if tf32 is not None:
         lines += [f"# TF32 {tf32!r}: a process-wide switch"] + tf32_code(tf32, alone=True)
     return {"precision": lines} if lines else {}
+
+
+def read(pipe, done: dict[str, Any]) -> dict[str, Any]:
+    """dtype and tf32 as the pipeline runs them (fdh.current_recipe): the weights of every
+    component (a cast, pipe.to(dtype), changes them all), and the TF32 mode set_precision
+    recorded (`done`: the helpers' records), else the mode whose settings torch has now ("blog"
+    and "guide" leave the same ones), else what its matmul switch says."""
+    found = {name: {DTYPE_NAMES.get(next(m.parameters()).dtype, "fp32")}
+             for name, m in pipe.components.items()
+             if isinstance(m, torch.nn.Module) and next(m.parameters(), None) is not None}
+    dtype = agree(found, ("fp32", "bf16", "fp16"))
+    state = tf32_state()
+    modes = [mode for mode, (cuda_wide, cudnn, matmul) in TF32_SETTINGS.items()
+             if (cuda_wide, cudnn) == (state["cuda_wide"], state["legacy_cudnn_allow_tf32"])
+             and (state["legacy_matmul_allow_tf32"] is True if matmul == "allow_tf32" else
+                  state["float32_matmul_precision"] == matmul)]  # "blog" and "guide": one state
+    tf32 = done.get("tf32") or (modes[0] if modes else "on" if state["matmul"] == "tf32"
+                                else "off")
+    if dtype == "fp32" and tf32 == "on":
+        dtype = "tf32"
+    return {"dtype": dtype, "tf32": None if tf32 == ("on" if dtype == "tf32" else "off")
+            else tf32}  # None: implied by the dtype

@@ -7,14 +7,14 @@ torchao is imported inside the functions that use it: importing it takes seconds
 from __future__ import annotations
 
 import warnings
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
 from ..models.loading import get_denoiser, pipeline_device
 from ..models.noise import quiet_known_noise
-from ._state import applied, modules, record, refuse_after
-from .flux import FLUX_PARTS, check_filter, flux_filter
+from ._state import agree, applied, modules, parts, record, refuse_after
+from .flux import FLUX_PARTS, check_filter, flux_filter, is_flux
 from .recipe import CONV_SWAPS, FP8, QUANT_FILTERS, QUANTIZE, Recipe, RecipeError
 
 # The (in_features, out_features) shapes diffusion-fast leaves in bf16: the list in
@@ -249,3 +249,61 @@ def code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
         "# set_inductor_config=False: torchao would set inductor flags process-wide",
         f"quantize_({D}, {made}, filter_fn={filt})",
         f"quantize_(pipe.vae, {made}, filter_fn={filt})"]}
+
+
+def conv_read(pipe, done: dict[str, Any]) -> dict[str, Any]:
+    """Which 1x1-conv swap each part has (fdh.current_recipe): a filter is consistent with a
+    part when it would have swapped exactly the convs that now run as linears (each asked of a
+    1x1 conv of its channels) and leaves none of those that remain."""
+    found = {}
+    for part, module in parts(pipe).items():
+        swapped = [torch.nn.Conv2d(m.mod.in_features, m.mod.out_features, 1, device="meta")
+                   for m in module.modules() if type(m).__name__ == "PermuteSandwich"]
+        convs = [(n, m) for n, m in module.named_modules() if isinstance(m, torch.nn.Conv2d)]
+        found[part] = {False} if not swapped else set()
+        found[part] |= {name for name, f in CONV_FILTERS.items()
+                        if all(f(c) for c in swapped) and not any(f(m, n) for n, m in convs)}
+    recorded = done.get("conv1x1_to_linear", {}).get("filter", False)
+    return {"conv1x1_to_linear": agree(found, CONV_SWAPS, recorded)}
+
+
+def _kind(weight) -> str | None:
+    """The quantization of a linear's weight, read off torchao's tensor (None: not quantized)."""
+    name = type(weight).__name__
+    if name.startswith("Int8"):
+        return ("int8-dynamic" if getattr(weight, "act_quant_kwargs", None) is not None
+                else "int8-weight-only")
+    if name.startswith("Float8"):
+        scale = getattr(weight, "scale", None)
+        return "fp8-dynamic-row" if scale is not None and scale.numel() > 1 else "fp8-dynamic"
+    return None
+
+
+def read(pipe, done: dict[str, Any]) -> dict[str, Any]:
+    """The quantization of each part and the filter that chose its linears (fdh.current_recipe):
+    a (kind, filter) is consistent with a part when the filter, with the kind's kernel rule,
+    selects exactly the linears that hold torchao tensors of that kind; a filter that selects
+    no linear of a part is consistent with that part unquantized. "by hand": linears no named
+    filter selects (a filter of your own)."""
+    flux = is_flux(pipe)  # the family's own filter, never the other's (flux.check_filter)
+    filters = [f for f in QUANT_FILTERS if f != ("blog" if flux else "flux")]
+    found: dict[str, set] = {}
+    for part, module in parts(pipe).items():
+        linears = [(n, m) for n, m in module.named_modules() if isinstance(m, torch.nn.Linear)]
+        kinds = {n: _kind(m.weight) for n, m in linears}
+        have = {k for k in kinds.values() if k}
+        pairs = set() if have else {(None, "blog")}
+        for kind in (have if have else QUANTIZE[1:]):
+            chosen = {n for n, k in kinds.items() if k == kind}
+            pairs |= {(kind, f) for f in filters
+                      if {n for n, m in linears if select_filter(kind, f)(m, n)} == chosen}
+        found[part] = pairs or {(k, "by hand") for k in have}
+    record = done.get("quantize") or {}
+    order = [(None, "blog")] + [(k, f) for k in QUANTIZE[1:] for f in (*filters, "by hand")]
+    recorded = (record.get("kind"), record.get("filter"))
+    value = agree(found, tuple(order), recorded if recorded in order else None)
+    if isinstance(value, str):  # the parts disagree
+        return {"quantize": value, "quant_filter": "blog"}
+    if value[1] == "by hand" and record.get("filter") not in (None, *filters):
+        value = (value[0], f"callable:{record['filter']}")  # your own, named by fdh.quantize
+    return {"quantize": value[0], "quant_filter": value[1]}

@@ -255,3 +255,11 @@ def code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
                            "fastdiff_helpers/techniques/cache_paths.py and step_cache.py",
                            "import fastdiff_helpers as fdh",
                            f"fdh.step_cache(pipe, every={r.cache_every}, branch={r.cache_branch})"]}
+
+
+def read(pipe, done: dict[str, Any]) -> dict[str, Any]:
+    """The step cache in place of the denoiser's forward (fdh.current_recipe)."""
+    plan = vars(get_denoiser(pipe)).get("forward")
+    if not isinstance(plan, StepPlan):
+        return {"cache_every": 1, "cache_branch": 1}
+    return {"cache_every": plan.every, "cache_branch": plan.branch}

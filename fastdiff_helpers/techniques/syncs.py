@@ -179,3 +179,16 @@ def code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
                         "move, why = no_sync_plan(pipe)", "print('no_sync:', why)",
                         "if move:", "    keep_scheduler_on_cpu(pipe)",
                         f"    upload_timestep_without_sync({D})"]}
+
+
+def read(pipe, done: dict[str, Any]) -> dict[str, Any]:
+    """Whether the loop runs without its syncs (fdh.current_recipe): remove_syncs' record (where
+    the plan found nothing to change, only it knows), else both of its changes in place."""
+    moved = [getattr(vars(pipe.scheduler).get("set_timesteps"), "__qualname__", ""),
+             *(getattr(h, "__qualname__", "")
+               for h in get_denoiser(pipe)._forward_pre_hooks.values())]
+    fixes = {f for f in ("keep_scheduler_on_cpu", "upload_timestep_without_sync")
+             if any(name.startswith(f + ".") for name in moved)}
+    if done.get("no_sync") or len(fixes) == 2:
+        return {"no_sync": True}
+    return {"no_sync": False if not fixes else f"{', '.join(fixes)} only"}
