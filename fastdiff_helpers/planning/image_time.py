@@ -40,7 +40,7 @@ from ..models.flux import FLUX_H100_SECONDS
 from ..models.gpus import PROFILES, GpuProfile
 from ..models.presets import BLOG_A100_SECONDS, get_spec
 from ..techniques.ladders import LADDERS
-from ..techniques.recipe import Recipe
+from ..techniques.recipe import KNOBS, Recipe
 from .published import OTHER_CARDS, PUBLISHED, Published
 
 __all__ = ["image_seconds", "image_basis", "kind_seconds", "PATHS"]
@@ -206,20 +206,18 @@ def path_of(recipe: Recipe) -> str:
 
 
 def _beyond_compile(model: str, recipe: Recipe) -> tuple[float, str]:
-    """The steps past compile, as measured: the blog's A100 ratios for the four models,
-    diffusers-torchao's H100 ratios for Flux's fp8; anything else counts as the step before."""
+    """The steps past compile, as measured: each field's cost key (techniques/recipe.py KNOBS)
+    names the two published steps whose ratio prices it, read in the model's own table (the
+    blog's A100 for its four models, diffusers-torchao's H100 for Flux); anything else counts
+    as the step before."""
+    table, source = ((FLUX_H100_SECONDS, "diffusers-torchao's H100 ratio") if model == "flux"
+                     else (BLOG_A100_SECONDS.get(model) or {}, "the blog's A100 ratio"))
     factor, said = 1.0, []
-    blog = BLOG_A100_SECONDS.get(model)
-    if recipe.fuse_qkv and blog:
-        factor *= blog["+ fused QKV"] / blog["+ compile"]
-        said.append("fused QKV: the blog's A100 ratio")
-    if recipe.quantize and recipe.quantize.startswith("int8") and blog:
-        factor *= blog["+ int8 dynamic"] / blog["+ fused QKV"]
-        said.append("int8: the blog's A100 ratio")
-    if recipe.quantize in ("fp8-dynamic", "fp8-dynamic-row") and model == "flux":
-        row = "+ fp8 dynamic row" if recipe.quantize.endswith("row") else "+ fp8 dynamic"
-        factor *= FLUX_H100_SECONDS[row] / FLUX_H100_SECONDS["+ compile"]
-        said.append("fp8: diffusers-torchao's H100 ratio")
+    for name, knob in KNOBS.items():
+        cost = knob.cost.get(getattr(recipe, name)) if isinstance(knob.cost, dict) else None
+        if cost is not None and cost[1] in table and cost[2] in table:
+            factor *= table[cost[1]] / table[cost[2]]
+            said.append(f"{cost[0]}: {source}")
     return factor, "; ".join(said)
 
 
