@@ -22,6 +22,7 @@ from fastdiff_helpers.techniques import autotune, coordesc, tuning_state
 from fastdiff_helpers.techniques.tuning_state import STATE
 from fastdiff_helpers.techniques.ladders import COURSE_LADDER, LADDER
 
+GATE = autotune.course_tuning  # the course's decision, passed to fdh.apply (settings.tuning)
 H100 = ("NVIDIA H100 80GB HBM3", 132)
 L4 = ("NVIDIA L4", 58)
 
@@ -90,7 +91,7 @@ def test_what_tunes_and_its_default_mode_equivalent():
 
 def test_a_cpu_compile_is_left_as_it_is(monkeypatch):
     """A CPU tunes nothing in these modes: the rule changes nothing there (no GPU here)."""
-    pipe = fdh.apply(tiny(), dataclasses.replace(LADDER[3][1], compile_vae=False))
+    pipe = fdh.apply(tiny(), dataclasses.replace(LADDER[3][1], compile_vae=False), tuning=GATE)
     done = fdh.pipeline_info(pipe)
     assert done["applied"]["compile"]["mode"] == "max-autotune-no-cudagraphs"
     assert "autotune" not in done["applied"]
@@ -102,7 +103,7 @@ def test_on_a_gpu_with_autotuning_off_the_blogs_compile_runs_its_default_mode_eq
     on_gpu(monkeypatch)
     # the tiny pipeline stays on the CPU, so for_device drops the CUDA graphs first: the rule
     # then turns max-autotune-no-cudagraphs into default
-    pipe = fdh.apply(tiny(), dataclasses.replace(LADDER[3][1], compile_vae=False))
+    pipe = fdh.apply(tiny(), dataclasses.replace(LADDER[3][1], compile_vae=False), tuning=GATE)
     done = fdh.pipeline_info(pipe)
     ran = done["recipe"]
     assert (ran.compile, ran.inductor_flags) == ("default", False)
@@ -126,7 +127,7 @@ def test_on_a_gpu_with_autotuning_off_the_blogs_compile_runs_its_default_mode_eq
 def test_switched_on_it_tunes_and_says_what_it_will_tune(monkeypatch, capsys):
     on_gpu(monkeypatch)
     fdh.set_autotune(True)
-    pipe = fdh.apply(tiny(), dataclasses.replace(LADDER[3][1], compile_vae=False))
+    pipe = fdh.apply(tiny(), dataclasses.replace(LADDER[3][1], compile_vae=False), tuning=GATE)
     done = fdh.pipeline_info(pipe)
     assert done["recipe"].compile == "max-autotune-no-cudagraphs" and done["recipe"].inductor_flags
     assert done["applied"]["inductor_flags"]["coordinate_descent_tuning"] is True
@@ -143,7 +144,7 @@ def test_under_68_sms_it_says_no_gemm_template_tunes(monkeypatch):
 def test_a_fusion_step_is_never_touched(monkeypatch, capsys):
     on_gpu(monkeypatch)
     pipe = fdh.apply(tiny(), dataclasses.replace(dict(COURSE_LADDER)["+ compile"],
-                                                 compile_vae=False))
+                                                 compile_vae=False), tuning=GATE)
     assert fdh.pipeline_info(pipe)["recipe"].compile == "default"  # the CPU's reduce-overhead
     assert "autotune" not in fdh.pipeline_info(pipe)["applied"]
     assert autotune.AUTOTUNE_OFF not in capsys.readouterr().out
@@ -170,11 +171,11 @@ def test_a_bundle_that_covers_the_recipe_lets_it_read_its_tuning(monkeypatch, tm
     assert done["covers"] == 1  # the cut step covers nothing
     assert tuning_state.covered_by("sd15", "tiny", recipe) == str(bundle)
     assert tuning_state.covered_by("sd15", "random", recipe) is None  # another architecture
-    pipe = fdh.apply(tiny(), dataclasses.replace(LADDER[3][1], compile_vae=False))
+    pipe = fdh.apply(tiny(), dataclasses.replace(LADDER[3][1], compile_vae=False), tuning=GATE)
     assert fdh.pipeline_info(pipe)["recipe"].compile == "max-autotune-no-cudagraphs"
     assert f"reads its tuning from {bundle}" in capsys.readouterr().out
     # a compile that is not the covered recipe (here with the VAE) still runs untuned
-    other = fdh.apply(tiny(), LADDER[3][1])
+    other = fdh.apply(tiny(), LADDER[3][1], tuning=GATE)
     assert fdh.pipeline_info(other)["recipe"].compile == "default"
     STATE.reset()
 

@@ -45,6 +45,7 @@ def one_thread():
 
 
 def test_result_fields_are_filled_and_consistent(pipe):
+    fdh.set_tf32("off")  # the baseline's TF32, a process-wide switch an earlier test may have left
     r = benchmark(pipe, steps=2, runs=3, warmup=2, progress=False, max_runs=3)
     assert r.ok and r.model == "sd15" and r.weights == "tiny" and r.step == "custom"
     assert (r.height, r.width, r.steps, r.guidance, r.runs, r.warmup) == (64, 64, 2, 7.5, 3, 2)

@@ -17,7 +17,7 @@ import pytest
 import fastdiff_helpers as fdh
 
 from fastdiff_helpers.planning import clock, clock_gpu
-from fastdiff_helpers.models import clock_log
+from fastdiff_helpers.planning import recorder as clock_log
 from fastdiff_helpers.techniques.recipe import recipe_id
 from fastdiff_helpers.techniques import autotune
 from doc_pages import doc_texts

@@ -217,7 +217,9 @@ import os, torch
 import fastdiff_helpers as fdh
 pipe = fdh.load_pipeline("sd15", weights="tiny", device="cpu", verbose=False)
 print("after load:", os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
-fdh.apply(pipe, fdh.Recipe(compile="default"))  # compiles nothing yet: says where it will
+settings = fdh.course_settings("sd15", smoke=True)
+# compiles nothing yet: the course's tuning decision says where it will
+fdh.apply(pipe, fdh.Recipe(compile="default"), tuning=settings.tuning)
 with torch.no_grad():
     pipe.vae.decode(torch.randn(1, 4, 8, 8))  # the pipeline's VAE decode, compiled
 """
@@ -251,7 +253,7 @@ def test_a_fresh_process_compiles_into_the_course_cache_and_says_so(tmp_path):
     default folder into TORCHINDUCTOR_CACHE_DIR (torch/_dynamo/package.py:1267 calls
     cache_dir(), torch/_inductor/runtime/cache_dir_utils.py:19 sets the variable); the course
     took that for the user's choice, stayed silent and compiled into the temp folder. Now the
-    first compile says the course folder, and the pipeline's own compiled VAE decode lands
+    course's first compile (fdh.apply with the course's tuning decision) says the course folder, and the pipeline's own compiled VAE decode lands
     there, C++ kernels and FX graph. (Precompiled C++ headers stay in inductor's default
     folder, fixed at import: torch/_inductor/codecache.py:3542.) One new process for both: a
     second one, compiling a lambda, cost make test about 19 s and proved nothing more."""

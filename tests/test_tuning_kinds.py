@@ -15,7 +15,7 @@ import torch
 import fastdiff_helpers as fdh
 from fastdiff_helpers.compiletime import bundle as bundle_format, bundle_cache, bundle_io
 from fastdiff_helpers.errors import FastdiffError
-from fastdiff_helpers.techniques import tuning_state
+from fastdiff_helpers.techniques import autotune, tuning_state
 from fastdiff_helpers.techniques.tuning_state import STATE
 from test_tuning import _raw  # the slot's by-hand tarball, as tools/gpu_slot.sh makes it
 
@@ -108,18 +108,19 @@ def test_what_was_seeded_is_recorded_in_the_next_bundle_and_in_every_result(tmp_
 
 
 def test_benchmark_says_tuned_on_the_other_kind_for_a_compile_that_tunes(monkeypatch):
-    """What measure/bench.py adds: a compile that reads tuning (max-autotune or the blog's
-    flags) says where its tuning came from; one that tunes nothing says nothing of it."""
+    """What the course's tuning decision notes and benchmark keeps: a compile that reads tuning
+    (max-autotune or the blog's flags) says where its tuning came from; one that tunes nothing
+    says nothing of it."""
     tuning_state.seed("sd15", "NVIDIA H200", "h200.json.gz")
     recipe = fdh.Recipe(dtype="bf16", attention="sdpa", compile="max-autotune",
                         compile_vae=False)
     pipe = fdh.apply(fdh.load_pipeline("sd15", weights="tiny", device="cpu", verbose=False),
-                     recipe)
+                     recipe, tuning=autotune.course_tuning)  # the course's decision says it
     with torch.compiler.set_stance("force_eager"):  # the records decide, not a compile
         tuned = fdh.benchmark(pipe, steps=1, runs=1, warmup=0, progress=False, max_runs=1)
     assert "tuned on the NVIDIA H200" in tuned.flags
     plain = fdh.apply(fdh.load_pipeline("sd15", weights="tiny", device="cpu", verbose=False),
-                      fdh.Recipe(dtype="bf16", attention="sdpa"))
+                      fdh.Recipe(dtype="bf16", attention="sdpa"), tuning=autotune.course_tuning)
     assert not any(f.startswith("tuned on") for f in
                    fdh.benchmark(plain, steps=1, runs=1, warmup=0, progress=False,
                                  max_runs=1).flags)

@@ -18,7 +18,8 @@ from huggingface_hub.hf_api import ModelInfo
 from huggingface_hub.utils import hf_raise_for_status
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.models import pretrained, weights_choice
+from fastdiff_helpers.course import weights as weights_choice
+from fastdiff_helpers.models import pretrained
 
 ROOT = Path(__file__).resolve().parents[1]
 FLUX = "black-forest-labs/FLUX.1-dev"
@@ -244,6 +245,9 @@ def test_the_carried_choice_is_read_back_by_another_process(hub, fake_gpu, tmp_p
     fdh.course_settings("sdxl", weights="random")
     code = ("import torch; torch.cuda.is_available = lambda: True\n"
             "import fastdiff_helpers as fdh\n"
+            "from fastdiff_helpers.models.hooks import auto_weights\n"
+            "from fastdiff_helpers.course.weights import carried_rule\n"
+            "auto_weights(carried_rule)\n"  # what course settings do in every notebook
             "print(fdh.choose_weights(fdh.MODELS['sdxl'], None, 'cuda')[0])\n"
             "print(fdh.choose_weights(fdh.MODELS['sd15'], None, 'cuda')[0])\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1",

@@ -2,6 +2,7 @@
 
     settings          the parameters cell (smoke mode, fdh.course_settings), GPU-only cells,
                       the reference numbers a notebook quotes
+    weights           the weights a parameters cell chose on a GPU, carried to later notebooks
     playground        fdh.playground(): the ipywidgets panel to try recipes and compare runs
     playground_parts  the playground's controls, phases and small formatters
     lessons           the course as a workshop day: each notebook's track, visible words and

@@ -21,6 +21,7 @@ from ..models.loading import free_memory, load_pipeline
 from ..models.presets import MODELS
 from ..models.pretrained import check_weights
 from ..techniques import apply
+from ..techniques.autotune import course_tuning
 from ..techniques.schedulers import set_scheduler
 from ..techniques.recipe import BASELINE, Recipe, RecipeError
 from ..measure.bench import benchmark
@@ -197,7 +198,7 @@ class Playground:
             self._phase(2)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                apply(pipe, recipe)
+                apply(pipe, recipe, tuning=course_tuning)
             notes += [str(w.message) for w in caught]
             self._phase(3)
             size = c["resolution"].value or None  # 0: the model's default

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -17,8 +17,9 @@ from ..models.noise import quiet_known_noise
 from ..models.flux import FLUX_H100_WHERE
 from ..models.presets import BLOG_A100_WHERE, get_spec, published_ladder
 from ..models.gpus import gpu_profile
-from ..models.pretrained import check_weights, course_weights
-from ..techniques.autotune import autotune_enabled, set_autotune
+from ..models.hooks import auto_weights
+from ..models.pretrained import check_weights
+from ..techniques.autotune import autotune_enabled, course_tuning, set_autotune
 from ..compiletime.bundle_io import import_matching
 from ..techniques.tuning_state import STATE
 from ..results.store import REFERENCE_ROOT, Result, reference_results
@@ -26,6 +27,8 @@ from ..results.tables import format_table
 from ..techniques.recipe import BASELINE, Recipe
 from ..planning.sizing import card_fit, fitting_sizes, rung_verdict
 from .hosted import card_problem
+from .weights import carried_rule, course_weights
+from ..planning.recorder import start_recording
 
 
 # The tiny model's denoising steps outside smoke mode (the CPU story: the notebooks, the
@@ -66,6 +69,15 @@ class CourseSettings:
     # the baseline's dtype: "fp32", or on a card where the model's fp32 does not fit, the
     # card's half precision (planning/sizing.py card_fit); settings.baseline is its recipe
     baseline_dtype: str = "fp32"
+
+    @property
+    def tuning(self) -> Callable:
+        """The course's autotune decision, to pass to fdh.apply and fdh.compile_pipeline
+        (`tuning=settings.tuning`): on a GPU a compile that would tune (max-autotune, the
+        blog's coordinate descent) runs its default-mode equivalent, said in one line, unless
+        autotuning is switched on (`autotune=True` here) or an imported tuning bundle covers it
+        (techniques/autotune.py course_tuning). Introduced in 05_torch_compile.ipynb."""
+        return course_tuning
 
     @property
     def baseline(self) -> Recipe:
@@ -149,6 +161,8 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
         tuning = checks.existing_folder("tuning", tuning, "a folder of tuning bundles laid out "
                                         "as results/ is (<gpu>/tuning/<torch>/<model>.json.gz)")
     quiet_known_noise()  # the parameters cell runs first in every notebook
+    start_recording()  # the course clock's recorder, where FASTDIFF_CLOCK_LOG asks for it
+    auto_weights(carried_rule)  # weights="auto" reads the choices carried between notebooks
     smoke = smoke_mode() if smoke is None else smoke
     device = "cpu" if smoke or not torch.cuda.is_available() else "cuda"
     if device == "cuda":  # a card the course cannot use is refused before anything loads

@@ -14,11 +14,9 @@ import torch
 
 from .. import checks
 from ..models.loading import FastdiffError, call_kwargs, pipeline_device, pipeline_info
-from ..models.clock_log import kind as clock_kind, record as clock_record
+from ..models.hooks import tell
 from ..models.presets import DEFAULT_PROMPT
 from ..techniques import current_recipe, tf32_state
-from ..techniques.autotune import tunes
-from ..techniques.tuning_state import seeded_from
 from .compile_events import compiled, events_between, snapshot, tuned
 from .cudagraphs import cudagraph_report, cudagraph_snapshot
 from .env import device_name, env_report
@@ -26,7 +24,7 @@ from ..techniques.guidance import cutoff_share
 from ..techniques.step_cache import guided_steps
 from .flops import count_flops, denoiser_calls
 from .quality import compare_images
-from .record import TUNED_ON, Result
+from .record import Result
 from .timing import (_peak_rss_bytes, _stage_marks, _ticking, profile_ops, progress_bar,
                      steady_note, until_steady)
 
@@ -169,8 +167,7 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
         out = fn()
         return out, events_between(before, snapshot())
 
-    clock_record({"event": "benchmark", "model": info["model"], "kind": clock_kind(info, pipe),
-                  "profile": profile})
+    tell("benchmark", pipe=pipe, profile=profile)  # the listeners' (models/hooks.py)
     try:
         with _stage_marks(pipe, device) as marks:
             with _ticking(bar):  # a compile takes minutes: the bar's clock keeps moving
@@ -223,7 +220,7 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
         ops = profile_ops(call, device) if profile else {}
     finally:
         bar.close()
-        clock_record({"event": "benchmark_end"})
+        tell("benchmark_end", pipe=pipe)
 
     notes: list[str] = list(info.get("notes", []))  # what fdh.apply changed for this device
     if compiles["extra_warmup"]:
@@ -246,11 +243,6 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
         peak, kind = _peak_rss_bytes(), "process_peak_rss"
         notes.append("peak memory is the process-lifetime peak RSS (it includes everything "
                      "this process did before, not only this benchmark)")
-    compiled_as = info["applied"].get("compile", {})
-    if compiled_as and tunes(compiled_as.get("mode"), bool(info["applied"].get("inductor_flags"))):
-        for seed in seeded_from(info["model"]):  # tuning another GPU kind made (06)
-            notes.append(f"{TUNED_ON}{seed['gpu_name']}: this compile read tuning imported from "
-                         f"another GPU kind of the same design ({seed['source']})")
     if "quantize" in info["applied"]:
         quant = info["applied"]["quantize"]
         notes.append(f"{quant['kind']}: {quant['linears']} linear layers quantized")

@@ -7,7 +7,6 @@
     build       pipelines built in code: the full-size architecture with random weights, or tiny
     pretrained  pretrained weights: are they here (a gated repository: may this token in?),
                 what weights="auto" picks (never random unasked on a GPU), safetensors only
-    weights_choice  the weights a parameters cell chose on a GPU, carried to later notebooks
     hub         the Hugging Face hub, asked in one place: offline or not, file lists (cached),
                 the local cache, downloads, a gated repository's access, allow-patterns
     downloads   which files a load fetches in its dtype (fp16 ones for half precision),
@@ -23,7 +22,7 @@
                 count and the GEMM-shape count (what max-autotune benchmarks) run
     few_step    few-step distilled SDXL weights: hub files, the scheduler and steps each needs
     noise       the libraries' messages known to be harmless, silenced on the way in
-    clock_log   the course clock's recorder: calls, compiles and benchmarks, in a test run
+    hooks       the core's two hooks: listeners of its events, a rule for weights="auto"
     state       what a pipeline is now, read off its modules: a denoiser compiled by hand
 
 Imports nothing of the package above it: only the ground (errors.py, checks.py).

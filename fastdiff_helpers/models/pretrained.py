@@ -4,12 +4,11 @@ safetensors only.
 
 The rule of weights="auto" (choose_weights):
 - on a CPU: pretrained when available, else the tiny model (as CI's smoke mode and `make demo`);
-- on a GPU: the choice a parameters cell carried (models/weights_choice.py) wins: "random" (asked
-  for by name in fdh.course_settings) gives random weights, said loudly each time; "pretrained"
-  gives pretrained weights, or stops when they are not available. Without a carried choice:
-  pretrained when available, else it stops. It never picks random weights on its own: it stops
-  with a FastdiffError saying why and what to do (reconnect, `hf download`, get access to a
-  gated repository, or weights="random" by name).
+- on a GPU: pretrained when available, else it stops. It never picks random weights on its own:
+  it stops with a FastdiffError saying why and what to do (reconnect, `hf download`, get access
+  to a gated repository, or weights="random" by name). A rule put before it (models/hooks.py)
+  decides first: the course's carries a parameters cell's choice to the later notebooks
+  (course/weights.py).
 
 Introduced in 00_setup.ipynb. The hub is asked through models/hub.py; diffusers is imported
 inside the functions (cost at import; see build.py).
@@ -27,7 +26,7 @@ from .. import checks
 from .hub import (cached, gate_access, gate_todo, hub_errors, model_info, needs_access, offline,
                   weight_kinds)
 from .presets import ModelSpec, get_spec
-from .weights_choice import CARRIED, carried_choice, carry_choice, weights_file
+from .hooks import WEIGHTS_RULES
 
 WEIGHTS = ("auto", "pretrained", "random", "tiny")
 HUB_TIMEOUT_S = 5  # each question to the hub (model_info, the gate's access check)
@@ -160,21 +159,21 @@ def resolve_weights(model: str | ModelSpec, weights: str, device: str,
     return weights
 
 
-def choose_weights(spec: ModelSpec, path: str | None, device: str) -> tuple[str, str]:
+def choose_weights(spec: ModelSpec, path: str | None, device: str, rules: bool = True,
+                   before: str = "") -> tuple[str, str]:
     """What weights="auto" picks for `spec` on `device` (the rule atop this module), and why;
-    "none" where "auto" stops, why saying what to do. Introduced in 00_setup.ipynb."""
-    carried = carried_choice(spec.key) if path is None and device.startswith("cuda") else None
-    if carried and carried["weights"] == "random":  # asked for by name: no hub question
-        return "random", (f"asked for in a parameters cell on {carried['when']}, carried in "
-                          f"{weights_file()}: {NOISE}; for the pretrained weights put "
-                          f"{checks.arg('weights', 'pretrained')} in the parameters cell")
+    "none" where "auto" stops, why saying what to do. A rule put in models/hooks.py (the
+    course's carried choice) is asked first, unless not `rules`; `before`: what it says ahead
+    of why "auto" stops. Introduced in 00_setup.ipynb."""
+    for rule in WEIGHTS_RULES if rules else ():
+        chosen = rule(spec, path, device)
+        if chosen is not None:
+            return chosen
     ok, why, gated = _status(spec, path)
     if ok:
         return "pretrained", why
     if not device.startswith("cuda"):
         return "tiny", f"{why}; no GPU, so the tiny model"
-    before = (f"a parameters cell chose pretrained weights for {spec.key} on "
-              f"{carried['when']}, and they are not here now; " if carried else "")
     fetch = (gate_todo(spec.hub_id, gated) if gated else
              (f"unset {off} and reconnect" if (off := offline()) else "reconnect")
              + f", or run `hf download {spec.hub_id}` (here, or on a machine with network "
@@ -182,20 +181,3 @@ def choose_weights(spec: ModelSpec, path: str | None, device: str) -> tuple[str,
     return "none", (f"{why}; {before}on a GPU \"auto\" stops rather than pick random weights: "
                     f"{fetch}, then run the cell again; or ask for random weights by name, "
                     f"{checks.arg('weights', 'random')} ({NOISE})")
-
-
-def course_weights(model: str | ModelSpec, weights: str, device: str) -> str:
-    """course_settings' weights: resolve_weights' choice; on a GPU, pretrained or random
-    weights are carried to the later notebooks (models/weights_choice.py), and random weights
-    asked for by name are said loudly."""
-    spec = get_spec(model)
-    chosen = resolve_weights(spec, weights, device)
-    if not device.startswith("cuda") or chosen not in CARRIED:
-        return chosen
-    if weights == "random":
-        print(f"fastdiff: weights='random' for {spec.key}, as asked: RANDOM WEIGHTS, {NOISE}. "
-              f"Carried to the later notebooks ({weights_file()}): their weights='auto' for "
-              f"{spec.key} is random too, until a parameters cell asks for "
-              f"{checks.arg('weights', 'pretrained')}")
-    carry_choice(spec.key, chosen, "asked for by name" if weights != "auto" else "auto: available")
-    return chosen

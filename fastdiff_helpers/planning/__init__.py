@@ -6,6 +6,7 @@
     clock             the course clock: what each notebook compiles and runs on a GPU, and the
                       estimated wait (`python -m fastdiff_helpers clock`)
     clock_record      what each notebook's smoke run did, cell by cell (written by clock)
+    recorder          the clock's recorder: it listens to the core's events in a smoke run
     clock_gpu         what the cells that do more on a GPU than in smoke mode do there
     sizing            the course sized for the card: size, runs and batch that fit, and each
                       recipe's verdict (runs, swapped, skipped) with its reason (card_fit,

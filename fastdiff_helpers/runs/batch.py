@@ -27,6 +27,7 @@ from ..models.loading import call_kwargs, load_pipeline, pipeline_info
 from ..models.presets import size_multiple
 from ..models.pretrained import check_weights
 from ..techniques import apply
+from ..techniques.autotune import course_tuning
 from ..techniques.recipe import Recipe
 from ..measure.env import env_report
 
@@ -253,7 +254,8 @@ def run_batch(prompts: Prompts, out: str | os.PathLike, recipe: Recipe | None = 
     started = time.perf_counter()
     pipe = apply(load_pipeline(model, weights=weights, device=device, vae=vae,
                                dtype=recipe.weight_dtype,
-                               scheduler=scheduler, verbose=state.is_main_process), recipe)
+                               scheduler=scheduler, verbose=state.is_main_process), recipe,
+                 tuning=course_tuning)
     load_s = time.perf_counter() - started
     kwargs = call_kwargs(pipe, steps=steps, height=height, width=width)
     with state.split_between_processes(batches(every, todo, batch_size)) as mine:

@@ -19,7 +19,7 @@ from ..models.loading import default_device, load_pipeline
 from ..models.presets import DEFAULT_PROMPT, MODELS, SCHEDULERS, VAES, size_multiple
 from ..models.pretrained import WEIGHTS, resolve_weights
 from ..techniques import apply
-from ..techniques.autotune import set_autotune
+from ..techniques.autotune import course_tuning, set_autotune
 from ..techniques.recipe import RecipeError
 from ..techniques.ladders import LADDERS
 from ..measure.bench import benchmark
@@ -188,7 +188,7 @@ def _bench(args: argparse.Namespace) -> None:
     pipe = load_pipeline(args.model, weights=args.weights, device=args.device,
                          dtype=recipe.weight_dtype,
                          vae=args.vae, scheduler=args.scheduler)
-    apply(pipe, recipe)
+    apply(pipe, recipe, tuning=course_tuning)
     result = benchmark(pipe, prompt=args.prompt or DEFAULT_PROMPT, steps=args.steps,
                        height=args.height, width=args.width, runs=args.runs,
                        warmup=args.warmup, seed=args.seed, progress=not args.no_progress,

@@ -18,7 +18,7 @@ from ..models.loading import (FastdiffError, default_device, free_memory,
 from ..models.presets import (BLOG_LOADING, DEFAULT_PROMPT, SCHEDULERS, get_spec,
                               published_ladder)
 from ..techniques import apply, current_recipe
-from ..techniques.autotune import step_blocked
+from ..techniques.autotune import course_tuning, step_blocked
 from ..techniques.quantization import select_filter
 from ..techniques.recipe import RecipeError
 from ..techniques.ladders import LADDERS
@@ -133,7 +133,7 @@ def measure_step(spec, name: str, recipe, weights: str, device: str, loading: di
             notes.append(f"tiny weights: quant_filter={adapted.quant_filter!r} selects no "
                          "linear here, so this step quantizes with quant_filter='all'")
             adapted = dataclasses.replace(adapted, quant_filter="all")
-        apply(pipe, adapted)
+        apply(pipe, adapted, tuning=course_tuning)
         load_s = time.perf_counter() - started
         result = benchmark(pipe, prompt=prompt or DEFAULT_PROMPT, steps=steps, height=height,
                            width=width, runs=runs, warmup=warmup, seed=seed, progress=progress,

@@ -14,7 +14,7 @@ from typing import Iterable
 
 from ..models.loading import FastdiffError, free_memory, load_pipeline, resolve_weights
 from ..techniques import apply, current_recipe
-from ..techniques.autotune import covers, step_blocked
+from ..techniques.autotune import course_tuning, covers, step_blocked
 from ..techniques.compile import PARTS, compile_part
 from ..techniques.recipe import RecipeError
 from ..techniques.ladders import LADDERS
@@ -101,7 +101,7 @@ def _warm_step(spec, name, recipe, weights, device, loading, part, call, previou
     started = time.perf_counter()
     pipe = load_pipeline(spec.key, weights=weights, device=device, verbose=False,
                          dtype=adapted.weight_dtype, **loading)
-    apply(pipe, adapted)
+    apply(pipe, adapted, tuning=course_tuning)
     load_s = time.perf_counter() - started
     before, started = snapshot(), time.perf_counter()
     compile_part(pipe, part, **call)

@@ -113,8 +113,8 @@ STEPS: tuple[Step, ...] = (
          lambda r: [f"fdh.stop_guidance(pipe, {r.guidance_stop!r})"], guidance.code,
          guidance.read, ("guidance_stop",)),
     Step("compile", lambda r: bool(r.compile),
-         lambda pipe, r: compile_pipeline(pipe, r.compile, r.compile_scope, r.compile_vae,
-                                          r.fullgraph, r.dynamic, r.inductor_flags),
+         lambda pipe, r, **kw: compile_pipeline(pipe, r.compile, r.compile_scope, r.compile_vae,
+                                                r.fullgraph, r.dynamic, r.inductor_flags, **kw),
          lambda r: [f"fdh.compile_pipeline(pipe, mode={r.compile!r}, scope={r.compile_scope!r}, "
                     f"compile_vae={r.compile_vae}, fullgraph={r.fullgraph}, "
                     f"dynamic={r.dynamic}, inductor_flags={r.inductor_flags})"],
@@ -149,7 +149,7 @@ def current_recipe(pipe, records: bool = True) -> dict:
     return {f.name: found[f.name] for f in dataclasses.fields(Recipe)}
 
 
-def apply(pipe, recipe: Recipe):
+def apply(pipe, recipe: Recipe, tuning: Callable | None = None):
     """Validate `recipe` for this pipeline's device, then apply it in the fixed order:
     precision, 1x1 conv swap, fused QKV, attention, channels_last, quantization, sync
     removal, step cache, guidance stop, compile. (diffusion-fast swaps the convs after channels_last, just before
@@ -160,7 +160,9 @@ def apply(pipe, recipe: Recipe):
     run are dropped (Recipe.for_device; each change printed, and kept in
     fdh.pipeline_info(pipe)["notes"] for the Result), hardware the machine lacks is refused.
     A pipeline takes one recipe: applying the same one again does nothing, another is
-    refused (load a fresh pipeline).
+    refused (load a fresh pipeline). `tuning`: whether a compile that would tune may, decided
+    above the core and passed to compile_pipeline (the course's: fdh.course.settings(...)
+    .tuning; None: it compiles what the recipe says, as fdh.to_code writes it).
     Introduced in 01_baseline.ipynb."""
     if not isinstance(recipe, Recipe):
         raise RecipeError(f"apply() takes a fdh.Recipe, not {type(recipe).__name__}.")
@@ -190,25 +192,14 @@ def apply(pipe, recipe: Recipe):
     for note in notes:
         print(f"fastdiff: {note}")
     for step in STEPS:
-        if not step.on(recipe):
-            continue
-        if step.name != "compile":
-            step.apply(pipe, recipe)
-            continue
-        # what an imported tuning bundle covers (autotune.py), and what was asked for (the
-        # course clock records it as a GPU would run it: models/clock_log.py)
-        info["applying"], info["asked"] = recipe, requested
-        try:
-            step.apply(pipe, recipe)
-        finally:
-            info.pop("applying", None)
-            info.pop("asked", None)
-        gated = info["applied"].get("autotune")
-        if gated is not None:  # the rule changed or confirmed the tuning: the record says so
-            notes = [*notes, gated["note"]]
-            recipe = dataclasses.replace(recipe, compile=info["applied"]["compile"]["mode"],
-                                         inductor_flags=bool(info["applied"].get(
-                                             "inductor_flags")))
+        if step.on(recipe):
+            step.apply(pipe, recipe, **({"recipe": requested, "tuning": tuning}
+                                        if step.name == "compile" else {}))
+    gated = info["applied"].get("autotune")
+    if gated is not None:  # the tuning decision changed or confirmed the mode: the record says
+        recipe = dataclasses.replace(recipe, compile=info["applied"]["compile"]["mode"],
+                                     inductor_flags=bool(info["applied"].get("inductor_flags")))
+    notes = [*notes, *info.get("notes", [])]  # the tuning decision's (compile_pipeline)
     info["recipe"], info["requested"], info["notes"] = recipe, requested, notes
     return pipe
 

@@ -26,12 +26,13 @@ from typing import Any
 import torch
 
 from .. import checks
-from ..models.clock_log import record as clock_record
 from ..models.loading import get_denoiser, pipeline_info
 from ..models.gpus import PROFILES, TEMPLATE_SMS
 from ..models.meta import gemm_shapes
-from .recipe import Recipe, RecipeError, recipe_id
-from .tuning_state import STATE, coverage_key, covered_by
+from .compile_cache import use_course_cache
+from .coordesc import keep_coordesc_marks
+from .recipe import Recipe, RecipeError
+from .tuning_state import STATE, coverage_key, covered_by, seeded_from
 
 # The modes whose options tune (torch._inductor.list_mode_options: both set max_autotune and
 # coordinate_descent_tuning), and the mode with the same CUDA-graph choice that tunes nothing
@@ -126,6 +127,12 @@ def covers(model: str, weights: str, recipe: Recipe | dict | None,
     return [coverage_key(model, weights, recipe.to_dict(), part) for part in parts]
 
 
+# the starts of the notes of a compile the rule changed, and of one that read tuning of another
+# GPU kind (measure/record.py keeps the same two to flag its Result; tests tie them)
+AUTOTUNE_OFF = "autotuning is off:"
+TUNED_ON = "tuned on the "
+
+
 # --- the decision --------------------------------------------------------------------------
 
 def _gpu(device: str) -> tuple[str, int] | None:
@@ -191,6 +198,31 @@ def step_blocked(previous: Recipe | None, recipe: Recipe, device: str, model: st
     return blocked(recipe.for_device(device)[0], device, model, weights)
 
 
+def course_tuning(pipe: Any, mode: str, inductor_flags: bool, compile_vae: bool, scope: str,
+                  recipe: Recipe | None = None) -> tuple[str, bool, list[str]]:
+    """The course's autotune decision, passed to fdh.apply and fdh.compile_pipeline as their
+    `tuning` (fdh.course.settings(...).tuning is this): the rule of this module's docstring
+    (gate_compile), said in one line, with what the compile will compile and the estimated
+    wait on this GPU; a compile that tunes on CUDA keeps coordinate descent's marks
+    (coordesc.py), and is noted where it reads tuning imported from another GPU kind; the
+    course's compile cache is the one folder (compile_cache.py, said once). Returns
+    the (mode, inductor_flags) to compile and the notes for the pipeline's record."""
+    mode, inductor_flags, note = gate_compile(pipe, mode, inductor_flags, compile_vae, recipe)
+    tuning = tunes(mode, inductor_flags)
+    for said in (note, compile_line(pipe, mode, scope, compile_vae, tuning)):
+        if said is not None:
+            print(f"fastdiff: {said}")
+    notes = [note] if note is not None else []
+    if tuning and str(next(get_denoiser(pipe).parameters()).device).startswith("cuda"):
+        keep_coordesc_marks()  # coordinate descent runs once per kernel (pytorch#172819)
+    use_course_cache()  # one cache folder for the course, said once
+    if tuning:
+        notes += [f"{TUNED_ON}{seed['gpu_name']}: this compile read tuning imported from "
+                  f"another GPU kind of the same design ({seed['source']})"
+                  for seed in seeded_from(pipeline_info(pipe)["model"])]
+    return mode, inductor_flags, notes
+
+
 def gate_compile(pipe: Any, mode: str, inductor_flags: bool, compile_vae: bool,
                  recipe: Recipe | None = None) -> tuple[str, bool, str | None]:
     """The (mode, inductor_flags) a compile of `pipe` runs under the rule of this module's
@@ -219,8 +251,6 @@ def gate_compile(pipe: Any, mode: str, inductor_flags: bool, compile_vae: bool,
         "(--autotune), or import a tuning bundle of this GPU (fdh.course_settings does).")
 
 
-# the start of the note of a compile the rule changed (measure/record.py flags its Result)
-AUTOTUNE_OFF = "autotuning is off:"
 
 
 def compile_line(pipe: Any, mode: str, scope: str, compile_vae: bool, tuning: bool) -> str | None:
@@ -246,22 +276,6 @@ def compile_line(pipe: Any, mode: str, scope: str, compile_vae: bool, tuning: bo
     if tuning:
         line += f", plus the tuning: {tuning_estimate(pipe, compile_vae, sms)['words']}"
     return line
-
-
-def record_for_clock(pipe: Any, gpu_mode: str, scope: str, compile_vae: bool,
-                     inductor_flags: bool) -> None:
-    """Tell the course clock's recorder (models/clock_log.py; a test run only) what this
-    compile is on a GPU: fdh.apply's recipe as a GPU would run it, else the mode asked for."""
-    info = pipeline_info(pipe)
-    asked = info.get("asked")
-    # as the course clock's card (an H100) runs it, whatever this machine is
-    on_gpu = (asked.for_device("cuda", PROFILES["h100"].capability)[0] if asked is not None
-              else None)
-    mode = on_gpu.compile if on_gpu is not None else gpu_mode
-    clock_record({"event": "compile", "model": info["model"], "mode": mode, "scope": scope,
-                  "vae": compile_vae,
-                  "tunes": tunes(mode, on_gpu.inductor_flags if on_gpu else inductor_flags),
-                  "recipe": recipe_id(on_gpu.to_dict() if on_gpu is not None else None)})
 
 
 def denoiser_name(pipe) -> str:

@@ -7,17 +7,14 @@ importing it takes seconds, and `import fastdiff_helpers` must stay cheap
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from ..models.loading import (call_kwargs, denoiser_kind, get_denoiser, pipeline_device,
                               pipeline_info)
-from ..models.clock_log import record as clock_record
+from ..models.hooks import tell
 from ..models.noise import quiet_known_noise
-from .autotune import compile_line, gate_compile, record_for_clock, tunes
-from .coordesc import keep_coordesc_marks
-from .compile_cache import use_course_cache
 from .flux import refuse
 from ._state import agree, applied, consistent, modules, parts, record
 from ..models.state import compiled_by_hand
@@ -100,12 +97,19 @@ def compile_blocks(module: torch.nn.Module, class_names, **kwargs) -> int:
 
 def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
                      compile_vae: bool = True, fullgraph: bool = False,
-                     dynamic: bool | None = None, inductor_flags: bool = False):
+                     dynamic: bool | None = None, inductor_flags: bool = False, *,
+                     recipe: Recipe | None = None, tuning: Callable | None = None):
     """Compile the denoiser (whole, or its repeated blocks) and, optionally, the VAE decode.
 
     A CUDA-graph mode where the graphs cannot run (a CPU, or a regional scope) compiles without
-    them and says so: the course's one policy for GPU-only choices (see fdh.Recipe).
-    Compilation happens lazily at the first call: that call is the cold start.
+    them and says so: the one policy for GPU-only choices (see fdh.Recipe). Otherwise it
+    compiles what it is asked, as fdh.to_code writes it. `tuning`: a decision of your own, or
+    the course's (fdh.course.settings(...).tuning), on whether a compile that would tune
+    (max-autotune's search, the blog's coordinate descent) may: tuning(pipe, mode,
+    inductor_flags, compile_vae, scope, recipe) returns the (mode, inductor_flags) to compile
+    and the notes that say why, kept in the pipeline's record and its Results.
+    `recipe`: the whole Recipe fdh.apply applies (what the decision and models/hooks.py's
+    listeners are told). Compilation happens lazily at the first call: the cold start.
     Introduced in 08_lora_hotswap.ipynb."""
     if mode not in COMPILE_MODES or mode is None:
         raise RecipeError(f"Unknown compile mode {mode!r}. Use one of: "
@@ -118,29 +122,26 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
             raise RecipeError(f"{name} must be True or False, not {value!r}.")
     if dynamic not in (None, True, False):
         raise RecipeError(f"dynamic must be None, True or False, not {dynamic!r}.")
-    gpu_mode = compile_mode_for(mode, scope, "cuda")[0]  # what a GPU runs (the course clock)
-    mode, note = compile_mode_for(mode, scope, str(pipeline_device(pipe)))
+    gpu_mode = compile_mode_for(mode, scope, "cuda")[0]  # what a CUDA GPU runs (the listeners)
+    device = str(pipeline_device(pipe))
+    mode, note = compile_mode_for(mode, scope, device)
     if "compile" in applied(pipe):
         raise RecipeError("This pipeline is already compiled; load a fresh pipeline to compile "
                           "it another way.")
     check_scope(pipe, scope)
     if scope == "regional-accelerate" and step_plan(pipe) is not None:
         raise RecipeError(ACCELERATE_COPIES)
-    # on a GPU a compile that would tune runs without tuning unless asked for or covered by a
-    # bundle (techniques/autotune.py); fdh.apply hands over its whole recipe for the bundles
-    asked = (mode, inductor_flags)
-    record_for_clock(pipe, gpu_mode, scope, compile_vae, inductor_flags)
-    mode, inductor_flags, tuning_note = gate_compile(pipe, mode, inductor_flags, compile_vae,
-                                                     pipeline_info(pipe).get("applying"))
-    for said in (note, tuning_note, compile_line(pipe, mode, scope, compile_vae,
-                                                 tunes(mode, inductor_flags))):
-        if said is not None:
-            print(f"fastdiff: {said}")
-    if tuning_note is not None:
-        record(pipe, "autotune", {"asked": list(asked), "note": tuning_note})
-    if tunes(mode, inductor_flags) and str(pipeline_device(pipe)).startswith("cuda"):
-        keep_coordesc_marks()  # coordinate descent runs once per kernel (pytorch#172819)
-    use_course_cache()  # one cache folder for the course, said once
+    tell("compile", pipe=pipe, mode=mode, gpu_mode=gpu_mode, scope=scope,
+         compile_vae=compile_vae, inductor_flags=inductor_flags, recipe=recipe)
+    if note is not None:
+        print(f"fastdiff: {note}")
+    if tuning is not None:  # whether a compile that would tune may: decided above the core
+        asked = (mode, inductor_flags)
+        mode, inductor_flags, notes = tuning(pipe, mode, inductor_flags, compile_vae, scope,
+                                             recipe.for_device(device)[0] if recipe else None)
+        if notes:
+            record(pipe, "autotune", {"asked": list(asked), "notes": notes})
+            pipeline_info(pipe).setdefault("notes", []).extend(notes)  # the Results say them
     quiet_known_noise()
     kwargs: dict[str, Any] = dict(mode=mode, fullgraph=fullgraph, dynamic=dynamic)
     if inductor_flags:
@@ -269,13 +270,13 @@ def graph_breaks(pipe, verbose: bool = True, **kwargs) -> dict[str, Any]:
         return forward(*a, **k)
 
     explainer = ExplainWithBackend("eager")
-    clock_record({"event": "explain"})  # a trace, not a compile: the course clock skips it
+    tell("trace", pipe=pipe)  # a trace, not a compile (models/hooks.py)
     try:
         with torch.no_grad():
             torch.compile(traced, backend=explainer)(*args, **kw)
     finally:
         remove_from_cache(traced)
-        clock_record({"event": "explain_end"})
+        tell("trace_end", pipe=pipe)
     explained = explainer.output()
     reasons = [str(getattr(r, "reason", r)) for r in explained.break_reasons]
     report = {"graphs": explained.graph_count, "graph_breaks": explained.graph_break_count,

@@ -1,8 +1,9 @@
 """The weights a parameters cell chose on a GPU, per model, carried to the later notebooks.
 
-Each notebook is its own kernel process: what `fdh.course_settings` chose there ("pretrained",
-or "random" asked for by name) is kept in one small JSON file, read back by weights="auto" in
-every later notebook and process (models/pretrained.py decides with it). The file is
+Each notebook is its own kernel process: what course settings chose there ("pretrained", or
+"random" asked for by name: course_weights) is kept in one small JSON file, read back by
+weights="auto" in every later notebook and process: course settings put carried_rule before
+load_pipeline's own choice (models/hooks.py auto_weights). The file is
 $FASTDIFF_WEIGHTS_FILE, else ~/.cache/fastdiff/weights.json (beside the course's compile cache,
 techniques/compile_cache.py): per user and machine, as the Hugging Face cache is. It is written
 whole into a temporary file of the same folder and moved over the old one (os.replace), so a
@@ -17,6 +18,10 @@ import os
 import tempfile
 import time
 from pathlib import Path
+
+from .. import checks
+from ..models.presets import ModelSpec, get_spec
+from ..models.pretrained import NOISE, choose_weights, resolve_weights
 
 WEIGHTS_FILE_ENV = "FASTDIFF_WEIGHTS_FILE"
 CARRIED = ("pretrained", "random")  # the choices a later notebook's "auto" reads back
@@ -119,3 +124,37 @@ def carry_choice(model: str, weights: str, why: str) -> bool:
               "a folder you can write")
         return False
     return True
+
+
+def carried_rule(spec: ModelSpec, path: str | None, device: str) -> tuple[str, str] | None:
+    """weights="auto" as the course decides it on a GPU (course settings put it first,
+    models/hooks.py): random weights a parameters cell asked for by name, said loudly each time;
+    a pretrained choice, or a stop saying that it was chosen and is not here now; None (the
+    helpers' own choice) where nothing is carried."""
+    carried = carried_choice(spec.key) if path is None and device.startswith("cuda") else None
+    if carried is None:
+        return None
+    if carried["weights"] == "random":  # asked for by name: no hub question
+        return "random", (f"asked for in a parameters cell on {carried['when']}, carried in "
+                          f"{weights_file()}: {NOISE}; for the pretrained weights put "
+                          f"{checks.arg('weights', 'pretrained')} in the parameters cell")
+    return choose_weights(spec, path, device, rules=False, before=(
+        f"a parameters cell chose pretrained weights for {spec.key} on {carried['when']}, and "
+        "they are not here now; "))
+
+
+def course_weights(model: str | ModelSpec, weights: str, device: str) -> str:
+    """course settings' weights: resolve_weights' choice; on a GPU, pretrained or random
+    weights are carried to the later notebooks, and random weights asked for by name are said
+    loudly."""
+    spec = get_spec(model)
+    chosen = resolve_weights(spec, weights, device)
+    if not device.startswith("cuda") or chosen not in CARRIED:
+        return chosen
+    if weights == "random":
+        print(f"fastdiff: weights='random' for {spec.key}, as asked: RANDOM WEIGHTS, {NOISE}. "
+              f"Carried to the later notebooks ({weights_file()}): their weights='auto' for "
+              f"{spec.key} is random too, until a parameters cell asks for "
+              f"{checks.arg('weights', 'pretrained')}")
+    carry_choice(spec.key, chosen, "asked for by name" if weights != "auto" else "auto: available")
+    return chosen

@@ -1,25 +1,33 @@
 """The course clock's recorder: with FASTDIFF_CLOCK_LOG set, what a process does that takes GPU
-time (each pipeline call, each compile, each benchmark) is appended to that file as JSON lines.
-The notebook smoke runs set it (tests/test_notebooks.py), and planning/clock.py turns the
-record into what each notebook would do on a GPU. Off (no variable), nothing is recorded.
+time (each pipeline load and call, each compile, each benchmark) is appended to that file as
+JSON lines. The notebook smoke runs set it (tests/test_notebooks.py), course settings turn the
+recorder on (start_recording: it listens to the core's events, models/hooks.py, and watches the
+pipeline classes' calls and dynamo's frames), and planning/clock.py turns the record into what
+each notebook would do on a GPU. Off (no variable), nothing is recorded.
 
 Introduced with the course clock (docs/workshop.md: "The course clock").
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
-from typing import Any
+from typing import Any, Iterator
 
-from .dtypes import fp32_or_half
-from .state import compiled_by_hand
+from ..models.dtypes import fp32_or_half
+from ..models.gpus import PROFILES
+from ..models.hooks import listening
+from ..models.loading import pipeline_info
+from ..models.state import compiled_by_hand
+from ..techniques.autotune import tunes
+from ..techniques.recipe import recipe_id
 
 ENV = "FASTDIFF_CLOCK_LOG"
 
 
-def recording() -> bool:
+def recording_asked() -> bool:
     return bool(os.environ.get(ENV))
 
 
@@ -47,7 +55,7 @@ def kind(info: dict[str, Any], pipe: Any = None) -> str:
         denoiser = getattr(pipe, "transformer", None) if denoiser is None else denoiser
     if denoiser is not None and compiled_by_hand(denoiser) is not None:
         return "compiled"
-    recipe = info.get("applying") or info.get("recipe")
+    recipe = info.get("recipe")
     dtype = getattr(recipe, "dtype", None) or (
         str(next(denoiser.parameters()).dtype) if denoiser is not None
         else str(info.get("dtype", "")))
@@ -103,3 +111,49 @@ def watch_calls(pipe: Any) -> None:
 
     __call__._fastdiff_clock = True
     cls.__call__ = __call__
+
+
+def _listen(event: str, facts: dict[str, Any]) -> None:
+    """The core's events (models/hooks.py) as the clock's."""
+    info = pipeline_info(facts["pipe"])
+    if event == "load":
+        record({"event": "load", "model": info["model"]})
+        watch_calls(facts["pipe"])
+        watch_compiles()
+    elif event == "compile":
+        # as the course clock's card (an H100) runs fdh.apply's recipe, whatever this machine
+        # is; a compile outside fdh.apply, as a GPU runs its mode
+        asked = facts["recipe"]
+        on_gpu = (asked.for_device("cuda", PROFILES["h100"].capability)[0]
+                  if asked is not None else None)
+        mode = on_gpu.compile if on_gpu is not None else facts["gpu_mode"]
+        flags = on_gpu.inductor_flags if on_gpu is not None else facts["inductor_flags"]
+        record({"event": "compile", "model": info["model"], "mode": mode,
+                "scope": facts["scope"], "vae": facts["compile_vae"], "tunes": tunes(mode, flags),
+                "recipe": recipe_id(on_gpu.to_dict() if on_gpu is not None else None)})
+    elif event in ("trace", "trace_end"):  # a trace, not a compile: the clock skips its frames
+        record({"event": {"trace": "explain", "trace_end": "explain_end"}[event]})
+    elif event == "benchmark":
+        record({"event": "benchmark", "model": info["model"], "kind": kind(info, facts["pipe"]),
+                "profile": facts["profile"]})
+    elif event == "benchmark_end":
+        record({"event": "benchmark_end"})
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[None]:
+    """Record what the helpers do inside the block (while FASTDIFF_CLOCK_LOG is set)."""
+    with listening(_listen):
+        yield
+
+
+_ON: list = []
+
+
+def start_recording() -> bool:
+    """Turn the recorder on for the rest of this process where FASTDIFF_CLOCK_LOG is set (course
+    settings, the first cell of every notebook, call it); once. Returns whether it is on."""
+    if recording_asked() and not _ON:
+        _ON.append(recording())
+        _ON[0].__enter__()
+    return bool(_ON)
