@@ -181,7 +181,7 @@ def test_02_exercise_3_decodes_what_the_vae_cast_alone_cannot():
     with pytest.raises(RuntimeError, match="BFloat16.*float"):
         fdh.generate(pipe, steps=2)
     assert any("# exercise 3" in block for path, block in _exercise_blocks()
-               if path.name.startswith("03_"))
+               if path.name.startswith("02_"))
 
 
 # --- the library behaviour behind corrected claims ---------------------------------------
@@ -275,11 +275,11 @@ def test_the_corrected_phrases_do_not_come_back():
 def test_cold_start_comes_right_after_compile():
     """Caches and recompiles are taught before any notebook that compiles for minutes."""
     names = [p.name for p in NOTEBOOKS]
-    assert names.index("06_cold_start.ipynb") == names.index("05_torch_compile.ipynb") + 1
+    assert names.index("05_cold_start.ipynb") == names.index("04_torch_compile.ipynb") + 1
 
 
 def test_the_syncs_notebook_runs_a_model_where_removing_syncs_changes_something():
-    nb = _read(_by_name("10_"))
+    nb = _read(_by_name("07_"))
     assert "syncs" in nb.cells[0].source
     model = re.search(r'course_settings\("(\w+)"\)', _parameters_cell(nb)).group(1)
     pipe = fdh.load_pipeline(model, weights="tiny", device="cpu", verbose=False)
@@ -338,19 +338,19 @@ def test_cited_gpu_figures_are_the_committed_ones():
     sdxl_floor = fdh.flop_floor_seconds(fdh.count_flops("sdxl"), rate)
     assert f"in {seconds['+ SDPA']} " in text["01"]
     assert f"{steps['+ SDPA'].latency_s / sdxl_floor:.1f}x its floor" in text["01"]
-    assert f"from {seconds['fp32']} to {seconds['bf16']}" in text["03"]
-    assert f"from {seconds['bf16']} to {seconds['+ SDPA']}" in text["04"]
+    assert f"from {seconds['fp32']} to {seconds['bf16']}" in text["02"]
+    assert f"from {seconds['bf16']} to {seconds['+ SDPA']}" in text["03"]
     # issue 35: each cited timing with its uncertainty, the 94 % interval of its median
     within = {name: "{:.2f}-{:.2f} s".format(*steps[name].latency_interval_s[:2])
               for name in seconds}
     assert all(f"{len(steps[n].latency_samples)} timed runs" in text[nb] and
                steps[n].latency_interval_s[2] > 0.93 for nb, n in
-               (("01", "+ SDPA"), ("03", "fp32"), ("04", "bf16")))
+               (("01", "+ SDPA"), ("02", "fp32"), ("03", "bf16")))
     assert f"lies in {within['+ SDPA']} with 94 % confidence" in text["01"]
     sdpa = steps["+ SDPA"].latency_interval_s
     assert f"({sdpa[0] / sdxl_floor:.1f}x to {sdpa[1] / sdxl_floor:.1f}x" in text["01"]
-    assert f"lie in {within['fp32']} and {within['bf16']} with 94 % confidence" in text["03"]
-    assert f"lie in {within['bf16']} and {within['+ SDPA']} with 94 % confidence" in text["04"]
+    assert f"lie in {within['fp32']} and {within['bf16']} with 94 % confidence" in text["02"]
+    assert f"lie in {within['bf16']} and {within['+ SDPA']} with 94 % confidence" in text["03"]
 
 
 # --- cross-references: each "notebook NN" points at the notebook that now teaches it ------
@@ -361,24 +361,24 @@ def test_cited_gpu_figures_are_the_committed_ones():
 TEACHES = {
     "00": ("set-up", "environment", "smoke mode"),
     "01": ("baseline", "floor", "FLOPs", "two tables", "what differs"),
-    "02": ("profile", "host-side"),
-    "03": ("bf16", "fp16", "TF32", "precision"),
-    "04": ("attention", "SDPA"),
-    "05": ("compile", "inductor", "channels_last", "CUDA graph", "fusion"),
-    "06": ("cold start", "cache", "recompile", "regional", "tuning"),
-    "07": ("CUDA graph", "re-record", "capture"),
-    "08": ("LoRA",),
-    "09": ("fused QKV", "fusion"),
-    "10": ("sync", "CPU wait"),
-    "11": ("int8", "1x1"),
-    "12": ("fp8",),
-    "13": ("denoiser calls", "step cache", "guidance"),
-    "14": ("all four models", "SD1.5, SSD-1B and PixArt"),
-    "15": ("playground", "panel"),
-    "16": ("scale out", "batch", "throughput"),
-    "17": ("memory", "what fits", "savers"),
-    "18": ("Flux",),
-    "19": ("autotuning", "max-autotune"),
+    "16": ("profile", "host-side"),
+    "02": ("bf16", "fp16", "TF32", "precision"),
+    "03": ("attention", "SDPA"),
+    "04": ("compile", "inductor", "channels_last", "CUDA graph", "fusion"),
+    "05": ("cold start", "cache", "recompile", "regional", "tuning"),
+    "12": ("CUDA graph", "re-record", "capture"),
+    "14": ("LoRA",),
+    "06": ("fused QKV", "fusion"),
+    "07": ("sync", "CPU wait"),
+    "08": ("int8", "1x1"),
+    "15": ("fp8",),
+    "09": ("denoiser calls", "step cache", "guidance"),
+    "17": ("all four models", "SD1.5, SSD-1B and PixArt"),
+    "10": ("playground", "panel"),
+    "18": ("scale out", "batch", "throughput"),
+    "11": ("memory", "what fits", "savers"),
+    "19": ("Flux",),
+    "13": ("autotuning", "max-autotune"),
 }
 REFERENCE = re.compile(r"\b[Nn]otebooks?\s+(\d\d(?:(?:,\s*|\s+and\s+|\s+or\s+)\d\d)*)"
                        r"(?!\s*-\s*\d)")

@@ -505,16 +505,16 @@ def test_the_13_exercises_compare_what_count_flops_counts(monkeypatch):
     assert shares["every 3, branch 2"] == pytest.approx(shares["every 2, branch 1"], rel=0.03)
     assert shares["every 2, branch 2"] == pytest.approx(shares["20 plain steps"], rel=0.03)
     assert shares["every 3, branch 1"] < 0.6 * shares["20 plain steps"]
-    path = Path(__file__).resolve().parent.parent / "notebooks" / "13_fewer_denoiser_calls.ipynb"
+    path = Path(__file__).resolve().parent.parent / "notebooks" / "09_fewer_denoiser_calls.ipynb"
     text = " ".join("\n".join(c.source for c in nbformat.read(path, as_version=4).cells).split())
     for a, b in (("every 2, branch 1", "every 3, branch 2"), ("20 plain steps", "every 2, branch 2")):
         assert f"{shares[a]:.3f} and {shares[b]:.3f} of the plain 30 steps'" in text, (a, b)
     assert f"`cache_every=3, cache_branch=1` runs {shares['every 3, branch 1']:.3f}" in text
 
 
-# --- 13_fewer_denoiser_calls as plain diffusers code (issue 50) -----------------------------
+# --- 09_fewer_denoiser_calls as plain diffusers code (issue 50) -----------------------------
 
-NB13 = "13_fewer_denoiser_calls.ipynb"
+NB13 = "09_fewer_denoiser_calls.ipynb"
 
 
 def _nb13_cells() -> dict:

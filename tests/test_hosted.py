@@ -91,12 +91,12 @@ def test_colab_opens_each_notebook_on_the_cheapest_card_its_plan_runs_it_on():
 
     gpus = opening.colab_gpus()
     assert {name: gpu for name, gpu in gpus.items() if gpu != "T4"} == {
-        "12_fp8_hopper.ipynb": "L4", "18_flux.ipynb": "A100"}
+        "15_fp8_hopper.ipynb": "L4", "19_flux.ipynb": "A100"}
     assert set(gpus) == {p.name for p in NOTEBOOKS}
     t4 = {row["notebook"]: row for row in plan(PROFILES["t4"])}
     l4 = {row["notebook"]: row for row in plan(PROFILES["l4"])}
-    assert any("fp8" in why for why in t4["12_fp8_hopper.ipynb"]["skipped"])
-    assert t4["18_flux.ipynb"]["verdict"] == l4["18_flux.ipynb"]["verdict"] == "skipped"
+    assert any("fp8" in why for why in t4["15_fp8_hopper.ipynb"]["skipped"])
+    assert t4["19_flux.ipynb"]["verdict"] == l4["19_flux.ipynb"]["verdict"] == "skipped"
     assert all(t4[name]["verdict"] != "skipped" for name, gpu in gpus.items() if gpu == "T4")
 
 
@@ -386,7 +386,7 @@ STANDIN = ["torch==2.13.0", "numpy==2.1.3", "ipython==7.34.0", "ipykernel==6.17.
            "pillow==11.3.0", "matplotlib==3.10.0"]
 STANDIN_DIR = ROOT / "out" / "hosted-standin"
 HELD = ("torch", "numpy", "ipython", "ipykernel", "ipywidgets")
-STANDIN_NOTEBOOKS = ("00_setup.ipynb", "04_attention.ipynb")  # the set-up check, a technique
+STANDIN_NOTEBOOKS = ("00_setup.ipynb", "03_attention.ipynb")  # the set-up check, a technique
 
 
 def _pip(python: Path, *args: str, timeout: int = 1800) -> str:

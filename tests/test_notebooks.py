@@ -45,7 +45,7 @@ def _code_cells(nb):
 
 def test_there_are_notebooks():
     names = [p.name for p in NOTEBOOKS]
-    assert "00_setup.ipynb" in names and "14_all_models.ipynb" in names, names
+    assert "00_setup.ipynb" in names and "17_all_models.ipynb" in names, names
 
 
 # --- fast checks of the committed files ---------------------------------------------------

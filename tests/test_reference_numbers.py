@@ -1,5 +1,5 @@
-"""fdh.reference_numbers: the "Compare with the reference numbers" cell of notebooks 01, 03, 04,
-05, 09, 10, 11 and 14 as one call. It prints the blog's A100 row with where it was read, and the project's committed GPU
+"""fdh.reference_numbers: the "Compare with the reference numbers" cell of notebooks 01, 02, 03,
+04, 06, 07, 08 and 17 as one call. It prints the blog's A100 row with where it was read, and the project's committed GPU
 results (or says there are none)."""
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ README = ROOT / "README.md"
 # lever (fewer denoiser calls). The rest is optional: depth on one idea (profiling, CUDA
 # graphs, autotuning), hardware the room may lack (fp8, several GPUs), or long runs (all
 # models, Flux).
-CORE = ("00", "01", "03", "04", "05", "06", "09", "10", "11", "13", "15")
+CORE = tuple(f"{n:02d}" for n in range(11))  # 00 to 10: the files in the day's order
 READING_WPM = 200     # words a minute of technical prose, read with the code beside it
 ROUND_TO = 5          # a label's minutes are rounded up to this
 CORE_WORDS, OPTIONAL_WORDS = 1_200, 1_800   # visible words, at most, per lesson

@@ -79,7 +79,7 @@ class CourseSettings:
         """Why this card skips `recipe`, said in one line before anything loads, or None where
         it runs (always off a GPU): the hardware it names (fp8 below sm89), and, for full-size
         weights, its estimated peak at this size; decided by planning/sizing.py rung_verdict, as
-        the plan decides. Introduced in 02_where_the_time_goes.ipynb."""
+        the plan decides. Introduced in 16_where_the_time_goes.ipynb."""
         if self.device != "cuda":
             return None
         status, _, why = rung_verdict(gpu_profile(), self.model, recipe, size=self.height,
@@ -101,7 +101,7 @@ class CourseSettings:
     def sizes_that_fit(self, sizes: Sequence[int]) -> list[int]:
         """The `sizes` (square, in pixels) whose estimated peak in half precision fits this
         card (planning/sizing.py; every size off a GPU), saying which were left out and why.
-        Introduced in 06_cold_start.ipynb."""
+        Introduced in 05_cold_start.ipynb."""
         if self.gpu is None or self.weights == "tiny":
             return list(sizes)
         return fitting_sizes(gpu_profile(), self.model, sizes)

@@ -188,7 +188,7 @@ def _plain(r: Recipe, flux: bool = False, D: str = "denoiser") -> dict[str, list
                              "if move:", "    keep_scheduler_on_cpu(pipe)",
                              f"    upload_timestep_without_sync({D})"])
     if r.cache_every > 1:
-        # no library has a step cache that compiles for these denoisers (13_fewer_denoiser_calls)
+        # no library has a step cache that compiles for these denoisers (09_fewer_denoiser_calls)
         out["step_cache"] = ["# the course's own step cache: ~250 lines in "
                              "fastdiff_helpers/techniques/cache_paths.py and step_cache.py",
                              "import fastdiff_helpers as fdh",
