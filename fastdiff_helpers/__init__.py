@@ -58,8 +58,8 @@ from .results.text import speedup_text, timing_text
 from .results.profile_chart import profile_chart
 from .results.store import Result, ResultsFormatError, load_results, reference_results, save_results
 from .course.playground import playground
-from .course.settings import (CourseSettings, course_settings, needs_gpu, reference_numbers,
-                              smoke_mode)
+from .course.settings import CourseSettings, course_settings, needs_gpu, smoke_mode
+from .course.reference import reference_numbers
 from .runs.batch import run_batch
 from .runs.ladder import run_ladder
 from .runs.warm import warm_ladder

@@ -1,7 +1,8 @@
 """course: what serves the notebooks.
 
-    settings          the parameters cell (smoke mode, fdh.course_settings), GPU-only cells,
-                      the reference numbers a notebook quotes
+    settings          the parameters cell (smoke mode, fdh.course_settings), GPU-only cells
+    reference         the reference numbers a notebook quotes: the blog's published row and
+                      every ladder committed under results/, with each rung's TF32 and VAE
     playground        fdh.playground(): the ipywidgets panel to try recipes and compare runs
     playground_parts  the playground's controls, phases and small formatters
     lessons           the course as a workshop day: each notebook's track, visible words and
