@@ -14,18 +14,17 @@ import torch
 from ..errors import FastdiffError
 from .. import checks
 from ..models.noise import quiet_known_noise
-from ..models.flux import FLUX_H100_WHERE
-from ..models.presets import BLOG_A100_WHERE, get_spec, published_ladder
+from ..models.presets import get_spec
 from ..models.gpus import gpu_profile
 from ..models.pretrained import check_weights, course_weights
 from ..techniques.autotune import autotune_enabled, set_autotune
 from ..compiletime.bundle_io import import_matching
 from ..techniques.tuning_state import STATE
-from ..results.store import REFERENCE_ROOT, Result, reference_results
-from ..results.tables import format_table
+from ..results.store import REFERENCE_ROOT
 from ..techniques.recipe import BASELINE, Recipe
 from ..planning.sizing import card_fit, fitting_sizes, rung_verdict
 from .hosted import card_problem
+from .written_for import written_for_line
 
 
 # The tiny model's denoising steps outside smoke mode (the CPU story: the notebooks, the
@@ -149,6 +148,7 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
         tuning = checks.existing_folder("tuning", tuning, "a folder of tuning bundles laid out "
                                         "as results/ is (<gpu>/tuning/<torch>/<model>.json.gz)")
     quiet_known_noise()  # the parameters cell runs first in every notebook
+    print(written_for_line())  # copied code takes these versions' spellings
     smoke = smoke_mode() if smoke is None else smoke
     device = "cpu" if smoke or not torch.cuda.is_available() else "cuda"
     if device == "cuda":  # a card the course cannot use is refused before anything loads
@@ -185,7 +185,7 @@ TUNING_ENV = "FASTDIFF_TUNING_DIR"
 def import_course_tuning(tuning: str | Path | None = None) -> list[dict]:
     """Import, once per process and folder, the tuning bundles of this GPU and torch under
     the committed results/ (shipped in the package) and under `tuning`; says in one line what
-    they cover and what a compile that would tune does without them. Introduced in 00_setup.ipynb."""
+    they cover, and nothing where none matches. Introduced in 00_setup.ipynb."""
     done: list[dict] = []
     roots = [root for root in [REFERENCE_ROOT] + ([Path(tuning)] if tuning is not None else [])
              if str(root.resolve()) not in STATE.roots and root.is_dir()]
@@ -198,10 +198,8 @@ def import_course_tuning(tuning: str | Path | None = None) -> list[dict]:
         print(f"fastdiff: imported {len(done)} tuning bundle(s) of this GPU and torch "
               f"({sum(d.get('covers', 0) for d in done)} compiled part(s) covered): "
               + ", ".join(d["path"] for d in done))
-    if not autotune_enabled():
-        print("fastdiff: autotuning is off: a compile that would tune (max-autotune, coordinate "
-              "descent) runs without it unless a bundle covers it, and says so; switch it on "
-              "with fdh.course_settings(..., autotune=True)")
+    # Nothing is said about autotuning otherwise: the core path never tunes, and a compile that
+    # would tune says so itself (techniques/autotune.py; 13_autotuning.ipynb teaches the switch).
     return done
 
 
