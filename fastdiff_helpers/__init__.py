@@ -60,6 +60,7 @@ from .results.store import Result, ResultsFormatError, load_results, reference_r
 from .course.playground import playground
 from .course.settings import CourseSettings, course_settings, needs_gpu, smoke_mode
 from .course.reference import reference_numbers
+from .course.day import day_chart, keep_rung
 from .runs.batch import run_batch
 from .runs.ladder import run_ladder
 from .runs.warm import warm_ladder
@@ -74,13 +75,13 @@ __all__ = [
     "cache_hooks_report", "call_kwargs", "capture_denoiser_inputs", "CARDS", "choose_weights",
     "compare_images", "compile_part", "compile_pipeline", "conv1x1_to_linear", "count_flops",
     "count_parameters", "count_syncs", "COURSE_LADDER", "course_settings", "CourseSettings",
-    "cpu_tuning_run", "cudagraph_report", "cudagraph_snapshot", "current_recipe",
+    "cpu_tuning_run", "cudagraph_report", "cudagraph_snapshot", "current_recipe", "day_chart",
     "enable_lora_hotswap", "encode_prompt_once", "env_report", "export_tuning", "FastdiffError",
     "FEW_STEP", "few_step_file", "first_image_in_new_process", "flop_floor_seconds",
     "FLUX_COMPILE_SECONDS", "FLUX_H100_BEST", "FLUX_H100_SECONDS", "FLUX_LADDER", "format_summary",
     "format_table", "fp8_kernel_ok", "free_memory", "fuse_lora", "fuse_qkv", "gemm_shapes",
     "generate", "get_denoiser", "gpu_profile", "GPU_PROFILES", "GpuProfile", "graph_breaks",
-    "image_basis", "image_seconds", "import_tuning", "LADDER", "ladder_chart", "LADDERS",
+    "image_basis", "image_seconds", "import_tuning", "keep_rung", "LADDER", "ladder_chart", "LADDERS",
     "launch_batch", "load_artifacts", "load_lora", "load_pipeline", "load_results",
     "lora_file_info", "lora_swap_report", "make_lora_file", "measure_matmul_tflops",
     "memory_chart", "MEMORY_SAVERS", "memory_savers_report", "MODELS", "models_chart", "ModelSpec",

@@ -3,6 +3,9 @@
     settings          the parameters cell (smoke mode, fdh.course_settings), GPU-only cells
     reference         the reference numbers a notebook quotes: the blog's published row and
                       every ladder committed under results/, with each rung's TF32 and VAE
+    day               the day's result: the rungs the core lessons kept (fdh.keep_rung) and
+                      one chart of them at the end of the last (fdh.day_chart)
+    written_for       the library versions the course's code was written for
     playground        fdh.playground(): the ipywidgets panel to try recipes and compare runs
     playground_parts  the playground's controls, phases and small formatters
     lessons           the course as a workshop day: each notebook's track, visible words and
