@@ -59,7 +59,7 @@ from .results.profile_chart import profile_chart
 from .results.store import Result, ResultsFormatError, load_results, reference_results, save_results
 from .course.playground import playground
 from .course.settings import CourseSettings, course_settings, needs_gpu, smoke_mode
-from .course.reference import reference_numbers
+from .course.reference import reference_numbers, reference_rate, reference_result
 from .course.day import day_chart, keep_rung
 from .runs.batch import run_batch
 from .runs.ladder import run_ladder
@@ -88,7 +88,7 @@ __all__ = [
     "naive_time", "needs_gpu", "OFFLOADS", "peak_bytes", "peak_memory", "pipeline_info",
     "plan_table", "playground", "profile", "profile_chart", "PUBLISHED_PARAMETERS",
     "quality_chart", "quantize", "quiet_known_noise", "Recipe", "RecipeError", "recompile_report",
-    "reference_numbers", "reference_results", "remove_syncs", "resolve_lora", "Result",
+    "reference_numbers", "reference_rate", "reference_result", "reference_results", "remove_syncs", "resolve_lora", "Result",
     "ResultsFormatError", "run_batch", "run_ladder", "save_artifacts", "save_figure",
     "save_results", "select_filter", "set_attention", "set_autotune", "set_channels_last",
     "set_precision", "set_scheduler", "set_tf32", "show_images", "show_tuning", "smoke_mode",

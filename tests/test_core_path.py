@@ -51,3 +51,56 @@ def test_the_parameters_cell_prints_the_versions_and_no_autotuning(capsys):
         STATE.roots.update(before)
     said = capsys.readouterr().out
     assert not re.search(r"autotun|bundle|coordinate descent", said, re.I), said
+# Words of the autotuning lesson (13): the core path says none of them in its visible text, its
+# code or its printed strings (folds may: a comparison with the blog's max-autotune is one).
+TUNING_WORDS = re.compile(r"autotun|tuning bundle|\bbundles?\b|coordinate.descent|coordesc",
+                          re.I)
+
+
+def _visible_and_code(path: Path) -> list[tuple[str, str]]:
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    out = []
+    for cell in nb["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":  # what shows: the text, and each fold's title
+            out.append((cell["id"], L.DETAILS.sub(" ", L.COMMENT.sub(" ", source))
+                        + " ".join(L.SUMMARY.findall(source))))
+        elif cell["id"] != "setup":  # the first cell of every notebook (course/hosted.py)
+            out.append((cell["id"], source))
+    return out
+
+
+@pytest.mark.parametrize("path", CORE, ids=[p.name for p in CORE])
+def test_the_core_path_says_no_word_of_autotuning(path):
+    found = [f"{cell}: {m.group(0)!r}" for cell, text in _visible_and_code(path)
+             for m in TUNING_WORDS.finditer(text)]
+    assert not found, f"{path.name}: {found}"
+
+
+def _code(path: Path) -> str:
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    return "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+
+
+@pytest.mark.parametrize("path", CORE, ids=[p.name for p in CORE])
+def test_the_core_path_runs_one_ladder_with_one_name_per_rung(path):
+    """The blog's ladder stays out of the core path's code (lesson 17 runs it, folds quote it),
+    and a step named like a rung of the course's ladder is that rung: the blog's names for
+    other recipes ("fp32" with TF32 on) are not used."""
+    code = _code(path)
+    assert not re.search(r"fdh\.LADDER\b|ladder=\"blog\"", code), path.name
+    steps = set(re.findall(r"step=\"([^\"]+)\"", code))
+    assert not steps & {"fp32", "tf32", "sdpa-math"}, (path.name, steps)
+
+
+def test_each_core_rung_is_kept_by_the_lesson_the_chart_names():
+    """fdh.day_chart says which lesson keeps a rung not run: that lesson measures the rung under
+    its name and keeps it (fdh.keep_rung)."""
+    from fastdiff_helpers.course.day import KEPT_IN, OPTIONAL_RUNGS
+
+    for rung, where in KEPT_IN.items():
+        if rung in OPTIONAL_RUNGS:
+            continue
+        [path] = [p for p in CORE if p.name.startswith(where[:2])]
+        code = _code(path)
+        assert f'"{rung}"' in code and "fdh.keep_rung(" in code, (rung, path.name)

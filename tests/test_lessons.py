@@ -23,7 +23,11 @@ GLOSSARY = ROOT / "docs" / "glossary.md"
 TERMS = ("dynamo", "inductor", "graph", "graph break", "guard", "recompile", "fusion",
          "epilogue", "GEMM", "SM", "tensor core", "CUDA graph", "autotuning", "SDPA", "TF32",
          "bf16", "fp16", "fp8", "int8", "PSNR", "rung", "denoising step", "cold start",
-         "smoke mode", "est.")
+         "smoke mode", "est.",
+         # issue 59: used on the core path or printed by it, now each in the glossary
+         "compute capability", "course clock", "tuning bundle", "coordinate descent", "ladder",
+         "frame", "FX graph cache hit", "SSIM", "sync", "quantization",
+         "graph partition, static input")
 
 
 @functools.lru_cache(maxsize=1)

@@ -28,6 +28,8 @@ NOTEBOOKS = {p.name: p for p in sorted((ROOT / "notebooks").glob("*.ipynb"))}
 
 # (notebook, cell id) -> (the dtype `pipe` is loaded in before the cell, the recipe it stands for)
 PLAIN: dict[tuple[str, str], tuple[str, fdh.Recipe]] = {
+    # 01_baseline: TF32 switched off and the classic processor set by hand: the course's baseline
+    ("01_baseline.ipynb", "baseline-plain"): ("fp32", fdh.Recipe()),
     # 02_precision: TF32 switched on, then the fp32 pipeline cast to bf16 (the test's fresh
     # pipeline has diffusers' default attention, SDPA; the notebook's has the classic processor)
     ("02_precision.ipynb", "tf32-switch"): ("fp32", fdh.Recipe(dtype="tf32", attention="sdpa")),
@@ -79,6 +81,7 @@ PLAIN: dict[tuple[str, str], tuple[str, fdh.Recipe]] = {
 
 # each technique notebook's own call, in a code cell tagged "technique" (issue 50, item 3)
 CALLS = {
+    "01": r"set_attn_processor\(AttnProcessor\(\)\)",
     "16": r"torch\.profiler\.profile\(",
     "02": r"torch\.bfloat16",
     "03": r"AttnProcessor2_0|sdpa_kernel\(",
@@ -131,8 +134,10 @@ def test_every_technique_cell_says_what_it_stands_for():
 
 
 def _model(name: str) -> str:
-    first = next(source for _, source, _ in _cells(name))
-    return re.search(r"course_settings\(\s*\"(\w[\w-]*)\"", first).group(1)
+    """The model of the notebook's parameters cell, the second code cell (the first of every
+    notebook installs the helpers: course/hosted.py)."""
+    parameters = [source for _, source, _ in _cells(name)][1]
+    return re.search(r"course_settings\(\s*\"(\w[\w-]*)\"", parameters).group(1)
 
 
 def _image(pipe) -> np.ndarray:

@@ -100,7 +100,7 @@ def load_artifacts(path: str | os.PathLike, sha256: str | None = None) -> dict[s
     SHA-256 when given (before anything in it is read: the file holds code that will run) and
     that it was made with the same torch, triton, Python and GPU kind; refuses otherwise,
     naming each difference. Returns the header.
-    Introduced in 05_cold_start.ipynb."""
+    Introduced in docs/instructor.md."""
     header, payload = read_header(path, sha256)
     here = _stamp()
     different = [f"{key}: file {header.get(key)!r}, here {here[key]!r}" for key in MUST_MATCH
@@ -135,7 +135,7 @@ def first_image_in_new_process(cache_dir: str | os.PathLike, model: str = "sdxl"
     `cache_dir` helps it). `progress`: the process's output is printed as it comes, and the
     time elapsed while it is silent (a compile there takes minutes on a GPU). What
     05_cold_start.ipynb measures.
-    Introduced in 05_cold_start.ipynb."""
+    Introduced in docs/instructor.md."""
     checks.output_folder("cache_dir", cache_dir)
     if load is not None:
         checks.existing_file("load", load, "a file written by `python -m fastdiff_helpers warm "

@@ -38,7 +38,7 @@ def cpu_tuning_run(cache_dir: str | os.PathLike, bundle_in: str | os.PathLike | 
     tuning to `bundle_out` if given. Returns {"autotunes": shapes benchmarked, "winners":
     {shape: winning choice}, "compile_s": the compile's seconds, "process_s": the new
     process's seconds to the end, "export": export_tuning's summary or None}.
-    Introduced in 05_cold_start.ipynb."""
+    Introduced in docs/instructor.md."""
     cache = checks.output_folder("cache_dir", cache_dir)
     args = [str(cache)]
     if bundle_in is not None:

@@ -55,7 +55,7 @@ class TuningWatch:
     a last time on the way out, whatever the way. `write="auto"`: write only once there is
     tuning data (a CPU compile that tuned nothing leaves no file); "always": from the start.
     `note_step()` adds what one ladder step did to the run's record in the bundle.
-    Introduced in 05_cold_start.ipynb."""
+    Introduced in docs/instructor.md."""
 
     def __init__(self, bundle: str | os.PathLike, model: str | None = None,
                  command: str | None = None, every_s: float = EVERY_S, write: str = "auto"):

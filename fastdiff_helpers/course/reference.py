@@ -22,7 +22,8 @@ from ..results.store import REFERENCE_ROOT, Result, load_results
 from ..results.tables import format_table
 from ..techniques.ladders import LADDERS
 
-__all__ = ["reference_numbers", "committed_ladders", "tf32_text", "LADDER_TITLES"]
+__all__ = ["reference_numbers", "reference_result", "reference_rate", "committed_ladders",
+           "tf32_text", "LADDER_TITLES"]
 
 LADDER_TITLES = {"blog": "the blog's ladder", "course": "the course's ladder",
                  "flux": "the course's Flux ladder"}
@@ -142,3 +143,35 @@ def reference_numbers(model: str, steps: str | Sequence[str] | None = None,
             print("  " + line)
         print(format_table(shown) if shown else
               f"  none of the steps {wanted} (measured: {[r.step for r in results]})")
+
+
+def reference_result(model: str, rung: str, ladder: str = "course", gpu: str | None = None,
+                     root: str | os.PathLike | None = None) -> Result:
+    """The committed Result of one rung of `ladder` (the course's by default) for `model`: the
+    first GPU folder that holds it, or `gpu`'s (a folder name under results/). A notebook
+    quotes a GPU figure through it, so the figure is the record's, with the record's TF32
+    (tf32_text), weights and VAE beside it. Introduced in 01_baseline.ipynb."""
+    for gpu_name, name, _, results in committed_ladders(get_spec(model).key, root):
+        if name == ladder and gpu in (None, gpu_name):
+            for result in results:
+                if result.step == rung:
+                    return result
+    raise FastdiffError(f"No committed result of {rung!r} on {LADDER_TITLES.get(ladder, ladder)}"
+                        f" for {model}" + (f" on {gpu}" if gpu else "") + ": fdh.reference_"
+                        "numbers(model) prints what is committed.")
+
+
+def reference_rate(gpu: str | None = None, root: str | os.PathLike | None = None
+                   ) -> tuple[str, float]:
+    """(device name, TFLOP/s): the highest dense bf16 matmul rate this project measured on a
+    GPU (results/<gpu>/matmul.jsonl, fdh.measure_matmul_tflops at 8192x8192), on `gpu` (a
+    folder name) or on the first GPU folder that has one. Introduced in 01_baseline.ipynb."""
+    base = (checks.existing_folder("root", root, "the results folder (results/ of a checkout)")
+            if root is not None else REFERENCE_ROOT)
+    for path in sorted(base.glob(f"{gpu or '*'}/matmul.jsonl")):
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        if rows:
+            best = max(rows, key=lambda row: row["bf16_matmul_tflops"])
+            return best["device"], best["bf16_matmul_tflops"]
+    raise FastdiffError(f"No committed matmul rate{' on ' + gpu if gpu else ''} "
+                        "(results/<gpu>/matmul.jsonl).")

@@ -21,7 +21,6 @@ from ..techniques.recipe import Recipe, recipe_id
 __all__ = ["GPU_WORK", "NOTHING"]
 
 COURSE = dict(LADDERS["course"])
-BLOG = dict(LADDERS["blog"])
 FLUX = dict(LADDERS["flux"])
 NOTHING = "nothing that takes GPU time to speak of"
 
@@ -161,21 +160,18 @@ GPU_WORK: dict[str, dict[str, dict[str, Any]]] = {
         # smoke mode switches to one LoRA, a GPU to two and back: one more recompile
         "without": as_recorded("one switch fewer in smoke mode than on a GPU"),
     },
-    "06_fused_qkv.ipynb": {  # split in two: no core cell waits over 3 minutes on an H100
-        "nb05-11": merge(*(run(M, r) for r in (BLOG["+ compile"], BLOG["+ fused QKV"]))),
-        "nb05-13": merge(*(run(M, r) for r in (_sized(BLOG["+ int8 dynamic"], fuse_qkv=False),
-                                               BLOG["+ int8 dynamic"]))),
+    "06_fused_qkv.ipynb": {  # the course's + compile (a cache hit after 04) and + fused QKV
+        "nb05-11": merge(*(run(M, COURSE[s]) for s in ("+ compile", "+ fused QKV"))),
     },
     "07_gpu_syncs.ipynb": {
         "find-syncs": merge(calls=[["sd15", "half"]]),  # one image in sync debug mode
         "nb06-04": merge(calls=[["sd15", "half"]]),
         "nb06-06": merge(calls=[["sd15", "half"]]),
         "nb06-09": merge(calls=[["sd15", "half"]]),
-        "nb06-12": merge(run("sd15", BLOG["+ compile"]),
-                         run("sd15", _sized(BLOG["+ compile"], no_sync=True))),
+        "nb06-12": merge(*(run("sd15", COURSE[s]) for s in ("+ fused QKV", "+ no sync"))),
     },
-    "08_int8_quantization.ipynb": {"nb07-15": ladder(M, "blog",
-                                                     ["+ fused QKV", "+ int8 dynamic"])},
+    "08_int8_quantization.ipynb": {"nb07-15": ladder(M, "course",
+                                                     ["+ no sync", "+ int8 dynamic"])},
     "15_fp8_hopper.ipynb": {
         "nb15-12": ladder(M, "course", ["+ no sync", "+ int8 dynamic", "+ fp8 dynamic"]),
         # a stock bf16 pipeline timed eager, quantized to fp8 by hand, timed again

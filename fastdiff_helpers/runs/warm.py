@@ -44,7 +44,7 @@ def warm_ladder(model: str = "sdxl", weights: str = "auto", ladder: str | None =
     import first what you have (fdh.import_tuning).
 
     What an instructor runs before a workshop (05_cold_start.ipynb).
-    Introduced in 05_cold_start.ipynb."""
+    Introduced in docs/instructor.md."""
 
     ladder = resolve_ladder(model, ladder)
     spec, device, wanted, loading = _setup(model, ladder, device, steps_filter, steps, height,

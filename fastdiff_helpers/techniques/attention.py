@@ -132,8 +132,8 @@ def set_attention(pipe, kind: str = "sdpa"):
     a dtype or a mask the kernel cannot take (check_attention). Flux's transformer keeps its
     FluxAttnProcessor and gets the kernel from diffusers' attention backends ("classic" is
     refused there: techniques/flux.py); its VAE is set as any other.
-    Introduced in 02_precision.ipynb (the baseline's classic processor); taught in
-    03_attention.ipynb."""
+    Introduced in 15_fp8_hopper.ipynb; 03_attention.ipynb sets the same processors and
+    kernels by hand."""
     if kind not in ATTENTION:
         raise RecipeError(f"Unknown attention {kind!r}. Use one of: {', '.join(ATTENTION)}.")
     refuse_after(pipe, "set_attention", "compile")

@@ -228,7 +228,7 @@ def compile_part(pipe, part: str = "all", **kwargs) -> None:
     the pipeline gives it (shapes, dtype, memory layout, grad mode), so that tuning the
     denoiser and the VAE decode can go in separate commands; a later pipeline call finds
     both compiled (no recompile). "all": one pipeline call. `kwargs`: call_kwargs's.
-    Introduced in 05_cold_start.ipynb."""
+    Introduced in docs/instructor.md."""
     if part not in PARTS:
         raise RecipeError(f"Unknown part {part!r}. Use one of: {', '.join(PARTS)}.")
     done = applied(pipe)

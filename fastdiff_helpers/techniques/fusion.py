@@ -45,7 +45,7 @@ def fuse_qkv(pipe):
     """Fuse the Q, K, V projections of the denoiser and the VAE with diffusers'
     fuse_qkv_projections() (PixArt's through its transformer), keeping the chosen SDPA
     backend. Safe to call twice (the second call does nothing).
-    Introduced in 06_fused_qkv.ipynb."""
+    Introduced in 15_fp8_hopper.ipynb; 06_fused_qkv.ipynb fuses by hand and says what this adds."""
     from diffusers.models.attention_processor import AttnProcessor
 
     refuse_after(pipe, "fuse_qkv", "quantize", "compile")
