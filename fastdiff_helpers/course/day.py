@@ -32,9 +32,9 @@ DAY_ENV = "FASTDIFF_DAY_DIR"
 RUNGS = [name for name, _ in COURSE_LADDER]
 # the core lesson that keeps each rung of the core path (its GPU cells, where marked)
 KEPT_IN = {"fp32, TF32 off": "01", "+ TF32": "02", "bf16": "02", "+ SDPA": "03",
-           "+ compile": "04", "+ fused QKV": "06, on a GPU", "+ no sync": "07, on a GPU",
-           "+ int8 dynamic": "08, on a GPU", "+ fp8 dynamic": "15, on an fp8 GPU",
-           "+ autotune": "13, when switched on"}
+           "+ compile": "04", "+ fused QKV": "06", "+ no sync": "07", "+ int8 dynamic": "08",
+           "+ fp8 dynamic": "15", "+ autotune": "13"}
+ON_A_GPU = {"+ fused QKV", "+ no sync", "+ int8 dynamic", "+ fp8 dynamic", "+ autotune"}
 # the rungs of the optional lessons (15_fp8_hopper, 13_autotuning), past the core path's last
 OPTIONAL_RUNGS = ("+ fp8 dynamic", "+ autotune")
 # the blog's rung for each course rung it has one for (the blog's fp32 ran with TF32 on)
@@ -118,7 +118,7 @@ def _why_missing(name: str, model: str, kept: list[Result], like: Result | None)
         return f"not run on {model} (kept for {', '.join(others)})"
     if like is not None and any(r.step == name and not _same_run(r, like) for r in kept):
         return "not run at this size, steps or weights"
-    return f"not run (lesson {KEPT_IN[name]} keeps it)"
+    return f"not run (lesson {KEPT_IN[name]} keeps it{', on a GPU' if name in ON_A_GPU else ''})"
 
 
 def day_table(settings: Any, folder: str | os.PathLike | None = None) -> list[dict[str, Any]]:

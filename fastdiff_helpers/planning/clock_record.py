@@ -25,7 +25,7 @@ RECORDED: dict = {
         'nb03-05': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
         'classic-bench': {'benchmarks': [['sdxl', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
         'nb03-07': {'benchmarks': [['sdxl', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
-        'nb03-09': {'benchmarks': [['sdxl', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
+        'math-bench': {'benchmarks': [['sdxl', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
     },
     '04_torch_compile.ipynb': {
         'nb04-03': {'benchmarks': [], 'calls': [['sdxl', 'half']], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
@@ -48,7 +48,8 @@ RECORDED: dict = {
     '07_gpu_syncs.ipynb': {
         'nb06-03': {'benchmarks': [['sd15', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sd15']},
         'nb06-08': {'benchmarks': [['sd15', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
-        'keep-pndm': {'benchmarks': [['sd15', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sd15']},
+        'keep-pndm': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sd15']},
+        'keep-pndm-bench': {'benchmarks': [['sd15', 'half', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
     },
     '08_int8_quantization.ipynb': {
         'nb07-05': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
@@ -62,7 +63,7 @@ RECORDED: dict = {
         'nb12-07': {'benchmarks': [['sdxl', 'fp32', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
         'nb12-08': {'benchmarks': [['sdxl', 'fp32', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
         'cache-load': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
-        'nb12-13': {'benchmarks': [['sdxl', 'fp32', False]], 'calls': [['sdxl', 'fp32']], 'compiles': [], 'frames': 0, 'loads': []},
+        'nb12-13': {'benchmarks': [['sdxl', 'fp32', False]], 'calls': [], 'compiles': [], 'frames': 0, 'loads': []},
         'nb12-15': {'benchmarks': [['sdxl', 'compiled', False]], 'calls': [], 'compiles': [['sdxl', 'default', 'full', False, False, '{"attention": "sdpa", "cache_every": 3, "compile": "default", "compile_vae": false, "fullgraph": true}']], 'frames': 2, 'loads': ['sdxl']},
         'guidance-load': {'benchmarks': [], 'calls': [], 'compiles': [], 'frames': 0, 'loads': ['sdxl']},
         'guidance-callback': {'benchmarks': [], 'calls': [['sdxl', 'fp32']], 'compiles': [], 'frames': 0, 'loads': []},
