@@ -104,3 +104,18 @@ def test_each_core_rung_is_kept_by_the_lesson_the_chart_names():
         [path] = [p for p in CORE if p.name.startswith(where[:2])]
         code = _code(path)
         assert f'"{rung}"' in code and "fdh.keep_rung(" in code, (rung, path.name)
+
+
+ALL = L.notebooks()
+
+
+@pytest.mark.parametrize("path", ALL, ids=[p.name for p in ALL])
+def test_a_recent_spelling_comes_with_the_older_one_in_a_fold(path):
+    """Issue 59, item 9: `from_pretrained(..., dtype=...)` is diffusers 0.42's spelling (the
+    pinned one); a page that shows it says, folded, that older releases take `torch_dtype=`."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        source = "".join(cell["source"])
+        if re.search(r"from_pretrained\([^)]*\bdtype=torch", source, re.S):
+            folds = " ".join(L.DETAILS.findall(source))
+            assert "torch_dtype=" in folds, f"{path.name}:{cell['id']}: no fold on torch_dtype="
