@@ -131,8 +131,9 @@ def test_every_technique_cell_says_what_it_stands_for():
 
 
 def _model(name: str) -> str:
-    first = next(source for _, source, _ in _cells(name))
-    return re.search(r"course_settings\(\s*\"(\w[\w-]*)\"", first).group(1)
+    """The model of the notebook's parameters cell (the first code cell is the install cell)."""
+    cell = next(source for _, source, _ in _cells(name) if "course_settings(" in source)
+    return re.search(r"course_settings\(\s*\"(\w[\w-]*)\"", cell).group(1)
 
 
 def _image(pipe) -> np.ndarray:
