@@ -134,10 +134,9 @@ def test_every_technique_cell_says_what_it_stands_for():
 
 
 def _model(name: str) -> str:
-    """The model of the notebook's parameters cell, the second code cell (the first of every
-    notebook installs the helpers: course/hosted.py)."""
-    parameters = [source for _, source, _ in _cells(name)][1]
-    return re.search(r"course_settings\(\s*\"(\w[\w-]*)\"", parameters).group(1)
+    """The model of the notebook's parameters cell (the first code cell is the install cell)."""
+    cell = next(source for _, source, _ in _cells(name) if "course_settings(" in source)
+    return re.search(r"course_settings\(\s*\"(\w[\w-]*)\"", cell).group(1)
 
 
 def _image(pipe) -> np.ndarray:
