@@ -58,8 +58,9 @@ from .results.text import speedup_text, timing_text
 from .results.profile_chart import profile_chart
 from .results.store import Result, ResultsFormatError, load_results, reference_results, save_results
 from .course.playground import playground
-from .course.settings import (CourseSettings, course_settings, needs_gpu, reference_numbers,
-                              smoke_mode)
+from .course.settings import CourseSettings, course_settings, needs_gpu, smoke_mode
+from .course.reference import reference_numbers, reference_rate, reference_result
+from .course.day import day_chart, keep_rung
 from .runs.batch import run_batch
 from .runs.ladder import run_ladder
 from .runs.warm import warm_ladder
@@ -74,20 +75,20 @@ __all__ = [
     "cache_hooks_report", "call_kwargs", "capture_denoiser_inputs", "CARDS", "choose_weights",
     "compare_images", "compile_part", "compile_pipeline", "conv1x1_to_linear", "count_flops",
     "count_parameters", "count_syncs", "COURSE_LADDER", "course_settings", "CourseSettings",
-    "cpu_tuning_run", "cudagraph_report", "cudagraph_snapshot", "current_recipe",
+    "cpu_tuning_run", "cudagraph_report", "cudagraph_snapshot", "current_recipe", "day_chart",
     "enable_lora_hotswap", "encode_prompt_once", "env_report", "export_tuning", "FastdiffError",
     "FEW_STEP", "few_step_file", "first_image_in_new_process", "flop_floor_seconds",
     "FLUX_COMPILE_SECONDS", "FLUX_H100_BEST", "FLUX_H100_SECONDS", "FLUX_LADDER", "format_summary",
     "format_table", "fp8_kernel_ok", "free_memory", "fuse_lora", "fuse_qkv", "gemm_shapes",
     "generate", "get_denoiser", "gpu_profile", "GPU_PROFILES", "GpuProfile", "graph_breaks",
-    "image_basis", "image_seconds", "import_tuning", "LADDER", "ladder_chart", "LADDERS",
+    "image_basis", "image_seconds", "import_tuning", "keep_rung", "LADDER", "ladder_chart", "LADDERS",
     "launch_batch", "load_artifacts", "load_lora", "load_pipeline", "load_results",
     "lora_file_info", "lora_swap_report", "make_lora_file", "measure_matmul_tflops",
     "memory_chart", "MEMORY_SAVERS", "memory_savers_report", "MODELS", "models_chart", "ModelSpec",
     "naive_time", "needs_gpu", "OFFLOADS", "peak_bytes", "peak_memory", "pipeline_info",
     "plan_table", "playground", "profile", "profile_chart", "PUBLISHED_PARAMETERS",
     "quality_chart", "quantize", "quiet_known_noise", "Recipe", "RecipeError", "recompile_report",
-    "reference_numbers", "reference_results", "remove_syncs", "resolve_lora", "Result",
+    "reference_numbers", "reference_rate", "reference_result", "reference_results", "remove_syncs", "resolve_lora", "Result",
     "ResultsFormatError", "run_batch", "run_ladder", "save_artifacts", "save_figure",
     "save_results", "select_filter", "set_attention", "set_autotune", "set_channels_last",
     "set_precision", "set_scheduler", "set_tf32", "show_images", "show_tuning", "smoke_mode",

@@ -28,9 +28,17 @@ def unit_of_work(nodeid: str) -> str:
 def pytest_configure(config):
     """In an xdist worker with another beside it: one torch thread (and OMP_NUM_THREADS=1 for
     the processes its tests start). torch's OpenMP threads spin while they wait for each other,
-    so two workers of two threads each on two cores slow each other down many times over."""
+    so two workers of two threads each on two cores slow each other down many times over.
+    Likewise one inductor compile thread (TORCHINDUCTOR_COMPILE_THREADS=1, read when inductor's
+    config is imported): with the cores already taken by the workers, each process's pool of
+    compile workers only adds their start-up (measured, the blog ladder's three compiled steps
+    in a new process on an empty cache: 205 CPU-s against 222 with the pool of two). It is not
+    part of inductor's cache key (torch/_inductor/config.py, _cache_config_ignore_prefix), so
+    the graphs are the same ones, from the same cache, as `make demo`'s own compile processes
+    (runs/demo.py) also take them."""
     if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
         os.environ["OMP_NUM_THREADS"] = "1"
+        os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
         import torch
 
         torch.set_num_threads(1)

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 PAGES = [ROOT / "docs" / name for name in
          ("running.md", "hosted.md", "helpers.md", "workshop.md", "instructor.md", "offline-gpu.md",
-          "layout.md", "glossary.md")]
+          "layout.md", "history.md", "glossary.md")]
 DOCS = [README, *PAGES]
 
 

@@ -112,7 +112,9 @@ def test_bad_input_is_one_line_and_exit_2_before_loading(case, tmp_path, monkeyp
     def no_loading(*args, **kwargs):
         raise AssertionError("a model was loaded for invalid input")
 
+    # the name the batch run calls (imported into runs/batch.py) and the package's own
     monkeypatch.setattr("fastdiff_helpers.models.loading.load_pipeline", no_loading)
+    monkeypatch.setattr("fastdiff_helpers.runs.batch.load_pipeline", no_loading)
     prompts, out, extra = _file(tmp_path), tmp_path / "out", []
     if case == "missing":
         prompts = tmp_path / "nope.txt"
@@ -124,7 +126,6 @@ def test_bad_input_is_one_line_and_exit_2_before_loading(case, tmp_path, monkeyp
         monkeypatch.setenv("WORLD_SIZE", "8")
     else:
         extra = ["--batch-size", "0"]
-    started = time.perf_counter()
     code = main(["batch", "--prompts", str(prompts), "--out", str(out), "--model", "sd15",
                  "--weights", "tiny", *extra])
     err = capsys.readouterr().err
@@ -134,7 +135,6 @@ def test_bad_input_is_one_line_and_exit_2_before_loading(case, tmp_path, monkeyp
                 "out-is-a-file": "is a file; give a folder", "too-many-processes": "8 processes",
                 "batch-size-0": "--batch-size must be a positive integer"}[case]
     assert expected in err
-    assert time.perf_counter() - started < 5
 
 
 def test_more_processes_than_gpus_is_refused_before_loading(tmp_path, monkeypatch, capsys):

@@ -23,7 +23,7 @@ import pytest
 
 CHROMIUM = "/usr/bin/chromium"
 REPO = Path(__file__).resolve().parents[1]
-NOTEBOOK = REPO / "notebooks" / "15_playground.ipynb"
+NOTEBOOK = REPO / "notebooks" / "10_playground.ipynb"
 SCREENSHOT = REPO / "out" / "browser" / "playground.png"
 VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
@@ -285,7 +285,7 @@ def test_make_lab_starts_as_this_user_and_serves_the_course(tmp_path):
                 page.goto(url)
                 listing = page.locator(".jp-DirListing-content")
                 listing.get_by_text("00_setup.ipynb").wait_for(timeout=60_000)
-                assert listing.get_by_text("06_cold_start.ipynb").count() == 1
+                assert listing.get_by_text("05_cold_start.ipynb").count() == 1
                 # no "Jupyter news?" pop-up over the page (it came a moment after restore)
                 page.wait_for_timeout(3000)
                 assert page.get_by_text("official Jupyter news").count() == 0

@@ -133,10 +133,10 @@ def test_course_downloads_reads_the_records_precisions():
 
 
 def test_download_dry_run_prints_the_table_and_the_gb_before(capsys):
-    assert main(["download", "--notebooks", "14", "--dry-run"]) == 0
+    assert main(["download", "--notebooks", "17", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "pixart         fp32     21.8  14" in out
-    assert "ssd1b          fp16      4.5  14" in out
+    assert "pixart         fp32     21.8  17" in out
+    assert "ssd1b          fp16      4.5  17" in out
     assert "as before: 49.2 GB" in out
 
 
@@ -152,7 +152,7 @@ def test_download_fetches_only_the_files_of_the_dtypes_needed(monkeypatch, tmp_p
     fetched = []
     monkeypatch.setattr(huggingface_hub, "snapshot_download",
                         lambda repo, **k: fetched.append((repo, k["allow_patterns"])))
-    assert main(["download", "--notebooks", "10", "--models", "sd15"]) == 0
+    assert main(["download", "--notebooks", "07", "--models", "sd15"]) == 0
     [(repo, patterns)] = fetched
     assert repo == fdh.MODELS["sd15"].hub_id
     assert "unet/diffusion_pytorch_model.fp16.safetensors" in patterns
@@ -171,14 +171,14 @@ def test_a_gated_repo_becomes_a_clear_error(monkeypatch, capsys):
 
     _online(monkeypatch)
     monkeypatch.setattr(huggingface_hub, "model_info", refuse)
-    assert main(["download", "--notebooks", "18", "--models", "flux"]) == 2
+    assert main(["download", "--notebooks", "19", "--models", "flux"]) == 2
     assert "needs access" in capsys.readouterr().err
 
 
 def test_download_for_a_card_leaves_out_what_does_not_fit_it(capsys):
     """--gpu t4: SDXL's fp32 files are left out (its fp32 cells are skipped there), PixArt's
     fp32 files stay (its repo has no others, and PixArt fits a T4 in fp16)."""
-    assert main(["download", "--dry-run", "--gpu", "t4", "--notebooks", "01", "14"]) == 0
+    assert main(["download", "--dry-run", "--gpu", "t4", "--notebooks", "01", "17"]) == 0
     out = capsys.readouterr().out
     assert "left out for Tesla T4: sdxl's fp32 files" in out
     rows = {tuple(line.split()[:2]) for line in out.splitlines() if line[:1].isalpha()}
@@ -225,10 +225,10 @@ def test_offline_mode_is_one_line_before_any_network_call(monkeypatch, capsys):
     """HF_HUB_OFFLINE=1 with nothing cached was a traceback (OfflineModeIsEnabled)."""
     _no_network(monkeypatch)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    assert main(["download", "--notebooks", "10", "--models", "sd15"]) == 2
+    assert main(["download", "--notebooks", "07", "--models", "sd15"]) == 2
     err = capsys.readouterr().err
     assert "HF_HUB_OFFLINE" in err and "offline mode" in err and err.count("\n") == 1
-    assert main(["download", "--notebooks", "10", "--models", "sd15", "--dry-run"]) == 0
+    assert main(["download", "--notebooks", "07", "--models", "sd15", "--dry-run"]) == 0
 
 
 @pytest.mark.parametrize("variable", ["HF_HUB_CACHE", "HF_HOME"])
@@ -245,7 +245,7 @@ def test_a_cache_variable_naming_a_file_is_one_line_before_any_network_call(
     monkeypatch.setattr(huggingface_hub.constants, "HF_HOME", str(home))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE",
                         str(afile / "hub") if variable == "HF_HOME" else str(afile))
-    assert main(["download", "--notebooks", "10", "--models", "sd15"]) == 2
+    assert main(["download", "--notebooks", "07", "--models", "sd15"]) == 2
     err = capsys.readouterr().err
     assert f"{afile} is a file, not a folder. Point {variable} at a folder" in err
     assert err.count("\n") == 1 and afile.read_text() == ""

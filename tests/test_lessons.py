@@ -23,7 +23,11 @@ GLOSSARY = ROOT / "docs" / "glossary.md"
 TERMS = ("dynamo", "inductor", "graph", "graph break", "guard", "recompile", "fusion",
          "epilogue", "GEMM", "SM", "tensor core", "CUDA graph", "autotuning", "SDPA", "TF32",
          "bf16", "fp16", "fp8", "int8", "PSNR", "rung", "denoising step", "cold start",
-         "smoke mode", "est.")
+         "smoke mode", "est.",
+         # issue 59: used on the core path or printed by it, now each in the glossary
+         "compute capability", "course clock", "tuning bundle", "coordinate descent", "ladder",
+         "frame", "FX graph cache hit", "SSIM", "sync", "quantization",
+         "graph partition, static input")
 
 
 @functools.lru_cache(maxsize=1)
@@ -41,10 +45,35 @@ def test_the_first_cell_labels_track_and_minutes(path):
     said = L.label(path)
     assert said is not None, (f"{path.name}: the first line after the title is not "
                               f"'{lesson.label}'")
-    assert said == (lesson.track, lesson.minutes), (
+    assert said == (lesson.track, lesson.minutes, lesson.t4_minutes), (
         f"{path.name} says {said}, the course computes {lesson.label} (reading "
-        f"{lesson.reading_min:.1f} + est. GPU wait {lesson.wait_min:.1f} + exercises "
-        f"{lesson.exercise_min} min): run `python -m fastdiff_helpers lessons --write`")
+        f"{lesson.reading_min:.1f} + est. GPU wait {lesson.wait_min:.1f} / "
+        f"{lesson.t4_wait_min:.1f} + exercises {lesson.exercise_min} / "
+        f"{lesson.t4_exercise_min} min): run `python -m fastdiff_helpers lessons --write`")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_the_first_cell_names_the_lessons_downloads(path):
+    """Issue 59, item 8: the line after the label says what the lesson downloads the first time,
+    from the course's own plan of downloads; the set-up notebook says the whole day's."""
+    said = L.downloads_said(path)
+    assert said == L.downloads_line(path.name, L.core_path()), (f"{path.name}: run `python -m fastdiff_helpers "
+                                                 "lessons --write`")
+
+
+def test_the_downloads_lines_say_what_each_lesson_adds():
+    """On the course's record: 00 loads SDXL in fp32; 02 adds its fp16 files (bf16 rungs); 07,
+    SD1.5's; 03 adds nothing; the set-up notebook totals the core path, less on a T4."""
+    from fastdiff_helpers.planning.course_downloads import course_downloads
+
+    assert L.downloads_line("00_setup.ipynb", L.core_path()).startswith(
+        "Downloads: SDXL fp32 weights (13.9 GB), the first time. The whole core path downloads ")
+    day = sum(r[2] for r in course_downloads(L.core_path())) / 1e9
+    assert f"downloads {day:.1f} GB on an H100" in L.downloads_line("00_setup.ipynb", L.core_path())
+    assert L.downloads_line("02_precision.ipynb", L.core_path()) == (
+        "Downloads: SDXL fp16 weights (6.9 GB), the first time.")
+    assert L.downloads_line("03_attention.ipynb", L.core_path()).startswith("Downloads: nothing new")
+    assert L.downloads_line("07_gpu_syncs.ipynb", L.core_path()).startswith("Downloads: SD1.5 fp16 weights")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
@@ -156,15 +185,20 @@ def test_the_glossary_explains_each_term():
 
 def test_the_rules_catch_what_they_look_for():
     """The text rules on a made-up lesson (a test that cannot fail would prove nothing)."""
-    md = ("# 99 · Title\n\n**Core · 25 min**\n\nShort one. Another short one.\n\n"
+    md = ("# 99 · Title\n\n**Core · 25 min on an H100, 40 on a T4**\n\nShort one. Another short one.\n\n"
           "<details><summary>Where this comes from</summary>\n\ntorch/_inductor/utils.py "
           "decides it.\n\n</details>\n\n```python\nx = 1  # code is not prose\n```\n")
     text = L.visible(md)
     assert "utils.py" not in text and "code is not prose" not in text
-    assert L.words(text) == 13  # the title and the label count
+    assert L.words(text) == 20  # the title and the label count
     assert L.sentence_lengths(text) == [2, 3]
-    assert L.LABEL.match("**Optional · 15 min**")
-    head = "**2. Three sizes** · 5 min · CPU or GPU"
-    assert L.EXERCISE.match(head).groups() == ("2", "Three sizes", "5", "CPU or GPU")
+    assert L.LABEL.match("**Optional · 15 min on an H100, 25 on a T4**")
+    assert not L.LABEL.match("**Optional · 15 min**")  # the T4's minutes too (issue 59)
+    head = "**2. Three sizes** · 5 min on an H100, 8 on a T4 · CPU or GPU"
+    assert L.EXERCISE.match(head).groups() == ("2", "Three sizes", "5", "8", "CPU or GPU")
+    assert not L.EXERCISE.match("**2. Three sizes** · 5 min · CPU or GPU")
     assert L.Lesson("x", "core", 0, 1.0, 0.5, 0).minutes == 5
     assert L.Lesson("x", "core", 0, 7.0, 3.5, 10).minutes == 25
+    lesson = L.Lesson("x", "core", 0, 7.0, 3.5, 10, t4_wait_min=20.0, t4_exercise_min=14)
+    assert (lesson.minutes, lesson.t4_minutes) == (25, 45)
+    assert lesson.label == "**Core · 25 min on an H100, 45 on a T4**"

@@ -30,7 +30,7 @@ def image(pipe):
 @pytest.fixture(scope="module")
 def loras(tmp_path_factory):
     root, pipe = tmp_path_factory.mktemp("loras"), fresh()
-    # A at rank 4 and B at rank 8, the ranks of notebook 08's two LoRAs in smoke mode (8 and
+    # A at rank 4 and B at rank 8, the ranks of notebook 14's two LoRAs in smoke mode (8 and
     # 4): the UNet compiled with each (no hot-swap) is the same graph there and here, so make
     # test's shared compile cache compiles each once (a rank-2 B cost it one more compile)
     return {

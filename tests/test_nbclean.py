@@ -41,7 +41,7 @@ def git(repo: Path, *args: str, check: bool = True, cwd: Path | None = None):
     return done
 
 
-def course_clone(tmp_path: Path, names=("00_setup.ipynb", "05_torch_compile.ipynb")) -> Path:
+def course_clone(tmp_path: Path, names=("00_setup.ipynb", "04_torch_compile.ipynb")) -> Path:
     """A committed repository with the project's Makefile, .gitattributes, .gitignore, cleaner
     and the notebooks `names`, the filter defined by `make nbfilter`."""
     repo = tmp_path / "clone"
@@ -115,14 +115,14 @@ def test_a_run_notebook_keeps_its_outputs_and_git_stores_it_clean(tmp_path):
 
 def test_an_edited_notebook_shows_and_commits_its_edit_without_outputs(tmp_path):
     repo = course_clone(tmp_path)
-    path, rel = repo / "notebooks" / "05_torch_compile.ipynb", "notebooks/05_torch_compile.ipynb"
+    path, rel = repo / "notebooks" / "04_torch_compile.ipynb", "notebooks/04_torch_compile.ipynb"
     run_and_save(path, source_edit="\nA line the participant wrote.")
     nbclean.post_save(model={"type": "notebook"}, os_path=str(path), contents_manager=None)
     assert git(repo, "status", "--porcelain").stdout == f" M {rel}\n"  # an edit is not hidden
     assert git(repo, "diff", "--cached").stdout == ""  # and not staged by the hook
     diff = git(repo, "diff").stdout
     assert '+    "A line the participant wrote."' in diff and "hello" not in diff
-    git(repo, "add", "05_torch_compile.ipynb", cwd=repo / "notebooks")  # git add from a subfolder
+    git(repo, "add", "04_torch_compile.ipynb", cwd=repo / "notebooks")  # git add from a subfolder
     git(repo, "commit", "-qm", "edit")
     stored = json.loads(git(repo, "show", f"HEAD:{rel}").stdout)
     assert "A line the participant wrote." in "".join(stored["cells"][0]["source"])
@@ -144,7 +144,7 @@ def test_a_pull_brings_a_changed_notebook_and_the_others_keep_their_outputs(tmp_
     learner = tmp_path / "learner"
     made = subprocess.run(["make", "-s", "nbfilter"], cwd=learner, capture_output=True, text=True)
     assert made.returncode == 0, made.stderr
-    for name in ("00_setup.ipynb", "05_torch_compile.ipynb"):
+    for name in ("00_setup.ipynb", "04_torch_compile.ipynb"):
         run_and_save(learner / "notebooks" / name)
         nbclean.post_save(model={"type": "notebook"}, os_path=str(learner / "notebooks" / name))
     changed = upstream / "notebooks" / "00_setup.ipynb"
@@ -155,8 +155,8 @@ def test_a_pull_brings_a_changed_notebook_and_the_others_keep_their_outputs(tmp_
     assert git(learner, "status", "--porcelain").stdout == ""
     pulled = (learner / "notebooks" / "00_setup.ipynb").read_text(encoding="utf-8")
     assert "What you will learn here" in pulled and "hello" not in pulled
-    assert "hello" in (learner / "notebooks" / "05_torch_compile.ipynb").read_text()
-    git(learner, "checkout", "--", "notebooks/05_torch_compile.ipynb")  # checkout runs smudge
+    assert "hello" in (learner / "notebooks" / "04_torch_compile.ipynb").read_text()
+    git(learner, "checkout", "--", "notebooks/04_torch_compile.ipynb")  # checkout runs smudge
 
 
 def test_a_notebook_the_filter_cannot_read_is_refused_not_stored(tmp_path):

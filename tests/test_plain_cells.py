@@ -29,48 +29,50 @@ NOTEBOOKS = {p.name: p for p in sorted((ROOT / "notebooks").glob("*.ipynb"))}
 
 # (notebook, cell id) -> (the dtype `pipe` is loaded in before the cell, the recipe it stands for)
 PLAIN: dict[tuple[str, str], tuple[str, fdh.Recipe]] = {
-    # 03_precision: TF32 switched on, then the fp32 pipeline cast to bf16 (the test's fresh
+    # 01_baseline: TF32 switched off and the classic processor set by hand: the course's baseline
+    ("01_baseline.ipynb", "baseline-plain"): ("fp32", fdh.Recipe()),
+    # 02_precision: TF32 switched on, then the fp32 pipeline cast to bf16 (the test's fresh
     # pipeline has diffusers' default attention, SDPA; the notebook's has the classic processor)
     # (the cell is the blog's switch, set_float32_matmul_precision("high") with cuDNN's TF32:
     # tf32="blog"; the course's "+ TF32" rung also sets the CUDA-wide level inductor reads)
-    ("03_precision.ipynb", "tf32-switch"): ("fp32", fdh.Recipe(tf32="blog", attention="sdpa")),
-    ("03_precision.ipynb", "bf16-cast"): ("fp32", fdh.Recipe(dtype="bf16", attention="sdpa")),
-    # 04_attention: the classic processor set by hand (the previous rung), then SDPA's back
-    ("04_attention.ipynb", "classic-attn"): ("bf16", fdh.Recipe(dtype="bf16", attention="classic")),
-    ("04_attention.ipynb", "sdpa-attn"): ("bf16", fdh.Recipe(dtype="bf16", attention="sdpa")),
-    # 05_torch_compile: the + compile rung as the CPU runs it (mode "default", the UNet alone),
+    ("02_precision.ipynb", "tf32-switch"): ("fp32", fdh.Recipe(tf32="blog", attention="sdpa")),
+    ("02_precision.ipynb", "bf16-cast"): ("fp32", fdh.Recipe(dtype="bf16", attention="sdpa")),
+    # 03_attention: the classic processor set by hand (the previous rung), then SDPA's back
+    ("03_attention.ipynb", "classic-attn"): ("bf16", fdh.Recipe(dtype="bf16", attention="classic")),
+    ("03_attention.ipynb", "sdpa-attn"): ("bf16", fdh.Recipe(dtype="bf16", attention="sdpa")),
+    # 04_torch_compile: the + compile rung as the CPU runs it (mode "default", the UNet alone),
     # the graph the notebook's smoke run compiles
-    ("05_torch_compile.ipynb", "compile-plain"): ("bf16", fdh.Recipe(
+    ("04_torch_compile.ipynb", "compile-plain"): ("bf16", fdh.Recipe(
         dtype="bf16", attention="sdpa", channels_last=True, compile="default", fullgraph=True,
         compile_vae=False)),
-    # 07_cuda_graphs: 05's compile rung in reduce-overhead mode, the UNet alone
-    ("07_cuda_graphs.ipynb", "reduce-overhead"): ("bf16", fdh.Recipe(
+    # 12_cuda_graphs: 04's compile rung in reduce-overhead mode, the UNet alone
+    ("12_cuda_graphs.ipynb", "reduce-overhead"): ("bf16", fdh.Recipe(
         dtype="bf16", attention="sdpa", channels_last=True, compile="reduce-overhead",
         fullgraph=True, compile_vae=False)),
-    # 09_fused_qkv: diffusers' pipeline call (the course's rung also deletes the unfused copies,
+    # 06_fused_qkv: diffusers' pipeline call (the course's rung also deletes the unfused copies,
     # which changes neither the recipe read off the pipeline nor the image)
-    ("09_fused_qkv.ipynb", "fuse"): ("bf16", fdh.Recipe(dtype="bf16", attention="sdpa",
+    ("06_fused_qkv.ipynb", "fuse"): ("bf16", fdh.Recipe(dtype="bf16", attention="sdpa",
                                                         fuse_qkv=True)),
-    # 10_gpu_syncs: none. Its "swap-scheduler" cell (DPMSolverMultistepScheduler.from_config)
+    # 07_gpu_syncs: none. Its "swap-scheduler" cell (DPMSolverMultistepScheduler.from_config)
     # swaps the scheduler, which no Recipe field stands for; its "find-syncs" cell
     # (torch.cuda.set_sync_debug_mode) is GPU-only and changes nothing in the pipeline.
-    # 11_int8_quantization: the blog's 1x1-conv swap and int8 dynamic with its filter, on a
+    # 08_int8_quantization: the blog's 1x1-conv swap and int8 dynamic with its filter, on a
     # stock bf16 pipeline (SDPA is diffusers' default)
-    ("11_int8_quantization.ipynb", "quantize-int8"): ("bf16", fdh.Recipe(
+    ("08_int8_quantization.ipynb", "quantize-int8"): ("bf16", fdh.Recipe(
         dtype="bf16", attention="sdpa", conv1x1_to_linear="blog", quantize="int8-dynamic",
         quant_filter="blog")),
-    # 12_fp8_hopper: none. Its "fp8-technique" cell is GPU-only (fp8 needs compute capability
+    # 15_fp8_hopper: none. Its "fp8-technique" cell is GPU-only (fp8 needs compute capability
     # 8.9+, refused on a CPU), so it cannot run in this CPU test.
-    # 13_fewer_denoiser_calls: the course's own step cache (its call stays fdh.step_cache),
+    # 09_fewer_denoiser_calls: the course's own step cache (its call stays fdh.step_cache),
     # loaded with diffusers' default attention (SDPA); its scheduler swap and diffusers'
     # guidance callback are no recipe's fields: test_fewer_calls.py runs those two cells
     # against fdh.set_scheduler and fdh.stop_guidance
-    ("13_fewer_denoiser_calls.ipynb", "cache-apply"): ("fp32", fdh.Recipe(
+    ("09_fewer_denoiser_calls.ipynb", "cache-apply"): ("fp32", fdh.Recipe(
         attention="sdpa", cache_every=3, cache_branch=1)),
-    # 17_fitting_your_gpu: none. Its "vae-savers" cell (pipe.vae.enable_slicing/enable_tiling)
+    # 11_fitting_your_gpu: none. Its "vae-savers" cell (pipe.vae.enable_slicing/enable_tiling)
     # and its GPU-only "offload" cell (pipe.enable_model_cpu_offload) are memory savers, which
     # no Recipe field stands for.
-    # 18_flux: none. Its "first-block-cache" cell (enable_cache(FirstBlockCacheConfig)) is a
+    # 19_flux: none. Its "first-block-cache" cell (enable_cache(FirstBlockCacheConfig)) is a
     # diffusers hook no Recipe field stands for. Its "regional-compile" cell stands for
     # ("bf16", fdh.Recipe(dtype="bf16", attention="sdpa", compile="default",
     # compile_scope="regional", fullgraph=True, compile_vae=False)), but checking it here would
@@ -82,21 +84,22 @@ PLAIN: dict[tuple[str, str], tuple[str, fdh.Recipe]] = {
 
 # each technique notebook's own call, in a code cell tagged "technique" (issue 50, item 3)
 CALLS = {
-    "02": r"torch\.profiler\.profile\(",
-    "03": r"torch\.bfloat16",
-    "04": r"AttnProcessor2_0|sdpa_kernel\(",
-    "05": r"torch\.compile\(|\.compile\(",
-    "06": r"torch\.compiler\.(save|load)_cache_artifacts\(",
-    "07": r"mode=[\"']reduce-overhead[\"']",
-    "08": r"hotswap=True",
-    "09": r"\.fuse_qkv_projections\(\)",
-    "10": r"set_sync_debug_mode\(|scheduler",
-    "11": r"quantize_\(",
-    "12": r"quantize_\(",
-    "13": r"callback_on_step_end|\.scheduler = ",
-    "16": r"split_between_processes\(",
-    "17": r"enable_model_cpu_offload\(|enable_tiling\(",
-    "18": r"compile_repeated_blocks\(|enable_cache\(",
+    "01": r"set_attn_processor\(AttnProcessor\(\)\)",
+    "16": r"torch\.profiler\.profile\(",
+    "02": r"torch\.bfloat16",
+    "03": r"AttnProcessor2_0|sdpa_kernel\(",
+    "04": r"torch\.compile\(|\.compile\(",
+    "05": r"torch\.compiler\.(save|load)_cache_artifacts\(",
+    "12": r"mode=[\"']reduce-overhead[\"']",
+    "14": r"hotswap=True",
+    "06": r"\.fuse_qkv_projections\(\)",
+    "07": r"set_sync_debug_mode\(|scheduler",
+    "08": r"quantize_\(",
+    "15": r"quantize_\(",
+    "09": r"callback_on_step_end|\.scheduler = ",
+    "18": r"split_between_processes\(",
+    "11": r"enable_model_cpu_offload\(|enable_tiling\(",
+    "19": r"compile_repeated_blocks\(|enable_cache\(",
 }
 
 

@@ -31,7 +31,7 @@ nbformat = pytest.importorskip("nbformat")
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 COMMAND = re.compile(r"^(?:[A-Z_]+=\S+ )*(?:\.venv/bin/|make |mkdir |source )")
-# what the notebooks call the user's own prompts file (16_scale_out.ipynb)
+# what the notebooks call the user's own prompts file (18_scale_out.ipynb)
 PROMPTS = [f"a watercolour of lighthouse number {i}" for i in range(1, 9)]
 
 
@@ -191,7 +191,7 @@ def test_the_notebooks_prose_writes_commands_a_fresh_clone_can_run():
                                   r"torchrun --)", cell.source)
                 assert not bare, (path.name, cell.get("id"), bare)
     commands = notebook_commands()
-    # 06_cold_start's workshop steps moved to the instructor's page (issue 50), where they are
+    # 05_cold_start's workshop steps moved to the instructor's page (issue 50), where they are
     # run as the README's pages are (its lines are helpers.md's, so they run once)
     instructor = (ROOT / "docs" / "instructor.md").read_text(encoding="utf-8")
     assert any("warm --load" in c for c in _commands(instructor, ("bash",)))
@@ -284,7 +284,7 @@ def check_blog_ladder(scratch: Path, out: str, model: str) -> None:
     """The blog's whole ladder on a tiny model, every compiled step through inductor on the CPU
     (the one policy: max-autotune without its CUDA graphs, said): the end-to-end run of the
     ladder flow that test_bench.py's own full ladder used to repeat: the README's SDXL line and
-    its smoke-mode SD1.5 example (which 14_all_models.ipynb's command repeats, taking its
+    its smoke-mode SD1.5 example (which 17_all_models.ipynb's command repeats, taking its
     output)."""
     from fastdiff_helpers.techniques.ladders import LADDER
     from test_bench import check_ladder_folder

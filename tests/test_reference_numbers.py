@@ -1,6 +1,6 @@
-"""fdh.reference_numbers: the "Compare with the reference numbers" cell of notebooks 01, 03, 04,
-05, 09, 10, 11 and 14 as one call. It prints the blog's A100 row with where it was read, and the project's committed GPU
-results (or says there are none)."""
+"""fdh.reference_numbers: the "Compare with the reference numbers" cell of the notebooks as one
+call. It prints the blog's A100 row with where it was read, and every ladder the project
+committed on a GPU (or says there is none), each rung with its TF32 switches and VAE."""
 
 from __future__ import annotations
 
@@ -62,8 +62,9 @@ def test_committed_results_are_tabled_per_gpu(tmp_path, capsys):
     fdh.reference_numbers("sdxl", root=tmp_path)
     out = capsys.readouterr().out
     assert "No GPU reference results" not in out
-    h100 = out.split("Measured by this project on h100:")[1].split("Measured by")[0]
-    h200 = out.split("Measured by this project on h200:")[1]
+    h100 = out.split("Measured by this project on h100, the blog's ladder (results/h100/sdxl):"
+                     )[1].split("Measured by")[0]
+    h200 = out.split("Measured by this project on h200, the blog's ladder (results/h200/sdxl):")[1]
     assert h100.splitlines()[1] == "  H100, pretrained weights, 1024x1024, 30 steps"
     assert "never image quality" not in out  # pretrained weights: PSNR is about the image
     rows = {line.split("  ")[0]: line.split() for line in h100.splitlines()[4:] if line}
@@ -72,7 +73,7 @@ def test_committed_results_are_tabled_per_gpu(tmp_path, capsys):
     assert "5.00" in h200 and "6.00" not in h200
 
     fdh.reference_numbers("sdxl", steps=["bf16", "+ SDPA"], root=tmp_path)
-    filtered = capsys.readouterr().out.split("Measured by this project on h100:")[1]
+    filtered = capsys.readouterr().out.split("Measured by this project on h100,")[1]
     filtered = filtered.split("Measured by")[0]
     assert "6.00" not in filtered and "vs bf16" in filtered, filtered  # fp32 row left out
     assert re.search(r"^\+ SDPA +2\.00 +\+-0% +1\.50x +1\.50x", filtered, re.M), filtered
@@ -86,3 +87,42 @@ def test_random_weights_tables_say_what_their_psnr_can_show(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "  H100, random weights, 1024x1024, 30 steps\n" in out
     assert "the PSNR column shows how far each step moves the numbers, never image quality" in out
+
+
+def test_every_committed_ladder_is_shown_with_its_tf32_and_vae(capsys):
+    """Issue 59: the course's ladder (results/<gpu>/sdxl-course/) beside the blog's; each rung
+    says its TF32 switches, as recorded, so a TF32-on "fp32" is never read as true fp32."""
+    fdh.reference_numbers("sdxl")
+    out = capsys.readouterr().out
+    blog = out.split("the blog's ladder (results/h100-80gb-hbm3/sdxl):")[1].split("Measured by")[0]
+    course = out.split("the course's ladder (results/h100-80gb-hbm3/sdxl-course):")[1]
+    assert "fp32: TF32 on, VAE madebyollin/sdxl-vae-fp16-fix" in blog
+    assert "fp32, TF32 off: TF32 off, the pipeline's own VAE; + TF32: TF32 on" in course
+    rows = {line[:16].strip(): line.split() for line in course.splitlines() if line[:1] in "f+b"}
+    committed = {r.step: r for r in fdh.load_results(
+        fdh.course.reference.REFERENCE_ROOT / "h100-80gb-hbm3" / "sdxl-course" / "results.jsonl")}
+    assert committed["fp32, TF32 off"].tf32["matmul"] == "ieee"
+    assert rows["bf16"][1] == f"{committed['bf16'].latency_s:.2f}"
+    speedup = committed["fp32, TF32 off"].latency_s / committed["bf16"].latency_s
+    assert rows["bf16"][3] == f"{speedup:.2f}x" and speedup > 4
+
+
+def test_one_ladder_alone(capsys):
+    """ladder="course": the course's committed rungs only, without the blog's published row
+    (the core path quotes one ladder); a rung name of another ladder is refused."""
+    fdh.reference_numbers("sdxl", steps=["fp32, TF32 off", "bf16"], ladder="course")
+    out = capsys.readouterr().out
+    assert "Published" not in out and "the blog's ladder" not in out
+    assert out.count("Measured by this project") == 1 and "+ SDPA" not in out
+    with pytest.raises(fdh.FastdiffError, match="rung names"):
+        fdh.reference_numbers("sdxl", steps=["+ int8, eager"], ladder="course")
+    with pytest.raises(fdh.FastdiffError, match="ladders"):
+        fdh.reference_numbers("sdxl", ladder="flux")
+
+
+def test_no_course_ladder_committed_says_so(tmp_path, capsys):
+    save_results([_result("fp32", 6.0)], tmp_path / "h100" / "sdxl" / "results.jsonl")
+    fdh.reference_numbers("sdxl", ladder="course", root=tmp_path)
+    assert capsys.readouterr().out == ("No GPU reference results of the course's ladder for sdxl "
+                                       "are committed yet (results/<gpu>/sdxl-course/"
+                                       "results.jsonl).\n")

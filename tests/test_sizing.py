@@ -129,46 +129,46 @@ def test_a_load_that_cannot_fit_is_refused_before_loading(monkeypatch):
 
 def test_the_plan_decides_as_the_notebooks_do():
     """plan() asks rung_verdict and fits, the functions the notebooks' paths call: a notebook
-    whose every model fits runs; fp8 lessons are skipped below sm89; 18 does not fit an L4."""
-    rows = {r["notebook"][:2]: r for r in plan_mod.plan(L4, ["19_autotuning.ipynb",
-                                                            "12_fp8_hopper.ipynb",
-                                                            "18_flux.ipynb"])}
-    assert rows["18"]["verdict"] == "skipped" and "does not fit NVIDIA L4" in rows["18"]["skipped"][0]
-    assert rows["12"]["verdict"] == "runs" and rows["12"]["minutes"] > 0
-    assert any("is_big_gpu" in n for n in rows["19"]["notes"])
-    a100 = plan_mod.plan(A100, ["12_fp8_hopper.ipynb"])[0]
+    whose every model fits runs; fp8 lessons are skipped below sm89; 19 does not fit an L4."""
+    rows = {r["notebook"][:2]: r for r in plan_mod.plan(L4, ["13_autotuning.ipynb",
+                                                            "15_fp8_hopper.ipynb",
+                                                            "19_flux.ipynb"])}
+    assert rows["19"]["verdict"] == "skipped" and "does not fit NVIDIA L4" in rows["19"]["skipped"][0]
+    assert rows["15"]["verdict"] == "runs" and rows["15"]["minutes"] > 0
+    assert any("is_big_gpu" in n for n in rows["13"]["notes"])
+    a100 = plan_mod.plan(A100, ["15_fp8_hopper.ipynb"])[0]
     assert a100["verdict"] == "partly skipped" and any("fp8" in s for s in a100["skipped"])
 
 
 def test_plan_command(capsys):
-    assert main(["plan", "--gpu", "t4", "--notebooks", "01", "10"]) == 0
+    assert main(["plan", "--gpu", "t4", "--notebooks", "01", "07"]) == 0
     out = capsys.readouterr().out
     assert "Plan for Tesla T4" in out and "| 01_baseline | partly skipped [1] |" in out
     assert re.search(r"sdxl fp32 [\d.]+ of 14.8 GiB; sdxl fp16 [\d.]+ of", out)  # the baseline's
-    assert "| 10_gpu_syncs | swapped" in out and "sdxl in fp32 does not fit Tesla T4" in out
+    assert "| 07_gpu_syncs | swapped" in out and "sdxl in fp32 does not fit Tesla T4" in out
     assert "a notebook's baseline (settings.baseline) runs in fp16" in out
     assert main(["plan", "--gpu", "t4", "--notebooks", "99"]) == 2
     assert "no such notebook" in capsys.readouterr().err
 
 
 def test_cells_that_run_bf16_on_a_gpu_are_planned_in_half_precision():
-    """08, 13 and 17 choose bf16 on a GPU and fp32 on a CPU, so their smoke record says fp32:
+    """14, 09 and 11 choose bf16 on a GPU and fp32 on a CPU, so their smoke record says fp32:
     the clock and the plan count that work as a GPU runs it (clock_gpu.as_recorded(half=True)),
     and on a T4 nothing of theirs is fp32, so nothing is skipped for fp32's memory."""
-    names = ["08_lora_hotswap.ipynb", "13_fewer_denoiser_calls.ipynb", "17_fitting_your_gpu.ipynb"]
+    names = ["14_lora_hotswap.ipynb", "09_fewer_denoiser_calls.ipynb", "11_fitting_your_gpu.ipynb"]
     for row in plan_mod.plan(T4, names):
         assert row["verdict"] == "swapped", row
         assert not any(cell.split()[1] == "fp32" for cell in row["fit"]), row
-    work = dict(clock.cell_work("13_fewer_denoiser_calls.ipynb"))
+    work = dict(clock.cell_work("09_fewer_denoiser_calls.ipynb"))
     assert work["nb12-05"]["benchmarks"] == [["sdxl", "half", False]]
-    assert work["nb12-13"]["calls"] == [["sdxl", "half"]]
+    assert work["nb12-13"]["benchmarks"] == [["sdxl", "half", False]]  # (no trace call since 59)
     [compile_] = work["nb12-15"]["compiles"]
     assert json.loads(compile_[-1])["dtype"] == "bf16" and json.loads(compile_[-1])["cache_every"]
-    assert dict(clock.cell_work("14_all_models.ipynb"))["nb08-05"]["benchmarks"][0][1] == "fp32"
+    assert dict(clock.cell_work("17_all_models.ipynb"))["nb08-05"]["benchmarks"][0][1] == "fp32"
 
 
 def test_sizes_that_fit_the_card(capsys):
-    """06's dynamic-shape cell asks for 1x, 1.5x and 2x the native size: a T4 keeps 1024 only,
+    """05's dynamic-shape cell asks for 1x, 1.5x and 2x the native size: a T4 keeps 1024 only,
     saying what it left out; an H100 keeps all three."""
     assert sizing.fitting_sizes(T4, "sdxl", [1024, 1536, 2048]) == [1024]
     assert "left out on Tesla T4: 1536x1536" in capsys.readouterr().out
@@ -188,26 +188,26 @@ def test_readme_and_workshop_page_show_the_plan_as_it_is():
 
 
 def test_the_plan_counts_only_what_runs_and_all_of_it():
-    """A skipped notebook adds no wait (18 on a T4); a partly skipped one counts its running
+    """A skipped notebook adds no wait (19 on a T4); a partly skipped one counts its running
     parts: a ladder's fp32 step that does not fit is refused before it loads, a notebook's fp32
     baseline runs in half precision, a refused fp8 compile costs nothing (issue 51)."""
     t4 = {r["notebook"][:2]: r for r in plan_mod.plan(T4, ["01_baseline.ipynb",
-                                                           "14_all_models.ipynb",
-                                                           "18_flux.ipynb"])}
-    assert t4["18"]["verdict"] == "skipped" and t4["18"]["minutes"] == 0
-    assert t4["14"]["minutes"] > 0 and t4["01"]["minutes"] > 0
-    ladder = dict(plan_work.card_work(T4, "14_all_models.ipynb"))["nb08-05"]
-    recorded = dict(clock.cell_work("14_all_models.ipynb"))["nb08-05"]
+                                                           "17_all_models.ipynb",
+                                                           "19_flux.ipynb"])}
+    assert t4["19"]["verdict"] == "skipped" and t4["19"]["minutes"] == 0
+    assert t4["17"]["minutes"] > 0 and t4["01"]["minutes"] > 0
+    ladder = dict(plan_work.card_work(T4, "17_all_models.ipynb"))["nb08-05"]
+    recorded = dict(clock.cell_work("17_all_models.ipynb"))["nb08-05"]
     assert ["sdxl", "fp32", False] in recorded["benchmarks"]
     assert ["sdxl", "fp32", False] not in ladder["benchmarks"]
     assert len(ladder["loads"]) == len(recorded["loads"]) - 1
     assert ladder["benchmarks"] == recorded["benchmarks"][1:]  # SSD-1B's fp32 fits (below)
-    ssd1b = dict(plan_work.card_work(T4, "14_all_models.ipynb"))["nb08-09"]
-    assert ssd1b == dict(clock.cell_work("14_all_models.ipynb"))["nb08-09"]
+    ssd1b = dict(plan_work.card_work(T4, "17_all_models.ipynb"))["nb08-09"]
+    assert ssd1b == dict(clock.cell_work("17_all_models.ipynb"))["nb08-09"]
     baseline = dict(plan_work.card_work(T4, "01_baseline.ipynb"))["nb01-09"]
     assert baseline["benchmarks"] == [["sdxl", "half", False]]
-    fp8 = dict(plan_work.card_work(A100, "12_fp8_hopper.ipynb"))["nb15-12"]
-    whole = dict(clock.cell_work("12_fp8_hopper.ipynb"))["nb15-12"]
+    fp8 = dict(plan_work.card_work(A100, "15_fp8_hopper.ipynb"))["nb15-12"]
+    whole = dict(clock.cell_work("15_fp8_hopper.ipynb"))["nb15-12"]
     assert len(fp8["compiles"]) == len(whole["compiles"]) - 1
     assert fp8["frames"] == whole["frames"] - 2 and len(fp8["loads"]) == len(whole["loads"]) - 1
     # the estimate asks the card's images: the same work is slower on a T4 than on an H100

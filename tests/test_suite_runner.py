@@ -30,7 +30,7 @@ def test_the_alone_tests_run_after_the_others_and_nowhere_else(monkeypatch):
     assert first == ["-m", "not alone"]
 
 
-def test_the_summary_names_the_slowest_tests_of_both_phases_and_the_total(tmp_path):
+def test_the_summary_names_the_costliest_files_the_slowest_tests_and_the_total(tmp_path):
     def junit(name, cases):
         path = tmp_path / name
         path.write_text("<testsuites><testsuite>" + "".join(
@@ -43,10 +43,15 @@ def test_the_summary_names_the_slowest_tests_of_both_phases_and_the_total(tmp_pa
     text = suite.summary([("parallel (2 workers)", 600.0, 0, one), ("alone", 90.0, 1, two),
                           ("missing", 0.0, 5, tmp_path / "none.xml")])
     lines = text.splitlines()
-    assert lines[0] == "slowest 3 tests (setup + call + teardown):"
+    assert lines[0] == "costliest 3 test files (worker-seconds, both phases; all 3: 50 s):"
     assert [line.split("  ")[-1] for line in lines[1:4]] == [
+        "tests/test_b.py (1 tests)", "tests/test_c.py (1 tests)", "tests/test_a.py (1 tests)"]
+    assert lines[4] == "slowest 3 tests (setup + call + teardown):"
+    assert [line.split("  ")[-1] for line in lines[5:8]] == [
         "tests/test_b.py::test_y[p]", "tests/test_c.py::test_z", "tests/test_a.py::test_x"]
-    assert "40.0 s" in lines[1] and "7.2 s" in lines[2]
+    assert "40.0 s" in lines[5] and "7.2 s" in lines[6]
+    assert suite.per_file([(1.0, "tests/a.py::x"), (2.5, "tests/b.py::y"), (2.0, "tests/a.py::z")]) \
+        == [(3.0, 2, "tests/a.py"), (2.5, 1, "tests/b.py")]  # a file's tests add up
     assert "phase parallel (2 workers): 10.0 min, exit status 0" in text
     assert "phase alone: 1.5 min, exit status 1" in text
     assert lines[-1].startswith("make test: 11.5 min in all (11 min 30 s)")

@@ -302,7 +302,7 @@ def test_to_code_only_keeps_the_named_sections_of_the_full_code():
     from fastdiff_helpers.techniques.codegen import _DENOISER, SECTIONS
 
     recipe = dataclasses.replace(fdh.LADDER[5][1], no_sync=True, cache_every=3,
-                                 guidance_stop=0.5)  # every section (13_fewer_denoiser_calls)
+                                 guidance_stop=0.5)  # every section (09_fewer_denoiser_calls)
     full = fdh.to_code(recipe, "plain")
     assert full.startswith("import torch\n\n" + _DENOISER + "\n\n")
     # diffusers' default SDPA processor is no step of its own: nothing to paste for it

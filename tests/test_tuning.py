@@ -64,9 +64,10 @@ def test_a_bare_cache_with_the_bundle_compiles_without_tuning_and_picks_the_same
     assert report["autotunes"] == 2 and set(report["winners"]) == {"64x256", "64x512"}
     assert report["export"]["gemm_blocks"] == 2 and report["export"]["bytes"] < 4096
     again = _child(tmp_path / "bare", bundle_in=bundle)
+    # the benchmarking is gone: no shape tuned (a count; the two compiles' seconds, taken in two
+    # processes at two moments of a busy machine, are printed below, not compared: issue 60)
     assert again["autotunes"] == 0
     assert again["winners"] == report["winners"]
-    assert again["compile_s"] < report["compile_s"]  # the benchmarking is gone
     print(f"tuning data: compile {report['compile_s']:.1f} s tuning, {again['compile_s']:.1f} s "
           f"from the bundle ({report['export']['bytes']} bytes)")
     # issue 35: the child process writes only its cache folder and the bundle it was given

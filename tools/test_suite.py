@@ -11,8 +11,9 @@
 
 Both phases share one fresh compile cache (FASTDIFF_CACHE_DIR, a temporary folder removed at the
 end), so a tiny pipeline compiled by one test is a cache hit for the next, in any process; the
-tests about cold compiles make their own. Then it prints the slowest tests of both phases, the
-seconds of each phase and the total. Arguments go to both pytest runs
+tests about cold compiles make their own. Then it prints where the time went: the costliest test
+files (each file's worker-seconds, both phases), the slowest tests of both phases, the seconds of
+each phase and the total. Arguments go to both pytest runs
 (`make test ARGS="-k notebooks"`). Exit status: the first phase's failure, else the second's.
 
     python tools/test_suite.py [pytest arguments]
@@ -61,10 +62,25 @@ def durations(junit: Path) -> list[tuple[float, str]]:
     return found
 
 
+def per_file(tests: list[tuple[float, str]]) -> list[tuple[float, int, str]]:
+    """(seconds, tests, file) of each test file, both phases together, the costliest first: the
+    seconds are a worker's (in the parallel phase two files run at once, so they add up to more
+    than the phase's wall-clock time)."""
+    files: dict[str, list[float]] = {}
+    for seconds, name in tests:
+        files.setdefault(name.split("::")[0], []).append(seconds)
+    return sorted(((sum(s), len(s), name) for name, s in files.items()), reverse=True)
+
+
 def summary(runs: list[tuple[str, float, int, Path]]) -> str:
-    """The slowest tests of every phase together, then each phase's seconds and the total."""
+    """Where the time went: the test files that took the most, the slowest tests of every
+    phase together, then each phase's seconds and the total."""
     tests = sorted((t for _, _, _, junit in runs for t in durations(junit)), reverse=True)
-    lines = [f"slowest {min(SLOWEST, len(tests))} tests (setup + call + teardown):"]
+    files = per_file(tests)
+    lines = [f"costliest {min(SLOWEST, len(files))} test files (worker-seconds, both phases; "
+             f"all {len(files)}: {sum(s for s, _, _ in files):.0f} s):"]
+    lines += [f"  {seconds:7.1f} s  {name} ({n} tests)" for seconds, n, name in files[:SLOWEST]]
+    lines.append(f"slowest {min(SLOWEST, len(tests))} tests (setup + call + teardown):")
     lines += [f"  {seconds:7.1f} s  {name}" for seconds, name in tests[:SLOWEST]]
     for name, seconds, status, _ in runs:
         lines.append(f"phase {name}: {seconds / 60:.1f} min, exit status {status}")

@@ -4,7 +4,7 @@ and checked (gzip and json alone: nothing in it runs), how two sets of timings m
 course keeps it, and when another GPU kind of one design may take it. bundle_io.py exports and
 imports bundles; bundle_cache.py reads and fills an inductor cache folder.
 
-Introduced in 06_cold_start.ipynb. Inductor already keeps what tuning found, as JSON, in its
+Introduced in 05_cold_start.ipynb. Inductor already keeps what tuning found, as JSON, in its
 cache folder (torch 2.13):
 - GEMM and convolution timings, every choice of every shape: `<cache>/cache/<system hash>`
   (torch/_inductor/codecache.py, PersistentCache.lookup; the file name is a hash of the GPU
@@ -75,7 +75,7 @@ def tuning_stamp() -> dict[str, Any]:
     """What this machine's tuning is valid for: torch, triton, CUDA, the GPU's name, SM count
     and compute capability (the CPU's name without a GPU), inductor's system hash (the timings
     file's name) and torch_key (part of every best-config key).
-    Introduced in 06_cold_start.ipynb."""
+    Introduced in docs/instructor.md."""
     import torch
     from torch._inductor.codecache import CacheBase, torch_key
 
@@ -94,7 +94,7 @@ def bundle_path(model: str, device: str | None = None, root: str | os.PathLike =
                 ) -> Path:
     """Where the course keeps a model's bundle: <root>/<gpu>/tuning/<torch>/<model>.json.gz,
     e.g. results/h100-80gb-hbm3/tuning/2.11.0+cu130/sdxl.json.gz.
-    Introduced in 06_cold_start.ipynb."""
+    Introduced in docs/instructor.md."""
     import torch
 
     if device is None:

@@ -6,7 +6,7 @@ a bundle where its timings file is this machine's (bundle_io.import_matching tak
 What was added from a model's bundle is noted in techniques/tuning_state.py (STATE.imported*):
 export_tuning leaves another model's unchanged blocks out of a model's bundle.
 
-Introduced in 06_cold_start.ipynb, with the bundles (bundle.py).
+Introduced in 05_cold_start.ipynb, with the bundles (bundle.py).
 """
 
 from __future__ import annotations

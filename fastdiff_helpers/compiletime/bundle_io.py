@@ -2,7 +2,7 @@
 for the autotune rule, techniques/tuning_state.py), every matching one imported, and shown.
 The format is bundle.py's; the cache folder's side, bundle_cache.py's.
 
-Introduced in 06_cold_start.ipynb.
+Introduced in 05_cold_start.ipynb.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def export_tuning(path: str | os.PathLike, model: str | None = None,
     the command that tuned (its id replaces the same id's record). `if_any`: write nothing,
     return None, when there is no tuning data to write. Prints the SHA-256 with `verbose`.
     Returns the bundle's summary (counts, bytes, sha256, path).
-    Introduced in 06_cold_start.ipynb."""
+    Introduced in docs/instructor.md."""
     from torch._inductor.codecache import CacheBase
 
     out = check_bundle_path("path", path)
@@ -141,7 +141,7 @@ def import_tuning(path: str | os.PathLike, sha256: str | None = None,
     tuning is taken and recorded: a bundle exported here lists it in "seeded_from", and every
     result measured from it says "tuned on the <kind>". Never implied: a bundle of another kind
     without from_kind is refused, and from_kind is refused across SM counts or capabilities.
-    Introduced in 06_cold_start.ipynb."""
+    Introduced in docs/instructor.md."""
     bundle = read_bundle(path, sha256)
     here = tuning_stamp()
     source = str(path)
@@ -214,7 +214,7 @@ def import_matching(root: str | os.PathLike = "results", cache_dir=None, verbose
 def show_tuning(path: str | os.PathLike) -> str:
     """What a bundle holds, as text: its stamp, shapes per op, best configs (and how many
     coordinate descent found), the commands that tuned and their seconds, its SHA-256.
-    Introduced in 06_cold_start.ipynb."""
+    Introduced in docs/instructor.md."""
     bundle = read_bundle(path)
     ops: dict[str, int] = {}
     for (op, _, _), _ in blocks(bundle["gemm"]):

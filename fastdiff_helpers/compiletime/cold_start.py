@@ -1,7 +1,7 @@
 """Cold start across processes and machines: portable compile artifacts, and the time a new
 process takes to its first compiled image.
 
-Introduced in 06_cold_start.ipynb. The course's cache folder (where inductor keeps what it
+Introduced in 05_cold_start.ipynb. The course's cache folder (where inductor keeps what it
 compiled) is techniques/compile_cache.py; torch.compiler.save_cache_artifacts() /
 load_cache_artifacts() carry what one process compiled to another machine. An artifact is only valid for the same torch, triton and GPU
 kind, so the file written here starts with a header of those, checked before loading.
@@ -100,7 +100,7 @@ def load_artifacts(path: str | os.PathLike, sha256: str | None = None) -> dict[s
     SHA-256 when given (before anything in it is read: the file holds code that will run) and
     that it was made with the same torch, triton, Python and GPU kind; refuses otherwise,
     naming each difference. Returns the header.
-    Introduced in 06_cold_start.ipynb."""
+    Introduced in docs/instructor.md."""
     header, payload = read_header(path, sha256)
     here = _stamp()
     different = [f"{key}: file {header.get(key)!r}, here {here[key]!r}" for key in MUST_MATCH
@@ -134,8 +134,8 @@ def first_image_in_new_process(cache_dir: str | os.PathLike, model: str = "sdxl"
     bundles of this machine under it first (warm --tuning-root; default: none, so nothing but
     `cache_dir` helps it). `progress`: the process's output is printed as it comes, and the
     time elapsed while it is silent (a compile there takes minutes on a GPU). What
-    06_cold_start.ipynb measures.
-    Introduced in 06_cold_start.ipynb."""
+    05_cold_start.ipynb measures.
+    Introduced in docs/instructor.md."""
     checks.output_folder("cache_dir", cache_dir)
     if load is not None:
         checks.existing_file("load", load, "a file written by `python -m fastdiff_helpers warm "

@@ -1,7 +1,7 @@
-"""max-autotune's tuning on a CPU, in a new process: the experiment behind 06_cold_start's
+"""max-autotune's tuning on a CPU, in a new process: the experiment behind 05_cold_start's
 "ship the tuning" section, small enough to run anywhere.
 
-Introduced in 06_cold_start.ipynb. On a CPU inductor benchmarks GEMM choices only for frozen
+Introduced in 05_cold_start.ipynb. On a CPU inductor benchmarks GEMM choices only for frozen
 weights with its C++ template backend (torch/_inductor/config.py: freezing,
 max_autotune_gemm_backends; without them the course's CPU compiles tune nothing), so the child
 process sets both and compiles two Linears of different shapes: two shapes to tune, each with
@@ -38,7 +38,7 @@ def cpu_tuning_run(cache_dir: str | os.PathLike, bundle_in: str | os.PathLike | 
     tuning to `bundle_out` if given. Returns {"autotunes": shapes benchmarked, "winners":
     {shape: winning choice}, "compile_s": the compile's seconds, "process_s": the new
     process's seconds to the end, "export": export_tuning's summary or None}.
-    Introduced in 06_cold_start.ipynb."""
+    Introduced in docs/instructor.md."""
     cache = checks.output_folder("cache_dir", cache_dir)
     args = [str(cache)]
     if bundle_in is not None:

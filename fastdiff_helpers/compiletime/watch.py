@@ -1,6 +1,6 @@
 """A command that tunes keeps its tuning: the bundle written as it grows (every 30 s, at the
 end, when cut by a budget or stopped by SIGTERM; a SIGKILL loses at most 30 s), beside a
-progress file that says where the time went (06_cold_start.ipynb; `reference` and `warm`, in
+progress file that says where the time went (05_cold_start.ipynb; `reference` and `warm`, in
 tools/gpu_slot.sh: a lent GPU machine and its compile cache are gone soon after a command).
 
 The progress file (JSON): dynamo's compile times (torch._dynamo.utils.compilation_time_metrics),
@@ -55,7 +55,7 @@ class TuningWatch:
     a last time on the way out, whatever the way. `write="auto"`: write only once there is
     tuning data (a CPU compile that tuned nothing leaves no file); "always": from the start.
     `note_step()` adds what one ladder step did to the run's record in the bundle.
-    Introduced in 06_cold_start.ipynb."""
+    Introduced in docs/instructor.md."""
 
     def __init__(self, bundle: str | os.PathLike, model: str | None = None,
                  command: str | None = None, every_s: float = EVERY_S, write: str = "auto"):

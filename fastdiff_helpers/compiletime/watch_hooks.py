@@ -2,7 +2,7 @@
 GEMM/conv choice), a wrapper around coordinate descent (which kernel is being descended on, and
 whether its best config is provisional), and a handler of inductor's precompilation log line.
 
-Introduced in 06_cold_start.ipynb, with the watch (watch.py).
+Introduced in 05_cold_start.ipynb, with the watch (watch.py).
 """
 
 from __future__ import annotations

@@ -28,7 +28,6 @@ from typing import Callable, Mapping
 from urllib.parse import urlparse
 
 PACKAGE = "fastdiff_helpers"
-SOURCE_ENV = "FASTDIFF_SOURCE"  # a pip requirement (path, wheel or URL) in place of the repository
 
 # Never changed by the install: torch and what comes with its CUDA build, numpy, and the
 # kernel's own packages (Colab: "Upgrading ipython, ipykernel, tornado, prompt-toolkit or pyzmq
@@ -46,14 +45,15 @@ CAPABILITY_FLOOR = (7, 0)
 NAMES = {"colab": "Colab", "kaggle": "Kaggle", "jupyter": "Jupyter"}
 MENUS = {  # where each host gives what the course needs
     "colab": {"gpu": "Runtime > Change runtime type > T4 GPU",
-              "internet": "Colab is online: check the address pip printed above",
+              "internet": "Colab's runtimes are online: reconnect (Runtime > Disconnect and "
+                          "delete runtime) and run this cell again",
               "restart": "Runtime > Restart session"},
     "kaggle": {"gpu": "the editor's Session options > Accelerator > GPU T4 x2",
-               "internet": "the editor's Session options > Internet on (Kaggle asks for a "
-                           "phone-verified account first)",
-               "restart": "Run > Restart & clear cell outputs, or the power button"},
+               "internet": "turn it on in the editor's Session options > Internet (Kaggle asks "
+                           "for a phone-verified account first)",
+               "restart": "Run > Restart & clear cell outputs"},
     "jupyter": {"gpu": "a machine with an NVIDIA GPU (and torch's CUDA build)",
-                "internet": "a network that reaches the package index, or a wheelhouse "
+                "internet": "use a network that reaches the package index, or a wheelhouse "
                             "(docs/offline-gpu.md)",
                 "restart": "Kernel > Restart Kernel"},
 }
@@ -196,7 +196,7 @@ def check_host(environ: Mapping[str, str] = os.environ, run: Callable = subproce
                reqs: list[str] | None = None) -> list[str]:
     """The host's limits, each said in one line before anything slow: raises HostError where
     the course cannot run here (no torch, torch below the floor, a card older than 7.0, no
-    internet); returns the lines that only inform (which host, no GPU: the CPU story)."""
+    internet); returns the lines that only inform (no GPU: the CPU story)."""
     where = host(environ)
     menus = MENUS[where]
     reqs = requirements() if reqs is None else reqs
@@ -222,8 +222,8 @@ def check_host(environ: Mapping[str, str] = os.environ, run: Callable = subproce
         if problem:
             raise HostError(problem)
     if not environ.get("PIP_NO_INDEX") and not online(environ.get("PIP_INDEX_URL"), connect):
-        raise HostError(f"no internet: the helpers' requirements come from the package index. "
-                        f"Turn it on: {menus['internet']}.")
+        raise HostError("no internet: the helpers' requirements come from the package index. "
+                        f"{menus['internet'][0].upper()}{menus['internet'][1:]}.")
     return lines
 
 

@@ -2,10 +2,13 @@
 text a participant sees, and the one-day core path.
 
 Introduced in README.md ("The syllabus"). `python -m fastdiff_helpers lessons` prints the table;
-`--write` puts each notebook's label (its first cell) and the README's syllabus columns in line
-with it. A lesson's minutes are its reading time (visible words at READING_WPM), the course
-clock's estimated GPU wait on an H100 (planning/clock.py; the core notebooks as the core path
-runs them, alone and in order) and its exercises' minutes, rounded up to 5.
+`--write` puts each notebook's label and downloads line (its first cell) and the README's
+syllabus columns in line with it. A lesson's minutes, on an H100 and on a T4, are its reading
+time (visible words at READING_WPM), the estimated GPU wait on that card (the course clock,
+planning/clock.py, on an H100; the plan, planning/plan.py, on a T4; the core notebooks as the
+core path runs them, alone and in order) and its exercises' minutes on that card, rounded up
+to 5. The downloads line names the weights a lesson adds to those of the lessons before it
+(planning/course_downloads.py); the set-up notebook's says what the whole day downloads.
 
 What a participant sees ("visible text"): the markdown cells, less folded `<details>` blocks,
 fenced code and HTML comments. Provenance, caveats and the project's tooling go in the folded
@@ -22,8 +25,8 @@ from pathlib import Path
 from typing import Iterable
 
 from ..errors import FastdiffError
-from ..planning import clock
 from . import hosted
+from .lesson_plan import downloads_line, t4_waits, waits
 from .opening import badges, cell_text, colab_gpu, with_first_cell
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +38,7 @@ README = ROOT / "README.md"
 # lever (fewer denoiser calls). The rest is optional: depth on one idea (profiling, CUDA
 # graphs, autotuning), hardware the room may lack (fp8, several GPUs), or long runs (all
 # models, Flux).
-CORE = ("00", "01", "03", "04", "05", "06", "09", "10", "11", "13", "15")
+CORE = tuple(f"{n:02d}" for n in range(11))  # 00 to 10: the files in the day's order
 READING_WPM = 200     # words a minute of technical prose, read with the code beside it
 ROUND_TO = 5          # a label's minutes are rounded up to this
 CORE_WORDS, OPTIONAL_WORDS = 1_200, 1_800   # visible words, at most, per lesson
@@ -43,8 +46,10 @@ PATH_WORDS, COURSE_WORDS = 12_000, 20_000   # on the core path, and in all
 CELL_WAIT_S = 180     # no core cell waits longer on an H100 (the course clock)
 
 
-LABEL = re.compile(r"^\*\*(Core|Optional) · (\d+) min\*\*")
-EXERCISE = re.compile(r"^\*\*(\d+)\. (.+?)\*\* · (\d+) min · (CPU|GPU|CPU or GPU)\s*$", re.M)
+LABEL = re.compile(r"^\*\*(Core|Optional) · (\d+) min on an H100, (\d+) on a T4\*\*")
+DOWNLOADS = re.compile(r"^Downloads: .*$")
+EXERCISE = re.compile(r"^\*\*(\d+)\. (.+?)\*\* · (\d+) min on an H100, (\d+) on a T4 · "
+                      r"(CPU|GPU|CPU or GPU)\s*$", re.M)
 ANSWER = re.compile(r"<details>\s*<summary>\s*Answer\b", re.I)
 DETAILS = re.compile(r"<details>.*?</details>", re.S | re.I)
 SUMMARY = re.compile(r"<details>\s*<summary>(.*?)</summary>", re.S | re.I)
@@ -113,14 +118,16 @@ def sentence_lengths(text: str) -> list[int]:
 class Exercise:
     number: int
     title: str
-    minutes: int
+    minutes: int     # on an H100
+    t4_minutes: int  # on a T4
     where: str       # "CPU", "GPU" or "CPU or GPU"
     answered: bool   # a folded answer follows it
 
 
 def exercises(path: Path) -> list[Exercise]:
-    """The exercises under "## Exercises": each a line "**N. Title** · M min · CPU|GPU|CPU or
-    GPU", its question, then its answer folded in a `<details><summary>Answer...` block."""
+    """The exercises under "## Exercises": each a line "**N. Title** · M min on an H100, T on a
+    T4 · CPU|GPU|CPU or GPU", its question, then its answer folded in a
+    `<details><summary>Answer...` block."""
     text = "\n\n".join(_markdown(path))
     start = text.find("\n## Exercises")
     if start < 0:
@@ -132,28 +139,28 @@ def exercises(path: Path) -> list[Exercise]:
     for i, head in enumerate(heads):
         body = section[head.end():heads[i + 1].start() if i + 1 < len(heads) else len(section)]
         found.append(Exercise(int(head.group(1)), head.group(2), int(head.group(3)),
-                              head.group(4), bool(ANSWER.search(body))))
+                              int(head.group(4)), head.group(5), bool(ANSWER.search(body))))
     return found
 
 
-def label(path: Path) -> tuple[str, int] | None:
-    """(track, minutes) as the notebook's first cell says it, or None."""
+def label(path: Path) -> tuple[str, int, int] | None:
+    """(track, minutes on an H100, minutes on a T4) as the notebook's first cell says it, or
+    None."""
     cells = _markdown(path)
     lines = [line for line in (cells[0].splitlines() if cells else [])[1:] if line.strip()]
     found = LABEL.match(lines[0]) if lines else None
-    return (found.group(1).lower(), int(found.group(2))) if found else None
+    return (found.group(1).lower(), int(found.group(2)), int(found.group(3))) if found else None
 
 
-def waits(core_alone: bool = True) -> dict[str, float]:
-    """Estimated GPU wait in seconds per notebook on an H100 (the course clock), the core
-    notebooks as the core path runs them alone (`core_alone`), the others as the whole course
-    runs top to bottom."""
-    whole = clock.estimate()["notebooks"]
-    out = {name: n["total_s"] for name, n in whole.items()}
-    if core_alone:
-        path = clock.estimate(notebooks=[n for n in core_path() if n in whole])["notebooks"]
-        out.update({name: n["total_s"] for name, n in path.items()})
-    return out
+def downloads_said(path: Path) -> str | None:
+    """The downloads line of the notebook's first cell (the line after its label), or None."""
+    cells = _markdown(path)
+    lines = [line for line in (cells[0].splitlines() if cells else [])[1:] if line.strip()]
+    return lines[1] if len(lines) > 1 and DOWNLOADS.match(lines[1]) else None
+
+
+def _rounded(raw: float) -> int:
+    return max(ROUND_TO, ROUND_TO * math.ceil(raw / ROUND_TO - 1e-9))
 
 
 @dataclass(frozen=True)
@@ -162,47 +169,61 @@ class Lesson:
     track: str
     words: int
     reading_min: float
-    wait_min: float
-    exercise_min: int
+    wait_min: float        # on an H100
+    exercise_min: int      # on an H100
+    t4_wait_min: float = 0.0
+    t4_exercise_min: int = 0
 
     @property
     def minutes(self) -> int:
-        raw = self.reading_min + self.wait_min + self.exercise_min
-        return max(ROUND_TO, ROUND_TO * math.ceil(raw / ROUND_TO - 1e-9))
+        """On an H100."""
+        return _rounded(self.reading_min + self.wait_min + self.exercise_min)
+
+    @property
+    def t4_minutes(self) -> int:
+        return _rounded(self.reading_min + self.t4_wait_min + self.t4_exercise_min)
 
     @property
     def label(self) -> str:
-        return f"**{self.track.capitalize()} · {self.minutes} min**"
+        return (f"**{self.track.capitalize()} · {self.minutes} min on an H100, "
+                f"{self.t4_minutes} on a T4**")
 
 
 def lessons(paths: Iterable[Path] | None = None) -> list[Lesson]:
-    seconds = waits()
+    path = core_path()
+    seconds, t4 = waits(path), t4_waits(path)
     out = []
     for path in paths or notebooks():
         n = words(visible_text(path))
+        found = exercises(path)
         out.append(Lesson(path.name, track(path.name), n, n / READING_WPM,
-                          seconds.get(path.name, 0.0) / 60,
-                          sum(e.minutes for e in exercises(path))))
+                          seconds.get(path.name, 0.0) / 60, sum(e.minutes for e in found),
+                          t4.get(path.name, 0.0) / 60, sum(e.t4_minutes for e in found)))
     return out
 
 
-def path_minutes(found: list[Lesson] | None = None) -> int:
-    """The core path's minutes: the sum of its lessons' labels."""
-    return sum(lesson.minutes for lesson in found or lessons() if lesson.track == "core")
+def path_minutes(found: list[Lesson] | None = None, t4: bool = False) -> int:
+    """The core path's minutes on an H100 (or a T4): the sum of its lessons' labels."""
+    return sum(lesson.t4_minutes if t4 else lesson.minutes for lesson in found or lessons()
+               if lesson.track == "core")
 
 
 def table(found: list[Lesson] | None = None) -> str:
     found = found or lessons()
-    lines = ["| notebook | track | visible words | reading (min) | est. GPU wait, H100 (min) | "
-             "exercises (min) | label (min) |", "|---|---|---:|---:|---:|---:|---:|"]
+    lines = ["| notebook | track | visible words | reading (min) | est. GPU wait, H100 / T4 "
+             "(min) | exercises, H100 / T4 (min) | label, H100 / T4 (min) |",
+             "|---|---|---:|---:|---:|---:|---:|"]
     for lesson in found:
         lines.append(f"| {lesson.name} | {lesson.track} | {lesson.words:,} | "
-                     f"{lesson.reading_min:.0f} | {lesson.wait_min:.1f} | "
-                     f"{lesson.exercise_min} | {lesson.minutes} |")
+                     f"{lesson.reading_min:.0f} | {lesson.wait_min:.1f} / "
+                     f"{lesson.t4_wait_min:.1f} | {lesson.exercise_min} / "
+                     f"{lesson.t4_exercise_min} | {lesson.minutes} / {lesson.t4_minutes} |")
     core = [lesson for lesson in found if lesson.track == "core"]
     lines.append(f"| **core path** ({len(core)}) | | {sum(x.words for x in core):,} | | "
-                 f"{sum(x.wait_min for x in core):.0f} | {sum(x.exercise_min for x in core)} | "
-                 f"**{path_minutes(found)}** |")
+                 f"{sum(x.wait_min for x in core):.0f} / {sum(x.t4_wait_min for x in core):.0f}"
+                 f" | {sum(x.exercise_min for x in core)} / "
+                 f"{sum(x.t4_exercise_min for x in core)} | **{path_minutes(found)} / "
+                 f"{path_minutes(found, t4=True)}** |")
     return "\n".join(lines)
 
 
@@ -225,10 +246,17 @@ def write_labels(found: list[Lesson] | None = None) -> list[str]:
         first = nb["cells"][0]
         lines = cell_text(first).split("\n")
         at = next((i for i, line in enumerate(lines[1:], 1) if line.strip()), None)
-        if at is not None and LABEL.match(lines[at]):
-            lines[at] = LABEL.sub(lesson.label, lines[at], count=1)
+        if at is not None and (LABEL.match(lines[at]) or OLD_LABEL.match(lines[at])):
+            lines[at] = lesson.label
         else:
             lines[1:1] = ["", lesson.label]
+            at = 2
+        said = downloads_line(lesson.name, core_path())
+        after = next((i for i, line in enumerate(lines[at + 1:], at + 1) if line.strip()), None)
+        if after is not None and DOWNLOADS.match(lines[after]):
+            lines[after] = said
+        else:
+            lines[at + 1:at + 1] = ["", said]  # a paragraph of its own
         first["source"] = "\n".join(lines).splitlines(keepends=True)
         _write_notebook(path, nb)
         if path.read_text(encoding="utf-8") != before:
@@ -241,12 +269,15 @@ def write_labels(found: list[Lesson] | None = None) -> list[str]:
     return changed
 
 
-SYLLABUS_HEAD = "| # | notebook | track | min | what you learn | open in |"
-SYLLABUS_TOP = re.compile(r"^\| # \| notebook \| track \| min \| what you learn \|( open in \|)?\n"
-                          r"\|(?:---\|){5,6}$", re.M)
+SYLLABUS_HEAD = "| # | notebook | track | min, H100 / T4 | what you learn | open in |"
+SYLLABUS_TOP = re.compile(r"^\| # \| notebook \| track \| min(?:, H100 / T4)? \| what you learn \|"
+                          r"( open in \|)?\n\|(?:---\|){5,6}$", re.M)
 SYLLABUS_ROW = re.compile(r"^\| (\d\d) \| (\[\d\d_\w+\.ipynb\]\(notebooks/(\d\d_\w+\.ipynb)\)) \| "
-                          r"(Core|Optional) \| (\d+) \| (.+?) \|(?: \[!\[Open in Colab.*\|)?$", re.M)
-PATH_LINE = re.compile(r"(The core path: )(\d+) notebooks, (about \d+ h \d+ min)")
+                          r"(Core|Optional) \| (\d+(?: / \d+)?) \| (.+?) \|"
+                          r"(?: \[!\[Open in Colab.*\|)?$", re.M)
+PATH_LINE = re.compile(r"(The core path: )(\d+) notebooks, (about \d+ h \d+ min)( on an H100 and "
+                       r"about \d+ h \d+ min on a T4)?")
+OLD_LABEL = re.compile(r"^\*\*(Core|Optional) · (\d+) min\*\*")  # before the T4's minutes
 
 
 def _hours(minutes: int) -> str:
@@ -263,10 +294,12 @@ def syllabus_columns(readme: str, found: list[Lesson], repository: str | None = 
         if lesson is None:
             return match.group(0)
         return (f"| {match.group(1)} | {match.group(2)} | {lesson.track.capitalize()} | "
-                f"{lesson.minutes} | {match.group(6)} | {badges(match.group(3), repository)} |")
+                f"{lesson.minutes} / {lesson.t4_minutes} | {match.group(6)} | "
+                f"{badges(match.group(3), repository)} |")
 
     core = [x for x in found if x.track == "core"]
     out = SYLLABUS_TOP.sub(SYLLABUS_HEAD + "\n" + "|---" * 6 + "|", readme)
     out = SYLLABUS_ROW.sub(row, out)
     return PATH_LINE.sub(lambda m: f"{m.group(1)}{len(core)} notebooks, "
-                                   f"{_hours(path_minutes(found))}", out)
+                                   f"{_hours(path_minutes(found))} on an H100 and "
+                                   f"{_hours(path_minutes(found, t4=True))} on a T4", out)

@@ -15,7 +15,7 @@ from . import hosted
 # card Colab offers whose plan (planning/plan.py) runs the lesson; a lesson about fp8 needs a
 # card that does not skip fp8.
 COLAB_CARDS = (("T4", "t4"), ("L4", "l4"), ("A100", "a100-40"))  # (Colab's name, profile)
-FP8_LESSONS = ("12",)
+FP8_LESSONS = ("15",)
 BRANCH = "main"  # the branch the Open-in badges open
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 KAGGLE_BADGE = "https://kaggle.com/static/images/open-in-kaggle.svg"

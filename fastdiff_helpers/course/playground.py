@@ -1,6 +1,6 @@
 """playground(): an ipywidgets panel to try recipes on a model and compare the runs.
 
-Introduced in 15_playground.ipynb. It only composes the public API (load_pipeline, apply,
+Introduced in 10_playground.ipynb. It only composes the public API (load_pipeline, apply,
 benchmark, compare_images, ladder_chart, to_code: its box shows the recipe as plain diffusers,
 torch and torchao code, what a participant copies); every run loads a fresh pipeline,
 because a pipeline takes one recipe. ipywidgets is imported only when a panel is built."""
@@ -42,7 +42,7 @@ class Playground:
     runs, warmup and one per Recipe field), `run_button`, `reset_button`, `progress`,
     `status`, `table` (HTML), `rows` (the Results, in order), `chart` (Output), `code`
     (Textarea), `error` (HTML), `notes` (HTML), `log` (Output), `images` (baseline, last).
-    `run()` is what the Run button calls. Introduced in 15_playground.ipynb."""
+    `run()` is what the Run button calls. Introduced in 10_playground.ipynb."""
 
     def __init__(self, model: str | None = None, weights: str = "auto",
                  device: str | None = None) -> None:
@@ -193,7 +193,7 @@ class Playground:
             self._phase(1)
             pipe = self._in_log(load_pipeline, c["model"].value, weights=self.weights,
                                 device=self.device)
-            if c["scheduler"].value != "own":  # 13_fewer_denoiser_calls: steps vs solver
+            if c["scheduler"].value != "own":  # 09_fewer_denoiser_calls: steps vs solver
                 set_scheduler(pipe, c["scheduler"].value)
             self._phase(2)
             with warnings.catch_warnings(record=True) as caught:
@@ -316,5 +316,5 @@ def playground(model: str | None = None, weights: str = "auto",
 
     model: the initially selected model (default: the course default, sdxl); weights: as in
     fdh.load_pipeline; device: default from fdh.course_settings (CPU in smoke mode).
-    Introduced in 15_playground.ipynb."""
+    Introduced in 10_playground.ipynb."""
     return Playground(model, weights, device)

@@ -1,6 +1,6 @@
 """The playground's vocabulary: its controls (one per Recipe field, with readable labels and
 choices), its phases, and the small formatters its table and images use. Introduced in
-15_playground.ipynb; the panel itself is widgets.py."""
+10_playground.ipynb; the panel itself is widgets.py."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def recipe_code(recipe: Recipe, model: str, scheduler: str = "own",
     (fdh.to_code(recipe, "plain", model=model)) and the scheduler swap, if any. Raises
     RecipeError where the recipe cannot be written for `model` (as fdh.apply refuses it)."""
     code = to_code(recipe, "plain", model=model).strip()
-    if scheduler != "own":  # what fdh.set_scheduler does (13_fewer_denoiser_calls)
+    if scheduler != "own":  # what fdh.set_scheduler does (09_fewer_denoiser_calls)
         swap = (f"from diffusers import {SCHEDULERS[scheduler]}\n"
                 f"pipe.scheduler = {SCHEDULERS[scheduler]}.from_config(pipe.scheduler.config)")
         code = f"{code}\n\n{swap}" if code else swap

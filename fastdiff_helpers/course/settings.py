@@ -14,21 +14,20 @@ import torch
 from ..errors import FastdiffError
 from .. import checks
 from ..models.noise import quiet_known_noise
-from ..models.flux import FLUX_H100_WHERE
-from ..models.presets import BLOG_A100_WHERE, get_spec, published_ladder
+from ..models.presets import get_spec
 from ..models.gpus import gpu_profile
 from ..models.hooks import auto_weights
 from ..models.pretrained import check_weights
 from ..techniques.autotune import autotune_enabled, course_tuning, set_autotune
 from ..compiletime.bundle_io import import_matching
 from ..techniques.tuning_state import STATE
-from ..results.store import REFERENCE_ROOT, Result, reference_results
-from ..results.tables import format_table
+from ..results.store import REFERENCE_ROOT
 from ..techniques.recipe import BASELINE, Recipe
 from ..planning.sizing import card_fit, fitting_sizes, rung_verdict
 from .hosted import card_problem
 from .weights import carried_rule, course_weights
 from ..planning.recorder import start_recording
+from .written_for import written_for_line
 
 
 # The tiny model's denoising steps outside smoke mode (the CPU story: the notebooks, the
@@ -76,7 +75,7 @@ class CourseSettings:
         (`tuning=settings.tuning`): on a GPU a compile that would tune (max-autotune, the
         blog's coordinate descent) runs its default-mode equivalent, said in one line, unless
         autotuning is switched on (`autotune=True` here) or an imported tuning bundle covers it
-        (techniques/autotune.py course_tuning). Introduced in 05_torch_compile.ipynb."""
+        (techniques/autotune.py course_tuning). Introduced in 04_torch_compile.ipynb."""
         return course_tuning
 
     @property
@@ -91,7 +90,7 @@ class CourseSettings:
         """Why this card skips `recipe`, said in one line before anything loads, or None where
         it runs (always off a GPU): the hardware it names (fp8 below sm89), and, for full-size
         weights, its estimated peak at this size; decided by planning/sizing.py rung_verdict, as
-        the plan decides. Introduced in 02_where_the_time_goes.ipynb."""
+        the plan decides. Introduced in 16_where_the_time_goes.ipynb."""
         if self.device != "cuda":
             return None
         status, _, why = rung_verdict(gpu_profile(), self.model, recipe, size=self.height,
@@ -113,7 +112,7 @@ class CourseSettings:
     def sizes_that_fit(self, sizes: Sequence[int]) -> list[int]:
         """The `sizes` (square, in pixels) whose estimated peak in half precision fits this
         card (planning/sizing.py; every size off a GPU), saying which were left out and why.
-        Introduced in 06_cold_start.ipynb."""
+        Introduced in 05_cold_start.ipynb."""
         if self.gpu is None or self.weights == "tiny":
             return list(sizes)
         return fitting_sizes(gpu_profile(), self.model, sizes)
@@ -163,6 +162,7 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
     quiet_known_noise()  # the parameters cell runs first in every notebook
     start_recording()  # the course clock's recorder, where FASTDIFF_CLOCK_LOG asks for it
     auto_weights(carried_rule)  # weights="auto" reads the choices carried between notebooks
+    print(written_for_line())  # copied code takes these versions' spellings
     smoke = smoke_mode() if smoke is None else smoke
     device = "cpu" if smoke or not torch.cuda.is_available() else "cuda"
     if device == "cuda":  # a card the course cannot use is refused before anything loads
@@ -199,7 +199,7 @@ TUNING_ENV = "FASTDIFF_TUNING_DIR"
 def import_course_tuning(tuning: str | Path | None = None) -> list[dict]:
     """Import, once per process and folder, the tuning bundles of this GPU and torch under
     the committed results/ (shipped in the package) and under `tuning`; says in one line what
-    they cover and what a compile that would tune does without them. Introduced in 00_setup.ipynb."""
+    they cover, and nothing where none matches. Introduced in 00_setup.ipynb."""
     done: list[dict] = []
     roots = [root for root in [REFERENCE_ROOT] + ([Path(tuning)] if tuning is not None else [])
              if str(root.resolve()) not in STATE.roots and root.is_dir()]
@@ -212,10 +212,8 @@ def import_course_tuning(tuning: str | Path | None = None) -> list[dict]:
         print(f"fastdiff: imported {len(done)} tuning bundle(s) of this GPU and torch "
               f"({sum(d.get('covers', 0) for d in done)} compiled part(s) covered): "
               + ", ".join(d["path"] for d in done))
-    if not autotune_enabled():
-        print("fastdiff: autotuning is off: a compile that would tune (max-autotune, coordinate "
-              "descent) runs without it unless a bundle covers it, and says so; switch it on "
-              "with fdh.course_settings(..., autotune=True)")
+    # Nothing is said about autotuning otherwise: the core path never tunes, and a compile that
+    # would tune says so itself (techniques/autotune.py; 13_autotuning.ipynb teaches the switch).
     return done
 
 
@@ -227,56 +225,3 @@ def needs_gpu(why: str) -> bool:
         return True
     print(f"Skipped on this CPU machine (needs a CUDA GPU): {why}")
     return False
-
-
-def _conditions(results: Sequence[Result]) -> list[str]:
-    """What a committed table was measured under, and what its PSNR column can say."""
-    runs = sorted({(r.device_name, r.weights, r.height, r.width, r.steps) for r in results})
-    lines = [f"{device}, {weights} weights, {h}x{w}, {steps} steps"
-             for device, weights, h, w, steps in runs]
-    if any(r.weights in ("random", "tiny") for r in results):
-        lines.append("(random or tiny weights: the PSNR column shows how far each step moves "
-                     "the numbers, never image quality)")
-    return lines
-
-
-def reference_numbers(model: str, steps: str | Sequence[str] | None = None,
-                      root: str | Path | None = None) -> None:
-    """Print the reference numbers for `model`: the blog's A100-80GB row
-    (fdh.BLOG_A100_SECONDS, with fdh.BLOG_A100_WHERE saying where it was read; for FLUX.1-dev
-    diffusers-torchao's H100 figures of its ladder, fdh.FLUX_H100_SECONDS), then the
-    project's committed GPU results (fdh.reference_results, one table per GPU), or a line
-    saying that none are committed yet. steps= keeps only those ladder steps ("bf16",
-    "+ SDPA", ...); root= is the results folder (default: the committed results/, shipped in
-    the package).
-
-    Compare times only between runs on the same GPU, weights, resolution and steps.
-    Introduced in 01_baseline.ipynb."""
-    spec = get_spec(model)
-    key = spec.key
-    published = published_ladder(key, spec.ladders[0])
-    row = published[2] if published else {}
-    wanted = [steps] if isinstance(steps, str) else list(steps) if steps is not None else None
-    if wanted is not None:
-        unknown = [step for step in wanted if step not in row]
-        if unknown:
-            raise FastdiffError(f"Unknown step(s) {unknown} for reference_numbers: use the "
-                                f"published step names {list(row)}, or steps=None for all.")
-        row = {step: seconds for step, seconds in row.items() if step in wanted}
-    if published is None:
-        print(f"No published ladder for {key} (the figures the course cites are FLUX.1-dev's).")
-    else:
-        print(f"Published ({published[1]}), {key}:")
-        print("  " + ", ".join(f"{step}: {seconds} s" for step, seconds in row.items()))
-        print(f"  read from: {BLOG_A100_WHERE.get(key) or FLUX_H100_WHERE}")
-    measured = reference_results(key, root=root)  # {gpu: [Result, ...]}
-    if not measured:
-        print(f"No GPU reference results for {key} are committed yet "
-              f"(results/<gpu>/{key}/results.jsonl).")
-    for gpu_name, gpu_results in measured.items():
-        shown = [r for r in gpu_results if wanted is None or r.step in wanted]
-        print(f"\nMeasured by this project on {gpu_name}:")
-        for line in _conditions(gpu_results):
-            print("  " + line)
-        print(format_table(shown) if shown else
-              f"  none of the steps {wanted} (measured: {[r.step for r in gpu_results]})")

@@ -120,10 +120,10 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     `measure_if_tuned=False`: when the cold start or the warm-up tuned (max-autotune
     benchmarked a GEMM shape or a Triton config), stop before timing and raise
     TunedNotMeasured; the reference run measures a compiled step only in a process whose
-    compile found all its tuning in the cache (06_cold_start.ipynb).
+    compile found all its tuning in the cache (05_cold_start.ipynb).
     `callback_on_step_end`: a diffusers callback of your own, passed on every call
     (fdh.call_kwargs); diffusers' CFG cut-off callbacks (SDCFGCutoffCallback,
-    SDXLCFGCutoffCallback: 13_fewer_denoiser_calls.ipynb) are counted and recorded as the
+    SDXLCFGCutoffCallback: 09_fewer_denoiser_calls.ipynb) are counted and recorded as the
     guidance stop they make (the FLOPs, Result.recipe's guidance_stop, a note).
     Errors propagate; run_ladder records them."""
     info = pipeline_info(pipe)

@@ -2,7 +2,7 @@
 runs, what it reads on the host, whether it compiles with fullgraph, what dynamo makes of it
 without, and how far it moves the image.
 
-Introduced in 18_flux.ipynb. The hooks are diffusers' (CacheMixin.enable_cache,
+Introduced in 19_flux.ipynb. The hooks are diffusers' (CacheMixin.enable_cache,
 diffusers/models/cache_utils.py:40, on FluxTransformer2DModel): FirstBlockCache
 (hooks/first_block_cache.py) and TaylorSeer (hooks/taylorseer_cache.py). The compile columns are
 dynamo's own decisions (backend "eager": frames, graph breaks, recompiles are what dynamo
@@ -138,7 +138,7 @@ def cache_hooks_report(model: str = "flux", weights: str = "tiny", device: str =
     default, 0.05, skips no step there); on real weights pick it by its quality. On tiny or
     random weights the image figures show that a cache runs and how far it moves the
     numbers, never its quality. `dynamo=False` leaves the compile columns out ("-"): the
-    eager columns alone take a few seconds. Introduced in 18_flux.ipynb."""
+    eager columns alone take a few seconds. Introduced in 19_flux.ipynb."""
     if model not in ("flux", "flux-schnell"):
         raise FastdiffError(f"model={model!r}: diffusers' cache hooks compared here are "
                             "Flux's (CacheMixin); use 'flux' or 'flux-schnell'.")

@@ -1,6 +1,6 @@
 """What torch.compile did during a call: frames compiled, graph-cache hits, compile seconds.
 
-Introduced in 06_cold_start.ipynb. Read from dynamo's own process-wide records
+Introduced in 05_cold_start.ipynb. Read from dynamo's own process-wide records
 (torch._dynamo.utils.counters and compilation_time_metrics), as a difference between two
 snapshots, so a benchmark can tell a compilation from a slow machine."""
 

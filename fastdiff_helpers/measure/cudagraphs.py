@@ -1,6 +1,6 @@
 """What CUDA graphs a compiled pipeline captured, replayed, re-recorded or skipped, and why.
 
-Introduced in 07_cuda_graphs.ipynb; fdh.benchmark records it beside the compile events
+Introduced in 12_cuda_graphs.ipynb; fdh.benchmark records it beside the compile events
 (Result.compile_events["cudagraphs"]).
 
 Read from torch's own records (torch 2.13):
@@ -103,7 +103,7 @@ class CudaGraphSnapshot:
 
 def cudagraph_snapshot(device_index: int = 0) -> CudaGraphSnapshot:
     """The process-wide CUDA-graph records of one device now (the skips: of every device),
-    for cudagraph_report(pipe, since=...). Introduced in 07_cuda_graphs.ipynb."""
+    for cudagraph_report(pipe, since=...). Introduced in 12_cuda_graphs.ipynb."""
     from torch._dynamo.utils import counters
 
     _listen()
@@ -138,7 +138,7 @@ def cudagraph_report(pipe, since: CudaGraphSnapshot | None = None) -> dict[str, 
     `summary`, one line that says what happened or why none were captured ("none captured:
     cpu" on a CPU). Counts are process-wide on the pipeline's device, since `since` (a
     cudagraph_snapshot()) or since the process started.
-    Introduced in 07_cuda_graphs.ipynb."""
+    Introduced in 12_cuda_graphs.ipynb."""
     device = pipeline_device(pipe)
     info = pipeline_info(pipe)
     # compiled through the helpers, else by hand (a notebook's plain torch.compile cell)

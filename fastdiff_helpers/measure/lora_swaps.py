@@ -2,7 +2,7 @@
 seconds, LoRA by LoRA, with diffusers' hot-swap or without it: the first call after each switch
 (what the switch costs), then steady calls timed as fdh.benchmark times them.
 
-Introduced in 08_lora_hotswap.ipynb."""
+Introduced in 14_lora_hotswap.ipynb."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def lora_swap_report(pipe, loras: Sequence[Any], hotswap: bool = True, steps: in
     recorded (0 on a CPU) in its first call, what the calls after it compiled or recorded
     (0 when steady), the timings above, notes, the recompile reasons new since the LoRA before,
     and the first call's image (float in [0, 1] as "image", 8-bit as "pil", as a pipeline
-    returns it). Introduced in 08_lora_hotswap.ipynb."""
+    returns it). Introduced in 14_lora_hotswap.ipynb."""
     applied = pipeline_info(pipe)["applied"]  # what the techniques applied to it
     if "lora" not in applied:
         raise FastdiffError("No LoRA loaded: load the first one with fdh.load_lora(pipe, folder)"

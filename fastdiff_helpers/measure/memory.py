@@ -1,7 +1,7 @@
 """Memory: what the weights need (from the architecture on the meta device), what a call peaks
 at (measured), and what fits a given card.
 
-Introduced in 17_fitting_your_gpu.ipynb."""
+Introduced in 11_fitting_your_gpu.ipynb."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def weight_bytes(model, dtype="bf16") -> dict[str, int]:
     """Bytes of parameters per component: for a model name, of its full-size architecture in
     `dtype` (a name, or a Recipe: its weight dtype), built on the meta device (no memory, no
     download); for a pipeline, of what it holds now. Buffers (position ids, a few KB) are not
-    counted. Introduced in 17_fitting_your_gpu.ipynb."""
+    counted. Introduced in 11_fitting_your_gpu.ipynb."""
     if isinstance(model, str):
         key = get_spec(model).key  # an unknown name says which ones exist
         per = resolve_dtype(_weight_dtype(dtype)).itemsize
@@ -109,7 +109,7 @@ def peak_memory(pipe, call: Callable[[], Any], device: str | torch.device | None
     on a CPU, the pipeline's parameters and buffers held there plus the most bytes of tensors
     the call's ops kept alive at once (a dispatch mode counting storages; eager calls only).
     Returns {"peak_bytes", "resident_bytes", "kind", "seconds", "output"}.
-    Introduced in 17_fitting_your_gpu.ipynb."""
+    Introduced in 11_fitting_your_gpu.ipynb."""
     device = torch.device(device) if device is not None else _execution_device(pipe)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -161,7 +161,7 @@ def what_fits(model: str, card_gib: float, dtype="bf16",
     peak and the kernels' workspaces come on top. With a measured GPU peak they are in, and
     what stays outside is what torch's allocator does not count: the CUDA context, and
     memory the allocator keeps cached but free.
-    Introduced in 17_fitting_your_gpu.ipynb."""
+    Introduced in 11_fitting_your_gpu.ipynb."""
     real("card_gib", card_gib)
     if card_gib <= 0:
         raise FastdiffError(f"{arg('card_gib', card_gib)} cannot work: give the card's memory "

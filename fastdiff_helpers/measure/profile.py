@@ -1,6 +1,6 @@
 """profile(): where one image's time goes, per stage and per kind of work, from torch.profiler.
 
-Introduced in 02_where_the_time_goes.ipynb. (fdh.profile_chart, in results/, draws it.)
+Introduced in 16_where_the_time_goes.ipynb. (fdh.profile_chart, in results/, draws it.)
 
 One call of the pipeline (after `warmup` untimed ones, so compilation is not in it) runs under
 torch.profiler, with a mark at each stage boundary: the text encoders (pipe.encode_prompt),
@@ -234,7 +234,7 @@ def profile(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     adding up to its own wall time, profiled_wall_s: the profiler's own cost per op makes that
     call slower, said in notes). `trace`: a .json path to save that call's trace for Perfetto
     (ui.perfetto.dev) or chrome://tracing; the stages are named ranges in it.
-    Introduced in 02_where_the_time_goes.ipynb."""
+    Introduced in 16_where_the_time_goes.ipynb."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 

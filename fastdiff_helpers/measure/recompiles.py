@@ -1,6 +1,6 @@
 """Recompiles: what a compiled pipeline recompiles for when the resolution or a weight changes.
 
-Introduced in 06_cold_start.ipynb."""
+Introduced in 05_cold_start.ipynb."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def recompile_report(pipe, sizes: Sequence[int | tuple[int, int]], swap_weight: 
     `swap_weight`, once more after replacing one projection's weight with a LoRA-shaped update.
     Returns one row per call: what changed, frames compiled, compile seconds, the call's
     seconds, and dynamo's recompile reasons new since the call before.
-    Introduced in 06_cold_start.ipynb."""
+    Introduced in 05_cold_start.ipynb."""
     rows: list[dict[str, Any]] = []
     if isinstance(sizes, (int, str)) or not all(
             isinstance(s, int) or (isinstance(s, tuple) and len(s) == 2) for s in sizes):

@@ -1,7 +1,7 @@
 """Each memory saver measured on a fresh pipeline: its peak memory and its time, beside the
 pipeline without it.
 
-Introduced in 17_fitting_your_gpu.ipynb."""
+Introduced in 11_fitting_your_gpu.ipynb."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def memory_savers_report(model: str = "sdxl", savers: Sequence[str] = MEMORY_SAV
     "recompiled_frames" what the measured calls compiled again (0: the saver composes with
     compile; an error is the row's note); on a CPU the peak is then not measured (the
     tracker sees eager ops only).
-    Introduced in 17_fitting_your_gpu.ipynb."""
+    Introduced in 11_fitting_your_gpu.ipynb."""
     unknown = [s for s in savers if s not in MEMORY_SAVERS]
     if isinstance(savers, str) or unknown:
         raise FastdiffError(f"savers={savers!r}: give a list of names from "

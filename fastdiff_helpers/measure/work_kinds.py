@@ -1,6 +1,6 @@
 """The kinds of work fdh.profile sorts a pipeline's time into, by op and kernel name.
 
-Introduced in 02_where_the_time_goes.ipynb (through fdh.profile). Imports nothing of the
+Introduced in 16_where_the_time_goes.ipynb (through fdh.profile). Imports nothing of the
 package."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 and guidance its authors run it with. Read from each model card (sources below); loaded by
 fdh.use_few_step (techniques/schedulers.py) only where the file is already on this machine.
 
-Introduced in 13_fewer_denoiser_calls.ipynb. Imports nothing of the package but errors.
+Introduced in 09_fewer_denoiser_calls.ipynb. Imports nothing of the package but errors.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ FEW_STEP: dict[str, FewStep] = {
 def few_step_file(name: str) -> str | None:
     """The local path of `name`'s weights in the Hugging Face cache, or None (no network:
     hub.cached only looks). Introduced in
-    13_fewer_denoiser_calls.ipynb."""
+    09_fewer_denoiser_calls.ipynb."""
     if name not in FEW_STEP:
         raise FastdiffError(f"Unknown few-step weights {name!r}. Use one of: "
                             f"{', '.join(FEW_STEP)}.")

@@ -1,7 +1,7 @@
 """Flux.1, the fifth model of the course: FLUX.1-dev ("flux") and FLUX.1-schnell
 ("flux-schnell"), with their published figures.
 
-Introduced in 18_flux.ipynb. Pure data, like presets.py (which adds these specs to
+Introduced in 19_flux.ipynb. Pure data, like presets.py (which adds these specs to
 fdh.MODELS): imports nothing of the package but spec.py.
 
 The full-size configs are the hub's (black-forest-labs/FLUX.1-dev and FLUX.1-schnell:

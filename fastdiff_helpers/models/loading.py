@@ -159,7 +159,7 @@ def count_parameters(pipe) -> dict[str, int]:
 
 def free_memory() -> None:
     """Release what a finished pipeline held: dynamo's caches, Python garbage and the CUDA
-    cache. Call it after `del pipe`. Introduced in 02_where_the_time_goes.ipynb."""
+    cache. Call it after `del pipe`. Introduced in 05_cold_start.ipynb."""
     # Compiled code keeps the old modules alive, and dynamo's per-function cache would fill
     # up across fresh pipelines (then it silently falls back to eager), so reset it too.
     torch._dynamo.reset()
@@ -233,9 +233,9 @@ def call_kwargs(pipe, prompt: str = DEFAULT_PROMPT,
     switches (PixArt: no resolution binning, no caption cleaning). Every argument is checked
     here, before any call: the helpers that call a pipeline all build their call with it.
     `callback_on_step_end`: a diffusers callback of your own, passed on the call as it stands
-    (13_fewer_denoiser_calls.ipynb: diffusers' SDXLCFGCutoffCallback); refused where the
+    (09_fewer_denoiser_calls.ipynb: diffusers' SDXLCFGCutoffCallback); refused where the
     pipeline takes none (PixArt-alpha) or already gets one from fdh.stop_guidance.
-    Introduced in 03_precision.ipynb."""
+    Introduced in 02_precision.ipynb."""
     spec = pipeline_spec(pipe)
     if not isinstance(prompt, str) and not (isinstance(prompt, list) and prompt
                                             and all(isinstance(p, str) for p in prompt)):
@@ -280,7 +280,7 @@ def generate(pipe, prompt: str = DEFAULT_PROMPT,
 
 def get_denoiser(pipe) -> torch.nn.Module:
     """The denoising network: pipe.unet (SD family) or pipe.transformer (PixArt, Flux).
-    Introduced in 05_torch_compile.ipynb."""
+    Introduced in 04_torch_compile.ipynb."""
     return pipe.unet if hasattr(pipe, "unet") else pipe.transformer
 
 

@@ -2,7 +2,7 @@
 FLOP count (measure/flops.py) and the GEMM-shape count (below) run, with no weights and no
 memory, in seconds even for the full-size models.
 
-Introduced in 01_baseline.ipynb (FLOPs per image) and 19_autotuning.ipynb (the shapes
+Introduced in 01_baseline.ipynb (FLOPs per image) and 13_autotuning.ipynb (the shapes
 max-autotune tunes).
 """
 
@@ -171,7 +171,7 @@ def gemm_shapes(pipe_or_model: Any, height: int | None = None, width: int | None
     SDXL's UNet at 1024x1024 has 42, the number an H100's max-autotune compile autotuned
     (results/h100-80gb-hbm3/sdxl/compile-attempts.log); the architecture before any surgery
     (fused QKV and the 1x1-conv swap move a few shapes between kinds).
-    Introduced in 19_autotuning.ipynb."""
+    Introduced in 13_autotuning.ipynb."""
     if isinstance(pipe_or_model, (str, ModelSpec)):
         spec = get_spec(pipe_or_model)
         keys = {name: spec_key(c) for name, c in spec.full.items()}

@@ -104,7 +104,7 @@ VAES: dict[str, tuple[str, Component, Component]] = {
                  _vae(0.13025, 64, False, channels=(8, 16, 16, 16), groups=4)),
 }
 # "dpm-solver" is DPM-Solver++ (the class's default algorithm_type "dpmsolver++"), as
-# diffusion-fast ran SD1.5; "unipc" and "euler" are the other swaps of 13_fewer_denoiser_calls.
+# diffusion-fast ran SD1.5; "unipc" and "euler" are the other swaps of 09_fewer_denoiser_calls.
 SCHEDULERS: dict[str, str] = {"dpm-solver": "DPMSolverMultistepScheduler",
                               "unipc": "UniPCMultistepScheduler",
                               "euler": "EulerDiscreteScheduler"}

@@ -21,7 +21,6 @@ from ..techniques.recipe import Recipe, recipe_id
 __all__ = ["GPU_WORK", "NOTHING"]
 
 COURSE = dict(LADDERS["course"])
-BLOG = dict(LADDERS["blog"])
 FLUX = dict(LADDERS["flux"])
 NOTHING = "nothing that takes GPU time to speak of"
 
@@ -113,23 +112,23 @@ def _sized(recipe: Recipe, **change: Any) -> Recipe:
 M = "sdxl"
 GPU_WORK: dict[str, dict[str, dict[str, Any]]] = {
     "01_baseline.ipynb": {"nb01-15": nothing("one bf16 matmul rate: seconds")},
-    "02_where_the_time_goes.ipynb": {
+    "16_where_the_time_goes.ipynb": {
         "nb14-12": merge(*(run(M, COURSE[s], calls=2) for s in
                            ("+ fused QKV", "+ no sync", "+ int8 dynamic", "+ fp8 dynamic"))),
         "nb14-12+autotune": merge(run(M, COURSE["+ autotune"], calls=2), if_autotune=True),
     },
-    "03_precision.ipynb": {"nb02-21": run(M, Recipe(dtype="fp16"), benchmarks=0, calls=1)},
+    "02_precision.ipynb": {"nb02-21": run(M, Recipe(dtype="fp16"), benchmarks=0, calls=1)},
     # the CUDA kernels pinned in turn on the pipeline the notebook already holds
-    "04_attention.ipynb": {"nb03-11": merge(*(run(M, Recipe(dtype="bf16", attention=a), load=False)
+    "03_attention.ipynb": {"nb03-11": merge(*(run(M, Recipe(dtype="bf16", attention=a), load=False)
                                               for a in ("sdpa-flash", "sdpa-efficient",
                                                         "sdpa-cudnn")))},
-    "05_torch_compile.ipynb": {
+    "04_torch_compile.ipynb": {
         # a plain compile (compile-plain): on a GPU the UNet and the VAE decode, both compiled
         # at nb04-11's first call; their wait is counted with the compile, nb04-11 benchmarks
         "compile-plain": run(M, COURSE["+ compile"], benchmarks=0, load=False),
         "nb04-11": merge({"benchmarks": [[M, "compiled", False]]}),
     },
-    "06_cold_start.ipynb": {
+    "05_cold_start.ipynb": {
         "compile-bench": run(M, COURSE["+ compile"]),  # the whole denoiser, not its blocks
         "nb04-13": run(M, COURSE["+ compile"]),        # after dynamo's reset: the cache's
         # after dynamo's reset, in a folder that holds only the loaded artifacts: their hits
@@ -139,7 +138,7 @@ GPU_WORK: dict[str, dict[str, dict[str, Any]]] = {
         "full-vs-regional": merge(*(run(M, _sized(COURSE["+ compile"], compile_scope=s))
                                     for s in ("full", "regional"))),
     },
-    "07_cuda_graphs.ipynb": {
+    "12_cuda_graphs.ipynb": {
         # a plain torch.compile of the UNet (05's compile rung in reduce-overhead mode): lazy,
         # so its graph is compiled by the benchmark's first call, declared with the benchmark
         # (a cell the smoke run records nothing for would be counted after the recorded ones)
@@ -149,7 +148,7 @@ GPU_WORK: dict[str, dict[str, dict[str, Any]]] = {
         "nb16-09": run(M, _sized(COURSE["+ compile"], compile_vae=False,
                                  compile_scope="regional"), benchmarks=0, calls=1),
     },
-    "08_lora_hotswap.ipynb": {
+    "14_lora_hotswap.ipynb": {
         "lora-files": as_recorded("loads in bf16 on a GPU, in fp32 on a CPU", half=True),
         "eager": as_recorded("bf16 on a GPU, fp32 on a CPU: the same calls", half=True),
         # a plain torch.compile of the UNet with LoRA A in reduce-overhead mode: lazy, so its
@@ -161,22 +160,19 @@ GPU_WORK: dict[str, dict[str, dict[str, Any]]] = {
         # smoke mode switches to one LoRA, a GPU to two and back: one more recompile
         "without": as_recorded("one switch fewer in smoke mode than on a GPU"),
     },
-    "09_fused_qkv.ipynb": {  # split in two: no core cell waits over 3 minutes on an H100
-        "nb05-11": merge(*(run(M, r) for r in (BLOG["+ compile"], BLOG["+ fused QKV"]))),
-        "nb05-13": merge(*(run(M, r) for r in (_sized(BLOG["+ int8 dynamic"], fuse_qkv=False),
-                                               BLOG["+ int8 dynamic"]))),
+    "06_fused_qkv.ipynb": {  # the course's + compile (a cache hit after 04) and + fused QKV
+        "nb05-11": merge(*(run(M, COURSE[s]) for s in ("+ compile", "+ fused QKV"))),
     },
-    "10_gpu_syncs.ipynb": {
+    "07_gpu_syncs.ipynb": {
         "find-syncs": merge(calls=[["sd15", "half"]]),  # one image in sync debug mode
         "nb06-04": merge(calls=[["sd15", "half"]]),
         "nb06-06": merge(calls=[["sd15", "half"]]),
         "nb06-09": merge(calls=[["sd15", "half"]]),
-        "nb06-12": merge(run("sd15", BLOG["+ compile"]),
-                         run("sd15", _sized(BLOG["+ compile"], no_sync=True))),
+        "nb06-12": merge(*(run("sd15", COURSE[s]) for s in ("+ fused QKV", "+ no sync"))),
     },
-    "11_int8_quantization.ipynb": {"nb07-15": ladder(M, "blog",
-                                                     ["+ fused QKV", "+ int8 dynamic"])},
-    "12_fp8_hopper.ipynb": {
+    "08_int8_quantization.ipynb": {"nb07-15": ladder(M, "course",
+                                                     ["+ no sync", "+ int8 dynamic"])},
+    "15_fp8_hopper.ipynb": {
         "nb15-12": ladder(M, "course", ["+ no sync", "+ int8 dynamic", "+ fp8 dynamic"]),
         # a stock bf16 pipeline timed eager, quantized to fp8 by hand, timed again
         "nb15-14": run(M, Recipe(dtype="bf16", attention="sdpa")),
@@ -184,7 +180,7 @@ GPU_WORK: dict[str, dict[str, dict[str, Any]]] = {
         "fp8-eager": run(M, Recipe(dtype="bf16", attention="sdpa", quantize="fp8-dynamic-row",
                                    quant_filter="fastdiff"), load=False),
     },
-    "13_fewer_denoiser_calls.ipynb": {
+    "09_fewer_denoiser_calls.ipynb": {
         "nb12-01": nothing("picks the dtype: bf16 on a GPU, fp32 on a CPU"),
         "nb12-05": as_recorded("bf16 on a GPU, fp32 on a CPU: the same calls", half=True),
         "nb12-15": as_recorded("reduce-overhead on a GPU, default on a CPU: the same graphs; "
@@ -199,27 +195,27 @@ GPU_WORK: dict[str, dict[str, dict[str, Any]]] = {
                          run(M, _sized(COURSE["+ compile"], cache_every=3, guidance_stop=0.5),
                              frames=4)),
     },
-    "14_all_models.ipynb": {
+    "17_all_models.ipynb": {
         "nb08-03": nothing("lists the steps; the next cells run them"),
         "nb08-05": ladder("sdxl", "blog"), "nb08-07": ladder("sd15", "blog"),
         "nb08-09": ladder("ssd1b", "blog"), "nb08-11": ladder("pixart", "blog"),
         "nb08-17": ladder("sdxl", "course"),
         "nb08-17+autotune": ladder("sdxl", "course", autotuning=True),
     },
-    "16_scale_out.ipynb": {
+    "18_scale_out.ipynb": {
         "prompts": nothing("builds the prompts and the recipe"),
         "launch": nothing("one GPU: nothing to split (on K GPUs, K processes)"),
         # batch sizes 1, 2, 4 and 8 over the 8 prompts: 8 + 4 + 2 + 1 calls, a load each
         "gpu-sweep": merge(calls=[["sd15", "half"]] * 15, loads=["sd15"] * 4),
     },
-    "17_fitting_your_gpu.ipynb": {
+    "11_fitting_your_gpu.ipynb": {
         "peak": as_recorded("bf16 on a GPU, fp32 on a CPU: the same call", half=True),
         "savers": as_recorded("the memory savers' report at twice the smoke size; its calls "
                               "are the GPU's, in peak's dtype (bf16 there)", half=True),
         # model CPU offload on the bf16 pipeline, one call (the copies are not counted)
         "offload": merge(calls=[[M, "half"]]),
     },
-    "18_flux.ipynb": {
+    "19_flux.ipynb": {
         "ladder-steps": ladder("flux", "flux"),
         "hooks-cpu": nothing("the tiny model on the CPU, on any machine"),
         # the plain compile_repeated_blocks: nothing until the first call (the cell below)
@@ -230,7 +226,7 @@ GPU_WORK: dict[str, dict[str, dict[str, Any]]] = {
                                             compile_scope="regional", fullgraph=True,
                                             compile_vae=False), load=False, frames=2),
     },
-    "19_autotuning.ipynb": {
+    "13_autotuning.ipynb": {
         # with the switch on: the compile rung as fusion alone, then max-autotune with the blog's
         # flags (05's tuning cell, moved here)
         "autotune-gpu": merge(run(M, COURSE["+ compile"]),

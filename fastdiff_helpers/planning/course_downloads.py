@@ -23,8 +23,9 @@ __all__ = ["course_downloads", "notebook_needs", "for_card", "VAE_NOTEBOOKS"]
 
 # The record names the models a cell runs, not the VAE it loads them with: the blog's ladder
 # swaps in the fp16-fix VAE for SDXL and SSD-1B (presets.BLOG_LOADING). The notebooks that run
-# it (run_ladder / warm_ladder / first_image_in_new_process on the blog's ladder):
-VAE_NOTEBOOKS = ("06_cold_start.ipynb", "11_int8_quantization.ipynb", "14_all_models.ipynb")
+# it (run_ladder / warm_ladder / first_image_in_new_process on the blog's ladder); the core path
+# runs the course's ladder only (issue 59):
+VAE_NOTEBOOKS = ("17_all_models.ipynb",)
 
 
 def _precision(recipe: str) -> str | None:

@@ -123,7 +123,7 @@ def plan_summary(gpus: Iterable[str] = ("t4", "l4", "a100-40", "h100")) -> str:
     """The course on each card in one row: how many notebooks run as written, run swapped,
     partly skipped or skipped; the estimated wait of all notebooks; the downloads of every
     notebook but 18 (Flux, gated; `download --gpu`). Introduced in 00_setup.ipynb (README, the table it prints)."""
-    course = [n for n in RECORDED if n[:2] != "18"]
+    course = [n for n in RECORDED if n[:2] != "19"]
     lines = [f"| card | runs / swapped / partly skipped / skipped (of {len(RECORDED)}) | est. "
              "wait, all (h) | downloads, all but Flux (GB) |", "|---|---|---:|---:|"]
     for key in gpus:

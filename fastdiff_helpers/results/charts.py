@@ -1,6 +1,6 @@
 """Charts of benchmark results: the ladder, memory, quality vs speed, models side by side.
 
-Introduced in 01_baseline.ipynb (show_images) and 03_precision.ipynb (the charts). Charts
+Introduced in 01_baseline.ipynb (show_images) and 02_precision.ipynb (the charts). Charts
 only read Result records; they never run a pipeline. They build ``matplotlib.figure.Figure``
 objects directly (no pyplot global state), so they work headless, in scripts and in CI.
 """
@@ -110,7 +110,7 @@ def ladder_chart(
     speed-up "N.NNx" vs the first successful result. Failed results are a hatched empty slot
     labelled "failed". ``reference`` adds published timings as a second bar beside each step.
 
-    Introduced in 03_precision.ipynb.
+    Introduced in 02_precision.ipynb.
     """
     results = _check(results)
     first = results[0]
@@ -181,7 +181,7 @@ def memory_chart(results: Sequence[Result]) -> Figure:
     """Peak memory in GiB per step; the axis says which kind (CUDA max allocated or peak RSS),
     and on CUDA a dashed outline shows the peak reserved (CUDA-graph pools included).
 
-    Introduced in 03_precision.ipynb.
+    Introduced in 02_precision.ipynb.
     """
     results = _check(results)
     fig, ax = _new_figure(len(results))
@@ -219,7 +219,7 @@ def quality_chart(results: Sequence[Result]) -> Figure:
     """Speed-up (x) vs PSNR against the baseline (y), one point per step, annotated by name.
 
     PSNR = inf (bit-identical) is drawn at a capped top value labelled "identical"; NaN
-    (a broken image) at 0 dB labelled "NaN output". Introduced in 03_precision.ipynb.
+    (a broken image) at 0 dB labelled "NaN output". Introduced in 02_precision.ipynb.
     """
     results = _check(results)
     points = []
@@ -257,7 +257,7 @@ def quality_chart(results: Sequence[Result]) -> Figure:
 def models_chart(results_by_model: dict[str, Sequence[Result]]) -> Figure:
     """Grouped bars: for each model, the speed-up of each ladder step vs that model's first step.
 
-    Introduced in 14_all_models.ipynb.
+    Introduced in 17_all_models.ipynb.
     """
     if not results_by_model:
         raise ValueError("no models to chart; pass {model_name: [Result, ...]}")

@@ -1,6 +1,6 @@
 """profile_chart(): fdh.profile's answer as a chart, one bar per profiled pipeline.
 
-Introduced in 02_where_the_time_goes.ipynb. Like the other charts it only reads records (here
+Introduced in 16_where_the_time_goes.ipynb. Like the other charts it only reads records (here
 fdh.profile's Profile) and builds a Figure without pyplot.
 """
 
@@ -25,7 +25,7 @@ def profile_chart(profiles: Profile | Mapping[str, Profile]) -> ChartFigure:
     without the profiler), and the profiled call split by kind of work (shares, so rungs of
     very different speed compare). `profiles`: one Profile, or {label: Profile} in the order to
     draw (a ladder's rungs).
-    Introduced in 02_where_the_time_goes.ipynb."""
+    Introduced in 16_where_the_time_goes.ipynb."""
     if isinstance(profiles, Profile):
         profiles = {"profiled call": profiles}
     if not isinstance(profiles, Mapping) or not profiles or not all(

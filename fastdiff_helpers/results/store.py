@@ -140,7 +140,7 @@ def rewrite_results(results: Iterable[Result], path: str | os.PathLike) -> Path:
 
 def load_results(path: str | os.PathLike) -> list[Result]:
     """Read every Result from a JSONL file written by save_results(). Introduced in
-    14_all_models.ipynb (its exercises).
+    17_all_models.ipynb (its exercises).
 
     Blank lines are skipped. A last line without its newline that does not parse (a write cut
     by a kill) is skipped with a warning; any other bad line raises ResultsFormatError naming
@@ -180,7 +180,7 @@ def reference_results(model: str, root: str | os.PathLike | None = None) -> dict
     from results/<gpu>/<model>/results.jsonl ({} when none are committed yet).
 
     root defaults to REFERENCE_ROOT, the repository's results/ as the package ships it. What
-    fdh.reference_numbers prints (01_baseline.ipynb). Introduced in 17_fitting_your_gpu.ipynb
+    fdh.reference_numbers prints (01_baseline.ipynb). Introduced in 11_fitting_your_gpu.ipynb
     (the committed peak memory)."""
     base = (checks.existing_folder("root", root, "the results folder (results/ of a checkout)")
             if root is not None else REFERENCE_ROOT)

@@ -1,6 +1,6 @@
 """A ladder's results as a text table: what run_ladder prints, and the notebooks after it.
 
-Introduced in 03_precision.ipynb (format_table)."""
+Introduced in 02_precision.ipynb (format_table)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def format_table(results: Sequence[Result]) -> str:
     (Result.flags: e.g. a compilation inside its timed calls). Where the results ran other
     step counts or schedulers, each step's label says its own (results.text.denoising_label).
 
-    Introduced in 03_precision.ipynb."""
+    Introduced in 02_precision.ipynb."""
     timed = [r for r in results if r.error is None and r.latency_s]
     kinds = {r.peak_memory_kind for r in timed if r.peak_memory_kind}
     memory = {frozenset({"cuda_max_allocated"}): "peak allocated",

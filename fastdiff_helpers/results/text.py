@@ -25,7 +25,7 @@ def uncertainty_text(result) -> str:
 def timing_text(result) -> str:
     """'0.123 s +-4% (median of 5)': a Result's median with how far it may be off, and the
     coverage of that interval where it is below 90 % (2 runs: 50 %); one run says so.
-    Introduced in 06_cold_start.ipynb."""
+    Introduced in 05_cold_start.ipynb."""
     n = len(getattr(result, "latency_samples", None) or [])
     u = uncertainty_text(result)
     if u == "-":
@@ -38,7 +38,7 @@ def timing_text(result) -> str:
 def speedup_text(before, after) -> str:
     """How many times faster `after` ran than `before` (two Results), with the range the two
     medians' intervals allow (Result.latency_interval_s): '2.31x (2.05-2.60x)'; a side with
-    one run gives no range. Introduced in 05_torch_compile.ipynb."""
+    one run gives no range. Introduced in 04_torch_compile.ipynb."""
     ratio = f"{before.latency_s / after.latency_s:.2f}x"
     a, b = before.latency_interval_s, after.latency_interval_s
     if a is None or b is None:
@@ -73,7 +73,7 @@ def _scheduler(name: str | None) -> str:
 def denoising_text(results) -> str:
     """'30 steps, EulerDiscrete' when every result ran the same steps and scheduler, else ''
     (then each result is labelled with denoising_label). Introduced in
-    13_fewer_denoiser_calls.ipynb."""
+    09_fewer_denoiser_calls.ipynb."""
     runs = {(r.steps, r.scheduler) for r in results}
     if len(runs) != 1:
         return ""

@@ -1,7 +1,7 @@
 """Batch generation: one image per prompt of a file, in one process or in every process of a
 `torchrun` / `accelerate launch`, resumable after a kill.
 
-Introduced in 16_scale_out.ipynb. The work is split with accelerate's PartialState (it reads
+Introduced in 18_scale_out.ipynb. The work is split with accelerate's PartialState (it reads
 the launcher's rank, world size and local rank; gloo on a CPU); each process loads its own
 pipeline on its own device, applies the recipe, and writes each image as it finishes. An
 image's seed is its line number (plus `seed`), so the image does not depend on the split.
@@ -205,7 +205,7 @@ def run_batch(prompts: Prompts, out: str | os.PathLike, recipe: Recipe | None = 
               fail_lines: Sequence[int] = ()) -> dict[str, Any] | None:
     """One image per prompt (a file, one prompt a line, or a list), written under `out` as it
     finishes; in this process, or split over every process of `torchrun` / `accelerate launch`.
-    Introduced in 16_scale_out.ipynb.
+    Introduced in 18_scale_out.ipynb.
 
     Prompts whose image exists are skipped (a rerun after a kill finishes the job); the rest
     are split between the processes, each with its own pipeline on its own device (cuda:RANK,

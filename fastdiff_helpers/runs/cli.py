@@ -2,7 +2,7 @@
 | tuning | download | env | plan | lessons` (also `fastdiff ...`); warm, reference and tuning are in
 cli_compile.py, download in cli_download.py, plan in cli_plan.py.
 
-Introduced in 00_setup.ipynb (env) and 14_all_models.ipynb (ladder). The CLI only composes
+Introduced in 00_setup.ipynb (env) and 17_all_models.ipynb (ladder). The CLI only composes
 the package's functions; invalid input prints one line on stderr and exits with code 2.
 """
 

@@ -2,7 +2,7 @@
 need be), `reference` (the resumable reference run) and `tuning export | import | show`
 (max-autotune's tuning as data). Parsed here, added to cli.py's parser.
 
-Introduced in 06_cold_start.ipynb (warm, tuning) and docs/offline-gpu.md, "On an offline GPU
+Introduced in 05_cold_start.ipynb (warm, tuning) and docs/offline-gpu.md, "On an offline GPU
 machine" (reference).
 """
 

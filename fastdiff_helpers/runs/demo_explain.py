@@ -90,7 +90,7 @@ def after(results: Sequence[Result], device: str, out: str | None,
         if ladder != "blog":
             lines.append("The blog ran its own recipe for each of its steps: its fp32 with TF32 "
                          "on, its compiled steps with max-autotune and its four inductor flags; "
-                         "the course's compiled steps here are fusion alone (notebook 05).")
+                         "the course's compiled steps here are fusion alone (notebook 04).")
         if ok[0].steps != 30:
             lines.append(f"Here each image has {ok[0].steps} denoising steps, the blog's 30: "
                          "compare the speed-ups, not the seconds.")

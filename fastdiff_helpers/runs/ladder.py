@@ -1,7 +1,7 @@
 """run_ladder(): every step of a ladder (the blog's fdh.LADDER, the course's fdh.COURSE_LADDER
 or its fdh.FLUX_LADDER) on a fresh pipeline, with failures isolated. Compiling ahead: warm.py.
 
-Introduced in 11_int8_quantization.ipynb (its last two steps) and 14_all_models.ipynb (every
+Introduced in 08_int8_quantization.ipynb (its last two steps) and 17_all_models.ipynb (every
 model), and behind `python -m fastdiff_helpers ladder`.
 """
 
@@ -174,7 +174,7 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
     and scheduler, fdh.BLOG_LOADING; 01_baseline.ipynb lists what differs from diffusion-fast)
     or "course" (fdh.COURSE_LADDER, the course's own: true fp32 baseline, TF32 and sync removal
     as steps, the pipeline's own VAE and scheduler), for the four models the blog ran; "flux"
-    (fdh.LADDERS["flux"], the course's Flux ladder, 18_flux.ipynb) for Flux. None: the
+    (fdh.LADDERS["flux"], the course's Flux ladder, 19_flux.ipynb) for Flux. None: the
     model's own (the first of these that it takes).
     Each step: load_pipeline(model, weights, device) in the step's weight dtype
     (Recipe.weight_dtype: fp16 files for a half-precision step, fp32 for fp32 and TF32), the
@@ -191,7 +191,7 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
     killed half-way leaves a loadable file), its image goes to out/images/<idx>_<slug>.png,
     and out/ladder.png (with the blog's A100 timings beside ours, for non-tiny weights) and
     out/memory.png are drawn at the end. Prints a table (format_table). Introduced in
-    11_int8_quantization.ipynb (its last two steps); 14_all_models.ipynb runs every model."""
+    08_int8_quantization.ipynb (its last two steps); 17_all_models.ipynb runs every model."""
 
     ladder = resolve_ladder(model, ladder)
     spec, device, wanted, loading = _setup(model, ladder, device, steps_filter, steps, height,

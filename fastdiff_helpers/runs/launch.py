@@ -1,6 +1,6 @@
 """Launching `batch`: the command line a recipe becomes, `torchrun` run for a notebook cell
 (which may not define functions), the `batch` command itself and its summary for people.
-Introduced in 16_scale_out.ipynb.
+Introduced in 18_scale_out.ipynb.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def launch_batch(prompts: Prompts, out: str | os.PathLike, processes: int = 2,
     it wrote. A list of prompts is first written to OUT/prompts.txt (one that holds other
     prompts is refused). options: as run_batch
     (model, weights, device, batch_size, steps, height, width, seed, warmup).
-    Introduced in 16_scale_out.ipynb."""
+    Introduced in 18_scale_out.ipynb."""
     checks.whole("processes", processes, 1)
     checks.whole("threads", threads, 1, none=True)
     unknown = sorted(set(options) - set(OPTIONS))
@@ -147,7 +147,7 @@ def launch_batch(prompts: Prompts, out: str | os.PathLike, processes: int = 2,
 
 def format_summary(summary: dict[str, Any]) -> str:
     """A few lines for people: images/s overall and per process, per-image latency.
-    Introduced in 16_scale_out.ipynb."""
+    Introduced in 18_scale_out.ipynb."""
     if not summary.get("done") and "per_process" not in summary:
         return f"nothing to do: {summary['skipped']} of {summary['prompts']} prompts done before"
     lat = summary["latency_s"] or {}

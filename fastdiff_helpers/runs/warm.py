@@ -2,7 +2,7 @@
 cache holds them all (and, given a file, a portable artifact of them); behind `python -m
 fastdiff_helpers warm` and what make demo compiles ahead in parallel processes.
 
-Introduced in 06_cold_start.ipynb.
+Introduced in 05_cold_start.ipynb.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ def warm_ladder(model: str = "sdxl", weights: str = "auto", ladder: str | None =
     grows (TuningWatch: every 30 s, at the end, when stopped), e.g. fdh.bundle_path(model);
     import first what you have (fdh.import_tuning).
 
-    What an instructor runs before a workshop (06_cold_start.ipynb).
-    Introduced in 06_cold_start.ipynb."""
+    What an instructor runs before a workshop (05_cold_start.ipynb).
+    Introduced in docs/instructor.md."""
 
     ladder = resolve_ladder(model, ladder)
     spec, device, wanted, loading = _setup(model, ladder, device, steps_filter, steps, height,

@@ -141,7 +141,7 @@ def current_recipe(pipe, records: bool = True) -> dict:
     notebook's plain technique cell (`pipe.fuse_qkv_projections()`, `quantize_(...)`,
     `torch.compile(...)`) is read so, and its Result says what ran. A technique applied to
     some of the parts it changes reads as what each part is ("unet: True, vae: False"), which
-    no Recipe takes. Introduced in 07_cuda_graphs.ipynb."""
+    no Recipe takes. Introduced in 12_cuda_graphs.ipynb."""
     done = pipeline_info(pipe)["applied"] if records else {}
     found: dict[str, Any] = {}
     for step in STEPS:

@@ -1,6 +1,6 @@
 """Attention: diffusers' classic processor, or scaled-dot-product attention and its backends.
 
-Introduced in 04_attention.ipynb.
+Introduced in 03_attention.ipynb.
 diffusers' processors are imported inside the functions that use it: importing it takes
 seconds, and `import fastdiff_helpers` must stay cheap (tests/test_env.py)."""
 
@@ -135,8 +135,8 @@ def set_attention(pipe, kind: str = "sdpa"):
     a dtype or a mask the kernel cannot take (check_attention). Flux's transformer keeps its
     FluxAttnProcessor and gets the kernel from diffusers' attention backends ("classic" is
     refused there: techniques/flux.py); its VAE is set as any other.
-    Introduced in 03_precision.ipynb (the baseline's classic processor); taught in
-    04_attention.ipynb."""
+    Introduced in 15_fp8_hopper.ipynb; 03_attention.ipynb sets the same processors and
+    kernels by hand."""
     if kind not in ATTENTION:
         raise RecipeError(f"Unknown attention {kind!r}. Use one of: {', '.join(ATTENTION)}.")
     refuse_after(pipe, "set_attention", "compile")

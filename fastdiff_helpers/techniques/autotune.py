@@ -1,6 +1,6 @@
 """Whether a compile may tune: fusion and autotuning are two ideas with two waits.
 
-Introduced in 19_autotuning.ipynb (the search and its cost) and 06_cold_start.ipynb.
+Introduced in 13_autotuning.ipynb (the search and its cost) and 05_cold_start.ipynb.
 On a CUDA GPU, compile="max-autotune" (and "max-autotune-no-cudagraphs") benchmarks the
 candidate kernels of every GEMM and convolution shape (GPUs with 68+ SMs only: torch/_inductor/
 utils.py, is_big_gpu) and, with coordinate_descent_tuning (which those modes set, and which is
@@ -76,7 +76,7 @@ def set_autotune(on: bool | None) -> None:
     """Switch autotuning on (True) or off (False) for this process's compiles on a GPU; None
     goes back to the environment (FASTDIFF_AUTOTUNE=1 means on). Off, the default: a compile
     that would tune runs its default-mode equivalent and says what it skipped.
-    Introduced in 19_autotuning.ipynb."""
+    Introduced in 13_autotuning.ipynb."""
     if on is None:
         STATE.switch.clear()
     elif isinstance(on, bool):
@@ -87,7 +87,7 @@ def set_autotune(on: bool | None) -> None:
 
 def autotune_enabled() -> bool:
     """Whether the learner asked for autotuning (set_autotune, else FASTDIFF_AUTOTUNE).
-    Introduced in 19_autotuning.ipynb."""
+    Introduced in 13_autotuning.ipynb."""
     if "on" in STATE.switch:
         return STATE.switch["on"]
     return checks.env_switch(ENV, "autotuning")
@@ -150,7 +150,7 @@ def tuning_estimate(pipe_or_model: Any, compile_vae: bool = True, sms: int = PRO
     (fdh.gemm_shapes; none on a GPU under 68 SMs, which has no templates), their estimated
     benchmarking seconds at the H200's measured cost a shape (and the range its shapes took),
     and the words that say it. Coordinate descent comes on top and is not measured yet.
-    Introduced in 19_autotuning.ipynb."""
+    Introduced in 13_autotuning.ipynb."""
     big = sms >= TEMPLATE_SMS
     shapes = gemm_shapes(pipe_or_model, vae=compile_vae) if big else 0
     seconds = shapes * SHAPE_S

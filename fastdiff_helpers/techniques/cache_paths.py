@@ -2,7 +2,7 @@
 and a cached path that recomputes only the shallow branch around features kept from the last
 full step.
 
-Introduced in 13_fewer_denoiser_calls.ipynb. Written against diffusers 0.42.1's forwards, for the
+Introduced in 09_fewer_denoiser_calls.ipynb. Written against diffusers 0.42.1's forwards, for the
 inputs the course's pipelines pass (anything else is refused by the step cache):
 - UNet2DConditionModel.forward (models/unets/unet_2d_condition.py:979): DeepCache's idea (Ma et
   al., arXiv 2312.00858) at the granularity of the UNet's blocks. `branch` = b keeps conv_in, the

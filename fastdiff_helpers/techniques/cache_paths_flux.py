@@ -1,7 +1,7 @@
 """The step cache's two paths for Flux.1's transformer, the course's own block cache (as
 PixArt's in cache_paths.py), over Flux's two kinds of blocks.
 
-Introduced in 18_flux.ipynb. Written against FluxTransformer2DModel.forward in diffusers 0.42.1
+Introduced in 19_flux.ipynb. Written against FluxTransformer2DModel.forward in diffusers 0.42.1
 (models/transformers/transformer_flux.py:671-821), for the inputs FluxPipeline passes (the step
 cache refuses ControlNet samples and IP-Adapter embeddings). The blocks run in the forward's
 order, the 19 double-stream blocks (FluxTransformerBlock: image and text streams apart) then
@@ -11,7 +11,7 @@ step. A full step runs the rest too and keeps their residual on the image stream
 minus their input), which is all the output reads (norm_out and proj_out take the image
 stream alone, transformer_flux.py:815-816); a cached step adds the kept residual to the fresh
 output of the first b blocks. diffusers' FirstBlockCache keeps the same kind of residual, but
-decides per step on the host (18_flux.ipynb compares the two). The full path computes exactly
+decides per step on the host (19_flux.ipynb compares the two). The full path computes exactly
 the library's forward (tested).
 """
 

@@ -1,6 +1,6 @@
 """torch.compile: modes, inductor flags, channels_last, regional compile, graph breaks.
 
-Introduced in 05_torch_compile.ipynb.
+Introduced in 04_torch_compile.ipynb.
 accelerate and torch's dynamo internals are imported inside the functions that use it:
 importing it takes seconds, and `import fastdiff_helpers` must stay cheap
 (tests/test_env.py)."""
@@ -38,7 +38,7 @@ EXTENDED_BLOCKS = {"unet": ("BasicTransformerBlock", "ResnetBlock2D"),
 
 def blog_inductor_flags(quantizing: bool = False) -> dict[str, Any]:
     """The blog's inductor flags that this torch has, plus the int8 one when quantizing.
-    Introduced in 19_autotuning.ipynb."""
+    Introduced in 13_autotuning.ipynb."""
     import torch._inductor.config as inductor_config
 
     flags = dict(INDUCTOR_FLAGS, **(QUANT_INDUCTOR_FLAGS if quantizing else {}))
@@ -110,7 +110,7 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
     and the notes that say why, kept in the pipeline's record and its Results.
     `recipe`: the whole Recipe fdh.apply applies (what the decision and models/hooks.py's
     listeners are told). Compilation happens lazily at the first call: the cold start.
-    Introduced in 08_lora_hotswap.ipynb."""
+    Introduced in 08_int8_quantization.ipynb."""
     if mode not in COMPILE_MODES or mode is None:
         raise RecipeError(f"Unknown compile mode {mode!r}. Use one of: "
                           f"{', '.join(m for m in COMPILE_MODES if m)}.")
@@ -182,7 +182,7 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
 
 def capture_denoiser_inputs(pipe, **kwargs) -> tuple[tuple, dict]:
     """The (args, kwargs) the pipeline passes to its denoiser, from a real short call.
-    Introduced in 05_torch_compile.ipynb."""
+    Introduced in 04_torch_compile.ipynb."""
     denoiser = get_denoiser(pipe)
     seen: list[tuple[tuple, dict]] = []
 
@@ -231,7 +231,7 @@ def compile_part(pipe, part: str = "all", **kwargs) -> None:
     the pipeline gives it (shapes, dtype, memory layout, grad mode), so that tuning the
     denoiser and the VAE decode can go in separate commands; a later pipeline call finds
     both compiled (no recompile). "all": one pipeline call. `kwargs`: call_kwargs's.
-    Introduced in 06_cold_start.ipynb."""
+    Introduced in docs/instructor.md."""
     if part not in PARTS:
         raise RecipeError(f"Unknown part {part!r}. Use one of: {', '.join(PARTS)}.")
     done = applied(pipe)
@@ -259,7 +259,7 @@ def graph_breaks(pipe, verbose: bool = True, **kwargs) -> dict[str, Any]:
     calls torch._dynamo.reset() before and after (torch/_dynamo/eval_frame.py, explain()),
     which throws away all compiled code, so this traces with dynamo's ExplainWithBackend
     (torch/_dynamo/backends/debugging.py) and then drops only its own cache entries.
-    Introduced in 05_torch_compile.ipynb."""
+    Introduced in 04_torch_compile.ipynb."""
     from torch._dynamo.backends.debugging import ExplainWithBackend
     from torch._dynamo.eval_frame import remove_from_cache
 

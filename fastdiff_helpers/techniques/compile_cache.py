@@ -1,6 +1,6 @@
 """The course's compile cache: one folder for every compiled kernel and graph, said once.
 
-Introduced in 06_cold_start.ipynb. inductor keeps compiled kernels and graphs in
+Introduced in 05_cold_start.ipynb. inductor keeps compiled kernels and graphs in
 TORCHINDUCTOR_CACHE_DIR (torch/_inductor/runtime/cache_dir_utils.py reads it on every use);
 compile_pipeline points it at the course's folder before compiling. Carrying a cache to
 another machine: compiletime/cold_start.py.
@@ -46,7 +46,7 @@ def use_course_cache(path: str | os.PathLike | None = None, verbose: bool = True
     which inductor writes into the variable itself, does not count as yours). Called by
     fdh.compile_pipeline before compiling, so the first compile of a process says where its
     kernels go; call it yourself to choose another folder.
-    Introduced in 05_torch_compile.ipynb."""
+    Introduced in 04_torch_compile.ipynb."""
     if path is not None:
         checks.output_folder("path", path)
     users = _users_cache_dir()

@@ -1,7 +1,7 @@
 """Coordinate descent runs once per kernel: its found_by_coordesc mark kept through the compile
 worker's pickle where Triton's Config loses it (pytorch/pytorch#172819, open).
 
-Introduced in 06_cold_start.ipynb (tuning that travels as data and is not done again).
+Introduced in 05_cold_start.ipynb (tuning that travels as data and is not done again).
 fdh.compile_pipeline applies it on a GPU before a compile that tunes.
 """
 

@@ -1,7 +1,7 @@
 """Flux.1 in the techniques: what applies to it, what does not and why, its quantization filter
 and its attention (diffusers' own backends).
 
-Introduced in 18_flux.ipynb. Every refusal below is raised before any work, by fdh.apply and by
+Introduced in 19_flux.ipynb. Every refusal below is raised before any work, by fdh.apply and by
 the technique called alone, and names what to use instead. Each was decided by reading
 diffusers 0.42.1 (the lines cited) and is pinned in tests/test_flux.py.
 """
@@ -96,7 +96,7 @@ def flux_filter(module, fqn: str) -> bool:
     which see one row each (the timestep and pooled-text embedding) and hold 3.25 of the 11.9
     billion parameters: the course's "fastdiff" filter, written for the UNets and PixArt,
     would keep them (it drops one-token linears by their UNet and PixArt names only).
-    Introduced in 18_flux.ipynb."""
+    Introduced in 19_flux.ipynb."""
     return isinstance(module, torch.nn.Linear) and fqn.split(".")[0] in FLUX_PARTS
 
 

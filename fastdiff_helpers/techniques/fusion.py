@@ -1,4 +1,4 @@
-"""Fused QKV projections: one matmul instead of three. Introduced in 09_fused_qkv.ipynb.
+"""Fused QKV projections: one matmul instead of three. Introduced in 06_fused_qkv.ipynb.
 diffusers' Attention is imported inside the functions that use it: importing it takes
 seconds, and `import fastdiff_helpers` must stay cheap (tests/test_env.py)."""
 
@@ -47,7 +47,7 @@ def fuse_qkv(pipe):
     """Fuse the Q, K, V projections of the denoiser and the VAE with diffusers'
     fuse_qkv_projections() (PixArt's through its transformer), keeping the chosen SDPA
     backend. Safe to call twice (the second call does nothing).
-    Introduced in 09_fused_qkv.ipynb."""
+    Introduced in 15_fp8_hopper.ipynb; 06_fused_qkv.ipynb fuses by hand and says what this adds."""
     from diffusers.models.attention_processor import AttnProcessor
 
     refuse_after(pipe, "fuse_qkv", "quantize", "compile")

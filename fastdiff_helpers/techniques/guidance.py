@@ -1,6 +1,6 @@
 """Classifier-free guidance stopped after a share of the steps: the rest run at batch 1.
 
-Introduced in 13_fewer_denoiser_calls.ipynb. SD1.5, SDXL and SSD-1B: diffusers' own callbacks
+Introduced in 09_fewer_denoiser_calls.ipynb. SD1.5, SDXL and SSD-1B: diffusers' own callbacks
 (diffusers/callbacks.py: SDCFGCutoffCallback, SDXLCFGCutoffCallback), passed on every call as
 callback_on_step_end; at the end of the cut-off step they keep the conditional half of the
 prompt embeddings (and SDXL's pooled embeddings and time ids) and set the pipeline's
@@ -68,7 +68,7 @@ def stop_guidance(pipe, share: float = 0.5):
     the call keeps guidance, batch 2, on every step. Compiled, the denoiser sees batch 2 and
     then batch 1 in one call: the first call compiles a second graph at the cut-off step
     (dynamo's guard on the input's size), and later calls reuse both (tests/test_fewer_calls.py).
-    Introduced in 13_fewer_denoiser_calls.ipynb."""
+    Introduced in 09_fewer_denoiser_calls.ipynb."""
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
         raise RecipeError(f"share={share!r}: give the share of the steps that keep guidance, "
                           "above 0 and at most 1 (0.5: the first half).")

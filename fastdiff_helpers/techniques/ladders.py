@@ -35,7 +35,7 @@ LADDER: list[tuple[str, Recipe]] = [
 
 # The course's own ladder, beside the blog's: a true fp32 baseline with TF32 as its own step,
 # the pipeline's own VAE and scheduler, no 1x1-conv swap, sync removal as its own step, the
-# course's own int8 filter, and compile split in two ideas with two waits (05_torch_compile):
+# course's own int8 filter, and compile split in two ideas with two waits (04_torch_compile):
 # "+ compile" is fusion, torch.compile's default mode with CUDA graphs ("reduce-overhead": the
 # default options plus triton.cudagraphs, torch._inductor.list_mode_options; the policy drops
 # the graphs where they cannot run) and none of the tuning flags, a minute or so a graph on a
@@ -51,20 +51,20 @@ _C_COMPILED = replace(_C_SDPA, compile="reduce-overhead", fullgraph=True, channe
 _C_FUSED = replace(_C_COMPILED, fuse_qkv=True)
 _C_NO_SYNC = replace(_C_FUSED, no_sync=True)
 _C_INT8 = replace(_C_NO_SYNC, quantize="int8-dynamic", quant_filter="fastdiff")
-# past the blog (12_fp8_hopper.ipynb): fp8 in place of int8, on GPUs with fp8 tensor cores
+# past the blog (15_fp8_hopper.ipynb): fp8 in place of int8, on GPUs with fp8 tensor cores
 # (compute capability 8.9+: L4, H100, H200); per row, the faster of torchao's two on FLUX
 # (diffusers-torchao's README, H100, both unfused with an eager VAE: 3.039 s against 3.243 s
 # per tensor). Refused elsewhere.
 _C_FP8 = replace(_C_INT8, quantize="fp8-dynamic-row")
 # autotuning on the last step: where fp8 is refused (before compute capability 8.9, a CPU), so
-# is this step, and 05_torch_compile.ipynb measures autotuning on the compile step itself
+# is this step, and 04_torch_compile.ipynb measures autotuning on the compile step itself
 _C_AUTOTUNE = replace(_C_FP8, compile="max-autotune", inductor_flags=True)
 
 COURSE_LADDER: list[tuple[str, Recipe]] = [
     ("fp32, TF32 off", BASELINE), ("+ TF32", _C_TF32), ("bf16", _C_BF16), ("+ SDPA", _C_SDPA),
     ("+ compile", _C_COMPILED), ("+ fused QKV", _C_FUSED), ("+ no sync", _C_NO_SYNC),
     ("+ int8 dynamic", _C_INT8), ("+ fp8 dynamic", _C_FP8), ("+ autotune", _C_AUTOTUNE)]
-# Flux's ladder (18_flux.ipynb), the course's own (the blog ran no Flux): the steps
+# Flux's ladder (19_flux.ipynb), the course's own (the blog ran no Flux): the steps
 # diffusers-torchao timed on FLUX.1-dev (models/flux.py), each changing one thing. Its
 # transformer.to(channels_last) is left out: no tensor of Flux's transformer is 4-D (tested).
 _F_BF16 = Recipe(dtype="bf16", attention="sdpa", tf32="blog")

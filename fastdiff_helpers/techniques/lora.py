@@ -13,7 +13,7 @@ loaders/lora_base.py:369), and a LoRA config that differs from the loaded one's 
 compares (per-layer alphas, e.g. from mixed ranks; dropout, rsLoRA, DoRA: hotswap.py:34 and
 622, called at diffusers/loaders/peft.py:321). Each of these fails inside diffusers'
 try block, whose except branch then deletes the loaded adapter (loaders/peft.py:356-366).
-Introduced in 08_lora_hotswap.ipynb."""
+Introduced in 14_lora_hotswap.ipynb."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ __all__ = ["make_lora_file", "lora_file_info", "enable_lora_hotswap", "load_lora
 def enable_lora_hotswap(pipe, target_rank: int) -> None:
     """diffusers' `pipe.enable_lora_hotswap(target_rank=...)`, before the first LoRA and before
     compiling: every LoRA loaded later must have a rank <= target_rank. Introduced in
-    08_lora_hotswap.ipynb."""
+    14_lora_hotswap.ipynb."""
     _check_loadable(pipe)
     whole("target_rank", target_rank, 1)
     if "lora" in applied(pipe):
@@ -137,7 +137,7 @@ def load_lora(pipe, lora, hotswap: bool = False, adapter_name: str = "default",
     hotswap=True the new LoRA replaces the loaded one in place (same layers or a subset, rank
     <= the target rank, no text encoder, a config peft finds compatible), else it is refused
     with what to do, before anything is loaded.
-    Introduced in 08_lora_hotswap.ipynb."""
+    Introduced in 14_lora_hotswap.ipynb."""
     _check_loadable(pipe)
     if not isinstance(hotswap, bool):
         raise FastdiffError(f"{arg('hotswap', hotswap)} cannot work: give True or False.")
@@ -166,7 +166,7 @@ def load_lora(pipe, lora, hotswap: bool = False, adapter_name: str = "default",
 def unload_lora(pipe):
     """diffusers' `pipe.unload_lora_weights()`: the LoRA layers removed, the base model back
     (on a compiled pipeline the next call recompiles: the modules changed).
-    Introduced in 08_lora_hotswap.ipynb."""
+    Introduced in 14_lora_hotswap.ipynb."""
     pipe.unload_lora_weights()
     for name in ("lora", "lora_fused"):
         applied(pipe).pop(name, None)
@@ -176,7 +176,7 @@ def unload_lora(pipe):
 def fuse_lora(pipe, scale: float = 1.0):
     """diffusers' `pipe.fuse_lora(lora_scale=scale)`: W += scale * B @ A in every LoRA layer, so
     a call runs no LoRA matmuls (the eager speed of the base model); `unfuse_lora` undoes it.
-    Introduced in 08_lora_hotswap.ipynb."""
+    Introduced in 14_lora_hotswap.ipynb."""
     if "lora" not in applied(pipe):
         raise FastdiffError("No LoRA loaded to fuse: fdh.load_lora(pipe, folder) first.")
     pipe.fuse_lora(lora_scale=scale)
@@ -186,7 +186,7 @@ def fuse_lora(pipe, scale: float = 1.0):
 
 def unfuse_lora(pipe):
     """diffusers' `pipe.unfuse_lora()`: the weights back as they were before fuse_lora.
-    Introduced in 08_lora_hotswap.ipynb."""
+    Introduced in 14_lora_hotswap.ipynb."""
     pipe.unfuse_lora()
     record(pipe, "lora_fused", False)
     return pipe

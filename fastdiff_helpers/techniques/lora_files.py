@@ -1,6 +1,6 @@
 """LoRA files: one made in code for any denoiser (peft's layers on a meta-device copy, saved by
 diffusers' own save_lora_weights), found (a folder, a file, a hub id) and read from its
-safetensors header. Introduced in 08_lora_hotswap.ipynb."""
+safetensors header. Introduced in 14_lora_hotswap.ipynb."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def make_lora_file(pipe, folder: str | Path, rank: int = 4,
     Built on the meta device, so it costs no model memory; for the
     tiny models in tests and smoke runs (on real weights, load a real LoRA by hub id).
     A folder that holds another LoRA file, or files of someone else's, is refused.
-    Returns the folder. Introduced in 08_lora_hotswap.ipynb."""
+    Returns the folder. Introduced in 14_lora_hotswap.ipynb."""
     from diffusers.utils import convert_state_dict_to_diffusers
 
     _check_loadable(pipe)
@@ -113,7 +113,7 @@ def resolve_lora(source, weight_name: str | None = None) -> Path:
     """The LoRA file a source names: a folder (its pytorch_lora_weights.safetensors, or
     `weight_name`), a .safetensors file, or a hub id (the file `weight_name`, downloaded to the
     Hugging Face cache, or found there offline). A (hub id or folder, weight_name) pair works
-    too. Introduced in 08_lora_hotswap.ipynb."""
+    too. Introduced in 14_lora_hotswap.ipynb."""
     if isinstance(source, tuple) and len(source) == 2:
         source, weight_name = source
     if not isinstance(source, (str, Path)) or not str(source):
@@ -152,7 +152,7 @@ def lora_file_info(source, weight_name: str | None = None) -> dict[str, Any]:
     """What a LoRA file holds, read from its safetensors header without loading a tensor:
     its rank, the layers it targets (diffusers' names, without the 'unet.' prefix), and
     whether it has text-encoder layers. `source` as for resolve_lora.
-    Introduced in 08_lora_hotswap.ipynb."""
+    Introduced in 14_lora_hotswap.ipynb."""
     from safetensors import safe_open
 
     path = resolve_lora(source, weight_name)

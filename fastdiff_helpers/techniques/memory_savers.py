@@ -13,7 +13,7 @@ The three offloads move weights between CPU memory and an accelerator: on a CPU-
 there is nowhere to offload to, and diffusers refuses the first two itself ("requires
 accelerator", diffusers/pipelines/pipeline_utils.py, enable_model_cpu_offload and
 enable_sequential_cpu_offload); they are refused here before any work, saying so.
-Introduced in 17_fitting_your_gpu.ipynb."""
+Introduced in 11_fitting_your_gpu.ipynb."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def encode_prompt_once(pipe, prompt: str, negative_prompt: str | None = None,
                        guidance: bool = True) -> dict[str, Any]:
     """The keyword arguments that stand for `prompt` in a call: the embeddings the pipeline's
     own encode_prompt makes (with classifier-free guidance's negative ones), so a later call
-    needs no text encoder. Introduced in 17_fitting_your_gpu.ipynb."""
+    needs no text encoder. Introduced in 11_fitting_your_gpu.ipynb."""
     if any(getattr(pipe, name, None) is None for name in TEXT_ENCODERS if hasattr(pipe, name)):
         raise FastdiffError("This pipeline's text encoders are gone: encode the prompts before "
                             "apply_memory_saver(pipe, 'text-encoders-freed').")
@@ -86,7 +86,7 @@ def apply_memory_saver(pipe, saver: str, prompt: str | None = None) -> dict[str,
     """Turn on one of MEMORY_SAVERS (see the module docstring). "text-encoders-freed" needs the
     `prompt` it will run with: it returns the embeddings to pass to the pipeline in its place
     (fdh.encode_prompt_once), after deleting the text encoders. Returns None otherwise.
-    Introduced in 17_fitting_your_gpu.ipynb."""
+    Introduced in 11_fitting_your_gpu.ipynb."""
     _check(pipe, saver)
     out = None
     if saver == "text-encoders-freed":

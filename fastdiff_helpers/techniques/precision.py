@@ -1,4 +1,4 @@
-"""Precision: fp32 (true fp32, TF32 off), TF32, bf16, fp16. Introduced in 03_precision.ipynb."""
+"""Precision: fp32 (true fp32, TF32 off), TF32, bf16, fp16. Introduced in 02_precision.ipynb."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def set_tf32(mode: str | bool) -> None:
     per-op conv/rnn/matmul values, and the legacy allow_tf32 booleans, whose getters raise once
     they disagree with the rest (aten Context::allowTF32CuDNN). Each mode sets all three, so the
     legacy flags stay readable and true whatever mode ran before (tests/test_blog_fidelity.py).
-    Introduced in 03_precision.ipynb."""
+    What fdh.Recipe(dtype="tf32") runs; 02_precision.ipynb sets TF32 by hand."""
     if mode is True or mode is False:
         mode = "on" if mode else "off"
     if mode not in TF32_MODES:

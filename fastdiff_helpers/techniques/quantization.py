@@ -1,6 +1,6 @@
 """Dynamic int8 (and weight-only int8, fp8) quantization with torchao; 1x1 conv to linear.
 
-Introduced in 11_int8_quantization.ipynb.
+Introduced in 08_int8_quantization.ipynb.
 torchao is imported inside the functions that use it: importing it takes seconds, and
 `import fastdiff_helpers` must stay cheap (tests/test_env.py)."""
 
@@ -30,7 +30,7 @@ BLOG_EXCLUDED_SHAPES = frozenset({
 def blog_filter(module, fqn: str = "") -> bool:
     """diffusion-fast's int8 filter, exactly: an nn.Linear with more than 16 input features
     whose (in_features, out_features) is not one of BLOG_EXCLUDED_SHAPES.
-    Introduced in 11_int8_quantization.ipynb."""
+    Introduced in 08_int8_quantization.ipynb."""
     return (isinstance(module, torch.nn.Linear) and module.in_features > 16
             and (module.in_features, module.out_features) not in BLOG_EXCLUDED_SHAPES)
 
@@ -67,7 +67,7 @@ def fp8_kernel_ok(module) -> bool:
     config leaves any other linear in high precision without a word (quant_api.py,
     _float8_dynamic_activation_float8_weight_quantize_tensor, through utils._fp8_mm_compat);
     the course's filter says so up front. No rule on the token count.
-    Introduced in 12_fp8_hopper.ipynb."""
+    Introduced in 15_fp8_hopper.ipynb."""
     return module.in_features % 16 == 0 and module.out_features % 16 == 0
 
 
@@ -98,7 +98,7 @@ def conv1x1_to_linear(pipe, which: str | bool = "blog"):
     """Swap 1x1 convolutions of the denoiser and VAE for equivalent linears with torchao's
     swap_conv2d_1x1_to_linear, so linear-only quantization reaches them. `which`: "blog"
     (diffusion-fast's conv_filter_fn) or "all" (ours: every pointwise conv). Safe twice.
-    Introduced in 11_int8_quantization.ipynb."""
+    Introduced in 08_int8_quantization.ipynb."""
     from torchao.quantization import swap_conv2d_1x1_to_linear
 
     which = "all" if which is True else which
@@ -132,7 +132,7 @@ def quant_config(kind: str):
 def select_filter(kind: str, quant_filter: str | Callable) -> Callable:
     """The filter quantize() uses: the named or given one, and only linears the kernels take,
     whatever the filter: int8_kernel_ok for int8 dynamic, fp8_kernel_ok for fp8.
-    Introduced in 11_int8_quantization.ipynb."""
+    Introduced in 08_int8_quantization.ipynb."""
     base = {"blog": blog_filter, "fastdiff": fastdiff_filter, "flux": flux_filter,
             "all": lambda m, fqn="": isinstance(m, torch.nn.Linear)}.get(quant_filter, quant_filter)
     kernel_ok = {"int8-dynamic": int8_kernel_ok, **dict.fromkeys(FP8, fp8_kernel_ok)}.get(kind)
@@ -171,11 +171,11 @@ def quantize(pipe, kind: str = "int8-dynamic", quant_filter: str | Callable = "b
     dynamic and fp8, linears the kernels cannot take are always left out (int8_kernel_ok,
     fp8_kernel_ok). fp8 ("fp8-dynamic": a scale per tensor, "fp8-dynamic-row": per row of the
     weight and per token) needs compute capability 8.9+ and is refused elsewhere before any
-    work, as fdh.Recipe's policy says (check_fp8; 12_fp8_hopper.ipynb).
+    work, as fdh.Recipe's policy says (check_fp8; 15_fp8_hopper.ipynb).
     Compile afterwards: without torch.compile the quantized matmuls run unfused and are slower
     than bf16 (measured by the diffusers-torchao project on CogVideoX-5b: int8 dynamic
     550 s eager against 243 s in bf16, A100).
-    Introduced in 11_int8_quantization.ipynb."""
+    Introduced in 08_int8_quantization.ipynb."""
     if kind not in QUANTIZE or kind is None:
         raise RecipeError(f"Unknown quantization {kind!r}. Use one of: "
                           f"{', '.join(k for k in QUANTIZE if k)}.")

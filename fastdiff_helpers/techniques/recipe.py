@@ -284,7 +284,7 @@ class Recipe:
         """The dtype its pipeline's weights load in: fp32 for "fp32" and "tf32" (TF32 is a
         matmul setting), else its own. fdh.load_pipeline(..., dtype=recipe.weight_dtype) fetches
         the files of that dtype (fp16 files for a half-precision recipe, where the hub has
-        them). Introduced in 02_where_the_time_goes.ipynb."""
+        them). Introduced in 16_where_the_time_goes.ipynb."""
         return weight_name(self.dtype)
 
     def for_device(self, device: str, capability: tuple[int, int] | None = None

@@ -1,6 +1,6 @@
 """Fewer steps: another diffusers scheduler in place of the pipeline's own.
 
-Introduced in 13_fewer_denoiser_calls.ipynb. The same swap as load_pipeline(scheduler=...), on a
+Introduced in 09_fewer_denoiser_calls.ipynb. The same swap as load_pipeline(scheduler=...), on a
 pipeline already loaded: SchedulerClass.from_config(pipe.scheduler.config), the way the
 diffusers docs swap schedulers (the new class keeps the training betas and timestep settings it
 shares, and its own defaults for the rest)."""
@@ -18,7 +18,7 @@ from ..models.presets import SCHEDULERS
 def set_scheduler(pipe, name: str):
     """Swap the scheduler: "dpm-solver" (DPM-Solver++ multistep), "unipc" or "euler" (see
     fdh.models.presets.SCHEDULERS). Every Result records the class that ran
-    (Result.scheduler). Introduced in 13_fewer_denoiser_calls.ipynb."""
+    (Result.scheduler). Introduced in 09_fewer_denoiser_calls.ipynb."""
     if name not in SCHEDULERS:
         raise FastdiffError(f"Unknown scheduler {name!r}. Use one of: {', '.join(SCHEDULERS)}.")
     import diffusers
@@ -34,7 +34,7 @@ def use_few_step(pipe, name: str, path: str | None = None) -> dict[str, Any]:
     its authors use, and what else each call needs (TCD's eta) added to every call. `path`: a
     local .safetensors file; else the file in the Hugging Face cache (never downloaded here).
     Returns {"steps", "guidance"} to pass to fdh.benchmark. Introduced in
-    13_fewer_denoiser_calls.ipynb."""
+    09_fewer_denoiser_calls.ipynb."""
     if name not in FEW_STEP:
         raise FastdiffError(f"Unknown few-step weights {name!r}. Use one of: "
                             f"{', '.join(FEW_STEP)}.")

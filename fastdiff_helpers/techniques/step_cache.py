@@ -1,7 +1,7 @@
 """Fewer denoiser calls, the denoiser's side: a step cache (DeepCache-style for UNets, a block
 cache for PixArt and Flux) and, for PixArt, guidance stopped after a share of the steps.
 
-Introduced in 13_fewer_denoiser_calls.ipynb. Both run through one StepPlan, put in place of the
+Introduced in 09_fewer_denoiser_calls.ipynb. Both run through one StepPlan, put in place of the
 denoiser's forward: it counts the steps of each pipeline call and picks, per step, the full path
 (cache_paths: the whole forward, keeping the deep features) or the cached one (the shallow
 branch around the kept features). Its choice is plain Python outside any compiled code, so a
@@ -181,7 +181,7 @@ def step_cache(pipe, every: int = 3, branch: int = 1):
     the shallow branch (`branch` levels of a UNet at each end, or the first `branch` PixArt
     blocks, or Flux blocks: its double-stream ones, then its single-stream ones) around the
     deep features kept from the last full step. every=1 changes nothing.
-    Apply before compile (fdh.apply orders it). Introduced in 13_fewer_denoiser_calls.ipynb."""
+    Apply before compile (fdh.apply orders it). Introduced in 09_fewer_denoiser_calls.ipynb."""
     if isinstance(every, bool) or not isinstance(every, int) or every < 1:
         raise RecipeError(f"every={every!r}: give a whole number of steps, 1 or more (3: the "
                           "deep part runs on every third step).")
@@ -226,7 +226,7 @@ def trace_steps(pipe, **kwargs: Any) -> list[tuple[int, str, int]]:
     a hook added after compiling never fires inside compiled code (dynamo does not guard on
     module hooks: torch/_dynamo/config.py, skip_nnmodule_hook_guards = True), and the path and
     batch of each step are chosen outside it, so the eager call takes the same ones.
-    Introduced in 13_fewer_denoiser_calls.ipynb."""
+    Introduced in 09_fewer_denoiser_calls.ipynb."""
     denoiser = get_denoiser(pipe)
     first = {"unet": getattr(denoiser, "conv_in", None), "flux": getattr(denoiser, "x_embedder",
              None)}.get(denoiser_kind(pipe), getattr(denoiser, "pos_embed", None))
@@ -250,7 +250,7 @@ def trace_steps(pipe, **kwargs: Any) -> list[tuple[int, str, int]]:
 
 def code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
     """The step cache as code (fdh.to_code): the helper's call; no library has a step cache
-    that compiles for these denoisers (13_fewer_denoiser_calls)."""
+    that compiles for these denoisers (09_fewer_denoiser_calls)."""
     return {"step_cache": ["# the course's own step cache: ~250 lines in "
                            "fastdiff_helpers/techniques/cache_paths.py and step_cache.py",
                            "import fastdiff_helpers as fdh",

@@ -1,6 +1,6 @@
 """GPU syncs: finding device-to-host synchronisations and removing them from the loop.
 
-Introduced in 10_gpu_syncs.ipynb."""
+Introduced in 07_gpu_syncs.ipynb."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def remove_syncs(pipe):
     """No device-to-host sync inside the denoising loop, where diffusers leaves one: decided
     per pipeline and scheduler (no_sync_plan; recorded in pipeline_info(pipe)["applied"]
     ["no_sync"] and in benchmark notes). Math unchanged. Safe to call twice.
-    Introduced in 10_gpu_syncs.ipynb."""
+    Introduced in 07_gpu_syncs.ipynb."""
     if applied(pipe).get("no_sync"):
         return pipe
     move, why = no_sync_plan(pipe)
@@ -108,7 +108,7 @@ def count_syncs(pipe, verbose: bool = True, **kwargs) -> dict[str, Any] | None:
     total, inside the denoising loop (from its start, step 0 included, to the last step's
     callback) and where they come from. On a CPU there is nothing to count: says so, returns
     None. The call's arguments are checked first, on any device.
-    Introduced in 10_gpu_syncs.ipynb."""
+    Introduced in 07_gpu_syncs.ipynb."""
     call = call_kwargs(pipe, **kwargs)
     if pipeline_device(pipe).type != "cuda":
         if verbose:

@@ -1,7 +1,7 @@
 """This process's tuning state in one object, STATE, with one reset: the autotuning switch,
 what imported bundles cover and which came from another GPU kind, what each model's bundle
 brought into the cache, the watches that torch's hooks report to, and the folders whose
-bundles were imported. Introduced in 06_cold_start.ipynb and 19_autotuning.ipynb.
+bundles were imported. Introduced in 05_cold_start.ipynb and 13_autotuning.ipynb.
 
 Here, below compiletime and course, so that every module that keeps part of it may import it.
 """

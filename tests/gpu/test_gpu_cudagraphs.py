@@ -39,7 +39,7 @@ def test_a_new_parameter_re_records_without_recompiling():
     inputs). The copy keeps requires_grad: the pipelines' parameters have requires_grad=True,
     and a copy with requires_grad=False fails dynamo's guard and recompiles instead
     (tests/test_cudagraphs.py pins that on the CPU). Not a LoRA: loading one adds modules and
-    recompiles (notebook 08)."""
+    recompiles (notebook 14)."""
     from fastdiff_helpers.measure.compile_events import snapshot
 
     pipe = sd15(compile="reduce-overhead")

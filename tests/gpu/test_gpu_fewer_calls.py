@@ -55,7 +55,7 @@ def test_cuda_graphs_capture_both_paths_and_keep_the_feature():
 
 
 def test_a_unet_guidance_stop_compiles_a_cuda_graph_per_batch_then_nothing():
-    """13_fewer_denoiser_calls: compiled, a UNet's guidance stop (diffusers' callback) hands the
+    """09_fewer_denoiser_calls: compiled, a UNet's guidance stop (diffusers' callback) hands the
     UNet batch 2 then batch 1 in one call: the first call compiles two graphs (the CPU test
     tests/test_fewer_calls.py pins the guard that fails), each captured as a CUDA graph under
     reduce-overhead without a skip; later calls compile nothing."""

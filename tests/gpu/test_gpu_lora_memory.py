@@ -70,7 +70,7 @@ def test_lora_switch_without_hotswap_recompiles_and_records_again(loras):
 
 
 def test_a_hand_swapped_weight_rerecords_cuda_graphs_without_recompiling():
-    """Notebook 07's claim (cell 7; 06's recompile report says the dynamo half): a new weight
+    """Notebook 12's claim (cell 7; 06's recompile report says the dynamo half): a new weight
     tensor of the same shape, dtype and requires_grad recompiles nothing in dynamo but makes
     CUDA graphs record again (torch/_inductor/cudagraph_trees.py,
     StaticInputIdxMismatch)."""

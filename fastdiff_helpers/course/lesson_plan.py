@@ -1,0 +1,66 @@
+"""What a lesson waits for and downloads, per card: the course clock's estimated GPU wait on an
+H100, the plan's on a T4, and the weights a lesson adds to those of the lessons before it. The
+lesson labels' arithmetic (lessons.py) reads them.
+
+Introduced in README.md ("The syllabus").
+"""
+
+from __future__ import annotations
+
+from ..models.gpus import PROFILES
+from ..planning import clock
+from ..planning.clock_record import RECORDED
+from ..planning.course_downloads import course_downloads, for_card
+from ..planning.plan import plan
+
+__all__ = ["waits", "t4_waits", "downloads_line"]
+
+
+def waits(core: list[str] | None = None) -> dict[str, float]:
+    """Estimated GPU wait in seconds per notebook on an H100 (the course clock), the `core`
+    notebooks as the core path runs them alone, the others as the whole course runs top to
+    bottom."""
+    whole = clock.estimate()["notebooks"]
+    out = {name: n["total_s"] for name, n in whole.items()}
+    if core:
+        path = clock.estimate(notebooks=[n for n in core if n in whole])["notebooks"]
+        out.update({name: n["total_s"] for name, n in path.items()})
+    return out
+
+
+def t4_waits(core: list[str] | None = None) -> dict[str, float]:
+    """Estimated GPU wait in seconds per notebook on a T4, as `plan --gpu t4` says it (what
+    runs there, swapped or skipped; the `core` notebooks as the core path runs them alone)."""
+    out = {row["notebook"]: row["minutes"] * 60 for row in plan(PROFILES["t4"], list(RECORDED))}
+    path = [n for n in core or [] if n in out]
+    if path:
+        out.update({row["notebook"]: row["minutes"] * 60 for row in plan(PROFILES["t4"], path)})
+    return out
+
+
+_NAMES = {"sdxl": "SDXL", "sd15": "SD1.5", "ssd1b": "SSD-1B", "pixart": "PixArt-alpha",
+          "flux": "FLUX.1-dev", "flux-schnell": "FLUX.1-schnell", "fp16-fix": "the fp16-fix VAE"}
+
+
+def _files(rows) -> str:
+    return ", ".join(f"{_NAMES.get(model, model)} {files} weights ({nbytes / 1e9:.1f} GB)"
+                     for model, files, nbytes, _ in rows)
+
+
+def downloads_line(name: str, path: list[str]) -> str:
+    """What lesson `name` downloads the first time it runs, on an H100: the weights it needs
+    that the lessons before it on the day did not (a core lesson, in `path`: the core lessons
+    before it; an optional one: the whole core path). The first lesson of `path`, the set-up
+    notebook, says the whole core path's, on an H100 and on a T4."""
+    before = path[:path.index(name)] if name in path else path
+    had = {(m, f) for m, f, _, _ in course_downloads(before)} if before else set()
+    new = [row for row in course_downloads([name]) if (row[0], row[1]) not in had]
+    line = (f"Downloads: {_files(new)}, the first time." if new else
+            "Downloads: nothing new (the weights of the lessons before it).")
+    if name == path[0]:
+        day = course_downloads(path)
+        t4, _ = for_card(day, PROFILES["t4"])
+        line += (f" The whole core path downloads {sum(r[2] for r in day) / 1e9:.1f} GB on an "
+                 f"H100: {_files(day)}. On a T4, where fp32 SDXL does not fit, "
+                 f"{sum(r[2] for r in t4) / 1e9:.1f} GB.")
+    return line
