@@ -5,7 +5,7 @@ Introduced in 00_setup.ipynb."""
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -59,8 +59,9 @@ class CourseSettings:
     # the most timed runs fdh.benchmark may add to settle a median (None: its default, 4 x
     # runs); smoke mode proves the code runs, so it times `runs` calls and no more
     max_runs: int | None = None
-    # whether compiles may tune on a GPU (techniques/autotune.py): the switch as it stands
-    autotune: bool = False
+    # whether compiles may tune on a GPU (techniques/autotune.py): the switch as it stands; left
+    # out of the repr the parameters cell prints, as autotuning waits for the optional lesson 13
+    autotune: bool = field(default=False, repr=False)
     # on a GPU: the largest batch that fits at this size (planning/sizing.py), and the card's
     # profile key ("t4", "h100", "other"; None without a GPU)
     max_batch: int = 1
