@@ -26,7 +26,7 @@ TERMS = ("dynamo", "inductor", "graph", "graph break", "guard", "recompile", "fu
          "smoke mode", "est.",
          # issue 59: used on the core path or printed by it, now each in the glossary
          "compute capability", "course clock", "tuning bundle", "coordinate descent", "ladder",
-         "frame", "FX graph cache hit", "SSIM", "sync", "quantization",
+         "frame", "FX graph cache hit", "SSIM", "sync", "quantization", "recipe",
          "graph partition, static input")
 
 
