@@ -62,16 +62,19 @@ def test_the_first_cell_names_the_lessons_downloads(path):
 
 
 def test_the_downloads_lines_say_what_each_lesson_adds():
-    """On the course's record: 00 loads SDXL in fp32; 02 adds its fp16 files (bf16 rungs); 07,
-    SD1.5's; 03 adds nothing; the set-up notebook totals the core path, less on a T4."""
+    """On the course's record: 00 loads SDXL in fp32 (its fp16 files on a T4); 02 adds its fp16
+    files (bf16 rungs), nothing on a T4; 07, SD1.5's; 03 adds nothing; the set-up notebook
+    totals the core path, less on a T4."""
     from fastdiff_helpers.planning.course_downloads import course_downloads
 
+    # on a T4, where SDXL's fp32 does not fit, 00 loads the half-precision files 02 adds (issue 59)
     assert L.downloads_line("00_setup.ipynb", L.core_path()).startswith(
-        "Downloads: SDXL fp32 weights (13.9 GB), the first time. The whole core path downloads ")
+        "Downloads: SDXL fp32 weights (13.9 GB), the first time; on a T4, SDXL fp16 weights "
+        "(6.9 GB). The whole core path downloads ")
     day = sum(r[2] for r in course_downloads(L.core_path())) / 1e9
     assert f"downloads {day:.1f} GB on an H100" in L.downloads_line("00_setup.ipynb", L.core_path())
     assert L.downloads_line("02_precision.ipynb", L.core_path()) == (
-        "Downloads: SDXL fp16 weights (6.9 GB), the first time.")
+        "Downloads: SDXL fp16 weights (6.9 GB), the first time; on a T4, nothing new.")
     assert L.downloads_line("03_attention.ipynb", L.core_path()).startswith("Downloads: nothing new")
     assert L.downloads_line("07_gpu_syncs.ipynb", L.core_path()).startswith("Downloads: SD1.5 fp16 weights")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..models.gpus import PROFILES
 from ..planning import clock
 from ..planning.clock_record import RECORDED
+from ..models.downloads import download_bytes, files_dtype
 from ..planning.course_downloads import course_downloads, for_card
 from ..planning.plan import plan
 
@@ -47,16 +48,34 @@ def _files(rows) -> str:
                      for model, files, nbytes, _ in rows)
 
 
+def _on_t4(rows):
+    """The rows a T4 downloads in place of `rows`: a model whose fp32 does not fit it loads in
+    the card's half precision (settings.baseline), so its half-precision files."""
+    kept, _ = for_card(rows, PROFILES["t4"])
+    out = {(m, f): (m, f, b, n) for m, f, b, n in kept}
+    for model, files, _, notebooks in rows:
+        if not any(row[:2] == (model, files) for row in kept):
+            half = files_dtype(model, "bf16")
+            out.setdefault((model, half), (model, half, download_bytes(model, half), notebooks))
+    return list(out.values())
+
+
 def downloads_line(name: str, path: list[str]) -> str:
-    """What lesson `name` downloads the first time it runs, on an H100: the weights it needs
-    that the lessons before it on the day did not (a core lesson, in `path`: the core lessons
-    before it; an optional one: the whole core path). The first lesson of `path`, the set-up
-    notebook, says the whole core path's, on an H100 and on a T4."""
+    """What lesson `name` downloads the first time it runs: the weights it needs that the
+    lessons before it on the day did not (a core lesson, in `path`: the core lessons before it;
+    an optional one: the whole core path), on an H100, and on a T4 where that differs (a model
+    whose fp32 does not fit a T4 loads in half precision there). The first lesson of `path`,
+    the set-up notebook, says the whole core path's, on an H100 and on a T4."""
     before = path[:path.index(name)] if name in path else path
-    had = {(m, f) for m, f, _, _ in course_downloads(before)} if before else set()
-    new = [row for row in course_downloads([name]) if (row[0], row[1]) not in had]
+    rows, had_rows = course_downloads([name]), course_downloads(before) if before else []
+    had = {(m, f) for m, f, _, _ in had_rows}
+    new = [row for row in rows if (row[0], row[1]) not in had]
     line = (f"Downloads: {_files(new)}, the first time." if new else
             "Downloads: nothing new (the weights of the lessons before it).")
+    had_t4 = {(m, f) for m, f, _, _ in _on_t4(had_rows)}
+    new_t4 = [row for row in _on_t4(rows) if (row[0], row[1]) not in had_t4]
+    if [r[:2] for r in new_t4] != [r[:2] for r in new]:
+        line = line[:-1] + f"; on a T4, {_files(new_t4) if new_t4 else 'nothing new'}."
     if name == path[0]:
         day = course_downloads(path)
         t4, _ = for_card(day, PROFILES["t4"])
