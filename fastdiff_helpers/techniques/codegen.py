@@ -74,7 +74,7 @@ def to_code(recipe: Recipe, flavour: str = "fdh", only: str | Sequence[str] | No
     `only` (plain only) keeps the named sections of SECTIONS, e.g. only="compile": the
     technique's own lines, as a notebook shows them. `model`: the code for that model where
     it differs (Flux's attention; what cannot apply to Flux is refused as fdh.apply refuses
-    it); None: the blog's four. Introduced in 01_baseline.ipynb."""
+    it); None: the blog's four. Introduced in 04_torch_compile.ipynb."""
     if flavour not in ("fdh", "plain"):
         raise RecipeError(f"Unknown flavour {flavour!r}: use 'fdh' or 'plain'.")
     flux = model is not None and get_spec(model).pipeline_class == "FluxPipeline"
