@@ -82,6 +82,13 @@ PLAIN: dict[tuple[str, str], tuple[str, fdh.Recipe]] = {
     # PSNR of the eager one.
 }
 
+# Fields a plain cell sets that no module keeps: 09's step cache is one plain function that
+# replaces the UNet's forward (issue 59), so reading the pipeline back sees a stock UNet; the
+# image, equal to the bit to fdh.apply's cached one (and a cache changes the image), proves it,
+# and tests/test_plain_techniques.py holds the function to fdh.step_cache on SDXL and SD1.5
+UNREAD = {("09_fewer_denoiser_calls.ipynb", "cache-apply"): ("cache_every", "cache_branch")}
+
+
 # each technique notebook's own call, in a code cell tagged "technique" (issue 50, item 3)
 CALLS = {
     "01": r"set_attn_processor\(AttnProcessor\(\)\)",
@@ -178,7 +185,8 @@ def test_a_technique_cell_leaves_the_pipeline_fdh_apply_leaves(key, monkeypatch)
         got = _image(got_pipe)
     read = fdh.current_recipe(got_pipe)  # every field, read off every part it changes
     wanted = recipe.to_dict()
-    differ = {f: (read[f], wanted[f]) for f in wanted if read[f] != wanted[f]}
+    differ = {f: (read[f], wanted[f]) for f in wanted
+              if read[f] != wanted[f] and f not in UNREAD.get(key, ())}
     assert not differ, f"{name}:{cell_id} leaves (read, recipe): {differ}"
     if recipe.compile:
         assert fdh.compare_images(got, expected)["psnr"] >= 35
