@@ -1,6 +1,7 @@
 """fdh.playground(): the ipywidgets panel, driven without a browser (tiny models, CPU)."""
 
 import re
+from dataclasses import replace
 
 import pytest
 import torch
@@ -168,6 +169,34 @@ def test_failures_during_a_run_stay_in_the_panel(monkeypatch):
     assert panel.status.value == "failed" and not panel.run_button.disabled
     monkeypatch.undo()
     assert panel.run() is not None and len(panel.rows) == 1 and panel.error.value == ""
+
+
+def test_a_run_loads_the_weights_in_the_dtype_its_recipe_runs_in(monkeypatch):
+    """As the notebooks load a rung (dtype=recipe.weight_dtype): a bf16 recipe fetches half-
+    precision files, never fp32 ones cast (SDXL's fp32 does not fit a T4); the fp32 baseline
+    and TF32 (a matmul setting) load fp32. The default recipe is the card's baseline."""
+    import fastdiff_helpers as fdh
+
+    panel = _panel()
+    assert panel.recipe()[0] == fdh.course_settings("sd15").baseline
+    asked = []
+    real = widgets.load_pipeline
+
+    def recording(*args, **kwargs):
+        asked.append(kwargs.get("dtype"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(widgets, "load_pipeline", recording)
+    for dtype in ("fp32", "tf32", "bf16"):
+        panel.controls["dtype"].value = dtype
+        assert panel.run() is not None, panel.error.value
+    assert asked == ["fp32", "fp32", "bf16"]
+    assert [r.recipe["dtype"] for r in panel.rows] == ["fp32", "tf32", "bf16"]
+    assert panel.rows[2].quality["psnr"] > 35  # against the fp32 baseline, loaded in fp32
+    monkeypatch.setattr(widgets, "course_settings",  # a card where fp32 does not fit
+                        lambda model: replace(fdh.course_settings(model), baseline_dtype="fp16"))
+    t4 = widgets.playground("sdxl", weights="tiny", device="cpu")
+    assert t4.controls["dtype"].value == "fp16"
 
 
 def test_reset_clears_the_table_chart_and_baselines(two_runs):

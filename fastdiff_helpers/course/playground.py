@@ -23,7 +23,7 @@ from ..models.pretrained import check_weights
 from ..techniques import apply
 from ..techniques.autotune import course_tuning
 from ..techniques.schedulers import set_scheduler
-from ..techniques.recipe import BASELINE, Recipe, RecipeError
+from ..techniques.recipe import Recipe, RecipeError
 from ..measure.bench import benchmark
 from ..measure.quality import compare_images
 from ..results.charts import ladder_chart
@@ -77,8 +77,10 @@ class Playground:
             "runs": number("timed runs", settings.runs, 1, 50),
             "warmup": number("warm-up", settings.warmup, 0, 10),
             "scheduler": dropdown("scheduler", SCHEDULER_CHOICES, "own")}
+        # the default recipe is the course's baseline on this card (settings.baseline): fp32,
+        # or the card's half precision where the model's fp32 does not fit (SDXL on a T4)
         for name, label in LABELS.items():
-            default = getattr(BASELINE, name)
+            default = getattr(settings.baseline, name)
             self.controls[name] = (
                 W.Checkbox(value=default, description=label, indent=False,
                            layout=W.Layout(width="auto", margin="0 12px 0 0"))
@@ -191,8 +193,10 @@ class Playground:
             recipe, notes = self.recipe()
             c = self.controls
             self._phase(1)
+            # the weights in the dtype the recipe runs in, as the notebooks load a rung: bf16
+            # or fp16 files, not fp32 ones cast (SDXL's fp32 does not fit a T4)
             pipe = self._in_log(load_pipeline, c["model"].value, weights=self.weights,
-                                device=self.device)
+                                device=self.device, dtype=recipe.weight_dtype)
             if c["scheduler"].value != "own":  # 09_fewer_denoiser_calls: steps vs solver
                 set_scheduler(pipe, c["scheduler"].value)
             self._phase(2)
