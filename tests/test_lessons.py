@@ -169,6 +169,34 @@ def test_no_core_cell_waits_more_than_three_minutes_on_an_h100():
     assert not slow, slow
 
 
+def test_a_cells_estimated_wait_is_the_clocks_on_an_h100_and_the_plans_on_a_t4():
+    """A core lesson that says how long the next code cell waits says it for both cards the
+    labels name, as lesson_plan.wait_words writes the course clock's estimate (H100) and the
+    plan's (T4) of that cell (issue 59, defect 15: five said an H100 figure alone, typed)."""
+    import nbformat
+
+    from fastdiff_helpers.course.lesson_plan import cell_waits, wait_words
+
+    wait = r"(?:under a minute|[\d.]+ min)"
+    said = re.compile(rf"est\. {wait} on an H100(?:, {wait} on a T4)?")
+    waits = cell_waits(L.core_path())
+    found, wrong = 0, []
+    for path in NOTEBOOKS:
+        if path.name not in waits:
+            continue
+        cells = nbformat.read(path, as_version=4).cells
+        for i, cell in enumerate(cells):
+            if cell.cell_type != "markdown":
+                continue
+            for phrase in said.findall(" ".join(cell.source.split())):
+                after = next(c for c in cells[i + 1:] if c.cell_type == "code")
+                wanted = wait_words(*waits[path.name][after.id])
+                found += 1
+                if phrase != wanted:
+                    wrong.append(f"{path.name}:{cell.id} says {phrase!r}, the clock {wanted!r}")
+    assert found >= 6 and not wrong, wrong
+
+
 def test_the_readme_shows_the_day():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert readme == L.syllabus_columns(readme, list(_lessons().values())), (

@@ -13,8 +13,9 @@ from ..planning.clock_record import RECORDED
 from ..models.downloads import download_bytes, files_dtype
 from ..planning.course_downloads import course_downloads, for_card
 from ..planning.plan import plan
+from ..planning.plan_work import card_work
 
-__all__ = ["waits", "t4_waits", "downloads_line"]
+__all__ = ["waits", "t4_waits", "cell_waits", "wait_words", "downloads_line"]
 
 
 def waits(core: list[str] | None = None) -> dict[str, float]:
@@ -37,6 +38,26 @@ def t4_waits(core: list[str] | None = None) -> dict[str, float]:
     if path:
         out.update({row["notebook"]: row["minutes"] * 60 for row in plan(PROFILES["t4"], path)})
     return out
+
+
+def cell_waits(core: list[str]) -> dict[str, dict[str, tuple[float, float]]]:
+    """Estimated GPU wait in seconds of each cell of the `core` notebooks, run alone and in
+    order: (on an H100, the course clock; on a T4, the clock with the plan's work for that card,
+    as `plan --gpu t4` adds them up). {notebook: {cell id: (h100, t4)}}."""
+    t4 = PROFILES["t4"]
+    h100 = clock.estimate(notebooks=core)["notebooks"]
+    on_t4 = clock.estimate(sms=t4.sms, gpu=t4, works={n: card_work(t4, n) for n in core}
+                           )["notebooks"]
+    return {name: {cell: (c["total_s"], on_t4[name]["cells"][cell]["total_s"])
+                   for cell, c in h100[name]["cells"].items()} for name in h100}
+
+
+def wait_words(h100_s: float, t4_s: float) -> str:
+    """How a lesson's text says a cell's estimated wait: "est. 2 min on an H100, 7 min on a T4"
+    (whole minutes; "under a minute" below one)."""
+    def said(seconds: float) -> str:
+        return "under a minute" if seconds < 60 else f"{round(seconds / 60)} min"
+    return f"est. {said(h100_s)} on an H100, {said(t4_s)} on a T4"
 
 
 _NAMES = {"sdxl": "SDXL", "sd15": "SD1.5", "ssd1b": "SSD-1B", "pixart": "PixArt-alpha",
