@@ -122,6 +122,14 @@ class CourseSettings:
         return asdict(self)
 
 
+def course_hooks() -> None:
+    """Put the course's two hooks in this process (models/hooks.py): the clock's recorder,
+    where FASTDIFF_CLOCK_LOG asks for it, and weights="auto" reading the choices a parameters
+    cell carried between notebooks. Course settings and the command line call it."""
+    start_recording()
+    auto_weights(carried_rule)
+
+
 def course_settings(model: str = "sdxl", weights: str | None = None, steps: int | None = None,
                     resolution: int | None = None, runs: int | None = None,
                     smoke: bool | None = None, autotune: bool | None = None,
@@ -161,8 +169,7 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
         tuning = checks.existing_folder("tuning", tuning, "a folder of tuning bundles laid out "
                                         "as results/ is (<gpu>/tuning/<torch>/<model>.json.gz)")
     quiet_known_noise()  # the parameters cell runs first in every notebook
-    start_recording()  # the course clock's recorder, where FASTDIFF_CLOCK_LOG asks for it
-    auto_weights(carried_rule)  # weights="auto" reads the choices carried between notebooks
+    course_hooks()
     print(written_for_line())  # copied code takes these versions' spellings
     smoke = smoke_mode() if smoke is None else smoke
     device = "cpu" if smoke or not torch.cuda.is_available() else "cuda"

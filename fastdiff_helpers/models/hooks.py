@@ -6,15 +6,15 @@ the helpers do; neither changes a result, and without a listener or a rule nothi
   a CUDA GPU runs, scope, compile_vae, inductor_flags, and the Recipe fdh.apply was asked, or
   None), "trace" / "trace_end" (fdh.graph_breaks tracing the denoiser: pipe), "benchmark" /
   "benchmark_end" (fdh.benchmark's calls: pipe, profile). The course clock's recorder listens
-  (course/planning/recorder.py, which course settings turns on in the notebooks' smoke runs).
+  (planning/recorder.py, which course settings turns on in the notebooks' smoke runs).
 - The weights rule: `auto_weights(rule)` puts a rule before load_pipeline's own for
   weights="auto" (models/pretrained.py choose_weights): rule(spec, path, device) returns
   (weights, why), or None to leave the choice to the helpers. The course's carries what a
   notebook's parameters cell chose to the later notebooks (course/weights.py).
 
 The autotune decision is no hook: fdh.apply and fdh.compile_pipeline take it as an argument
-(`tuning=`), which the course's settings give (fdh.course.settings(...).tuning).
-Introduced in docs/layout.md ("The core and the course").
+(`tuning=`), which the course's settings give (fdh.course_settings(...).tuning).
+docs/layout.md names it under models/.
 """
 
 from __future__ import annotations

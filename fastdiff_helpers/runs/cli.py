@@ -27,10 +27,7 @@ from ..measure.env import env_report
 from ..results.store import RESULTS_FOLDER, save_result
 from ..results.tables import format_table
 from ..course import lessons
-from ..course.settings import smoke_mode
-from ..course.weights import carried_rule
-from ..models.hooks import auto_weights
-from ..planning.recorder import start_recording
+from ..course.settings import course_hooks, smoke_mode
 from . import demo
 from .ladder import resolve_ladder, run_ladder
 from .launch import add_recipe_flags, batch_from_args, recipe_from_args
@@ -212,11 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        # the course's two hooks, as course settings put them in a notebook: the clock's
-        # recorder (where FASTDIFF_CLOCK_LOG asks for it; a launched batch records its calls)
-        # and weights="auto" reading the choice a parameters cell carried
-        start_recording()
-        auto_weights(carried_rule)
+        course_hooks()  # as in a notebook: a launched batch records its calls too
         if args.command == "env":
             print(env_report(as_text=True))
             return 0

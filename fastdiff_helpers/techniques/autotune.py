@@ -201,7 +201,7 @@ def step_blocked(previous: Recipe | None, recipe: Recipe, device: str, model: st
 def course_tuning(pipe: Any, mode: str, inductor_flags: bool, compile_vae: bool, scope: str,
                   recipe: Recipe | None = None) -> tuple[str, bool, list[str]]:
     """The course's autotune decision, passed to fdh.apply and fdh.compile_pipeline as their
-    `tuning` (fdh.course.settings(...).tuning is this): the rule of this module's docstring
+    `tuning` (fdh.course_settings(...).tuning is this): the rule of this module's docstring
     (gate_compile), said in one line, with what the compile will compile and the estimated
     wait on this GPU; a compile that tunes on CUDA keeps coordinate descent's marks
     (coordesc.py), and is noted where it reads tuning imported from another GPU kind; the
