@@ -11,6 +11,7 @@ import dataclasses
 import gzip
 import json
 import pickle
+from pathlib import Path
 
 import pytest
 
@@ -309,3 +310,40 @@ def test_make_demo_on_a_gpu_runs_the_blogs_ladder_only_when_it_need_not_wait_for
     assert "compiling 9 graphs" in course and "+ autotune: autotuning on top" in course
     fdh.set_autotune(True)
     assert demo.demo_ladder("sdxl", "random", "cuda")[0] == "blog"
+
+
+def _notebook_compile_calls():
+    """Every fdh.apply / fdh.compile_pipeline call in the notebooks' code cells, with whether it
+    passes `tuning=` and the device its pipeline is loaded on where the call names it."""
+    import ast
+
+    import nbformat
+
+    for path in sorted((Path(__file__).parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type != "code":
+                continue
+            code = "\n".join(line for line in cell.source.splitlines()
+                             if not line.lstrip().startswith(("%", "!")))
+            for node in ast.walk(ast.parse(code)):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and node.func.attr in ("apply", "compile_pipeline")
+                        and isinstance(node.func.value, ast.Name) and node.func.value.id == "fdh"):
+                    devices = {k.value.value for n in ast.walk(node) if isinstance(n, ast.Call)
+                               for k in n.keywords if k.arg == "device"
+                               and isinstance(k.value, ast.Constant)}
+                    yield (f"{path.name}:{cell.get('id')}", node.func.attr,
+                           any(k.arg == "tuning" for k in node.keywords), devices)
+
+
+def test_every_notebook_compile_passes_the_courses_decision():
+    """Issue 58: fdh.apply and fdh.compile_pipeline take the autotune decision as `tuning=`;
+    without it a notebook's compile on a GPU would skip the course's rule (a max-autotune
+    search of tens of minutes, unsaid) and its compile-cache folder (course_tuning calls
+    use_course_cache). Every call passes settings.tuning, but those whose pipeline is loaded
+    on the meta device or the CPU by name, which never tune."""
+    calls = list(_notebook_compile_calls())
+    assert len(calls) >= 20
+    missing = [where for where, _, tuned, devices in calls
+               if not tuned and not devices & {"meta", "cpu"}]
+    assert not missing, missing
