@@ -1,5 +1,15 @@
 import os
+import sys
+from pathlib import Path
+
 import pytest
+
+# The repository root, so that tests import this project's own tools as `tools.<name>` (the
+# reference run, tools/reference/, lives outside the package: issue 58). `python -m pytest`
+# puts the working folder first, but an xdist worker or a run from elsewhere need not.
+_ROOT = str(Path(__file__).resolve().parent.parent)
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the test machine has no hub access
 os.environ.setdefault("TQDM_DISABLE", "1")

@@ -204,11 +204,14 @@ def test_the_course_settings_switch_autotuning(monkeypatch):
 
 def test_the_cli_switch(monkeypatch, capsys):
     from fastdiff_helpers.runs import cli
+    from tools.reference.__main__ import build_parser
 
     parser = cli.build_parser()
-    for command in (["ladder"], ["bench"], ["warm"], ["reference"], ["demo"]):
+    for command in (["ladder"], ["bench"], ["warm"], ["demo"]):
         assert parser.parse_args(command + ["--autotune"]).autotune is True
         assert parser.parse_args(command).autotune is False
+    assert build_parser().parse_args(["--autotune"]).autotune is True  # the reference run's
+    assert build_parser().parse_args([]).autotune is False
 
 
 # --- coordinate descent's mark through the compile worker's pickle ---------------------------

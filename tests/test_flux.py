@@ -291,10 +291,10 @@ def test_step_cache_flops_and_branches():
 # --- the reference run takes Flux and its ladder ------------------------------------------
 
 def test_reference_run_takes_flux_and_its_ladder(tmp_path, capsys):
-    from fastdiff_helpers.runs.cli import main
+    from tools.reference.__main__ import main
 
     out = tmp_path / "results" / "cpu" / "flux"  # under results/: the run tables it there
-    code = main(["reference", "--model", "flux", "--weights", "tiny", "--device", "cpu",
+    code = main(["--model", "flux", "--weights", "tiny", "--device", "cpu",
                  "--out", str(out), "--budget-s", "60", "--runs", "1", "--warmup", "1",
                  "--steps", "2", "--no-progress", "--no-tuning"])
     said = capsys.readouterr().out

@@ -20,9 +20,9 @@ import pytest
 from PIL import Image
 
 import fastdiff_helpers as fdh
-import fastdiff_helpers.runs.reference as ref
-from fastdiff_helpers.runs import reference_folder
-from fastdiff_helpers.results import readme as results_readme
+import tools.reference.run as ref
+from tools.reference import folder as reference_folder
+from tools.reference import readme as results_readme
 from fastdiff_helpers.results.store import Result, load_results
 
 BLOG = [n for n, _ in fdh.LADDER]
@@ -165,7 +165,7 @@ def test_never_starts_a_step_the_budget_cannot_hold(fake, tmp_path, capsys):
     # eager first guess 30 s > 0.9 s: not even fp32 starts, and the line says so and how on
     assert outcome.status == "budget" and outcome.exit_code == ref.EXIT_BUDGET
     assert fake.calls == [] and "more than the whole budget" in outcome.message
-    assert "Continue with: python -m fastdiff_helpers reference" in outcome.message
+    assert "Continue with: python3 -m tools.reference" in outcome.message
     # with an estimate from what is recorded: fp32 ran 0.3 s, so bf16 is expected to take 0.3 s
     state = {"attempts": [{"step": "fp32", "compiled": False, "finished": True,
                            "seconds": 0.3}]}
@@ -312,16 +312,16 @@ def test_committed_h100_folder_tables_with_the_blogs_ratio():
 
 
 def test_cli_reference_exit_codes(fake, tmp_path, capsys):
-    from fastdiff_helpers.runs.cli import main
+    from tools.reference.__main__ import main
 
     out = tmp_path / "r" / "cpu" / "sdxl"
-    assert main(["reference", "--model", "sdxl", "--weights", "tiny", "--device", "cpu",
+    assert main(["--model", "sdxl", "--weights", "tiny", "--device", "cpu",
                  "--out", str(out), "--budget-s", "0.5"]) == ref.EXIT_BUDGET
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert line.endswith(f"--out {out} --budget-s 0.5")
-    assert main(["reference", "--model", "sdxl", "--weights", "tiny", "--device", "cpu",
+    assert main(["--model", "sdxl", "--weights", "tiny", "--device", "cpu",
                  "--out", str(out)]) == 0
-    assert main(["reference", "--model", "sdxl", "--weights", "tiny", "--device", "cpu",
+    assert main(["--model", "sdxl", "--weights", "tiny", "--device", "cpu",
                  "--out", str(out), "--budget-s", "-1"]) == 2
 
 
@@ -332,7 +332,7 @@ def test_cli_completes_the_blog_ladder_over_budgeted_runs_and_a_kill(tmp_path):
     again and again, complete the ladder: six records, each PSNR against the same fp32 image,
     the charts and the README table; one more run does nothing."""
     out = tmp_path / "results" / "cpu" / "sdxl"
-    cmd = [sys.executable, "-m", "fastdiff_helpers", "reference", "--model", "sdxl",
+    cmd = [sys.executable, "-m", "tools.reference", "--model", "sdxl",
            "--weights", "tiny", "--device", "cpu", "--steps", "2", "--runs", "2",
            "--warmup", "1", "--no-progress", "--out", str(out)]
     # the course's compile cache (make test's, shared by the suite): not a test of cold compiles
@@ -372,7 +372,7 @@ def test_cli_completes_the_blog_ladder_over_budgeted_runs_and_a_kill(tmp_path):
     first = outputs[0]
     assert "interrupted during '+ SDPA'" in first
     assert "[1/4] sdxl + SDPA" in first and "sdxl fp32" not in first and "sdxl bf16:" not in first
-    assert all("Continue with: python -m fastdiff_helpers reference" in o
+    assert all("Continue with: python3 -m tools.reference" in o
                for o, c in zip(outputs, codes) if c == ref.EXIT_BUDGET)
 
     records = load_results(out / "results.jsonl")
@@ -406,4 +406,20 @@ def test_committed_results_readme_is_what_the_records_make(tmp_path):
     shutil.copytree(ROOT / "results", tmp_path / "results")
     ref.write_results_readme(tmp_path / "results")
     assert (tmp_path / "results" / "README.md").read_text() == \
-        (ROOT / "results" / "README.md").read_text(), "run fdh.runs.reference.write_results_readme('results')"
+        (ROOT / "results" / "README.md").read_text(), \
+        "run tools.reference.write_results_readme('results') from the repository root"
+
+
+def test_the_reference_run_lives_outside_the_package(capsys):
+    """Issue 58: the reference run serves this project's own GPU runs, so it is tools/reference/
+    (python3 -m tools.reference, from the repository root), not a module or a command of the
+    package a participant installs."""
+    import importlib.util
+
+    from fastdiff_helpers.runs.cli import main
+
+    assert importlib.util.find_spec("fastdiff_helpers.runs.reference") is None
+    assert importlib.util.find_spec("fastdiff_helpers.results.readme") is None
+    assert Path(ref.__file__).parent == ROOT / "tools" / "reference"
+    assert main(["reference", "--model", "sdxl"]) == 2
+    assert "invalid choice: 'reference'" in capsys.readouterr().err

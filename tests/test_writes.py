@@ -22,8 +22,8 @@ from PIL import Image
 
 import fastdiff_helpers as fdh
 import fastdiff_helpers.runs.ladder as ladder_mod
-import fastdiff_helpers.runs.reference as ref
-from fastdiff_helpers.runs import reference_folder
+import tools.reference.run as ref
+from tools.reference import folder as reference_folder
 from fastdiff_helpers.compiletime import bundle as bundle_format, cold_start
 from fastdiff_helpers.measure.profile import load_trace
 from fastdiff_helpers.compiletime.watch import TuningWatch

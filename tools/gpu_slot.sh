@@ -4,7 +4,7 @@
 #
 #   tools/gpu_slot.sh install                       install the wheelhouse once, print env
 #   tools/gpu_slot.sh verdict GROUP [pytest args]   bf16 matmul rate, pytest tests/gpu -m gpu ARGS
-#   tools/gpu_slot.sh reference MODEL [LADDER [ARGS]]  python -m fastdiff_helpers reference, budgeted
+#   tools/gpu_slot.sh reference MODEL [LADDER [ARGS]]  python3 -m tools.reference, budgeted
 #                                                   (ARGS: e.g. --ignore-estimate; --autotune to
 #                                                   let its compiled steps tune: without it they
 #                                                   compile in default mode, issue 44)
@@ -83,7 +83,7 @@ print(bundle_path("gpu-tests"))') timeout -k 20 "${T:-540}" python3 -m pytest te
     # LADDER left out: the model's own (blog for the four models the blog ran, flux for Flux)
     model=$2 ladder=${3:-}; shift; shift; [ $# -gt 0 ] && shift
     # the run's own budget ends first; timeout's SIGTERM (then SIGKILL 20 s later) is the backstop
-    timeout -k 20 $(( ${T:-540} + 20 )) python3 -m fastdiff_helpers reference --model "$model" \
+    timeout -k 20 $(( ${T:-540} + 20 )) python3 -m tools.reference --model "$model" \
       ${ladder:+--ladder "$ladder"} --weights random --device cuda --no-progress \
       --budget-s "${T:-540}" "$@" 2>&1 | tee -a "$LOGS/reference-$model-${ladder:-own}.log"
     ;;

@@ -1,8 +1,9 @@
 """The reference numbers a notebook quotes: the blog's published row, and every ladder this
 project has measured on a GPU and committed under results/ (results/<gpu>/<model>/, the model's
 first ladder, the blog's for the blog's models; results/<gpu>/<model>-<ladder>/, another, as
-`reference --ladder course` writes it). Each table says its GPU, weights, size and steps, and
-each rung's TF32 switches and VAE, so a figure is never quoted without what it ran with.
+the project's reference run, `python3 -m tools.reference --ladder course`, writes it). Each
+table says its GPU, weights, size and steps, and each rung's TF32 switches and VAE, so a figure
+is never quoted without what it ran with.
 
 Introduced in 01_baseline.ipynb.
 """

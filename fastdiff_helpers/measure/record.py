@@ -126,7 +126,7 @@ class Result:
     compile_events: dict = field(default_factory=dict)
     cold_start_split: dict = field(default_factory=dict)  # compile_s, dynamo_s, inductor_s, ...
     load_s: float | None = None  # load_pipeline + apply, where run_ladder measured it
-    # the reference run (reference.py), within schema 1 (older records load with None): the
+    # the reference run (tools/reference/run.py), within schema 1 (older records load with None): the
     # device's dense matmul rate measured for the folder (bf16 on CUDA, fp32 on a CPU), and the
     # step's whole wall time (load, apply, warm-ups, timed runs)
     matmul_tflops: float | None = None

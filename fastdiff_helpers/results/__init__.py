@@ -6,7 +6,6 @@
     profile_chart  fdh.profile's stages and kinds of work, one bar per pipeline
     text    how the course writes its numbers (seconds and their +-, speed-ups with their
             range, memory, PSNR)
-    readme  results/README.md: one table per GPU and model, made from the committed records
 
 Imports the layers below it (models, techniques, measure), nothing of course or runs.
 """

@@ -2,18 +2,16 @@
 
     ladder            run_ladder: every step of a ladder on a fresh pipeline
     warm              warm_ladder: every compiled step of a ladder compiled ahead of time
-    reference         the reference run: a ladder into one results folder, a step at a time,
-                      resumable across short GPU slots
-    reference_folder  a reference run's folder: its records, state file and fp32 image
     batch             run_batch: one image per prompt, over the processes of a launcher
     launch            launch_batch: `torchrun` for a notebook cell, the `batch` command
     demo              `make demo`: the blog's ladder (on a GPU without autotuning, the
                       course's) with the course's settings, said before and explained after
     demo_explain      what the demo says after its ladder: each step, from what was measured
     cli               `python -m fastdiff_helpers ...`: the command line over all of these
-    cli_compile       its compile commands: warm (a part at a time), reference, tuning, clock
+    cli_compile       its compile commands: warm (a part at a time), tuning, clock
     cli_download      its download command: the course's weights fetched ahead of a workshop
     cli_plan          its plan command's arguments (the plan itself: planning/plan.py)
 
-Imports every layer below it; the course's settings too (the demo runs with them).
+Imports every layer below it; the course's settings too (the demo runs with them). The
+reference run, this project's own GPU measurements, is tools/reference/, outside the package.
 """

@@ -1,5 +1,5 @@
-"""The command line: `python -m fastdiff_helpers demo | ladder | bench | batch | warm | reference
-| tuning | download | env | plan | lessons` (also `fastdiff ...`); warm, reference and tuning are in
+"""The command line: `python -m fastdiff_helpers demo | ladder | bench | batch | warm | tuning
+| download | env | plan | lessons` (also `fastdiff ...`); warm and tuning are in
 cli_compile.py, download in cli_download.py, plan in cli_plan.py.
 
 Introduced in 00_setup.ipynb (env) and 17_all_models.ipynb (ladder). The CLI only composes
@@ -45,7 +45,7 @@ class _Parser(argparse.ArgumentParser):
 
 LADDER_HELP = ("blog: the blog's recipe on today's stack; course: the course's own; flux: the "
                "course's Flux ladder (default: the model's own, blog or flux)")
-LADDER_COMMANDS = ("demo", "ladder", "warm", "reference")
+LADDER_COMMANDS = ("demo", "ladder", "warm")
 
 
 # FASTDIFF_SMOKE=1 (fdh.smoke_mode) changes the defaults as it does the notebooks' settings:

@@ -1,15 +1,14 @@
 """The command line's compile commands: `warm` (fill the compile cache, a part at a time if
-need be), `reference` (the resumable reference run) and `tuning export | import | show`
-(max-autotune's tuning as data). Parsed here, added to cli.py's parser.
+need be) and `tuning export | import | show` (max-autotune's tuning as data). Parsed here, added
+to cli.py's parser. (The reference run, this project's own GPU measurements, is
+tools/reference/, outside the package.)
 
-Introduced in 05_cold_start.ipynb (warm, tuning) and docs/offline-gpu.md, "On an offline GPU
-machine" (reference).
+Introduced in 05_cold_start.ipynb (warm, tuning).
 """
 
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from pathlib import Path
 
@@ -24,7 +23,6 @@ from ..compiletime.bundle import bundle_path
 from ..compiletime.bundle_cache import import_raw
 from ..compiletime.bundle_io import export_tuning, import_matching, import_tuning, show_tuning
 from .warm import warm_ladder
-from .reference import run_reference
 
 __all__ = ["COMPILE_COMMANDS", "add_compile_commands", "UsageError"]
 
@@ -43,7 +41,7 @@ def _tuning_flags(p: argparse.ArgumentParser, writes: str) -> None:
 
 
 def add_compile_commands(sub, common, steps: list[str]) -> None:
-    """warm, reference and tuning, on cli.py's subparsers (`common`: its shared flags)."""
+    """warm, tuning and clock, on cli.py's subparsers (`common`: its shared flags)."""
     warm = sub.add_parser("warm", help="compile a ladder's compiled steps once (fill the "
                           "compile cache, keep max-autotune's tuning as a bundle), optionally "
                           "into a portable file; or --load one")
@@ -65,29 +63,6 @@ def add_compile_commands(sub, common, steps: list[str]) -> None:
                            "match is refused before anything in it is read")
     _tuning_flags(warm, "; what this command tunes grows DIR/<gpu>/tuning/<torch>/<model>"
                   ".json.gz (every 30 s, at the end, when stopped)")
-
-    ref = sub.add_parser("reference", help="measure a ladder into results/<gpu>/<model>, the "
-                         "steps not yet recorded there, within a time budget (resumable)")
-    common(ref)
-    ref.add_argument("--ladder", default=None, choices=sorted(LADDERS),
-                     help="default: the model's own (blog, or flux for Flux)")
-    ref.add_argument("--out", default=None, metavar="DIR",
-                     help="default results/<gpu>/<model> (e.g. results/h100-80gb-hbm3/sdxl): "
-                          "records, images, charts; results/README.md is rewritten after each "
-                          "step; the tuning bundle grows in results/<gpu>/tuning/<torch>/ (a "
-                          "DIR not under a folder named results keeps its bundle in "
-                          "DIR/tuning/ and gets no README)")
-    ref.add_argument("--budget-s", type=float, default=None,
-                     help="stop before a step that would not finish in what is left of this "
-                          "many seconds, or at the budget (the cut step leaves no record; exit "
-                          "code 3 says: run again)")
-    ref.add_argument("--retry-failed", action="store_true", help="run failed steps again")
-    ref.add_argument("--ignore-estimate", action="store_true",
-                     help="start the next step even if its estimate exceeds the budget left "
-                          "(its compile cache was warmed since); it still stops at the budget")
-    ref.add_argument("--no-tuning", action="store_true",
-                     help="neither import nor write tuning bundles, and measure a compiled "
-                          "step even when its compile tuned")
 
     tuning = sub.add_parser("tuning", help="max-autotune's tuning as data: export the compile "
                             "cache's tuning to a bundle, import one, show one")
@@ -150,21 +125,6 @@ def _warm(args: argparse.Namespace, argv) -> int:
     return 0
 
 
-def _reference(args: argparse.Namespace, argv) -> int:
-    if args.budget_s is not None and args.budget_s <= 0:
-        raise FastdiffError(f"--budget-s must be a positive number of seconds, got "
-                            f"{args.budget_s:g}")
-    words = list(argv) if argv is not None else sys.argv[1:]
-    outcome = run_reference(
-        model=args.model, out=args.out, ladder=args.ladder, weights=args.weights,
-        budget_s=args.budget_s, runs=args.runs, warmup=args.warmup, steps=args.steps,
-        height=args.height, width=args.width, device=args.device, seed=args.seed,
-        prompt=args.prompt, retry_failed=args.retry_failed,
-        ignore_estimate=args.ignore_estimate, progress=not args.no_progress,
-        command="python -m fastdiff_helpers " + shlex.join(words), tuning=not args.no_tuning)
-    return outcome.exit_code
-
-
 def _tuning(args: argparse.Namespace, argv) -> int:
     if args.verb == "export":
         export_tuning(args.out, model=args.model, cache_dir=args.cache_dir)
@@ -203,4 +163,4 @@ def _clock(args: argparse.Namespace, argv) -> int:
     return 0
 
 
-COMPILE_COMMANDS = {"warm": _warm, "reference": _reference, "tuning": _tuning, "clock": _clock}
+COMPILE_COMMANDS = {"warm": _warm, "tuning": _tuning, "clock": _clock}

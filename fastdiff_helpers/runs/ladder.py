@@ -113,7 +113,7 @@ def measure_step(spec, name: str, recipe, weights: str, device: str, loading: di
     `measure_if_tuned=False`: a compile that tuned raises TunedNotMeasured (benchmark).
     `previous`: the ladder's step before; a step that only adds tuning to it (the course's
     "+ autotune") is not run where it may not tune (techniques/autotune.py, blocked): it would
-    run as the step before. Shared by run_ladder and the reference run (reference.py)."""
+    run as the step before. Shared by run_ladder and the reference run (tools/reference/run.py)."""
     adapted, notes = recipe.for_device(device)
     size = spec.resolution_for(weights)
     pipe = None

@@ -1,6 +1,6 @@
 """results/README.md: one table per GPU and model, made anew from the committed records.
 
-Written by the reference run (reference.py) after every step. Introduced in
+Written by the reference run (run.py) after every step. Introduced in
 docs/offline-gpu.md, "On an offline GPU machine".
 """
 
@@ -9,13 +9,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .. import checks
-from ..models.presets import BLOG_SOURCE, published_ladder
-from ..techniques.ladders import LADDERS
-from .store import Result, load_results
-from .text import memory_text, psnr_text, seconds_text
+from fastdiff_helpers import checks
+from fastdiff_helpers.models.presets import BLOG_SOURCE, published_ladder
+from fastdiff_helpers.techniques.ladders import LADDERS
+from fastdiff_helpers.results.store import Result, load_results
+from fastdiff_helpers.results.text import memory_text, psnr_text, seconds_text
 
-__all__ = ["write_results_readme", "check_results_readme", "STATE"]
+__all__ = ["write_results_readme", "check_results_readme", "STATE", "COMMAND"]
+
+COMMAND = "python3 -m tools.reference"  # how to run the reference run, from the repository root
 
 STATE = "reference.json"  # a results folder's state: the run's settings, matmul rate, attempts
 
@@ -131,9 +133,11 @@ def _table(folder: Path, records: list[Result]) -> list[str]:
 def check_results_readme(root: str | Path) -> Path:
     """root/README.md, if write_results_readme may write it: new, or one it wrote (its first
     line and its "made anew by" sentence); any other README is left as it is (refused)."""
-    return checks.output_file("README", Path(root) / "README.md", "README.md", lambda p: checks.
-                              file_starts(p, b"# Reference results", b"made anew by `python -m "
-                                          b"fastdiff_helpers reference`"),
+    # "made anew by `python -m fastdiff_helpers reference`": what the run said before it moved
+    # here from the package (issue 58), so a table written then is still its own
+    return checks.output_file("README", Path(root) / "README.md", "README.md", lambda p: any(
+        checks.file_starts(p, b"# Reference results", b"made anew by `" + command)
+        for command in (COMMAND.encode(), b"python -m fastdiff_helpers reference")),
                               "a results table that the reference run wrote")
 
 
@@ -148,8 +152,8 @@ def write_results_readme(root: str | Path) -> Path | None:
     if not stores:
         return None
     lines = ["# Reference results", "",
-             "Measured by this project (the device each table names); made anew by `python -m fastdiff_helpers "
-             "reference` (fastdiff_helpers/runs/reference.py) after every step: edit the records, "
+             f"Measured by this project (the device each table names); made anew by `{COMMAND}` "
+             "(tools/reference/) after every step: edit the records, "
              "not this file. Each folder holds `results.jsonl` (every timed sample, the "
              "environment, cold-start split), `reference.json` (the matmul rate, every "
              "attempt), the charts and the fp32 image. Compare seconds only between rows of "

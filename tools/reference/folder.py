@@ -2,7 +2,7 @@
 (reference.json: the run's settings, the matmul rate, every attempt), the fp32 image every
 quality figure is measured against, and what a step is expected to take.
 
-Used by reference.py. Introduced in docs/offline-gpu.md, "On an offline GPU machine".
+Used by run.py. Introduced in docs/offline-gpu.md, "On an offline GPU machine".
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from typing import Any
 
 import torch
 
-from ..checks import write_atomic
-from ..errors import FastdiffError
-from ..techniques.ladders import LADDERS
-from ..measure.env import device_name
-from ..measure.record import utc_now
-from ..measure.flops import measure_matmul_tflops
-from ..results.readme import STATE, check_results_readme
-from ..results.store import Result, load_results
+from fastdiff_helpers.checks import write_atomic
+from fastdiff_helpers.errors import FastdiffError
+from fastdiff_helpers.techniques.ladders import LADDERS
+from fastdiff_helpers.measure.env import device_name
+from fastdiff_helpers.measure.record import utc_now
+from fastdiff_helpers.measure.flops import measure_matmul_tflops
+from .readme import STATE, check_results_readme
+from fastdiff_helpers.results.store import Result, load_results
 
 # A first guess of one step's wall time (load, apply, compile, warm-ups, timed runs) when the
 # folder records nothing of that kind yet: (tiny weights?, compiled?) -> seconds. Tiny: the

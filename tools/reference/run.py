@@ -1,5 +1,5 @@
 """The reference run: a ladder measured into one results folder, a step at a time, resumable
-across short GPU slots (`python -m fastdiff_helpers reference`).
+across short GPU slots (`python3 -m tools.reference`, from the repository root).
 
 Introduced in docs/offline-gpu.md, "On an offline GPU machine" (the course's reference results
 are made with it). What run_ladder does in one go, this does in pieces that add up to one ladder:
@@ -29,31 +29,30 @@ from contextlib import nullcontext
 from pathlib import Path
 
 
-from .. import checks
-from ..errors import FastdiffError
-from ..models.presets import published_ladder
-from ..models.loading import free_memory
-from ..models.pretrained import resolve_weights
-from ..techniques.autotune import covers, step_blocked
-from ..techniques.ladders import LADDERS
-from ..measure.bench import TunedNotMeasured
-from ..measure.compile_events import events_between, snapshot, tuned
-from ..measure.env import device_name
-from ..compiletime.bundle_io import import_matching
-from ..compiletime.watch import TuningWatch
-from ..measure.quality import compare_images
-from ..results.charts import Reference, ladder_chart, memory_chart, save_figure
-from ..results.readme import write_results_readme
-from ..results.store import RESULTS_FOLDER, rewrite_results
-from .ladder import _setup, measure_step, resolve_ladder
-from .reference_folder import (baseline_image, matmul_rate, check_same_run, is_compiled, cuts_in_a_row, estimate,
+from fastdiff_helpers import checks
+from fastdiff_helpers.errors import FastdiffError
+from fastdiff_helpers.models.presets import published_ladder
+from fastdiff_helpers.models.loading import free_memory
+from fastdiff_helpers.models.pretrained import resolve_weights
+from fastdiff_helpers.techniques.autotune import covers, step_blocked
+from fastdiff_helpers.techniques.ladders import LADDERS
+from fastdiff_helpers.measure.bench import TunedNotMeasured
+from fastdiff_helpers.measure.compile_events import events_between, snapshot, tuned
+from fastdiff_helpers.measure.env import device_name
+from fastdiff_helpers.compiletime.bundle_io import import_matching
+from fastdiff_helpers.compiletime.watch import TuningWatch
+from fastdiff_helpers.measure.quality import compare_images
+from fastdiff_helpers.results.charts import Reference, ladder_chart, memory_chart, save_figure
+from .readme import COMMAND, write_results_readme
+from fastdiff_helpers.results.store import RESULTS_FOLDER, rewrite_results
+from fastdiff_helpers.runs.ladder import _setup, measure_step, resolve_ladder
+from .folder import (baseline_image, matmul_rate, check_same_run, is_compiled, cuts_in_a_row, estimate,
                                record_tuning, results_root, tuning_bundle,
                                Folder, slug)
-from ..measure.env import gpu_folder
-from ..measure.record import utc_now
+from fastdiff_helpers.measure.env import gpu_folder
+from fastdiff_helpers.measure.record import utc_now
 
-__all__ = ["run_reference", "ReferenceOutcome", "write_results_readme", "EXIT_BUDGET",
-           "gpu_folder"]
+__all__ = ["run_reference", "ReferenceOutcome", "EXIT_BUDGET", "COMMAND"]
 
 EXIT_BUDGET = 3  # stopped at the budget, steps left: run the same command again
 CUT_RETRIES = 3  # a step cut at the budget this many times in a row is not started again
@@ -89,7 +88,7 @@ def _alarm(seconds: float | None):
 
 
 def _continue_line(args_line: str) -> str:
-    return f"python -m fastdiff_helpers reference {args_line}"
+    return f"{COMMAND} {args_line}"
 
 
 def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: str | None = None,
