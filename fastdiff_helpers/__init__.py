@@ -2,8 +2,14 @@
 
     import fastdiff_helpers as fdh
 
-Importing is cheap and side-effect free: no downloads, no seeds, no global settings.
+Importing is cheap and side-effect free: no downloads, no seeds, no global settings. It loads
+the core (models, techniques, measure, results); the course's own machinery (course settings,
+the playground, the clock and planning, tuning bundles and cold starts, the long runs and the
+command line: course/, planning/, compiletime/, runs/) loads on first use of one of its names
+(_COURSE_LAYER below; tests/test_layout.py checks that importing loads none of it).
 """
+
+import importlib
 
 from .errors import FastdiffError
 from .models.loading import (call_kwargs, count_parameters, free_memory, generate, get_denoiser,
@@ -44,27 +50,46 @@ from .measure.flops import count_flops, flop_floor_seconds, measure_matmul_tflop
 from .measure.quality import compare_images
 from .measure.recompiles import recompile_report
 from .measure.profile import profile
-from .planning.image_time import image_basis, image_seconds
-from .planning.plan import plan_table
-from .compiletime.cold_start import first_image_in_new_process, load_artifacts, save_artifacts
-from .compiletime.bundle import bundle_path, tuning_stamp
-from .compiletime.bundle_io import export_tuning, import_tuning, show_tuning
-from .compiletime.tuning_cpu import cpu_tuning_run
-from .compiletime.watch import TuningWatch
 from .results.charts import (ladder_chart, memory_chart, models_chart, quality_chart, save_figure,
                              show_images)
 from .results.tables import format_table
 from .results.text import speedup_text, timing_text
 from .results.profile_chart import profile_chart
 from .results.store import Result, ResultsFormatError, load_results, reference_results, save_results
-from .course.playground import playground
-from .course.settings import CourseSettings, course_settings, needs_gpu, smoke_mode
-from .course.reference import reference_numbers, reference_rate, reference_result
-from .course.day import day_chart, keep_rung
-from .runs.batch import run_batch
-from .runs.ladder import run_ladder
-from .runs.warm import warm_ladder
-from .runs.launch import format_summary, launch_batch
+
+# The course layer's public names, each with the module that defines it: loaded on first use
+# (a module __getattr__, PEP 562), so `import fastdiff_helpers` runs none of that code.
+_COURSE_LAYER = {
+    "playground": "course.playground",
+    **dict.fromkeys(("CourseSettings", "course_settings", "needs_gpu", "smoke_mode"),
+                    "course.settings"),
+    **dict.fromkeys(("reference_numbers", "reference_rate", "reference_result"),
+                    "course.reference"),
+    **dict.fromkeys(("day_chart", "keep_rung"), "course.day"),
+    "run_batch": "runs.batch", "run_ladder": "runs.ladder", "warm_ladder": "runs.warm",
+    **dict.fromkeys(("format_summary", "launch_batch"), "runs.launch"),
+    **dict.fromkeys(("image_basis", "image_seconds"), "planning.image_time"),
+    "plan_table": "planning.plan",
+    **dict.fromkeys(("first_image_in_new_process", "load_artifacts", "save_artifacts"),
+                    "compiletime.cold_start"),
+    **dict.fromkeys(("bundle_path", "tuning_stamp"), "compiletime.bundle"),
+    **dict.fromkeys(("export_tuning", "import_tuning", "show_tuning"), "compiletime.bundle_io"),
+    "cpu_tuning_run": "compiletime.tuning_cpu", "TuningWatch": "compiletime.watch",
+}
+
+
+def __getattr__(name: str):
+    """A course-layer name, imported from its module on first use and kept here after."""
+    module = _COURSE_LAYER.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_COURSE_LAYER))
 
 
 # The public API: what the notebooks and docs use (tests/test_api.py checks both ways: every

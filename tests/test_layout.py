@@ -281,3 +281,48 @@ def test_plain_code_uses_no_private_attribute():
                           if isinstance(node, ast.Attribute) and node.attr.startswith("_")
                           and not node.attr.endswith("__")})  # dunders are Python's own API
         assert not private, (recipe, private)
+
+
+COURSE_LAYER = ("course", "planning", "compiletime", "runs")  # the course's own machinery
+
+
+def test_importing_the_package_loads_nothing_of_the_course_layer():
+    """Issue 58: `import fastdiff_helpers` loads the core (models, techniques, measure,
+    results) and none of the course layer; a course name loads its module on first use and is
+    the module's own object. Before, the import loaded 33 course-layer modules."""
+    import subprocess
+    import sys
+
+    probe = ("import json, sys\n"
+             "import fastdiff_helpers as fdh\n"
+             f"layer = {COURSE_LAYER!r}\n"
+             "def loaded():\n"
+             "    return sorted(m for m in sys.modules if m.startswith('fastdiff_helpers.')\n"
+             "                  and m.split('.')[1] in layer)\n"
+             "first = loaded()\n"
+             "settings = fdh.course_settings\n"
+             "print(json.dumps([first, loaded(), sorted(fdh._COURSE_LAYER), sorted(fdh.__all__),\n"
+             "                  sorted(dir(fdh))]))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          cwd=PACKAGE.parent, env={"PYTHONPATH": str(PACKAGE.parent),
+                                                   "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    import json
+
+    first, after, lazy, public, listed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert first == [], first
+    assert "fastdiff_helpers.course.settings" in after
+    assert set(lazy) <= set(public) and set(public) <= set(listed)
+    import importlib
+
+    import fastdiff_helpers as fdh
+
+    for name, module in fdh._COURSE_LAYER.items():
+        assert module.split(".")[0] in COURSE_LAYER, (name, module)
+        assert getattr(fdh, name) is getattr(importlib.import_module(
+            f"fastdiff_helpers.{module}"), name), name
+    homes = {n: getattr(getattr(fdh, n), "__module__", None) or "" for n in fdh.__all__
+             if n not in fdh._COURSE_LAYER}
+    eager = {n: m for n, m in homes.items()
+             if m.startswith("fastdiff_helpers.") and m.split(".")[1] in COURSE_LAYER}
+    assert not eager, f"course names imported eagerly: {eager}"

@@ -91,7 +91,7 @@ class RecipeError(FastdiffError):
 class Knob:
     """What every surface reads of one Recipe field: the field's metadata (KNOBS[name]).
 
-    step: the technique that applies it (techniques/steps.py STEPS, in fdh.apply's order: its
+    step: the technique that applies it (techniques/__init__.py STEPS, in fdh.apply's order: its
         place in the order, its code lines in fdh.to_code, its reading back in
         fdh.current_recipe); label: the playground's widget; help: the command line's help (the
         flag is --name-with-dashes, --no-name for a switch that is on by default); choices: the
