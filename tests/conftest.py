@@ -52,6 +52,16 @@ def pytest_configure(config):
         import torch
 
         torch.set_num_threads(1)
+    if os.environ.get("FASTDIFF_CACHE_DIR"):  # after the threads: this imports torch
+        # make test's one fresh compile cache (tools/test_suite.py) for every compile in this
+        # process too, not only those that go through the course's rule: a plain torch.compile,
+        # or fdh.apply without tuning=, would otherwise write into inductor's own default
+        # folder (/tmp/torchinductor_<user>), which outlives the run, so a second run on the
+        # same machine found those graphs compiled and a clean machine (CI) did not (measured:
+        # the memory savers' compiled test, 171 s in one run, 17 s in the next)
+        from fastdiff_helpers.techniques.compile_cache import use_course_cache
+
+        use_course_cache(verbose=False)
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: a machine without xdist never calls it
