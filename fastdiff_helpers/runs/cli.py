@@ -259,7 +259,17 @@ def _main(argv: Sequence[str] | None) -> int:
             return 0 if any(r.ok for r in results) else 1
         _bench(args)
         return 0
-    except (UsageError, FastdiffError, RecipeError) as exc:
-        message = " ".join(str(exc).split())  # one line, whatever the message
-        print(f"fastdiff: error: {message}", file=sys.stderr)
-        return 2
+    except INPUT_ERRORS as exc:
+        return refused(exc)
+
+
+# What a command refuses as invalid input: said in one line, exit code 2 (refused).
+INPUT_ERRORS = (UsageError, FastdiffError, RecipeError)
+
+
+def refused(exc: Exception) -> int:
+    """Say a refusal on stderr in one line, whatever the message; the exit code, 2. Shared by
+    this command line and the project's own tools (tools/reference)."""
+    message = " ".join(str(exc).split())
+    print(f"fastdiff: error: {message}", file=sys.stderr)
+    return 2

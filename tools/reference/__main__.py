@@ -13,10 +13,8 @@ from fastdiff_helpers import checks
 from fastdiff_helpers.errors import FastdiffError
 from fastdiff_helpers.techniques.autotune import set_autotune
 from fastdiff_helpers.techniques.ladders import LADDERS
-from fastdiff_helpers.techniques.recipe import RecipeError
 from fastdiff_helpers.course.settings import course_hooks
-from fastdiff_helpers.runs.cli import _check_counts, _common, _Parser
-from fastdiff_helpers.runs.cli_compile import UsageError
+from fastdiff_helpers.runs.cli import INPUT_ERRORS, _check_counts, _common, _Parser, refused
 from fastdiff_helpers.runs.ladder import resolve_ladder
 
 from .run import COMMAND, run_reference
@@ -70,10 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ignore_estimate=args.ignore_estimate, progress=not args.no_progress,
                 command=f"{COMMAND} " + shlex.join(words), tuning=not args.no_tuning)
             return outcome.exit_code
-        except (UsageError, FastdiffError, RecipeError) as exc:
-            message = " ".join(str(exc).split())  # one line, whatever the message
-            print(f"fastdiff: error: {message}", file=sys.stderr)
-            return 2
+        except INPUT_ERRORS as exc:
+            return refused(exc)
 
 
 if __name__ == "__main__":
