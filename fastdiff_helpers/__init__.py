@@ -3,10 +3,11 @@
     import fastdiff_helpers as fdh
 
 Importing is cheap and side-effect free: no downloads, no seeds, no global settings. It loads
-the core (models, techniques, measure, results); the course's own machinery (course settings,
-the playground, the clock and planning, tuning bundles and cold starts, the long runs and the
-command line: course/, planning/, compiletime/, runs/) loads on first use of one of its names
-(_COURSE_LAYER below; tests/test_layout.py checks that importing loads none of it).
+the core (models, techniques, measure, results): what a participant takes home, `fdh.<name>`.
+The course's own machinery (the parameters cell, the reference numbers, the day's chart, the
+clock and planning, tuning bundles and cold starts, the long runs and the command line:
+course/, planning/, compiletime/, runs/) is `fdh.course.<name>`, loaded on first use
+(_LAZY below; tests/test_layout.py checks that importing loads none of it).
 """
 
 import importlib
@@ -57,68 +58,50 @@ from .results.text import speedup_text, timing_text
 from .results.profile_chart import profile_chart
 from .results.store import Result, ResultsFormatError, load_results, reference_results, save_results
 
-# The course layer's public names, each with the module that defines it: loaded on first use
-# (a module __getattr__, PEP 562), so `import fastdiff_helpers` runs none of that code.
-_COURSE_LAYER = {
-    "playground": "course.playground",
-    **dict.fromkeys(("CourseSettings", "course_settings", "needs_gpu", "smoke_mode"),
-                    "course.settings"),
-    **dict.fromkeys(("reference_numbers", "reference_rate", "reference_result"),
-                    "course.reference"),
-    **dict.fromkeys(("day_chart", "keep_rung"), "course.day"),
-    "run_batch": "runs.batch", "run_ladder": "runs.ladder", "warm_ladder": "runs.warm",
-    **dict.fromkeys(("format_summary", "launch_batch"), "runs.launch"),
-    **dict.fromkeys(("image_basis", "image_seconds"), "planning.image_time"),
-    "plan_table": "planning.plan",
-    **dict.fromkeys(("first_image_in_new_process", "load_artifacts", "save_artifacts"),
-                    "compiletime.cold_start"),
-    **dict.fromkeys(("bundle_path", "tuning_stamp"), "compiletime.bundle"),
-    **dict.fromkeys(("export_tuning", "import_tuning", "show_tuning"), "compiletime.bundle_io"),
-    "cpu_tuning_run": "compiletime.tuning_cpu", "TuningWatch": "compiletime.watch",
-}
+# The course layer is one name, `fdh.course` (course/__init__.py lists what it holds, each loaded
+# on its first use); the playground's panel is the core's, but it imports ipywidgets and the
+# parameters cell's defaults, so it too loads on first use (a module __getattr__, PEP 562):
+# `import fastdiff_helpers` runs none of that code.
+_LAZY = {"course": None, "playground": "course.playground"}
 
 
 def __getattr__(name: str):
-    """A course-layer name, imported from its module on first use and kept here after."""
-    module = _COURSE_LAYER.get(name)
-    if module is None:
+    """fdh.course or fdh.playground, imported on first use and kept here after."""
+    if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    module = importlib.import_module(f"{__name__}.{_LAZY[name] or name}")
+    value = module if _LAZY[name] is None else getattr(module, name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_COURSE_LAYER))
+    return sorted(set(globals()) | set(_LAZY))
 
 
 # The public API: what the notebooks and docs use (tests/test_api.py checks both ways: every
 # public name is listed here, and each is called or documented as fdh.<name>).
 __all__ = [
     "apply", "apply_memory_saver", "autotune_enabled", "BASELINE", "benchmark",
-    "BLOG_A100_SECONDS", "BLOG_A100_WHERE", "blog_inductor_flags", "BLOG_LOADING", "bundle_path",
+    "BLOG_A100_SECONDS", "BLOG_A100_WHERE", "blog_inductor_flags", "BLOG_LOADING",
     "cache_hooks_report", "call_kwargs", "capture_denoiser_inputs", "CARDS", "choose_weights",
     "compare_images", "compile_part", "compile_pipeline", "conv1x1_to_linear", "count_flops",
-    "count_parameters", "count_syncs", "COURSE_LADDER", "course_settings", "CourseSettings",
-    "cpu_tuning_run", "cudagraph_report", "cudagraph_snapshot", "current_recipe", "day_chart",
-    "enable_lora_hotswap", "encode_prompt_once", "env_report", "export_tuning", "FastdiffError",
-    "FEW_STEP", "few_step_file", "first_image_in_new_process", "flop_floor_seconds",
-    "FLUX_COMPILE_SECONDS", "FLUX_H100_BEST", "FLUX_H100_SECONDS", "FLUX_LADDER", "format_summary",
-    "format_table", "fp8_kernel_ok", "free_memory", "fuse_lora", "fuse_qkv", "gemm_shapes",
-    "generate", "get_denoiser", "gpu_profile", "GPU_PROFILES", "GpuProfile", "graph_breaks",
-    "image_basis", "image_seconds", "import_tuning", "keep_rung", "LADDER", "ladder_chart", "LADDERS",
-    "launch_batch", "load_artifacts", "load_lora", "load_pipeline", "load_results",
-    "lora_file_info", "lora_swap_report", "make_lora_file", "measure_matmul_tflops",
-    "memory_chart", "MEMORY_SAVERS", "memory_savers_report", "MODELS", "models_chart", "ModelSpec",
-    "naive_time", "needs_gpu", "OFFLOADS", "peak_bytes", "peak_memory", "pipeline_info",
-    "plan_table", "playground", "profile", "profile_chart", "PUBLISHED_PARAMETERS",
-    "quality_chart", "quantize", "quiet_known_noise", "Recipe", "RecipeError", "recompile_report",
-    "reference_numbers", "reference_rate", "reference_result", "reference_results", "remove_syncs", "resolve_lora", "Result",
-    "ResultsFormatError", "run_batch", "run_ladder", "save_artifacts", "save_figure",
-    "save_results", "select_filter", "set_attention", "set_autotune", "set_channels_last",
-    "set_precision", "set_scheduler", "set_tf32", "show_images", "show_tuning", "smoke_mode",
-    "speedup_text", "step_cache", "stop_guidance", "timing_text", "to_code", "trace_steps",
-    "tuning_estimate", "tuning_stamp", "TuningWatch", "unfuse_lora", "unload_lora",
-    "use_course_cache", "use_few_step", "warm_ladder", "weight_bytes", "what_fits"]
+    "count_parameters", "count_syncs", "course", "COURSE_LADDER", "cudagraph_report",
+    "cudagraph_snapshot", "current_recipe", "enable_lora_hotswap", "encode_prompt_once",
+    "env_report", "FastdiffError", "FEW_STEP", "few_step_file", "flop_floor_seconds",
+    "FLUX_COMPILE_SECONDS", "FLUX_H100_BEST", "FLUX_H100_SECONDS", "FLUX_LADDER", "format_table",
+    "fp8_kernel_ok", "free_memory", "fuse_lora", "fuse_qkv", "gemm_shapes", "generate",
+    "get_denoiser", "gpu_profile", "GPU_PROFILES", "GpuProfile", "graph_breaks", "LADDER",
+    "ladder_chart", "LADDERS", "load_lora", "load_pipeline", "load_results", "lora_file_info",
+    "lora_swap_report", "make_lora_file", "measure_matmul_tflops", "memory_chart", "MEMORY_SAVERS",
+    "memory_savers_report", "MODELS", "models_chart", "ModelSpec", "naive_time", "OFFLOADS",
+    "peak_bytes", "peak_memory", "pipeline_info", "playground", "profile", "profile_chart",
+    "PUBLISHED_PARAMETERS", "quality_chart", "quantize", "quiet_known_noise", "Recipe",
+    "RecipeError", "recompile_report", "reference_results", "remove_syncs", "resolve_lora",
+    "Result", "ResultsFormatError", "save_figure", "save_results", "select_filter",
+    "set_attention", "set_autotune", "set_channels_last", "set_precision", "set_scheduler",
+    "set_tf32", "show_images", "speedup_text", "step_cache", "stop_guidance", "timing_text",
+    "to_code", "trace_steps", "tuning_estimate", "unfuse_lora", "unload_lora", "use_course_cache",
+    "use_few_step", "weight_bytes", "what_fits"]
 
 __version__ = "0.1.0"

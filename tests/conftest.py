@@ -99,7 +99,7 @@ _KEEP_TUNING = []  # the session's TuningWatch, when FASTDIFF_KEEP_TUNING names 
 
 def pytest_sessionstart(session):
     """FASTDIFF_KEEP_TUNING=BUNDLE (tools/gpu_slot.sh verdict on a GPU): what the session's
-    compiles tune grows BUNDLE as it goes (fdh.TuningWatch: every 30 s, at the end, on the
+    compiles tune grows BUNDLE as it goes (fdh.course.TuningWatch: every 30 s, at the end, on the
     SIGTERM of `timeout`), so a cut GPU command keeps its tuning."""
     bundle = os.environ.get("FASTDIFF_KEEP_TUNING")
     if bundle:

@@ -14,9 +14,10 @@ import fastdiff_helpers as fdh
 
 
 def _public(module) -> set[str]:
-    """The public names a module offers, less its subpackages and modules."""
-    return {n for n in dir(module)
-            if not n.startswith("_") and not isinstance(getattr(module, n), types.ModuleType)}
+    """The public names a module offers, less its subpackages and modules but the course
+    layer's one name, fdh.course."""
+    return {n for n in dir(module) if not n.startswith("_")
+            and (n == "course" or not isinstance(getattr(module, n), types.ModuleType))}
 
 
 def _course_text() -> str:
@@ -29,6 +30,21 @@ def _unused(names, text: str) -> list[str]:
     """Names neither called nor named as fdh.<name> in `text` (fdh.LADDERS does not count for
     LADDER)."""
     return sorted(n for n in names if not re.search(rf"\bfdh\.{re.escape(n)}(?!\w)", text))
+
+
+def test_the_course_layer_is_one_name_and_each_of_its_names_is_used():
+    """Issue 58: what runs the course is reached through fdh.course (fdh.course.settings(...)),
+    so a cell shows which calls a participant takes home; each of its names is called or named
+    as fdh.course.<name> in a notebook or on a page, and none is also fdh's own."""
+    from fastdiff_helpers import course
+
+    assert "course" in fdh.__all__ and fdh.course is course
+    assert not set(course.__all__) & set(fdh.__all__), set(course.__all__) & set(fdh.__all__)
+    unused = _unused([f"course.{n}" for n in course.__all__], _course_text())
+    assert not unused, f"{unused}: no notebook calls them and no page names them"
+    old = sorted({m for m in re.findall(r"\bfdh\.(\w+)", _course_text())
+                  if m in course.__all__ or m == "course_settings"})
+    assert not old, f"the course's names written as fdh's own: {old}"
 
 
 def test_all_lists_every_public_name_once():

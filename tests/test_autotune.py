@@ -165,10 +165,10 @@ def test_a_bundle_that_covers_the_recipe_lets_it_read_its_tuning(monkeypatch, tm
     run = {"id": "r1", "steps": {"+ compile": {"state": "measured", "covers": keys},
                                  "+ int8 dynamic": {"state": "cut", "covers": ["not finished"]}}}
     bundle = tmp_path / "sd15.json.gz"
-    fdh.export_tuning(bundle, model="sd15", cache_dir=cache, run=run, verbose=False)
+    fdh.course.export_tuning(bundle, model="sd15", cache_dir=cache, run=run, verbose=False)
     on_gpu(monkeypatch)
     assert tuning_state.covered_by("sd15", "tiny", recipe) is None
-    done = fdh.import_tuning(bundle, cache_dir=tmp_path / "bare", verbose=False)
+    done = fdh.course.import_tuning(bundle, cache_dir=tmp_path / "bare", verbose=False)
     assert done["covers"] == 1  # the cut step covers nothing
     assert tuning_state.covered_by("sd15", "tiny", recipe) == str(bundle)
     assert tuning_state.covered_by("sd15", "random", recipe) is None  # another architecture
@@ -194,12 +194,12 @@ def test_a_step_that_is_autotuning_alone_is_not_run_where_it_may_not_tune(monkey
 
 
 def test_the_course_settings_switch_autotuning(monkeypatch):
-    settings = fdh.course_settings("sd15", smoke=True)
+    settings = fdh.course.settings("sd15", smoke=True)
     assert settings.autotune is False
-    assert fdh.course_settings("sd15", smoke=True, autotune=True).autotune is True
+    assert fdh.course.settings("sd15", smoke=True, autotune=True).autotune is True
     assert autotune.autotune_enabled() is True
     with pytest.raises(fdh.FastdiffError, match="autotune='on' cannot work"):
-        fdh.course_settings("sd15", smoke=True, autotune="on")
+        fdh.course.settings("sd15", smoke=True, autotune="on")
 
 
 def test_the_cli_switch(monkeypatch, capsys):

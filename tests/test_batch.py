@@ -164,7 +164,7 @@ def test_bad_input_from_the_shell_is_one_line_on_stderr(tmp_path):
 
 def test_one_process_writes_every_image_and_batches_share_the_call(tmp_path, one_thread):
     prompts = _file(tmp_path)
-    summary = fdh.run_batch(prompts, tmp_path / "b3", batch_size=3, **TINY)
+    summary = fdh.course.run_batch(prompts, tmp_path / "b3", batch_size=3, **TINY)
     lines = [1, 3, 4, 6, 7, 8, 9]
     assert sorted(int(p.stem) for p in (tmp_path / "b3" / "images").glob("*.png")) == lines
     records = fdb.read_records(tmp_path / "b3")
@@ -181,27 +181,27 @@ def test_one_process_writes_every_image_and_batches_share_the_call(tmp_path, one
     assert summary["latency_s"]["median"] > 0 and summary["env"]["torch"] == torch.__version__
     assert summary["recipe"] == fdh.Recipe().to_dict()
     # batch size changes nothing but the arithmetic's grouping: within one level of 255
-    single = fdh.run_batch(prompts, tmp_path / "b1", batch_size=1, **TINY)
+    single = fdh.course.run_batch(prompts, tmp_path / "b1", batch_size=1, **TINY)
     assert single["done"] == 7
     for n in lines:
         a, b = _pixels(tmp_path / "b1" / "images" / f"{n:05d}.png"), \
             _pixels(tmp_path / "b3" / "images" / f"{n:05d}.png")
         assert np.abs(a.astype(int) - b).max() <= 1
     # a rerun has nothing to do and loads nothing
-    again = fdh.run_batch(prompts, tmp_path / "b1", **TINY)
+    again = fdh.course.run_batch(prompts, tmp_path / "b1", **TINY)
     assert again == dict(prompts=7, done=0, skipped=7, failed=0)
 
 
 def test_a_failing_prompt_is_recorded_and_the_rest_go_on(tmp_path, one_thread):
     prompts = _file(tmp_path)
-    summary = fdh.run_batch(prompts, tmp_path / "o", batch_size=2, fail_lines=[4], **TINY)
+    summary = fdh.course.run_batch(prompts, tmp_path / "o", batch_size=2, fail_lines=[4], **TINY)
     images = sorted(int(p.stem) for p in (tmp_path / "o" / "images").glob("*.png"))
     assert images == [1, 3, 6, 7, 8, 9]  # 3 shared a call with 4, and was redone alone
     errors = [r for r in fdb.read_records(tmp_path / "o") if "error" in r]
     assert [(r["line"], r["prompt"]) for r in errors] == [(4, "a cat on a mat")]
     assert "forced failure" in errors[0]["error"]
     assert (summary["done"], summary["failed"], summary["failed_lines"]) == (6, 1, [4])
-    rerun = fdh.run_batch(prompts, tmp_path / "o", batch_size=2, **TINY)
+    rerun = fdh.course.run_batch(prompts, tmp_path / "o", batch_size=2, **TINY)
     assert (rerun["done"], rerun["skipped"], rerun["failed"]) == (1, 6, 0)
     assert (tmp_path / "o" / "images" / "00004.png").exists()
 
@@ -228,7 +228,7 @@ def test_torchrun_two_processes_equal_one_process(tmp_path, one_thread):
     make test a process died of SIGABRT at exit, after its images, when the group lived on
     (launch.end_process_group says why it did)."""
     prompts = _file(tmp_path)
-    fdh.run_batch(prompts, tmp_path / "one", batch_size=2, **TINY)
+    fdh.course.run_batch(prompts, tmp_path / "one", batch_size=2, **TINY)
     (tmp_path / "exit_threads.py").write_text(EXIT_THREADS)
     command = _torchrun(prompts, tmp_path / "two", extra=["--batch-size", "2"],
                         target=[str(tmp_path / "exit_threads.py")])
@@ -313,8 +313,8 @@ def test_two_processes_give_at_least_1_5x_the_images_per_second(tmp_path):
     rates: dict[str, list[float]] = {"one": [], "two": []}
 
     def measure(attempt: int) -> float:
-        one = fdh.launch_batch(prompts, tmp_path / f"one-{attempt}", processes=1, threads=2, **run)
-        two = fdh.launch_batch(prompts, tmp_path / f"two-{attempt}", processes=2, threads=1,
+        one = fdh.course.launch_batch(prompts, tmp_path / f"one-{attempt}", processes=1, threads=2, **run)
+        two = fdh.course.launch_batch(prompts, tmp_path / f"two-{attempt}", processes=2, threads=1,
                                **run)
         assert [s["threads"] for s in one["per_process"]] == [2]
         assert [s["threads"] for s in two["per_process"]] == [1, 1]

@@ -63,7 +63,7 @@ def test_every_cell_that_does_more_on_a_gpu_is_declared_and_every_declaration_is
 
 TUNING_IN_CODE = [
     (re.compile(r"set_autotune\(\s*True"), "switches autotuning on"),
-    (re.compile(r"course_settings\([^)]*autotune\s*=\s*True"), "switches autotuning on"),
+    (re.compile(r"course\.settings\([^)]*autotune\s*=\s*True"), "switches autotuning on"),
     (re.compile(r"FASTDIFF_AUTOTUNE"), "sets the autotuning switch's variable"),
     (re.compile(r"torch\.compile\([^)]*max-autotune"), "calls torch.compile with max-autotune"),
     (re.compile(r"\.compile\([^)]*options\s*="), "compiles with inductor options of its own"),
@@ -98,7 +98,7 @@ def test_no_notebook_starts_a_tuning_on_a_gpu_without_the_switch_or_a_bundle():
 
 def test_the_checks_catch_what_they_look_for():
     """The patterns above find what they are for (a test that cannot fail would prove nothing)."""
-    bad = ['settings = fdh.course_settings("sdxl", autotune=True)', "fdh.set_autotune(True)",
+    bad = ['settings = fdh.course.settings("sdxl", autotune=True)', "fdh.set_autotune(True)",
            'pipe.unet = torch.compile(pipe.unet, mode="max-autotune")',
            "torch._inductor.config.coordinate_descent_tuning = True",
            "denoiser.compile(options=options, fullgraph=True)"]
@@ -178,7 +178,7 @@ def test_images_are_fdh_image_seconds_on_the_clocks_card():
     default, on the card the plan names."""
     assert clock.image_s("sdxl", "half") == pytest.approx(2.30)  # measured on the H100
     assert clock.image_s("flux", "compiled") == pytest.approx(4.209)  # diffusers-torchao's
-    assert clock.image_s("sdxl", "compiled", "t4") == fdh.image_seconds("t4", "sdxl",
+    assert clock.image_s("sdxl", "compiled", "t4") == fdh.course.image_seconds("t4", "sdxl",
                                                                         "+ compile")
 
 

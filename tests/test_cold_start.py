@@ -122,11 +122,11 @@ def test_artifacts_from_other_versions_are_refused_before_loading(tmp_path, monk
     loaded = []
     monkeypatch.setattr(torch.compiler, "load_cache_artifacts", lambda b: loaded.append(b))
     with pytest.raises(fdh.FastdiffError, match="torch: file '2.0.0'") as err:
-        fdh.load_artifacts(path)
+        fdh.course.load_artifacts(path)
     assert "gpu_name" in str(err.value) and loaded == []
     (tmp_path / "junk").write_bytes(b"not a cache")
     with pytest.raises(fdh.FastdiffError, match="not a fastdiff compile-cache"):
-        fdh.load_artifacts(tmp_path / "junk")
+        fdh.course.load_artifacts(tmp_path / "junk")
     out = subprocess.run([sys.executable, "-m", "fastdiff_helpers", "warm", "--load", str(path)],
                          capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "compiled elsewhere" in out.stderr
@@ -135,7 +135,7 @@ def test_artifacts_from_other_versions_are_refused_before_loading(tmp_path, monk
 def test_saving_with_nothing_compiled_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: None)
     with pytest.raises(fdh.FastdiffError, match="Nothing was compiled"):
-        fdh.save_artifacts(tmp_path / "x.fdcache")
+        fdh.course.save_artifacts(tmp_path / "x.fdcache")
     assert not (tmp_path / "x.fdcache").exists()
 
 
@@ -157,8 +157,8 @@ def test_warm_cache_reaches_the_first_image_5x_sooner_and_artifacts_load(tmp_pat
     process, imports and load included, at least 2x); and the first run's artifact file (`warm --out`) loaded into an empty
     cache folder (`warm --load`) fills its FX graph and AOTAutograd caches."""
     artifact = tmp_path / "sdxl.fdcache"
-    cold, said = fdh.first_image_in_new_process(tmp_path / "cache", out=artifact, **RUN)
-    warm, said_warm = fdh.first_image_in_new_process(tmp_path / "cache", **RUN)
+    cold, said = fdh.course.first_image_in_new_process(tmp_path / "cache", out=artifact, **RUN)
+    warm, said_warm = fdh.course.first_image_in_new_process(tmp_path / "cache", **RUN)
     first_cold, first_warm = _first_call(said), _first_call(said_warm)
     print(f"new process to its first image: empty cache {cold:.1f} s, warm cache {warm:.1f} s; "
           f"the first call alone (compile + call): {first_cold:.1f} s against {first_warm:.1f} s")
@@ -170,7 +170,7 @@ def test_warm_cache_reaches_the_first_image_5x_sooner_and_artifacts_load(tmp_pat
     assert "0 graph-cache hit(s)" in said and "0 graph-cache hit(s)" not in said_warm
     header, _ = cold_start.read_header(artifact)
     assert header["model"] == "sdxl" and header["steps"] == ["+ compile"]
-    _, loaded = fdh.first_image_in_new_process(tmp_path / "fresh", load=artifact)
+    _, loaded = fdh.course.first_image_in_new_process(tmp_path / "fresh", load=artifact)
     assert "'inductor'" in loaded and "'aot_autograd'" in loaded
     assert any((tmp_path / "fresh" / "fxgraph").rglob("*"))
     # issue 35: the new processes wrote only the cache folders and the artifact file given
@@ -217,7 +217,7 @@ import os, torch
 import fastdiff_helpers as fdh
 pipe = fdh.load_pipeline("sd15", weights="tiny", device="cpu", verbose=False)
 print("after load:", os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
-settings = fdh.course_settings("sd15", smoke=True)
+settings = fdh.course.settings("sd15", smoke=True)
 # compiles nothing yet: the course's tuning decision says where it will
 fdh.apply(pipe, fdh.Recipe(compile="default"), tuning=settings.tuning)
 with torch.no_grad():

@@ -36,10 +36,10 @@ def test_the_versions_line_says_what_differs_here():
 
 
 def test_the_parameters_cell_prints_the_versions_and_no_autotuning(capsys):
-    from fastdiff_helpers.course import settings as S
+    from fastdiff_helpers.course import parameters as S
     from fastdiff_helpers.techniques.tuning_state import STATE
 
-    fdh.course_settings("sdxl", smoke=True)
+    fdh.course.settings("sdxl", smoke=True)
     said = capsys.readouterr().out
     assert "the code on these pages was written for torch" in said
     before = set(STATE.roots)
@@ -94,8 +94,8 @@ def test_the_core_path_runs_one_ladder_with_one_name_per_rung(path):
 
 
 def test_each_core_rung_is_kept_by_the_lesson_the_chart_names():
-    """fdh.day_chart says which lesson keeps a rung not run: that lesson measures the rung under
-    its name and keeps it (fdh.keep_rung)."""
+    """fdh.course.day_chart says which lesson keeps a rung not run: that lesson measures the rung under
+    its name and keeps it (fdh.course.keep_rung)."""
     from fastdiff_helpers.course.day import KEPT_IN, OPTIONAL_RUNGS
 
     for rung, where in KEPT_IN.items():
@@ -103,7 +103,7 @@ def test_each_core_rung_is_kept_by_the_lesson_the_chart_names():
             continue
         [path] = [p for p in CORE if p.name.startswith(where[:2])]
         code = _code(path)
-        assert f'"{rung}"' in code and "fdh.keep_rung(" in code, (rung, path.name)
+        assert f'"{rung}"' in code and "fdh.course.keep_rung(" in code, (rung, path.name)
 
 
 ALL = L.notebooks()

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from fastdiff_helpers.course.settings import TINY_STEPS, course_settings, needs_gpu, smoke_mode
+from fastdiff_helpers.course.parameters import TINY_STEPS, course_settings, needs_gpu, smoke_mode
 
 # course_settings and needs_gpu read the machine: these two describe a machine without CUDA
 cpu_machine = pytest.mark.skipif(torch.cuda.is_available(),

@@ -281,7 +281,7 @@ def test_cold_start_comes_right_after_compile():
 def test_the_syncs_notebook_runs_a_model_where_removing_syncs_changes_something():
     nb = _read(_by_name("07_"))
     assert "syncs" in nb.cells[0].source
-    model = re.search(r'course_settings\("(\w+)"\)', _parameters_cell(nb)).group(1)
+    model = re.search(r'course\.settings\("(\w+)"\)', _parameters_cell(nb)).group(1)
     pipe = fdh.load_pipeline(model, weights="tiny", device="cpu", verbose=False)
     fdh.remove_syncs(pipe)
     assert fdh.pipeline_info(pipe)["applied"]["no_sync"]["changed"] is True
@@ -319,7 +319,7 @@ def test_no_helper_claims_a_notebook_that_does_not_introduce_it():
 
 def test_cited_gpu_figures_are_the_committed_ones():
     """Issue 59, item 10: a GPU figure reaches a lesson through code that reads the rung it names
-    (fdh.reference_rate, fdh.reference_result, fdh.reference_numbers), with its TF32 and
+    (fdh.course.reference_rate, fdh.course.reference_result, fdh.course.reference_numbers), with its TF32 and
     weights; the few an answer quotes are the records' own. No code cell and no visible sentence
     of a core lesson types a committed timing or matmul rate (03's old headline quoted the blog
     ladder's TF32-on "fp32", 3.79 s, as true fp32; 15 held a cell of typed H100 constants)."""
@@ -331,7 +331,7 @@ def test_cited_gpu_figures_are_the_committed_ones():
     gpu = ROOT / "results" / "h100-80gb-hbm3"
     rates = [json.loads(line)["bf16_matmul_tflops"]
              for line in (gpu / "matmul.jsonl").read_text().splitlines() if line.strip()]
-    assert fdh.reference_rate() == ("NVIDIA H100 80GB HBM3", max(rates))
+    assert fdh.course.reference_rate() == ("NVIDIA H100 80GB HBM3", max(rates))
     blog = {r.step: r for r in fdh.load_results(gpu / "sdxl" / "results.jsonl")}
     course = {r.step: r for r in fdh.load_results(gpu / "sdxl-course" / "results.jsonl")}
     committed = [f"{r.latency_s:.2f} s" for r in [*blog.values(), *course.values()]]
@@ -348,7 +348,7 @@ def test_cited_gpu_figures_are_the_committed_ones():
             for p in NOTEBOOKS}
     floors = _read(_by_name("01_"))
     cell = next(c.source for c in floors.cells if c.get("id") == "floors")
-    assert "fdh.reference_rate()" in cell and 'fdh.reference_result("sdxl", "+ SDPA")' in cell
+    assert "fdh.course.reference_rate()" in cell and 'fdh.course.reference_result("sdxl", "+ SDPA")' in cell
     # the answers that quote a committed figure, with the call that reads it
     samples = course["bf16"].latency_samples
     medians = ", ".join(str(round(statistics.median(samples[:k]), 2)) for k in (3, 5, 10))

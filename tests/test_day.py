@@ -1,5 +1,5 @@
 """The day's result (issue 59, item 3): the core lessons keep the rungs of the course's ladder
-they measured (fdh.keep_rung), and the last core lesson draws them in one chart (fdh.day_chart)
+they measured (fdh.course.keep_rung), and the last core lesson draws them in one chart (fdh.course.day_chart)
 that reads what was kept and runs nothing: seconds, speed-up and PSNR against the first rung,
 cold start, the blog's ratio beside each, and why a rung is missing. On the tiny model."""
 
@@ -17,7 +17,7 @@ def kept(tmp_path_factory):
     """fp32 and bf16 of the tiny SDXL, benchmarked and kept in a day folder of their own; and
     the tiny SD1.5's "+ SDPA", kept too (another model's rung)."""
     folder = tmp_path_factory.mktemp("day")
-    settings = fdh.course_settings("sdxl", smoke=True)
+    settings = fdh.course.settings("sdxl", smoke=True)
     results = {}
     for name in ("fp32, TF32 off", "bf16"):
         pipe = fdh.apply(fdh.load_pipeline("sdxl", weights="tiny", device="cpu", verbose=False),
@@ -25,7 +25,7 @@ def kept(tmp_path_factory):
         results[name] = fdh.benchmark(pipe, "a photo", step=name, progress=False,
                                       **settings.bench_kwargs())
         assert D.keep_rung(results[name], folder) == folder / "results.jsonl"
-    sd15 = fdh.course_settings("sd15", smoke=True)
+    sd15 = fdh.course.settings("sd15", smoke=True)
     pipe = fdh.apply(fdh.load_pipeline("sd15", weights="tiny", device="cpu", verbose=False),
                      dict(fdh.COURSE_LADDER)["+ SDPA"])
     D.keep_rung(fdh.benchmark(pipe, "a photo", step="+ SDPA", progress=False,
@@ -56,7 +56,7 @@ def test_the_chart_reads_the_kept_rungs_and_says_which_did_not_run(kept, capsys)
 
 def test_the_chart_prints_its_table_and_draws_every_rung(kept, capsys):
     folder, settings, results = kept
-    figure = fdh.day_chart(settings, folder)
+    figure = fdh.course.day_chart(settings, folder)
     out = capsys.readouterr().out
     assert "speed-up and PSNR against fp32, TF32 off" in out
     line = next(x for x in out.splitlines() if x.strip().startswith("bf16"))

@@ -95,12 +95,12 @@ def test_progress_shows_time_elapsed_and_never_a_time_left():
 
 @pytest.mark.alone
 def test_the_demo_and_the_playground_measure_the_same_recipe_alike():
-    """The same recipe through `make demo`'s path (run_ladder with fdh.course_settings, as
+    """The same recipe through `make demo`'s path (run_ladder with fdh.course.settings, as
     run_demo calls it) and through the playground, on this machine: the same settings, and
     medians whose intervals overlap (issue 24: bf16 was 0.51x in one and 2.93x in the other)."""
     pytest.importorskip("ipywidgets")
-    settings = fdh.course_settings("sdxl", weights="tiny")
-    (ladder,) = fdh.run_ladder("sdxl", weights="tiny", device="cpu", steps_filter=["fp32"],
+    settings = fdh.course.settings("sdxl", weights="tiny")
+    (ladder,) = fdh.course.run_ladder("sdxl", weights="tiny", device="cpu", steps_filter=["fp32"],
                                steps=settings.steps, height=settings.height,
                                width=settings.width, runs=settings.runs,
                                warmup=settings.warmup, max_runs=settings.max_runs,

@@ -554,7 +554,7 @@ def test_09_shows_the_step_cache_as_a_plain_function():
 def _exec_cell(cell_id: str, pipe, monkeypatch) -> dict:
     monkeypatch.setenv("FASTDIFF_SMOKE", "1")
     namespace = {"pipe": pipe, "fdh": fdh, "torch": torch, "prompt": "a photo",
-                 "settings": fdh.course_settings("sdxl")}
+                 "settings": fdh.course.settings("sdxl")}
     exec(compile(_nb13_cells()[cell_id].source, f"<{NB13}:{cell_id}>", "exec"), namespace)
     return namespace
 

@@ -188,11 +188,11 @@ def test_each_technique_alone_refuses_too_and_what_applies_runs():
 
 def test_ladders_are_refused_where_they_were_not_written():
     with pytest.raises(fdh.FastdiffError, match="ran no Flux"):
-        fdh.run_ladder("flux", ladder="blog", weights="tiny", device="cpu")
+        fdh.course.run_ladder("flux", ladder="blog", weights="tiny", device="cpu")
     with pytest.raises(fdh.FastdiffError, match="classic attention"):
-        fdh.run_ladder("flux", ladder="course", weights="tiny", device="cpu")
+        fdh.course.run_ladder("flux", ladder="course", weights="tiny", device="cpu")
     with pytest.raises(fdh.FastdiffError, match="written for Flux"):
-        fdh.run_ladder("sd15", ladder="flux", weights="tiny", device="cpu")
+        fdh.course.run_ladder("sd15", ladder="flux", weights="tiny", device="cpu")
     steps = fdh.LADDERS["flux"]
     assert [n for n, _ in steps] == ["bf16", "+ compile", "+ fp8 dynamic", "+ fp8 dynamic row"]
     for (_, before), (_, after) in zip(steps, steps[1:]):

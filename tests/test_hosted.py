@@ -65,7 +65,7 @@ def test_every_notebook_opens_with_the_cell_and_asks_colab_for_its_gpu(path):
     assert code[0] == hosted.first_cell(), (
         f"{path.name}: its first code cell is not hosted.FIRST_CELL: run `python -m "
         "fastdiff_helpers lessons --write`")
-    assert "course_settings(" in code[1] and "import fastdiff_helpers" not in code[1]
+    assert "fdh.course.settings(" in code[1] and "import fastdiff_helpers" not in code[1]
     assert nb["metadata"]["accelerator"] == "GPU"
     assert nb["metadata"]["colab"] == {"gpuType": opening.colab_gpu(path.name)}
 
@@ -236,7 +236,7 @@ def test_a_card_torch_has_no_kernels_for_is_refused_by_course_settings(monkeypat
     monkeypatch.setattr("torch.cuda.get_device_capability", lambda *a: (6, 0))
     monkeypatch.setattr("torch.cuda.get_arch_list", lambda: cu128)
     with pytest.raises(FastdiffError, match="Tesla P100-PCIE-16GB .*older than the course's"):
-        fdh.course_settings("sdxl", weights="tiny")
+        fdh.course.settings("sdxl", weights="tiny")
 
 
 def test_the_constraints_hold_torch_numpy_and_jupyter_and_nothing_else():
@@ -509,7 +509,7 @@ def test_two_notebooks_alone_install_the_helper_on_a_hosted_stand_in(standin, tm
     probe = subprocess.run([str(standin), "-c", (
         "import fastdiff_helpers as fdh, ipywidgets\n"
         "print(fdh.__file__)\n"
-        "print(fdh.course_settings('sdxl'))\n"
+        "print(fdh.course.settings('sdxl'))\n"
         "print(sorted(fdh.reference_results('sdxl')))\n"
         "panel = fdh.playground()\n"  # ipywidgets 7.7.1, Colab's
         "panel.run()\n"

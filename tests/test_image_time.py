@@ -1,4 +1,4 @@
-"""fdh.image_seconds (planning/image_time.py): the one estimate of an image's seconds, resting on
+"""fdh.course.image_seconds (planning/image_time.py): the one estimate of an image's seconds, resting on
 the published and measured figures of planning/published.py (issue 51)."""
 
 from __future__ import annotations
@@ -79,9 +79,9 @@ def test_the_blogs_rows_and_this_projects_h100_are_the_tables():
 @pytest.mark.parametrize("gpu", list(fdh.GPU_PROFILES))
 @pytest.mark.parametrize("model", BLOG_MODELS)
 def test_never_fp32_faster_than_half_nor_compile_slower_than_eager(gpu, model):
-    s = {rung: fdh.image_seconds(gpu, model, rung)
+    s = {rung: fdh.course.image_seconds(gpu, model, rung)
          for rung in ("fp32, TF32 off", "+ TF32", "bf16", "+ SDPA", "+ compile")}
-    blog_fp32 = fdh.image_seconds(gpu, model, "fp32", ladder="blog")
+    blog_fp32 = fdh.course.image_seconds(gpu, model, "fp32", ladder="blog")
     assert s["fp32, TF32 off"] >= s["+ TF32"] >= s["bf16"] >= s["+ SDPA"] >= s["+ compile"]
     assert blog_fp32 >= s["+ SDPA"]
 
@@ -89,19 +89,19 @@ def test_never_fp32_faster_than_half_nor_compile_slower_than_eager(gpu, model):
 def test_the_blogs_a100_rows_and_the_h100s_sdxl_rows_within_1_25x():
     for model, row in fdh.BLOG_A100_SECONDS.items():
         for rung, seconds in row.items():
-            got = fdh.image_seconds("a100-80", model, rung, ladder="blog")
+            got = fdh.course.image_seconds("a100-80", model, rung, ladder="blog")
             assert 1 / 1.25 <= got / seconds <= 1.25, (model, rung, got, seconds)
     rows = [json.loads(x) for x in
             (ROOT / "results/h100-80gb-hbm3/sdxl/results.jsonl").read_text().splitlines() if x]
     for r in rows:
-        got = fdh.image_seconds("h100", "sdxl", r["step"], ladder="blog")
+        got = fdh.course.image_seconds("h100", "sdxl", r["step"], ladder="blog")
         assert 1 / 1.25 <= got / r["latency_s"] <= 1.25, (r["step"], got)
 
 
 def test_a_small_cards_compile_gain_is_its_own():
     """The T4's SD1.5 gain is the diffusers table's (6.9 -> 7.3 it/s), at most 1.25x; no card
     under the A100 takes a large card's gain."""
-    gain = {g: fdh.image_seconds(g, "sd15", "+ SDPA") / fdh.image_seconds(g, "sd15", "+ compile")
+    gain = {g: fdh.course.image_seconds(g, "sd15", "+ SDPA") / fdh.course.image_seconds(g, "sd15", "+ compile")
             for g in fdh.GPU_PROFILES}
     assert gain["t4"] == pytest.approx(7.3 / 6.9) and gain["t4"] <= 1.25
     for small in ("t4", "l4", "a10g"):
@@ -110,34 +110,34 @@ def test_a_small_cards_compile_gain_is_its_own():
 
 
 def test_the_clock_asks_it():
-    assert clock.image_s("sdxl", "half") == fdh.image_seconds("h100", "sdxl", "+ SDPA")
-    assert clock.image_s("sd15", "fp32", "t4") == fdh.image_seconds("t4", "sd15",
+    assert clock.image_s("sdxl", "half") == fdh.course.image_seconds("h100", "sdxl", "+ SDPA")
+    assert clock.image_s("sd15", "fp32", "t4") == fdh.course.image_seconds("t4", "sd15",
                                                                     "fp32, TF32 off")
     assert clock.image_s("flux", "compiled") == pytest.approx(4.209)  # diffusers-torchao's
-    assert clock.image_s("flux", "half", "a100-40") == fdh.image_seconds("a100-40", "flux", "bf16",
+    assert clock.image_s("flux", "half", "a100-40") == fdh.course.image_seconds("a100-40", "flux", "bf16",
                                                                          ladder="flux")
 
 
 def test_size_batch_and_a_card_of_no_profile():
-    base = fdh.image_seconds("l4", "sdxl", "+ SDPA")
-    assert fdh.image_seconds("l4", "sdxl", "+ SDPA", size=512, batch=2) == pytest.approx(base / 2)
+    base = fdh.course.image_seconds("l4", "sdxl", "+ SDPA")
+    assert fdh.course.image_seconds("l4", "sdxl", "+ SDPA", size=512, batch=2) == pytest.approx(base / 2)
     other = fdh.GpuProfile("other", "RTX 4090", 24, 24 * 10**9, "this GPU", 128, (8, 9), 165.0,
                            82.6)
-    assert fdh.image_seconds(other, "sdxl", "+ SDPA") < base  # scaled from the nearest profile
-    assert "measured" in fdh.image_basis("a100-80", "sdxl", "+ compile")
-    assert fdh.image_basis("l4", "sdxl", "+ SDPA").startswith("scaled")
-    assert fdh.image_basis("h100", "sdxl", "fp32, TF32 off").startswith("measured")
-    assert fdh.image_basis("l4", "sdxl", "fp32, TF32 off").startswith("computed")
+    assert fdh.course.image_seconds(other, "sdxl", "+ SDPA") < base  # scaled from the nearest profile
+    assert "measured" in fdh.course.image_basis("a100-80", "sdxl", "+ compile")
+    assert fdh.course.image_basis("l4", "sdxl", "+ SDPA").startswith("scaled")
+    assert fdh.course.image_basis("h100", "sdxl", "fp32, TF32 off").startswith("measured")
+    assert fdh.course.image_basis("l4", "sdxl", "fp32, TF32 off").startswith("computed")
 
 
 @pytest.mark.parametrize("call, said", [
-    (lambda: fdh.image_seconds("v9000", "sdxl", "+ SDPA"), "Unknown GPU 'v9000': use one of t4"),
-    (lambda: fdh.image_seconds("t4", "sdxl", "+ warp"), "'+ warp' is no step of the course"),
-    (lambda: fdh.image_seconds("t4", "sdxl", "bf16", ladder="x"), "Unknown ladder 'x'"),
-    (lambda: fdh.image_seconds("t4", "sdxl", "bf16", size=0), "size=0 cannot work"),
-    (lambda: fdh.image_seconds("t4", "sdxl", "bf16", size=-1024), "size=-1024 cannot work"),
-    (lambda: fdh.image_seconds("t4", "sdxl", "bf16", batch=0), "batch=0 cannot work"),
-    (lambda: fdh.image_seconds("t4", "sdxxl", "bf16"), "Unknown model 'sdxxl'"),
+    (lambda: fdh.course.image_seconds("v9000", "sdxl", "+ SDPA"), "Unknown GPU 'v9000': use one of t4"),
+    (lambda: fdh.course.image_seconds("t4", "sdxl", "+ warp"), "'+ warp' is no step of the course"),
+    (lambda: fdh.course.image_seconds("t4", "sdxl", "bf16", ladder="x"), "Unknown ladder 'x'"),
+    (lambda: fdh.course.image_seconds("t4", "sdxl", "bf16", size=0), "size=0 cannot work"),
+    (lambda: fdh.course.image_seconds("t4", "sdxl", "bf16", size=-1024), "size=-1024 cannot work"),
+    (lambda: fdh.course.image_seconds("t4", "sdxl", "bf16", batch=0), "batch=0 cannot work"),
+    (lambda: fdh.course.image_seconds("t4", "sdxxl", "bf16"), "Unknown model 'sdxxl'"),
 ])
 def test_bad_input_is_one_clear_line(call, said):
     with pytest.raises(fdh.FastdiffError, match=re.escape(said)) as caught:
@@ -161,12 +161,12 @@ def test_true_fp32_rests_on_the_h100s_measured_fp32_sdxl():
     rows = [json.loads(x) for x in (ROOT / "results/h100-80gb-hbm3/sdxl-course/results.jsonl")
             .read_text().splitlines() if x]
     (fp32,) = [r for r in rows if r["step"] == "fp32, TF32 off"]
-    assert fdh.image_seconds("h100", "sdxl", "fp32, TF32 off") == pytest.approx(
+    assert fdh.course.image_seconds("h100", "sdxl", "fp32, TF32 off") == pytest.approx(
         round(fp32["latency_s"], 2))
     assert it.FP32_SHARE == pytest.approx(
         fdh.count_flops("sdxl")["per_image"] / 1e12 / 12.96 / 67.0, rel=1e-3)
     assert 0.4 < it.FP32_SHARE < 0.55
     for card in ("l4", "a100-40"):  # computed: FLOPs at the share of the card's FP32 rate
-        seconds = fdh.image_seconds(card, "sdxl", "fp32, TF32 off")
+        seconds = fdh.course.image_seconds(card, "sdxl", "fp32, TF32 off")
         assert seconds == pytest.approx(it.image_flops("sdxl", 30) / (
             fdh.GPU_PROFILES[card].fp32_tflops * it.FP32_SHARE), rel=1e-6)

@@ -288,8 +288,10 @@ COURSE_LAYER = ("course", "planning", "compiletime", "runs")  # the course's own
 
 def test_importing_the_package_loads_nothing_of_the_course_layer():
     """Issue 58: `import fastdiff_helpers` loads the core (models, techniques, measure,
-    results) and none of the course layer; a course name loads its module on first use and is
-    the module's own object. Before, the import loaded 33 course-layer modules."""
+    results) and none of the course layer; `fdh.course` is its one name, and reaching it loads
+    nothing more than course/__init__.py; a course name (fdh.course.<name>) loads its module
+    on first use and is that module's own object. Before, the import loaded 33 course-layer
+    modules and the course's 27 names were fdh's own."""
     import subprocess
     import sys
 
@@ -300,29 +302,38 @@ def test_importing_the_package_loads_nothing_of_the_course_layer():
              "    return sorted(m for m in sys.modules if m.startswith('fastdiff_helpers.')\n"
              "                  and m.split('.')[1] in layer)\n"
              "first = loaded()\n"
-             "settings = fdh.course_settings\n"
-             "print(json.dumps([first, loaded(), sorted(fdh._COURSE_LAYER), sorted(fdh.__all__),\n"
-             "                  sorted(dir(fdh))]))\n")
+             "course = fdh.course\n"
+             "reached = loaded()\n"
+             "settings = fdh.course.settings\n"
+             "print(json.dumps([first, reached, loaded(), sorted(fdh.__all__),\n"
+             "                  sorted(dir(fdh)), sorted(dir(fdh.course))]))\n")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           cwd=PACKAGE.parent, env={"PYTHONPATH": str(PACKAGE.parent),
                                                    "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
     import json
 
-    first, after, lazy, public, listed = json.loads(done.stdout.strip().splitlines()[-1])
+    first, reached, after, public, listed, course_listed = json.loads(
+        done.stdout.strip().splitlines()[-1])
     assert first == [], first
-    assert "fastdiff_helpers.course.settings" in after
-    assert set(lazy) <= set(public) and set(public) <= set(listed)
+    assert reached == ["fastdiff_helpers.course"], reached
+    assert "fastdiff_helpers.course.parameters" in after
+    assert set(public) <= set(listed) and "course" in public
     import importlib
 
     import fastdiff_helpers as fdh
+    from fastdiff_helpers import course
 
-    for name, module in fdh._COURSE_LAYER.items():
+    assert set(course.__all__) <= set(course_listed)
+    assert fdh.course.settings is importlib.import_module(
+        "fastdiff_helpers.course.parameters").course_settings
+    for name, (module, attr) in course._API.items():
         assert module.split(".")[0] in COURSE_LAYER, (name, module)
-        assert getattr(fdh, name) is getattr(importlib.import_module(
-            f"fastdiff_helpers.{module}"), name), name
+        assert getattr(fdh.course, name) is getattr(importlib.import_module(
+            f"fastdiff_helpers.{module}"), attr), name
+        assert name not in fdh.__all__, f"{name}: a course name is fdh.course.{name}, not fdh's"
     homes = {n: getattr(getattr(fdh, n), "__module__", None) or "" for n in fdh.__all__
-             if n not in fdh._COURSE_LAYER}
+             if n not in fdh._LAZY}
     eager = {n: m for n, m in homes.items()
              if m.startswith("fastdiff_helpers.") and m.split(".")[1] in COURSE_LAYER}
     assert not eager, f"course names imported eagerly: {eager}"

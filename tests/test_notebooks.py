@@ -87,15 +87,15 @@ def _headings(nb, level: str = "## ") -> list[str]:
 
 
 def _calls(source: str, name: str) -> bool:
-    """True when `source` calls fdh.<name>(...) (IPython magics skipped)."""
+    """True when `source` calls fdh.<name>(...), `name` dotted for the course layer
+    ("course.settings": fdh.course.settings(...)) (IPython magics skipped)."""
     try:
         tree = ast.parse("\n".join(line for line in source.splitlines()
                                    if not line.lstrip().startswith(("%", "!"))))
     except SyntaxError:
         return False  # test_code_parses_and_defines_no_helpers names the error
-    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-               and n.func.attr == name and isinstance(n.func.value, ast.Name)
-               and n.func.value.id == "fdh" for n in ast.walk(tree))
+    return any(isinstance(n, ast.Call) and ast.unparse(n.func) == f"fdh.{name}"
+               for n in ast.walk(tree))
 
 
 NB_METADATA = set(KEEP_NOTEBOOK)
@@ -151,7 +151,7 @@ def skeleton_problems(nb, number: str) -> list[str]:
     """The course skeleton: a "# NN · title" markdown cell with a "**What you will learn**" list
     first; the first cell of every notebook (course/hosted.py: it imports fastdiff_helpers as
     fdh, installing it where it is missing) is the first code cell, the parameters cell
-    (fdh.course_settings) the second; the headings end
+    (fdh.course.settings) the second; the headings end
     "## Try it yourself", "## Exercises", "## Summary", in that order."""
     problems = []
     first = nb.cells[0] if nb.cells else None
@@ -176,9 +176,9 @@ def skeleton_problems(nb, number: str) -> list[str]:
             problems.append("the first code cell is not the first cell of every notebook "
                             "(fastdiff_helpers/course/hosted.py FIRST_CELL): run `python -m "
                             "fastdiff_helpers lessons --write`")
-        if not _calls(code[1].source, "course_settings"):
+        if not _calls(code[1].source, "course.settings"):
             problems.append("the second code cell is not the parameters cell: it must call "
-                            "fdh.course_settings(...)")
+                            "fdh.course.settings(...)")
     headings = _headings(nb)
     for heading in ENDING:
         if headings.count(heading) != 1:
@@ -219,7 +219,7 @@ def test_skeleton(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
 def test_reference_numbers_are_one_call(path):
-    """The code cell under '## Compare with the reference numbers' is fdh.reference_numbers,
+    """The code cell under '## Compare with the reference numbers' is fdh.course.reference_numbers,
     and no notebook calls the retired Recipe.to_code method (fdh.to_code(recipe) instead)."""
     nb = _read(path)
     problems = []
@@ -227,9 +227,9 @@ def test_reference_numbers_are_one_call(path):
         if cell.cell_type == "markdown" and cell.source.startswith(
                 "## Compare with the reference numbers"):
             following = next((c for c in nb.cells[i + 1:] if c.cell_type == "code"), None)
-            if following is None or not _calls(following.source, "reference_numbers"):
+            if following is None or not _calls(following.source, "course.reference_numbers"):
                 problems.append(f"the code cell after cell {i} does not call "
-                                "fdh.reference_numbers(settings.model)")
+                                "fdh.course.reference_numbers(settings.model)")
         if re.search(r"(?<!\bfdh)\.to_code\(", cell.source):
             problems.append(f"cell {i} calls the retired .to_code method: use fdh.to_code(recipe)")
     assert not problems, f"{path.name}: " + "; ".join(problems)
@@ -237,20 +237,20 @@ def test_reference_numbers_are_one_call(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
 def test_gpu_cells_are_guarded(path):
-    """Every cell tagged "gpu" starts with `if fdh.needs_gpu(...)` (prints why on a CPU)."""
+    """Every cell tagged "gpu" starts with `if fdh.course.needs_gpu(...)` (prints why on a CPU)."""
     nb = _read(path)
     bad = [i for i, cell in _code_cells(nb) if "gpu" in cell.metadata.get("tags", [])
-           and not re.search(r"^if fdh\.needs_gpu\(", cell.source, re.M)]
-    assert not bad, f"{path.name}: gpu-tagged cells {bad} do not call fdh.needs_gpu(...)"
+           and not re.search(r"^if fdh\.course\.needs_gpu\(", cell.source, re.M)]
+    assert not bad, f"{path.name}: gpu-tagged cells {bad} do not call fdh.course.needs_gpu(...)"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
 def test_needs_gpu_cells_are_tagged(path):
-    """The reverse: a cell that calls fdh.needs_gpu is tagged "gpu", so tools can find it."""
+    """The reverse: a cell that calls fdh.course.needs_gpu is tagged "gpu", so tools can find it."""
     nb = _read(path)
-    bad = [i for i, cell in _code_cells(nb) if "fdh.needs_gpu(" in cell.source
+    bad = [i for i, cell in _code_cells(nb) if "fdh.course.needs_gpu(" in cell.source
            and "gpu" not in cell.metadata.get("tags", [])]
-    assert not bad, f"{path.name}: cells {bad} call fdh.needs_gpu but are not tagged 'gpu'"
+    assert not bad, f"{path.name}: cells {bad} call fdh.course.needs_gpu but are not tagged 'gpu'"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))

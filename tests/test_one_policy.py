@@ -1,5 +1,5 @@
 """One policy for GPU-only choices on a CPU (issue 24), the same on every path a newcomer takes:
-fdh.apply (docs/helpers.md's one-screen block), the command line, fdh.run_ladder (and `make demo`,
+fdh.apply (docs/helpers.md's one-screen block), the command line, fdh.course.run_ladder (and `make demo`,
 which runs it), the playground. Each is stopped before anything compiles (compilation is lazy),
 so this is quick; tests/test_recipe_rules.py pins the policy itself against torch's mode options.
 """
@@ -40,7 +40,7 @@ def test_command_line(monkeypatch, capsys):
 
 
 def test_ladder_and_demo(capsys):
-    (result,) = fdh.run_ladder("sdxl", weights="tiny", device="cpu", steps_filter=["+ compile"],
+    (result,) = fdh.course.run_ladder("sdxl", weights="tiny", device="cpu", steps_filter=["+ compile"],
                                fail_step="+ compile", progress=False)
     assert result.recipe["compile"] == RAN and any(NOTE in n for n in result.notes)
     assert NOTE in capsys.readouterr().out

@@ -143,8 +143,8 @@ def test_every_technique_cell_says_what_it_stands_for():
 
 def _model(name: str) -> str:
     """The model of the notebook's parameters cell (the first code cell is the install cell)."""
-    cell = next(source for _, source, _ in _cells(name) if "course_settings(" in source)
-    return re.search(r"course_settings\(\s*\"(\w[\w-]*)\"", cell).group(1)
+    cell = next(source for _, source, _ in _cells(name) if "fdh.course.settings(" in source)
+    return re.search(r"course\.settings\(\s*\"(\w[\w-]*)\"", cell).group(1)
 
 
 def _image(pipe) -> np.ndarray:
@@ -162,7 +162,7 @@ def test_a_technique_cell_leaves_the_pipeline_fdh_apply_leaves(key, monkeypatch)
     dtype, recipe = PLAIN[key]
     source = dict((c, s) for c, s, _ in _cells(name))[cell_id]
     model = _model(name)
-    settings = fdh.course_settings(model)
+    settings = fdh.course.settings(model)
 
     def fresh(load_dtype: str = "fp32"):
         return fdh.load_pipeline(model, weights="tiny", device="cpu", dtype=load_dtype,

@@ -1,4 +1,4 @@
-"""fdh.reference_numbers: the "Compare with the reference numbers" cell of the notebooks as one
+"""fdh.course.reference_numbers: the "Compare with the reference numbers" cell of the notebooks as one
 call. It prints the blog's A100 row with where it was read, and every ladder the project
 committed on a GPU (or says there is none), each rung with its TF32 switches and VAE."""
 
@@ -21,7 +21,7 @@ def _result(step: str, latency: float) -> Result:
 
 
 def test_blog_row_with_its_source_and_none_committed(tmp_path, capsys):
-    fdh.reference_numbers("sdxl", root=tmp_path)
+    fdh.course.reference_numbers("sdxl", root=tmp_path)
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"Published ({BLOG_SOURCE}), sdxl:"
     assert lines[1] == ("  fp32: 7.36 s, bf16: 4.63 s, + SDPA: 3.31 s, + compile: 2.54 s, "
@@ -34,7 +34,7 @@ def test_blog_row_with_its_source_and_none_committed(tmp_path, capsys):
 
 @pytest.mark.parametrize("model", sorted(fdh.BLOG_A100_SECONDS))
 def test_every_models_row_is_printed_in_full(model, tmp_path, capsys):
-    fdh.reference_numbers(model, root=tmp_path)
+    fdh.course.reference_numbers(model, root=tmp_path)
     out = capsys.readouterr().out
     printed = dict((step, float(s)) for step, s in
                    re.findall(r"(fp32|bf16|\+ [\w ]+?): ([\d.]+) s", out.splitlines()[1]))
@@ -43,23 +43,23 @@ def test_every_models_row_is_printed_in_full(model, tmp_path, capsys):
 
 
 def test_steps_keeps_only_those(tmp_path, capsys):
-    fdh.reference_numbers("sd15", steps=["+ compile", "+ int8 dynamic"], root=tmp_path)
+    fdh.course.reference_numbers("sd15", steps=["+ compile", "+ int8 dynamic"], root=tmp_path)
     lines = capsys.readouterr().out.splitlines()
     assert lines[1] == "  + compile: 0.5 s, + int8 dynamic: 0.525 s"
-    fdh.reference_numbers("sd15", steps="bf16", root=tmp_path)
+    fdh.course.reference_numbers("sd15", steps="bf16", root=tmp_path)
     assert capsys.readouterr().out.splitlines()[1] == "  bf16: 1.302 s"
 
 
 def test_unknown_step_says_which_names_exist(tmp_path):
     with pytest.raises(fdh.FastdiffError, match=r"'\+ SDPA'"):
-        fdh.reference_numbers("sdxl", steps=["+ sdpa"], root=tmp_path)
+        fdh.course.reference_numbers("sdxl", steps=["+ sdpa"], root=tmp_path)
 
 
 def test_committed_results_are_tabled_per_gpu(tmp_path, capsys):
     save_results([_result("fp32", 6.0), _result("bf16", 3.0), _result("+ SDPA", 2.0)],
                  tmp_path / "h100" / "sdxl" / "results.jsonl")
     save_results([_result("fp32", 5.0)], tmp_path / "h200" / "sdxl" / "results.jsonl")
-    fdh.reference_numbers("sdxl", root=tmp_path)
+    fdh.course.reference_numbers("sdxl", root=tmp_path)
     out = capsys.readouterr().out
     assert "No GPU reference results" not in out
     h100 = out.split("Measured by this project on h100, the blog's ladder (results/h100/sdxl):"
@@ -72,7 +72,7 @@ def test_committed_results_are_tabled_per_gpu(tmp_path, capsys):
     assert rows["+ SDPA"][2:6] == ["2.00", "+-0%", "3.00x", "1.50x"], h100
     assert "5.00" in h200 and "6.00" not in h200
 
-    fdh.reference_numbers("sdxl", steps=["bf16", "+ SDPA"], root=tmp_path)
+    fdh.course.reference_numbers("sdxl", steps=["bf16", "+ SDPA"], root=tmp_path)
     filtered = capsys.readouterr().out.split("Measured by this project on h100,")[1]
     filtered = filtered.split("Measured by")[0]
     assert "6.00" not in filtered and "vs bf16" in filtered, filtered  # fp32 row left out
@@ -83,7 +83,7 @@ def test_random_weights_tables_say_what_their_psnr_can_show(tmp_path, capsys):
     result = _result("fp32", 6.0)
     result.weights = "random"
     save_results([result], tmp_path / "h100" / "sdxl" / "results.jsonl")
-    fdh.reference_numbers("sdxl", root=tmp_path)
+    fdh.course.reference_numbers("sdxl", root=tmp_path)
     out = capsys.readouterr().out
     assert "  H100, random weights, 1024x1024, 30 steps\n" in out
     assert "the PSNR column shows how far each step moves the numbers, never image quality" in out
@@ -92,7 +92,7 @@ def test_random_weights_tables_say_what_their_psnr_can_show(tmp_path, capsys):
 def test_every_committed_ladder_is_shown_with_its_tf32_and_vae(capsys):
     """Issue 59: the course's ladder (results/<gpu>/sdxl-course/) beside the blog's; each rung
     says its TF32 switches, as recorded, so a TF32-on "fp32" is never read as true fp32."""
-    fdh.reference_numbers("sdxl")
+    fdh.course.reference_numbers("sdxl")
     out = capsys.readouterr().out
     blog = out.split("the blog's ladder (results/h100-80gb-hbm3/sdxl):")[1].split("Measured by")[0]
     course = out.split("the course's ladder (results/h100-80gb-hbm3/sdxl-course):")[1]
@@ -110,19 +110,19 @@ def test_every_committed_ladder_is_shown_with_its_tf32_and_vae(capsys):
 def test_one_ladder_alone(capsys):
     """ladder="course": the course's committed rungs only, without the blog's published row
     (the core path quotes one ladder); a rung name of another ladder is refused."""
-    fdh.reference_numbers("sdxl", steps=["fp32, TF32 off", "bf16"], ladder="course")
+    fdh.course.reference_numbers("sdxl", steps=["fp32, TF32 off", "bf16"], ladder="course")
     out = capsys.readouterr().out
     assert "Published" not in out and "the blog's ladder" not in out
     assert out.count("Measured by this project") == 1 and "+ SDPA" not in out
     with pytest.raises(fdh.FastdiffError, match="rung names"):
-        fdh.reference_numbers("sdxl", steps=["+ int8, eager"], ladder="course")
+        fdh.course.reference_numbers("sdxl", steps=["+ int8, eager"], ladder="course")
     with pytest.raises(fdh.FastdiffError, match="ladders"):
-        fdh.reference_numbers("sdxl", ladder="flux")
+        fdh.course.reference_numbers("sdxl", ladder="flux")
 
 
 def test_no_course_ladder_committed_says_so(tmp_path, capsys):
     save_results([_result("fp32", 6.0)], tmp_path / "h100" / "sdxl" / "results.jsonl")
-    fdh.reference_numbers("sdxl", ladder="course", root=tmp_path)
+    fdh.course.reference_numbers("sdxl", ladder="course", root=tmp_path)
     assert capsys.readouterr().out == ("No GPU reference results of the course's ladder for sdxl "
                                        "are committed yet (results/<gpu>/sdxl-course/"
                                        "results.jsonl).\n")

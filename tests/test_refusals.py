@@ -90,20 +90,20 @@ COUNTS = [
     ("graph_breaks steps=0", lambda p: fdh.graph_breaks(p, steps=0), "steps=0"),
     ("count_syncs steps=-1", lambda p: fdh.count_syncs(p, steps=-1), "steps=-1"),
     ("recompile_report steps=0", lambda p: fdh.recompile_report(p, [64], steps=0), "steps=0"),
-    ("run_ladder steps=0", lambda p: fdh.run_ladder("sd15", "tiny", steps=0), "steps=0"),
-    ("run_ladder runs=0", lambda p: fdh.run_ladder("sd15", "tiny", runs=0), "runs=0"),
-    ("run_ladder warmup=-1", lambda p: fdh.run_ladder("sd15", "tiny", warmup=-1), "warmup=-1"),
-    ("warm_ladder steps=0", lambda p: fdh.warm_ladder("sd15", "tiny", steps=0), "steps=0"),
-    ("course_settings steps=0", lambda p: fdh.course_settings(steps=0), "steps=0"),
-    ("course_settings runs=0", lambda p: fdh.course_settings(runs=0), "runs=0"),
-    ("run_batch batch_size=0", lambda p: fdh.run_batch(["x"], "out/never", batch_size=0),
+    ("run_ladder steps=0", lambda p: fdh.course.run_ladder("sd15", "tiny", steps=0), "steps=0"),
+    ("run_ladder runs=0", lambda p: fdh.course.run_ladder("sd15", "tiny", runs=0), "runs=0"),
+    ("run_ladder warmup=-1", lambda p: fdh.course.run_ladder("sd15", "tiny", warmup=-1), "warmup=-1"),
+    ("warm_ladder steps=0", lambda p: fdh.course.warm_ladder("sd15", "tiny", steps=0), "steps=0"),
+    ("course_settings steps=0", lambda p: fdh.course.settings(steps=0), "steps=0"),
+    ("course_settings runs=0", lambda p: fdh.course.settings(runs=0), "runs=0"),
+    ("run_batch batch_size=0", lambda p: fdh.course.run_batch(["x"], "out/never", batch_size=0),
      "batch_size=0"),
-    ("run_batch steps=0", lambda p: fdh.run_batch(["x"], "out/never", steps=0), "steps=0"),
-    ("launch_batch processes=0", lambda p: fdh.launch_batch(["x"], "out/never", processes=0),
+    ("run_batch steps=0", lambda p: fdh.course.run_batch(["x"], "out/never", steps=0), "steps=0"),
+    ("launch_batch processes=0", lambda p: fdh.course.launch_batch(["x"], "out/never", processes=0),
      "processes=0"),
-    ("launch_batch threads=0", lambda p: fdh.launch_batch(["x"], "out/never", threads=0),
+    ("launch_batch threads=0", lambda p: fdh.course.launch_batch(["x"], "out/never", threads=0),
      "threads=0"),
-    ("launch_batch an unknown option", lambda p: fdh.launch_batch(["x"], "out/never",
+    ("launch_batch an unknown option", lambda p: fdh.course.launch_batch(["x"], "out/never",
                                                                   stepz=2), "stepz"),
     ("count_flops steps=0", lambda p: fdh.count_flops("sd15", steps=0), "steps=0"),
     ("measure_matmul_tflops n=0", lambda p: fdh.measure_matmul_tflops("cpu", n=0), "n=0"),
@@ -126,11 +126,11 @@ SIZES = [
      "multiple of 8"),
     ("generate width=0", lambda p, x: fdh.generate(p, width=0), "width=0", "at least 1"),
     ("pixart height=72", lambda p, x: fdh.generate(x, height=72), "height=72", "multiple of 16"),
-    ("run_ladder width=30", lambda p, x: fdh.run_ladder("sd15", "tiny", width=30), "width=30",
+    ("run_ladder width=30", lambda p, x: fdh.course.run_ladder("sd15", "tiny", width=30), "width=30",
      "24 or 32"),
-    ("warm_ladder height=100", lambda p, x: fdh.warm_ladder("sd15", "tiny", height=100),
+    ("warm_ladder height=100", lambda p, x: fdh.course.warm_ladder("sd15", "tiny", height=100),
      "height=100", "multiple of 8"),
-    ("course_settings resolution=100", lambda p, x: fdh.course_settings(resolution=100),
+    ("course_settings resolution=100", lambda p, x: fdh.course.settings(resolution=100),
      "resolution=100", "multiple of 8"),
     ("recompile_report a bad second size", lambda p, x: fdh.recompile_report(p, [64, 70]),
      "height=70", "multiple of 8"),
@@ -138,7 +138,7 @@ SIZES = [
      "list of sizes"),
     ("count_flops width=12", lambda p, x: fdh.count_flops("sdxl", width=12), "width=12",
      "multiple of 8"),
-    ("run_batch height=9", lambda p, x: fdh.run_batch(["x"], "out/never", model="sd15",
+    ("run_batch height=9", lambda p, x: fdh.course.run_batch(["x"], "out/never", model="sd15",
                                                       height=9), "height=9", "multiple of 8"),
     ("memory_savers_report size=100", lambda p, x: fdh.memory_savers_report("sd15", size=100),
      "size=100", "multiple of 8"),
@@ -174,22 +174,22 @@ NAMES = [
      "Unknown vae", "fp16-fix"),
     ("load_pipeline scheduler", lambda: fdh.load_pipeline("sd15", "tiny", scheduler="ddim"),
      "Unknown scheduler", "dpm-solver"),
-    ("run_ladder ladder", lambda: fdh.run_ladder("sd15", "tiny", ladder="mine"),
+    ("run_ladder ladder", lambda: fdh.course.run_ladder("sd15", "tiny", ladder="mine"),
      "Unknown ladder 'mine'", "blog"),
-    ("run_ladder steps_filter", lambda: fdh.run_ladder("sd15", "tiny", steps_filter=["+ TF32"]),
+    ("run_ladder steps_filter", lambda: fdh.course.run_ladder("sd15", "tiny", steps_filter=["+ TF32"]),
      "'+ TF32'", "steps_filter=", "'+ SDPA'"),
-    ("run_ladder empty steps_filter", lambda: fdh.run_ladder("sd15", "tiny", steps_filter=[]),
+    ("run_ladder empty steps_filter", lambda: fdh.course.run_ladder("sd15", "tiny", steps_filter=[]),
      "No step", "steps_filter="),
-    ("run_ladder fail_step", lambda: fdh.run_ladder("sd15", "tiny", fail_step="fp64"),
+    ("run_ladder fail_step", lambda: fdh.course.run_ladder("sd15", "tiny", fail_step="fp64"),
      "'fp64'", "fail_step="),
-    ("course_settings model", lambda: fdh.course_settings("sd2"), "Unknown model 'sd2'"),
-    ("course_settings weights", lambda: fdh.course_settings(weights="real"),
+    ("course_settings model", lambda: fdh.course.settings("sd2"), "Unknown model 'sd2'"),
+    ("course_settings weights", lambda: fdh.course.settings(weights="real"),
      "Unknown weights 'real'"),
-    ("run_batch weights", lambda: fdh.run_batch(["x"], "out/never", weights="real"),
+    ("run_batch weights", lambda: fdh.course.run_batch(["x"], "out/never", weights="real"),
      "Unknown weights 'real'"),
     ("playground model", lambda: fdh.playground("sd3"), "Unknown model 'sd3'"),
     ("playground weights", lambda: fdh.playground(weights="real"), "Unknown weights 'real'"),
-    ("reference_numbers steps", lambda: fdh.reference_numbers("sdxl", steps=["fp64"]),
+    ("reference_numbers steps", lambda: fdh.course.reference_numbers("sdxl", steps=["fp64"]),
      "'fp64'"),
     ("Recipe field", lambda: fdh.Recipe(compile="fast"), "Unknown compile 'fast'"),
     ("Recipe switch", lambda: fdh.Recipe(channels_last="yes"), "channels_last='yes'"),
@@ -225,16 +225,16 @@ DEVICES = [
      "'cpu', 'cuda'"),
     ("meta without random weights", lambda: fdh.load_pipeline("sd15", "tiny", device="meta"),
      "device='meta'", "weights='random'"),
-    ("run_ladder", lambda: fdh.run_ladder("sd15", "tiny", device="gpu0"), "device='gpu0'"),
-    ("warm_ladder", lambda: fdh.warm_ladder("sd15", "tiny", device="tpu"), "device='tpu'"),
-    ("run_batch", lambda: fdh.run_batch(["x"], "out/never", device="cuda:x"), "device='cuda:x'"),
+    ("run_ladder", lambda: fdh.course.run_ladder("sd15", "tiny", device="gpu0"), "device='gpu0'"),
+    ("warm_ladder", lambda: fdh.course.warm_ladder("sd15", "tiny", device="tpu"), "device='tpu'"),
+    ("run_batch", lambda: fdh.course.run_batch(["x"], "out/never", device="cuda:x"), "device='cuda:x'"),
     ("measure_matmul_tflops", lambda: fdh.measure_matmul_tflops("gpu"), "device='gpu'"),
 ]
 if not torch.cuda.is_available():
     DEVICES += [
         ("cuda on a CPU machine", lambda: fdh.load_pipeline("sd15", "tiny", device="cuda"),
          "device='cuda'", "no CUDA GPU", "device='cpu'"),
-        ("cuda:1 on a CPU machine", lambda: fdh.run_ladder("sd15", "tiny", device="cuda:1"),
+        ("cuda:1 on a CPU machine", lambda: fdh.course.run_ladder("sd15", "tiny", device="cuda:1"),
          "no CUDA GPU"),
         ("matmul rate on cuda", lambda: fdh.measure_matmul_tflops("cuda"), "no CUDA GPU"),
     ]
@@ -286,14 +286,14 @@ def test_input_paths(tmp_path, slow_work):
             "one prompt per line")
     refused(lambda: read_prompts(tmp_path), "is a folder")
     refused(lambda: read_prompts(42), "prompts=", "list of strings")
-    refused(lambda: fdh.load_artifacts(tmp_path / "x.fdcache"), "is not a file")
+    refused(lambda: fdh.course.load_artifacts(tmp_path / "x.fdcache"), "is not a file")
     refused(lambda: fdh.load_results(tmp_path), "is a folder", "results.jsonl")
     with pytest.raises(FileNotFoundError, match="save_results"):
         fdh.load_results(tmp_path / "none.jsonl")
     refused(lambda: fdh.reference_results("sdxl", root=tmp_path / "nowhere"), "root=",
             "does not exist")
-    refused(lambda: fdh.reference_numbers("sdxl", root=tmp_path / "nowhere"), "root=")
-    refused(lambda: fdh.first_image_in_new_process(tmp_path / "c", load=tmp_path / "no.fdcache"),
+    refused(lambda: fdh.course.reference_numbers("sdxl", root=tmp_path / "nowhere"), "root=")
+    refused(lambda: fdh.course.first_image_in_new_process(tmp_path / "c", load=tmp_path / "no.fdcache"),
             "load=", "does not exist")
     assert slow_work == []
 
@@ -306,15 +306,15 @@ def test_output_folders_and_files(tmp_path, slow_work, pipe):
     result = fdh.Result(model="sd15", weights="tiny", step="x", recipe={}, device_name="cpu",
                         height=64, width=64, steps=2)
     for fn, words in (
-            (lambda: fdh.run_ladder("sd15", "tiny", out=a_file), ("out=", "is a file")),
-            (lambda: fdh.warm_ladder("sd15", "tiny", out=tmp_path), ("out=", "is a folder")),
-            (lambda: fdh.run_batch(["x"], a_file), ("out=", "is a file")),
-            (lambda: fdh.launch_batch(["x"], a_file / "sub"), ("out=", "is a file")),
+            (lambda: fdh.course.run_ladder("sd15", "tiny", out=a_file), ("out=", "is a file")),
+            (lambda: fdh.course.warm_ladder("sd15", "tiny", out=tmp_path), ("out=", "is a folder")),
+            (lambda: fdh.course.run_batch(["x"], a_file), ("out=", "is a file")),
+            (lambda: fdh.course.launch_batch(["x"], a_file / "sub"), ("out=", "is a file")),
             (lambda: fdh.save_results([result], tmp_path), ("path=", "is a folder")),
             (lambda: save_result(result, a_file), ("out=", "is a file")),
             (lambda: fdh.use_course_cache(a_file), ("path=", "is a file")),
-            (lambda: fdh.save_artifacts(tmp_path), ("path=", "is a folder")),
-            (lambda: fdh.first_image_in_new_process(a_file), ("cache_dir=", "is a file")),
+            (lambda: fdh.course.save_artifacts(tmp_path), ("path=", "is a folder")),
+            (lambda: fdh.course.first_image_in_new_process(a_file), ("cache_dir=", "is a file")),
             (lambda: fdh.save_figure(fdh.ladder_chart([result]), tmp_path),
              ("path=", "is a folder"))):
         refused(fn, *words)

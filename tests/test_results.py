@@ -204,7 +204,7 @@ def test_reference_results_finds_committed_gpu_results(tmp_path):
     found = reference_results("sdxl", root=tmp_path)
     assert list(found) == ["h100"] and found["h100"] == [r]
     # the default root is results/ of this checkout, where the H100 records are committed
-    # (it looked in fastdiff_helpers/results/ once store.py moved there: fdh.reference_numbers
+    # (it looked in fastdiff_helpers/results/ once store.py moved there: fdh.course.reference_numbers
     # said "No GPU reference results for sdxl are committed yet")
     committed = reference_results("sdxl")
     assert [r.step for r in committed["h100-80gb-hbm3"]][:3] == ["fp32", "bf16", "+ SDPA"]

@@ -84,13 +84,13 @@ def _fake_gpu(monkeypatch, profile, free=None):
 def test_course_settings_on_a_t4_says_its_sizing(monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("FASTDIFF_WEIGHTS_FILE", str(tmp_path / "weights.json"))
     _fake_gpu(monkeypatch, T4)
-    monkeypatch.setattr("fastdiff_helpers.course.settings.import_course_tuning", lambda t: [])
-    settings = fdh.course_settings("sdxl", weights="random", smoke=False)
+    monkeypatch.setattr("fastdiff_helpers.course.parameters.import_course_tuning", lambda t: [])
+    settings = fdh.course.settings("sdxl", weights="random", smoke=False)
     said = capsys.readouterr().out
     assert "sized for Tesla T4" in said and "fp32 does not fit: the baseline runs in fp16" in said
     assert (settings.device, settings.gpu, settings.height) == ("cuda", "t4", 1024)
     assert settings.runs == sizing.card_fit(T4, "sdxl").runs < 5 and settings.warmup == 1
-    kept = fdh.course_settings("sdxl", weights="random", smoke=False, runs=7, resolution=768)
+    kept = fdh.course.settings("sdxl", weights="random", smoke=False, runs=7, resolution=768)
     assert (kept.runs, kept.height) == (7, 768)
     # the baseline in the card's half precision, and an fp32-weights rung skipped with the reason
     assert settings.baseline == dataclasses.replace(fdh.BASELINE, dtype="fp16")
@@ -100,17 +100,17 @@ def test_course_settings_on_a_t4_says_its_sizing(monkeypatch, capsys, tmp_path):
     assert "sdxl in fp32 does not fit Tesla T4" in why and why in capsys.readouterr().out
     assert settings.skip(fdh.Recipe(dtype="bf16")) is None  # runs, as fp16
     assert "fp8" in settings.skip(fdh.Recipe(dtype="bf16", quantize="fp8-dynamic-row"))
-    tiny = fdh.course_settings("sdxl", weights="tiny", smoke=False)  # a GPU, tiny weights
+    tiny = fdh.course.settings("sdxl", weights="tiny", smoke=False)  # a GPU, tiny weights
     assert tiny.device == "cuda" and tiny.skip(fdh.Recipe(dtype="tf32")) is None
     assert "fp8" in tiny.skip(fdh.Recipe(dtype="bf16", quantize="fp8-dynamic-row"))
     _fake_gpu(monkeypatch, H100)
-    h100 = fdh.course_settings("sdxl", weights="random", smoke=False)
+    h100 = fdh.course.settings("sdxl", weights="random", smoke=False)
     assert h100.baseline == fdh.BASELINE and h100.skip(fdh.Recipe(dtype="tf32")) is None
     assert "fp32 fits" in capsys.readouterr().out
 
 
 def test_off_a_gpu_the_baseline_is_fp32_and_nothing_is_skipped():
-    cpu = fdh.course_settings("sdxl", smoke=True)
+    cpu = fdh.course.settings("sdxl", smoke=True)
     assert cpu.baseline == fdh.BASELINE
     assert cpu.skip(fdh.Recipe(dtype="tf32")) is None
     assert cpu.skip(fdh.Recipe(quantize="fp8-dynamic-row", dtype="bf16")) is None
@@ -173,7 +173,7 @@ def test_sizes_that_fit_the_card(capsys):
     assert sizing.fitting_sizes(T4, "sdxl", [1024, 1536, 2048]) == [1024]
     assert "left out on Tesla T4: 1536x1536" in capsys.readouterr().out
     assert sizing.fitting_sizes(H100, "sdxl", [1024, 1536, 2048]) == [1024, 1536, 2048]
-    cpu = fdh.course_settings("sdxl", smoke=True)
+    cpu = fdh.course.settings("sdxl", smoke=True)
     assert cpu.sizes_that_fit([64, 4096]) == [64, 4096]
 
 

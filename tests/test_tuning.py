@@ -30,7 +30,7 @@ from fastdiff_helpers.measure.compile_events import recompile_reasons
 ROOT = Path(__file__).resolve().parent.parent
 
 def _child(cache: Path, bundle_in=None, bundle_out=None) -> dict:
-    return fdh.cpu_tuning_run(cache, bundle_in=bundle_in, bundle_out=bundle_out)
+    return fdh.course.cpu_tuning_run(cache, bundle_in=bundle_in, bundle_out=bundle_out)
 
 
 @pytest.fixture(scope="module")
@@ -125,13 +125,13 @@ BEST = {"ab/cabc.best_config": {"XBLOCK": 64, "num_warps": 4, "found_by_coordesc
 
 def test_export_then_show_then_import_into_an_empty_cache(tmp_path, capsys):
     cache = _cache(tmp_path, GEMM, BEST)
-    summary = fdh.export_tuning(tmp_path / "b.json.gz", model="sdxl", cache_dir=cache)
+    summary = fdh.course.export_tuning(tmp_path / "b.json.gz", model="sdxl", cache_dir=cache)
     assert (summary["gemm_blocks"], summary["best_configs"]) == (2, 1)
     assert summary["sha256"] in capsys.readouterr().out  # printed
-    shown = fdh.show_tuning(tmp_path / "b.json.gz")
+    shown = fdh.course.show_tuning(tmp_path / "b.json.gz")
     assert "mm 2" in shown and "1 found by coordinate descent" in shown
     bare = tmp_path / "bare"
-    done = fdh.import_tuning(tmp_path / "b.json.gz", sha256=summary["sha256"], cache_dir=bare)
+    done = fdh.course.import_tuning(tmp_path / "b.json.gz", sha256=summary["sha256"], cache_dir=bare)
     assert (done["blocks_added"], done["best_configs_added"]) == (2, 1)
     gemm, best = bundle_cache.read_cache(bare)
     assert gemm == GEMM and best == BEST
@@ -139,27 +139,27 @@ def test_export_then_show_then_import_into_an_empty_cache(tmp_path, capsys):
 
 def test_a_changed_byte_or_another_stamp_is_refused_before_anything_is_written(tmp_path):
     cache = _cache(tmp_path, GEMM)
-    summary = fdh.export_tuning(tmp_path / "b.json.gz", cache_dir=cache, verbose=False)
+    summary = fdh.course.export_tuning(tmp_path / "b.json.gz", cache_dir=cache, verbose=False)
     bare = tmp_path / "bare"
     data = bytearray((tmp_path / "b.json.gz").read_bytes())
     data[-5] ^= 1
     (tmp_path / "c.json.gz").write_bytes(bytes(data))
     with pytest.raises(FastdiffError, match="SHA-256"):
-        fdh.import_tuning(tmp_path / "c.json.gz", sha256=summary["sha256"], cache_dir=bare)
+        fdh.course.import_tuning(tmp_path / "c.json.gz", sha256=summary["sha256"], cache_dir=bare)
     content = _load(tmp_path / "b.json.gz")
     content["stamp"]["gpu_name"] = "NVIDIA H100 80GB HBM3"
     content["stamp"]["torch_key"] = "0" * 64
     _save(tmp_path / "d.json.gz", content)
     with pytest.raises(FastdiffError, match="gpu_name: bundle 'NVIDIA H100 80GB HBM3'.*torch_key"):
-        fdh.import_tuning(tmp_path / "d.json.gz", cache_dir=bare)
+        fdh.course.import_tuning(tmp_path / "d.json.gz", cache_dir=bare)
     assert not bare.exists() or not list(bare.rglob("*"))
     # export refuses to add this machine's tuning to a bundle stamped elsewhere, and a file
     # that is not a bundle is never overwritten
     with pytest.raises(FastdiffError, match="another setup"):
-        fdh.export_tuning(tmp_path / "d.json.gz", cache_dir=cache, verbose=False)
+        fdh.course.export_tuning(tmp_path / "d.json.gz", cache_dir=cache, verbose=False)
     (tmp_path / "notes.json.gz").write_text("my notes")
     with pytest.raises(FastdiffError, match="is not a tuning bundle .* left as it is"):
-        fdh.export_tuning(tmp_path / "notes.json.gz", cache_dir=cache, verbose=False)
+        fdh.course.export_tuning(tmp_path / "notes.json.gz", cache_dir=cache, verbose=False)
     assert (tmp_path / "notes.json.gz").read_text() == "my notes"
 
 
@@ -167,30 +167,30 @@ def test_a_changed_byte_or_another_stamp_is_refused_before_anything_is_written(t
                                  "ab/../../x.best_config", "ab\\x.best_config", "ab/x.py"])
 def test_a_best_config_outside_the_cache_folder_is_refused(tmp_path, rel):
     cache = _cache(tmp_path, GEMM)
-    fdh.export_tuning(tmp_path / "b.json.gz", cache_dir=cache, verbose=False)
+    fdh.course.export_tuning(tmp_path / "b.json.gz", cache_dir=cache, verbose=False)
     content = _load(tmp_path / "b.json.gz")
     content["best_configs"][rel] = {"XBLOCK": 1}
     _save(tmp_path / "evil.json.gz", content)
     with pytest.raises(FastdiffError, match="not a relative path inside the cache"):
-        fdh.import_tuning(tmp_path / "evil.json.gz", cache_dir=tmp_path / "bare")
+        fdh.course.import_tuning(tmp_path / "evil.json.gz", cache_dir=tmp_path / "bare")
     assert not (tmp_path / "escape.best_config").exists()
 
 
 def test_merge_replaces_whole_blocks_and_keeps_the_others(tmp_path):
     first = _cache(tmp_path / "1", GEMM)
-    fdh.export_tuning(tmp_path / "b.json.gz", cache_dir=first, verbose=False)
+    fdh.course.export_tuning(tmp_path / "b.json.gz", cache_dir=first, verbose=False)
     # a second run measured key A again with other choices, and a new key C
     newer = {"mm": {"[key A]": {"highest": {"aten": 0.9, "triton_c": 0.7}},
                     "[key C]": {"high": {"aten": 4.0}}}}
     second = _cache(tmp_path / "2", newer)
-    summary = fdh.export_tuning(tmp_path / "b.json.gz", cache_dir=second, verbose=False)
+    summary = fdh.course.export_tuning(tmp_path / "b.json.gz", cache_dir=second, verbose=False)
     merged = _load(tmp_path / "b.json.gz")
     assert merged["gemm"]["mm"]["[key A]"]["highest"] == {"aten": 0.9, "triton_c": 0.7}  # whole
     assert merged["gemm"]["mm"]["[key B]"] == GEMM["mm"]["[key B]"]  # kept
     assert merged["fp32_precisions"] == ["high", "highest"]
     assert summary["blocks_added"] == 2 and summary["gemm_blocks"] == 3
     # import keeps what the cache measured itself, adds only what it lacks
-    done = fdh.import_tuning(tmp_path / "b.json.gz", cache_dir=first, verbose=False)
+    done = fdh.course.import_tuning(tmp_path / "b.json.gz", cache_dir=first, verbose=False)
     assert (done["blocks_added"], done["blocks_kept"]) == (1, 2)
     gemm, _ = bundle_cache.read_cache(first)
     assert gemm["mm"]["[key A]"]["highest"] == GEMM["mm"]["[key A]"]["highest"]
@@ -198,22 +198,22 @@ def test_merge_replaces_whole_blocks_and_keeps_the_others(tmp_path):
 
 def test_a_models_bundle_leaves_out_what_another_models_bundle_brought(tmp_path):
     other = _cache(tmp_path / "o", GEMM)
-    fdh.export_tuning(tmp_path / "sd15.json.gz", model="sd15", cache_dir=other, verbose=False)
+    fdh.course.export_tuning(tmp_path / "sd15.json.gz", model="sd15", cache_dir=other, verbose=False)
     cache = tmp_path / "mine"
-    fdh.import_tuning(tmp_path / "sd15.json.gz", cache_dir=cache, verbose=False)
+    fdh.course.import_tuning(tmp_path / "sd15.json.gz", cache_dir=cache, verbose=False)
     gemm, _ = bundle_cache.read_cache(cache)
     gemm["mm"]["[key S]"] = {"highest": {"aten": 5.0}}  # what this model's compile tuned
     bundle_cache.write_timings(cache / "cache" / bundle_format.tuning_stamp()["system_hash"], gemm)
-    fdh.export_tuning(tmp_path / "sdxl.json.gz", model="sdxl", cache_dir=cache, verbose=False)
+    fdh.course.export_tuning(tmp_path / "sdxl.json.gz", model="sdxl", cache_dir=cache, verbose=False)
     assert list(_load(tmp_path / "sdxl.json.gz")["gemm"]["mm"]) == ["[key S]"]
 
 
 def test_nothing_tuned_writes_no_bundle_or_says_what_to_do(tmp_path):
     empty = tmp_path / "empty"
-    assert fdh.export_tuning(tmp_path / "b.json.gz", cache_dir=empty, if_any=True) is None
+    assert fdh.course.export_tuning(tmp_path / "b.json.gz", cache_dir=empty, if_any=True) is None
     assert not (tmp_path / "b.json.gz").exists()
     with pytest.raises(FastdiffError, match="max-autotune"):
-        fdh.export_tuning(tmp_path / "b.json.gz", cache_dir=empty)
+        fdh.course.export_tuning(tmp_path / "b.json.gz", cache_dir=empty)
 
 
 def test_import_matching_takes_this_torch_builds_bundles_of_this_machine_only(tmp_path):
@@ -221,7 +221,7 @@ def test_import_matching_takes_this_torch_builds_bundles_of_this_machine_only(tm
 
     cache = _cache(tmp_path, GEMM)
     mine = tmp_path / "results" / "cpu" / "tuning" / torch.__version__ / "sdxl.json.gz"
-    fdh.export_tuning(mine, model="sdxl", cache_dir=cache, verbose=False)
+    fdh.course.export_tuning(mine, model="sdxl", cache_dir=cache, verbose=False)
     theirs = mine.with_name("pixart.json.gz")
     content = _load(mine)
     content["stamp"]["gpu_name"] = "NVIDIA H200"
@@ -257,38 +257,38 @@ def test_a_gpu_timings_file_with_pad_mm_entries_goes_through_a_bundle_whole(tmp_
     singles = [key for key, value in timings.items() if not isinstance(value, dict)]
     assert (len(nested), len(singles)) == (26, 14)  # 8 conv + 14 addmm + 4 mm; 7 + 7 pad_mm
     cache = _cache(tmp_path, timings)
-    summary = fdh.export_tuning(tmp_path / "sdxl.json.gz", model="sdxl", cache_dir=cache)
+    summary = fdh.course.export_tuning(tmp_path / "sdxl.json.gz", model="sdxl", cache_dir=cache)
     assert (summary["gemm_blocks"], summary["local_entries"]) == (26, 14)
-    assert "single-key benchmarks: 14 (14 of pad_mm)" in fdh.show_tuning(tmp_path / "sdxl.json.gz")
+    assert "single-key benchmarks: 14 (14 of pad_mm)" in fdh.course.show_tuning(tmp_path / "sdxl.json.gz")
     bare = tmp_path / "bare"
-    done = fdh.import_tuning(tmp_path / "sdxl.json.gz", cache_dir=bare)
+    done = fdh.course.import_tuning(tmp_path / "sdxl.json.gz", cache_dir=bare)
     assert (done["blocks_added"], done["local_added"]) == (26, 14)
     assert "(14 single-key benchmark(s) beside them)" in capsys.readouterr().out
     written = bare / "cache" / bundle_format.tuning_stamp()["system_hash"]
     assert json.loads(written.read_text())["cache"] == timings  # as inductor wrote it
     # again: everything is there already, nothing is rewritten
-    again = fdh.import_tuning(tmp_path / "sdxl.json.gz", cache_dir=bare, verbose=False)
+    again = fdh.course.import_tuning(tmp_path / "sdxl.json.gz", cache_dir=bare, verbose=False)
     assert (again["blocks_added"], again["local_added"], again["blocks_kept"]) == (0, 0, 40)
 
 
 def test_single_key_entries_merge_by_key_and_a_bundle_without_them_still_reads(tmp_path):
     first = {"mm": GEMM["mm"], "base mm time: (a)": 1.5, "((a), pad)": True}
-    fdh.export_tuning(tmp_path / "b.json.gz", cache_dir=_cache(tmp_path / "1", first),
+    fdh.course.export_tuning(tmp_path / "b.json.gz", cache_dir=_cache(tmp_path / "1", first),
                       verbose=False)
     second = {"base mm time: (a)": 1.25, "base mm time: (b)": 0.5}
-    summary = fdh.export_tuning(tmp_path / "b.json.gz", cache_dir=_cache(tmp_path / "2", second),
+    summary = fdh.course.export_tuning(tmp_path / "b.json.gz", cache_dir=_cache(tmp_path / "2", second),
                                 verbose=False)
     assert summary["local_added"] == 2 and _load(tmp_path / "b.json.gz")["local"] == {
         "base mm time: (a)": 1.25, "((a), pad)": True, "base mm time: (b)": 0.5}
     older = _load(tmp_path / "b.json.gz")
     del older["local"]  # as bundles were written before single-key entries were carried
     _save(tmp_path / "old.json.gz", older)
-    done = fdh.import_tuning(tmp_path / "old.json.gz", cache_dir=tmp_path / "bare", verbose=False)
+    done = fdh.course.import_tuning(tmp_path / "old.json.gz", cache_dir=tmp_path / "bare", verbose=False)
     assert (done["blocks_added"], done["local_added"]) == (2, 0)
     older["local"] = {"base mm time: (a)": "fast"}
     _save(tmp_path / "bad.json.gz", older)
     with pytest.raises(FastdiffError, match="local must map keys"):
-        fdh.import_tuning(tmp_path / "bad.json.gz", cache_dir=tmp_path / "bare2")
+        fdh.course.import_tuning(tmp_path / "bad.json.gz", cache_dir=tmp_path / "bare2")
 
 
 
@@ -332,7 +332,7 @@ def test_a_raw_tarball_of_this_machine_is_imported_first_and_goes_into_the_next_
     assert written == timings and not (tmp_path / "escape.best_config").exists()
     assert sorted(p.name for p in (cache / "cache").iterdir()) == [here]
     # not remembered as another model's import: sdxl's next bundle carries it, stamped
-    summary = fdh.export_tuning(tmp_path / "sdxl.json.gz", model="sdxl", cache_dir=cache,
+    summary = fdh.course.export_tuning(tmp_path / "sdxl.json.gz", model="sdxl", cache_dir=cache,
                                 verbose=False)
     assert (summary["gemm_blocks"], summary["local_entries"], summary["best_configs"]) == (
         2, 1, 1)
@@ -481,12 +481,12 @@ def test_a_cut_redescent_keeps_the_finished_best_config(tmp_path, monkeypatch, s
     else:
         _cache(tmp_path, GEMM)
         bundle = tmp_path / "given.json.gz"
-        fdh.export_tuning(bundle, model="toy", cache_dir=_cache(tmp_path / "other", {},
+        fdh.course.export_tuning(bundle, model="toy", cache_dir=_cache(tmp_path / "other", {},
                                                                 {rel: finished}), verbose=False)
     with _watch(tmp_path, monkeypatch, every_s=600) as watch:
         box.append(watch)
         if source == "bundle":  # imported while the watch runs, as reference does
-            fdh.import_tuning(bundle, verbose=False)
+            fdh.course.import_tuning(bundle, verbose=False)
         with pytest.raises(Cut):
             CachingAutotuner.coordinate_descent_tuning(_autotuner(tmp_path, rel), None)
     assert json.loads((tmp_path / "cache" / rel).read_text()) == finished

@@ -54,9 +54,9 @@ def test_another_kinds_bundle_is_refused_unless_named(tmp_path, monkeypatch):
     h100 = as_h100(monkeypatch)
     h200 = bundle_of(tmp_path, "NVIDIA H200", 132)
     with pytest.raises(FastdiffError, match="gpu_name: bundle 'NVIDIA H200'"):
-        fdh.import_tuning(h200, cache_dir=tmp_path / "cache", verbose=False)
+        fdh.course.import_tuning(h200, cache_dir=tmp_path / "cache", verbose=False)
     assert not (tmp_path / "cache" / "cache").exists()  # nothing written
-    done = fdh.import_tuning(h200, cache_dir=tmp_path / "cache", verbose=False,
+    done = fdh.course.import_tuning(h200, cache_dir=tmp_path / "cache", verbose=False,
                              from_kind="NVIDIA H200")
     assert (done["blocks_added"], done["best_configs_added"]) == (1, 1)
     # the timings go into this GPU's own timings file (its system hash), the kernels' configs
@@ -76,7 +76,7 @@ def test_never_across_sm_counts_or_capabilities(tmp_path, monkeypatch, kind, sms
     as_h100(monkeypatch)
     other = bundle_of(tmp_path, kind, sms, capability)
     with pytest.raises(FastdiffError, match=said.replace("[", r"\[").replace("]", r"\]")):
-        fdh.import_tuning(other, cache_dir=tmp_path / "cache", verbose=False, from_kind=kind)
+        fdh.course.import_tuning(other, cache_dir=tmp_path / "cache", verbose=False, from_kind=kind)
     assert not (tmp_path / "cache" / "cache").exists()
 
 
@@ -84,7 +84,7 @@ def test_the_named_kind_must_be_the_bundles(tmp_path, monkeypatch):
     as_h100(monkeypatch)
     h200 = bundle_of(tmp_path, "NVIDIA H200", 132)
     with pytest.raises(FastdiffError, match="tuned on 'NVIDIA H200', not 'NVIDIA H100 NVL'"):
-        fdh.import_tuning(h200, cache_dir=tmp_path / "cache", verbose=False,
+        fdh.course.import_tuning(h200, cache_dir=tmp_path / "cache", verbose=False,
                           from_kind="NVIDIA H100 NVL")
 
 
@@ -92,13 +92,13 @@ def test_what_was_seeded_is_recorded_in_the_next_bundle_and_in_every_result(tmp_
                                                                              monkeypatch):
     as_h100(monkeypatch)
     h200 = bundle_of(tmp_path, "NVIDIA H200", 132)
-    fdh.import_tuning(h200, cache_dir=tmp_path / "cache", verbose=False, from_kind="NVIDIA H200")
+    fdh.course.import_tuning(h200, cache_dir=tmp_path / "cache", verbose=False, from_kind="NVIDIA H200")
     out = tmp_path / "h100-sdxl.json.gz"
-    fdh.export_tuning(out, model="sdxl", cache_dir=tmp_path / "cache", verbose=False)
+    fdh.course.export_tuning(out, model="sdxl", cache_dir=tmp_path / "cache", verbose=False)
     written = json.loads(gzip.decompress(out.read_bytes()))
     assert written["seeded_from"] == [{"gpu_name": "NVIDIA H200", "source": h200}]
     assert written["stamp"]["gpu_name"] == "NVIDIA H100 80GB HBM3"
-    assert "seeded from another GPU kind: tuned on the NVIDIA H200" in fdh.show_tuning(out)
+    assert "seeded from another GPU kind: tuned on the NVIDIA H200" in fdh.course.show_tuning(out)
     note = ("tuned on the NVIDIA H200: this compile read tuning imported from another GPU kind "
             f"of the same design ({h200})")
     result = fdh.Result(model="sdxl", weights="random", step="+ autotune", recipe={},

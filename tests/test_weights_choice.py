@@ -75,7 +75,7 @@ def fake_gpu(monkeypatch):
     """torch.cuda.is_available() says yes; course_settings' tuning import is left out (it
     reads the GPU's name)."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr("fastdiff_helpers.course.settings.import_course_tuning", lambda t=None: [])
+    monkeypatch.setattr("fastdiff_helpers.course.parameters.import_course_tuning", lambda t=None: [])
     # course_settings sizes the course for the card (planning/sizing.py): an H100's properties
     props = fdh.gpu_profile("h100").properties()
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a, **k: props)
@@ -189,7 +189,7 @@ def test_a_gate_refused_inside_from_pretrained_is_said_as_a_gate(tmp_path, monke
 def test_auto_on_a_gpu_without_weights_stops_and_says_what_to_do(hub, fake_gpu, capsys):
     hub.reachable = False
     with pytest.raises(fdh.FastdiffError) as err:
-        fdh.course_settings("sdxl")
+        fdh.course.settings("sdxl")
     msg = str(err.value)
     assert "the hub is unreachable" in msg and "reconnect" in msg
     assert "hf download stabilityai/stable-diffusion-xl-base-1.0" in msg
@@ -198,7 +198,7 @@ def test_auto_on_a_gpu_without_weights_stops_and_says_what_to_do(hub, fake_gpu, 
         fdh.load_pipeline("sd15", weights="auto")  # a "Try it yourself" cell
     assert not weights_choice.weights_file().exists()
     # on the CPU the tiny model stays the quiet default, and nothing is carried
-    cpu = fdh.course_settings("sdxl", smoke=True)
+    cpu = fdh.course.settings("sdxl", smoke=True)
     assert cpu.weights == "tiny" and cpu.device == "cpu"
     assert fdh.choose_weights(fdh.MODELS["sdxl"], None, "cpu")[0] == "tiny"
     assert not weights_choice.weights_file().exists()
@@ -206,32 +206,32 @@ def test_auto_on_a_gpu_without_weights_stops_and_says_what_to_do(hub, fake_gpu, 
 
 def test_random_asked_for_by_name_is_said_loudly_and_carried_per_model(hub, fake_gpu, capsys):
     hub.reachable = False
-    settings = fdh.course_settings("sdxl", weights="random")
+    settings = fdh.course.settings("sdxl", weights="random")
     out = capsys.readouterr().out
     assert settings.weights == "random" and "RANDOM WEIGHTS" in out and "noise" in out
     assert carried()["sdxl"]["weights"] == "random"
     hub.asked.clear()
     # a later notebook: "auto" reads the choice back, says it loudly, asks the hub nothing
-    again = fdh.course_settings("sdxl")
+    again = fdh.course.settings("sdxl")
     out = capsys.readouterr().out
     assert again.weights == "random" and "RANDOM WEIGHTS" in out and not hub.asked
     assert pretrained.resolve_weights("sdxl", "auto", "cuda", verbose=False) == "random"
     assert "RANDOM WEIGHTS" in capsys.readouterr().out  # verbose=False hides no random choice
     # the choice is per model: SD1.5 was never chosen, and "auto" stops for it
     with pytest.raises(fdh.FastdiffError, match="No weights for 'sd15' on this GPU"):
-        fdh.course_settings("sd15")
+        fdh.course.settings("sd15")
     # asking for the pretrained weights by name replaces the choice
     hub.reachable = True
-    assert fdh.course_settings("sdxl", weights="pretrained").weights == "pretrained"
+    assert fdh.course.settings("sdxl", weights="pretrained").weights == "pretrained"
     assert carried()["sdxl"]["weights"] == "pretrained"
 
 
 def test_pretrained_chosen_once_then_gone_stops_instead_of_random(hub, fake_gpu):
-    assert fdh.course_settings("sdxl").weights == "pretrained"  # reachable: chosen, carried
+    assert fdh.course.settings("sdxl").weights == "pretrained"  # reachable: chosen, carried
     assert carried()["sdxl"]["weights"] == "pretrained"
     hub.reachable = False  # the workshop's Wi-Fi, two notebooks later
     with pytest.raises(fdh.FastdiffError) as err:
-        fdh.course_settings("sdxl")
+        fdh.course.settings("sdxl")
     assert "a parameters cell chose pretrained weights for sdxl" in str(err.value)
     assert "weights='random'" in str(err.value)
 
@@ -246,14 +246,14 @@ def test_a_cached_gated_model_is_pretrained_without_a_hub_question(hub, fake_gpu
     monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache",
                         lambda repo, name, **k: str(snapshot / name))
     hub.gated[FLUX], hub.reachable = "manual", False
-    assert fdh.course_settings("flux").weights == "pretrained"
+    assert fdh.course.settings("flux").weights == "pretrained"
     assert not hub.asked
     assert carried()["flux"]["weights"] == "pretrained"
 
 
 def test_the_carried_choice_is_read_back_by_another_process(hub, fake_gpu, tmp_path):
     hub.reachable = False
-    fdh.course_settings("sdxl", weights="random")
+    fdh.course.settings("sdxl", weights="random")
     code = ("import torch; torch.cuda.is_available = lambda: True\n"
             "import fastdiff_helpers as fdh\n"
             "from fastdiff_helpers.models.hooks import auto_weights\n"

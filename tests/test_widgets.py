@@ -178,7 +178,7 @@ def test_a_run_loads_the_weights_in_the_dtype_its_recipe_runs_in(monkeypatch):
     import fastdiff_helpers as fdh
 
     panel = _panel()
-    assert panel.recipe()[0] == fdh.course_settings("sd15").baseline
+    assert panel.recipe()[0] == fdh.course.settings("sd15").baseline
     asked = []
     real = widgets.load_pipeline
 
@@ -194,7 +194,7 @@ def test_a_run_loads_the_weights_in_the_dtype_its_recipe_runs_in(monkeypatch):
     assert [r.recipe["dtype"] for r in panel.rows] == ["fp32", "tf32", "bf16"]
     assert panel.rows[2].quality["psnr"] > 35  # against the fp32 baseline, loaded in fp32
     monkeypatch.setattr(widgets, "course_settings",  # a card where fp32 does not fit
-                        lambda model: replace(fdh.course_settings(model), baseline_dtype="fp16"))
+                        lambda model: replace(fdh.course.settings(model), baseline_dtype="fp16"))
     t4 = widgets.playground("sdxl", weights="tiny", device="cpu")
     assert t4.controls["dtype"].value == "fp16"
 

@@ -170,12 +170,12 @@ def test_the_course_cache_is_the_one_folder_it_makes(box):
 
 def test_compile_artifacts_are_written_only_over_an_artifact_file(box):
     _theirs(box / "cwd" / "sdxl.fdcache")
-    _refused(lambda: fdh.save_artifacts("sdxl.fdcache"), box / "cwd" / "sdxl.fdcache")
+    _refused(lambda: fdh.course.save_artifacts("sdxl.fdcache"), box / "cwd" / "sdxl.fdcache")
     assert main(["warm", "--weights", "tiny", "--device", "cpu", "--steps", "1",
                  "--out", "sdxl.fdcache"]) == 2  # before anything is loaded
     assert Path("sdxl.fdcache").read_text() == THEIRS
     with pytest.raises(fdh.FastdiffError, match="not a fastdiff compile-cache file"):
-        fdh.load_artifacts("sdxl.fdcache")  # read, never written
+        fdh.course.load_artifacts("sdxl.fdcache")  # read, never written
     Path("ours.fdcache").write_bytes(cold_start.MAGIC + b"{}\n")
     assert cold_start.check_artifacts_path("path", "ours.fdcache") == Path("ours.fdcache")
 
@@ -192,14 +192,14 @@ def _tuned_cache(box: Path) -> Path:
 def test_tuning_bundles_go_where_they_are_told_and_import_into_the_cache(box, capsys):
     cache = _tuned_cache(box)
     watch = Watch(box)
-    fdh.export_tuning("out/sdxl.json.gz", model="sdxl")
+    fdh.course.export_tuning("out/sdxl.json.gz", model="sdxl")
     watch.only_in(box / "cwd" / "out" / "sdxl.json.gz")
     assert main(["tuning", "export", "--out", "README.md"]) == 2
     assert "is not a tuning bundle" in capsys.readouterr().err
-    _refused(lambda: fdh.export_tuning("README.md"), box / "cwd" / "README.md")
+    _refused(lambda: fdh.course.export_tuning("README.md"), box / "cwd" / "README.md")
     bare = box / "bare"
     watch = Watch(box)
-    fdh.import_tuning("out/sdxl.json.gz", cache_dir=bare)
+    fdh.course.import_tuning("out/sdxl.json.gz", cache_dir=bare)
     assert main(["tuning", "import", "out/sdxl.json.gz"]) == 0
     assert main(["tuning", "import", "--matching", str(box / "cwd")]) == 0
     watch.only_in(bare, cache)
@@ -250,22 +250,22 @@ def _fake_step(spec, name, recipe, weights, device, loading, baseline=None, **kw
 def test_run_ladder_writes_in_its_folder_only(box, monkeypatch):
     monkeypatch.setattr(ladder_mod, "measure_step", _fake_step)
     watch = Watch(box)
-    fdh.run_ladder("sdxl", weights="tiny", device="cpu", out="out/ladder", progress=False,
+    fdh.course.run_ladder("sdxl", weights="tiny", device="cpu", out="out/ladder", progress=False,
                    steps_filter=["fp32", "bf16"])
-    fdh.run_ladder("sdxl", weights="tiny", device="cpu", out="out/ladder", progress=False,
+    fdh.course.run_ladder("sdxl", weights="tiny", device="cpu", out="out/ladder", progress=False,
                    steps_filter=["fp32"])  # appended: its image beside the first run's
     written = watch.only_in(box / "cwd" / "out" / "ladder")
     assert {p.name for p in written} >= {"results.jsonl", "0_fp32.png", "0_fp32-2.png",
                                          "1_bf16.png", "ladder.png", "memory.png"}
     _theirs(box / "cwd" / "mine" / "notes.txt")
-    _refused(lambda: fdh.run_ladder("sdxl", weights="tiny", device="cpu", out="mine"),
+    _refused(lambda: fdh.course.run_ladder("sdxl", weights="tiny", device="cpu", out="mine"),
              box / "cwd" / "mine" / "notes.txt")
     assert main(["ladder", "--weights", "tiny", "--device", "cpu", "--out", "mine"]) == 2
     assert main(["bench", "--weights", "tiny", "--device", "cpu", "--out", "mine"]) == 2
     assert main(["demo", "--weights", "tiny", "--device", "cpu", "--out", "mine"]) == 2
     assert sorted(p.name for p in (box / "cwd" / "mine").iterdir()) == ["notes.txt"]
     _theirs(box / "cwd" / "charts" / "ladder.png")  # refused before the work, not after it
-    _refused(lambda: fdh.run_ladder("sdxl", weights="tiny", device="cpu", out="charts"),
+    _refused(lambda: fdh.course.run_ladder("sdxl", weights="tiny", device="cpu", out="charts"),
              box / "cwd" / "charts" / "ladder.png")
 
 
@@ -308,12 +308,12 @@ def test_the_reference_run_writes_only_its_folder_unless_it_is_under_results(box
 
 def test_batch_writes_in_its_folder_and_never_over_a_prompts_file(box):
     watch = Watch(box)
-    summary = fdh.run_batch(["a red fox"], "out/job", model="sd15", weights="tiny",
+    summary = fdh.course.run_batch(["a red fox"], "out/job", model="sd15", weights="tiny",
                             device="cpu", steps=1, height=64, width=64, warmup=0)
     assert summary["done"] == 1
     watch.only_in(box / "cwd" / "out" / "job")
     _theirs(box / "cwd" / "mine" / "notes.txt")
-    _refused(lambda: fdh.run_batch(["a red fox"], "mine", weights="tiny", device="cpu"),
+    _refused(lambda: fdh.course.run_batch(["a red fox"], "mine", weights="tiny", device="cpu"),
              box / "cwd" / "mine" / "notes.txt")
     _theirs(box / "cwd" / "out" / "job2" / "prompts.txt")
     _refused(lambda: launch_batch(["a red fox"], "out/job2", processes=1, weights="tiny",

@@ -106,7 +106,7 @@ def check_bundle_path(name: str, path: str | os.PathLike) -> Path:
     """A path a bundle may be written to: new, or a gzip file (read_bundle then checks that it
     is a bundle of this machine's); any other file is left as it is (refused)."""
     return checks.output_file(name, path, "sdxl.json.gz", lambda p: checks.file_starts(
-        p, b"\x1f\x8b"), "a tuning bundle (gzip'd JSON written by fdh.export_tuning)")
+        p, b"\x1f\x8b"), "a tuning bundle (gzip'd JSON written by fdh.course.export_tuning)")
 
 
 def _is_number(value: Any) -> bool:
@@ -158,7 +158,7 @@ def _check_bundle(bundle: Any, where: str) -> dict:
     """Refuse a bundle whose shape is not this format's, naming what is wrong."""
     def bad(what: str) -> FastdiffError:
         return FastdiffError(f"{where} is not a fastdiff tuning bundle ({what}): give a file "
-                             "written by fdh.export_tuning or `python -m fastdiff_helpers "
+                             "written by fdh.course.export_tuning or `python -m fastdiff_helpers "
                              "tuning export`.")
 
     if not isinstance(bundle, dict) or bundle.get("format") != FORMAT:
@@ -193,7 +193,7 @@ def read_bundle(path: str | os.PathLike, sha256: str | None = None) -> dict:
     """A bundle's content, read with gzip and json alone (nothing in it runs). With `sha256`,
     the file's bytes must hash to it, checked before anything is parsed."""
     path = checks.existing_file("path", path, "a tuning bundle (.json.gz) written by "
-                                "fdh.export_tuning")
+                                "fdh.course.export_tuning")
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if sha256 is not None and digest != sha256.strip().lower():
@@ -204,7 +204,7 @@ def read_bundle(path: str | os.PathLike, sha256: str | None = None) -> dict:
         bundle = json.loads(gzip.decompress(data))
     except (OSError, EOFError, ValueError) as exc:
         raise FastdiffError(f"{path} is not a gzip'd JSON tuning bundle ({exc}): give a file "
-                            "written by fdh.export_tuning.") from None
+                            "written by fdh.course.export_tuning.") from None
     return dict(_check_bundle(bundle, str(path)), sha256=digest, bytes=len(data))
 
 

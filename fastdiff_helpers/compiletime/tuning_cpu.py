@@ -34,7 +34,7 @@ def cpu_tuning_run(cache_dir: str | os.PathLike, bundle_in: str | os.PathLike | 
                    bundle_out: str | os.PathLike | None = None, timeout_s: float = 900
                    ) -> dict[str, Any]:
     """Compile two Linears with CPU max-autotune in a new process whose compile cache is
-    `cache_dir`, after importing `bundle_in` (fdh.import_tuning) if given, and export the
+    `cache_dir`, after importing `bundle_in` (fdh.course.import_tuning) if given, and export the
     tuning to `bundle_out` if given. Returns {"autotunes": shapes benchmarked, "winners":
     {shape: winning choice}, "compile_s": the compile's seconds, "process_s": the new
     process's seconds to the end, "export": export_tuning's summary or None}.

@@ -51,7 +51,7 @@ def progress_path(bundle: str | os.PathLike) -> Path:
 
 class TuningWatch:
     """Context manager around work that may tune (a compile with max-autotune): writes the
-    bundle `bundle` (fdh.export_tuning, model `model`) and its progress file as it grows, and
+    bundle `bundle` (fdh.course.export_tuning, model `model`) and its progress file as it grows, and
     a last time on the way out, whatever the way. `write="auto"`: write only once there is
     tuning data (a CPU compile that tuned nothing leaves no file); "always": from the start.
     `note_step()` adds what one ladder step did to the run's record in the bundle.

@@ -1,10 +1,10 @@
 """course: what serves the notebooks.
 
-    settings          the parameters cell (smoke mode, fdh.course_settings), GPU-only cells
+    parameters        the parameters cell (smoke mode, fdh.course.settings), GPU-only cells
     reference         the reference numbers a notebook quotes: the blog's published row and
                       every ladder committed under results/, with each rung's TF32 and VAE
-    day               the day's result: the rungs the core lessons kept (fdh.keep_rung) and
-                      one chart of them at the end of the last (fdh.day_chart)
+    day               the day's result: the rungs the core lessons kept (fdh.course.keep_rung) and
+                      one chart of them at the end of the last (fdh.course.day_chart)
     weights           the weights a parameters cell chose on a GPU, carried to later notebooks
     written_for       the library versions the course's code was written for
     playground        fdh.playground(): the ipywidgets panel to try recipes and compare runs
@@ -22,4 +22,50 @@
 
 The course sized for the card (card_fit, rung_verdict) is planning's (planning/sizing.py).
 Imports the layers below it (models to results), nothing of runs.
+
+`fdh.course` is the course layer's one public name: every call that runs the course rather than
+a technique a participant takes home (the parameters cell, the reference numbers, the day's
+chart, the long runs, the clock's estimates, cold starts and tuning bundles) is
+`fdh.course.<name>`, loaded on first use from its module below (_API; a module __getattr__,
+PEP 562), so `import fastdiff_helpers` and `fdh.course` run none of it.
 """
+
+import importlib
+
+# Each public name of the course layer, with the module (under fastdiff_helpers) that defines
+# it and its name there; `settings` is course_settings, the parameters cell's call.
+_API = {
+    "settings": ("course.parameters", "course_settings"),
+    **{n: ("course.parameters", n) for n in ("CourseSettings", "needs_gpu", "smoke_mode")},
+    **{n: ("course.reference", n) for n in ("reference_numbers", "reference_rate",
+                                             "reference_result")},
+    **{n: ("course.day", n) for n in ("day_chart", "keep_rung")},
+    "run_batch": ("runs.batch", "run_batch"), "run_ladder": ("runs.ladder", "run_ladder"),
+    "warm_ladder": ("runs.warm", "warm_ladder"),
+    **{n: ("runs.launch", n) for n in ("format_summary", "launch_batch")},
+    **{n: ("planning.image_time", n) for n in ("image_basis", "image_seconds")},
+    "plan_table": ("planning.plan", "plan_table"),
+    **{n: ("compiletime.cold_start", n) for n in ("first_image_in_new_process",
+                                                   "load_artifacts", "save_artifacts")},
+    **{n: ("compiletime.bundle", n) for n in ("bundle_path", "tuning_stamp")},
+    **{n: ("compiletime.bundle_io", n) for n in ("export_tuning", "import_tuning",
+                                                  "show_tuning")},
+    "cpu_tuning_run": ("compiletime.tuning_cpu", "cpu_tuning_run"),
+    "TuningWatch": ("compiletime.watch", "TuningWatch"),
+}
+
+__all__ = sorted(_API)
+
+
+def __getattr__(name: str):
+    """A course-layer name, imported from its module on first use and kept here after."""
+    if name not in _API:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attr = _API[name]
+    value = getattr(importlib.import_module(f"fastdiff_helpers.{module}"), attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_API))

@@ -1,6 +1,6 @@
 """The day's result: each rung of the course's ladder a participant measured in a core lesson,
-kept as it ran (fdh.keep_rung), and one chart of them at the end of the last core lesson
-(fdh.day_chart): fp32 to the last rung, each with its speed-up and PSNR against the fp32
+kept as it ran (fdh.course.keep_rung), and one chart of them at the end of the last core lesson
+(fdh.course.day_chart): fp32 to the last rung, each with its speed-up and PSNR against the fp32
 image, its cold start, and the blog's ratio for the same rung beside it. The chart reads what
 the lessons kept; it runs nothing. A rung nobody kept is drawn as not run, with why where the
 day's folder says (another model, another size).
@@ -124,7 +124,7 @@ def _why_missing(name: str, model: str, kept: list[Result], like: Result | None)
 def day_table(settings: Any, folder: str | os.PathLike | None = None) -> list[dict[str, Any]]:
     """One row per rung of the course's ladder (the optional lessons' only where kept), in order,
     for the model, weights, size and
-    steps of `settings` (fdh.course_settings): seconds, speed-up and PSNR against the first
+    steps of `settings` (fdh.course.settings): seconds, speed-up and PSNR against the first
     kept rung (fp32, TF32 off where it ran), cold start, the blog's ratio for the same rung
     (fdh.BLOG_A100_SECONDS: its fp32 with TF32 on, on an A100), and what differs from the
     ladder's rung; a rung not kept has its reason instead. Reads the day's folder only."""

@@ -31,7 +31,7 @@ from ..results.store import Result
 from ..results.text import GIB, psnr_text
 from .playground_parts import (_CHOICES, _PHASES, _WORDS, LABELS, RESOLUTIONS, SCHEDULER_CHOICES,
                                _fmt, _png, describe_recipe, recipe_code)
-from .settings import course_settings
+from .parameters import course_settings
 
 __all__ = ["Playground", "playground", "describe_recipe"]
 
@@ -155,7 +155,7 @@ class Playground:
     # -- running -------------------------------------------------------------------------
 
     def max_runs(self, runs: int) -> int | None:
-        """As fdh.course_settings: smoke mode times `runs` calls, else benchmark's default."""
+        """As fdh.course.settings: smoke mode times `runs` calls, else benchmark's default."""
         return runs if self.smoke else None
 
     def _phase(self, index: int) -> None:
@@ -319,6 +319,6 @@ def playground(model: str | None = None, weights: str = "auto",
     watch the table, speed-up chart, images (with PSNR) and the recipe as code grow.
 
     model: the initially selected model (default: the course default, sdxl); weights: as in
-    fdh.load_pipeline; device: default from fdh.course_settings (CPU in smoke mode).
+    fdh.load_pipeline; device: default from fdh.course.settings (CPU in smoke mode).
     Introduced in 10_playground.ipynb."""
     return Playground(model, weights, device)

@@ -13,7 +13,7 @@ the helpers do; neither changes a result, and without a listener or a rule nothi
   notebook's parameters cell chose to the later notebooks (course/weights.py).
 
 The autotune decision is no hook: fdh.apply and fdh.compile_pipeline take it as an argument
-(`tuning=`), which the course's settings give (fdh.course_settings(...).tuning).
+(`tuning=`), which the course's settings give (fdh.course.settings(...).tuning).
 docs/layout.md names it under models/.
 """
 

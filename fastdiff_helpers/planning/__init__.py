@@ -2,7 +2,8 @@
 
     published         the published and measured figures the estimates rest on (source, the
                       figure as written, settings), and the published peak memory
-    image_time        fdh.image_seconds: one image's seconds on a card, per ladder step, from them
+    image_time        fdh.course.image_seconds: one image's seconds on a card, per ladder step,
+                      from them
     clock             the course clock: what each notebook compiles and runs on a GPU, and the
                       estimated wait (`python -m fastdiff_helpers clock`)
     clock_record      what each notebook's smoke run did, cell by cell (written by clock)
@@ -16,13 +17,13 @@
     plan_work         what of each cell's recorded work runs on a card (the plan's wait counts
                       only that)
     plan              `plan --gpu`: per notebook, on a card, what runs, is swapped or skipped,
-                      memory fit and the estimated wait (fdh.plan_table, plan_summary)
+                      memory fit and the estimated wait (fdh.course.plan_table, plan_summary)
 
 The one public way to ask what a cell or a notebook does:
     clock.cell_work(notebook)             [(cell, work)] as an H100 runs it: the smoke record,
                                           the GPU cells' declared work in place
     plan_work.card_work(profile, notebook)  the same on a card, less what the card skips
-    plan.plan(profile) / fdh.plan_table(gpu)  per notebook: verdict, fit and estimated wait
+    plan.plan(profile) / fdh.course.plan_table(gpu)  per notebook: verdict, fit and estimated wait
 Other subpackages ask these, never a planning module's private names.
 
 Imports the models, the techniques and the measurements, nothing of compiletime, results,

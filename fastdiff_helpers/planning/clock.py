@@ -45,7 +45,7 @@ CALLS_PER_BENCHMARK = 7  # the cold start, one warm-up, 5 timed runs (course_set
 
 def image_s(model: str, kind: str, gpu: Any = "h100") -> float:
     """Estimated seconds of one image of the clock's `kind` on `gpu` (native size, the course's
-    steps): fdh.image_seconds, the one estimate (planning/image_time.py)."""
+    steps): fdh.course.image_seconds, the one estimate (planning/image_time.py)."""
     return kind_seconds(gpu, model, kind)
 
 
@@ -130,7 +130,7 @@ def estimate(notebooks: Iterable[str] | None = None, autotune: bool = False,
     """The estimated GPU wait of `notebooks` (default: all, in order), run top to bottom in one
     compile cache on `gpu` (a profile key or GpuProfile; `sms` SMs): per notebook and cell,
     compile seconds (as the H100's 16-core host compiles), tuning seconds, image seconds
-    (loads, benchmarks, calls; fdh.image_seconds on `gpu`), and the longest cell.
+    (loads, benchmarks, calls; fdh.course.image_seconds on `gpu`), and the longest cell.
 
     A compile's graphs are compiled by the first call after it (the frames dynamo compiles,
     counted in the cell they happen in): a graph of a recipe compiled earlier in the course is

@@ -1,4 +1,4 @@
-"""How long one image takes: `fdh.image_seconds(gpu, model, rung, ladder="course")`, the one
+"""How long one image takes: `fdh.course.image_seconds(gpu, model, rung, ladder="course")`, the one
 estimate the plan, the course clock, course_settings' timed runs and the commands ask.
 
 Documented in docs/workshop.md ("The course clock"). Seconds at the model's native size and

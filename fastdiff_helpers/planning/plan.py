@@ -42,8 +42,8 @@ def _work(notebook: str) -> tuple[set[tuple[str, str]], list[tuple[str, dict]]]:
 def plan(profile: GpuProfile, notebooks: Iterable[str] | None = None) -> list[dict[str, Any]]:
     """One row per notebook: models, "runs" / "swapped" / "skipped" with reasons, the memory
     fit of each model in each precision it runs, and the estimated wait in minutes of what runs
-    on the card (plan_work.py): the course clock's estimate with fdh.image_seconds on this card;
-    compile time as the H100's 16-core host measured it. Introduced in 00_setup.ipynb."""
+    on the card (plan_work.py): the course clock's estimate with fdh.course.image_seconds on this
+    card; compile time as the H100's 16-core host measured it. Introduced in 00_setup.ipynb."""
     names = list(notebooks) if notebooks is not None else list(RECORDED)
     est = clock.estimate(sms=profile.sms, gpu=profile,
                          works={name: card_work(profile, name) for name in names})
@@ -114,7 +114,7 @@ def plan_table(gpu: str | None = None, notebooks: Iterable[str] | None = None) -
     lines += ["", "Estimates: peaks from models/fit.py (weights exact, activations from each "
               "model's measured or published peak, plus a margin); waits of what runs on the "
               "card from the course clock (empty compile cache, autotuning off), images by "
-              "fdh.image_seconds (published and measured figures, planning/published.py); "
+              "fdh.course.image_seconds (published and measured figures, planning/published.py); "
               "compiles timed on a 16-core host (a 2-core host compiles slower)."]
     return "\n".join(lines)
 

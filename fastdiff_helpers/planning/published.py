@@ -2,7 +2,7 @@
 source, the figure as the source writes it, and the settings it was measured with.
 
 Documented in docs/workshop.md ("The course clock"); image_time.py turns these into
-fdh.image_seconds, the plan's and the clock's image times. Pure data: imports nothing.
+fdh.course.image_seconds, the plan's and the clock's image times. Pure data: imports nothing.
 tests/test_image_time.py checks each estimate against the figures here;
 tests/test_memory_model.py the peaks.
 

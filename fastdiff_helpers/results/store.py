@@ -180,7 +180,7 @@ def reference_results(model: str, root: str | os.PathLike | None = None) -> dict
     from results/<gpu>/<model>/results.jsonl ({} when none are committed yet).
 
     root defaults to REFERENCE_ROOT, the repository's results/ as the package ships it. What
-    fdh.reference_numbers prints (01_baseline.ipynb). Introduced in 11_fitting_your_gpu.ipynb
+    fdh.course.reference_numbers prints (01_baseline.ipynb). Introduced in 11_fitting_your_gpu.ipynb
     (the committed peak memory)."""
     base = (checks.existing_folder("root", root, "the results folder (results/ of a checkout)")
             if root is not None else REFERENCE_ROOT)

@@ -27,7 +27,7 @@ from ..measure.env import env_report
 from ..results.store import RESULTS_FOLDER, save_result
 from ..results.tables import format_table
 from ..course import lessons
-from ..course.settings import course_hooks, smoke_mode
+from ..course.parameters import course_hooks, smoke_mode
 from . import demo
 from .ladder import resolve_ladder, run_ladder
 from .launch import add_recipe_flags, batch_from_args, recipe_from_args
@@ -48,7 +48,7 @@ LADDER_HELP = ("blog: the blog's recipe on today's stack; course: the course's o
 LADDER_COMMANDS = ("demo", "ladder", "warm")
 
 
-# FASTDIFF_SMOKE=1 (fdh.smoke_mode) changes the defaults as it does the notebooks' settings:
+# FASTDIFF_SMOKE=1 (fdh.course.smoke_mode) changes the defaults as it does the notebooks' settings:
 # the tiny model on the CPU, 2 steps, 2 timed runs, no extra runs; a flag given still wins.
 SMOKE = " (FASTDIFF_SMOKE=1: {})"
 
@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
                               "machine's course settings, said before and explained after")
     demo_cmd.add_argument("--model", default="sdxl", choices=sorted(MODELS))
     demo_cmd.add_argument("--weights", default="auto", choices=WEIGHTS,
-                          help="default: the course's for this machine (fdh.course_settings)")
+                          help="default: the course's for this machine (fdh.course.settings)")
     demo_cmd.add_argument("--device", default=None, help="cuda, cuda:1, cpu (default: the "
                           "course's for this machine)")
     demo_cmd.add_argument("--ladder", default=None, choices=sorted(LADDERS),

@@ -69,7 +69,7 @@ def add_compile_commands(sub, common, steps: list[str]) -> None:
     verbs = tuning.add_subparsers(dest="verb", required=True, parser_class=sub._parser_class)
     export = verbs.add_parser("export", help="write (or grow) a bundle from the compile cache")
     export.add_argument("--out", required=True, metavar="FILE", help="e.g. results/h100-80gb-"
-                        "hbm3/tuning/2.11.0+cu130/sdxl.json.gz (fdh.bundle_path)")
+                        "hbm3/tuning/2.11.0+cu130/sdxl.json.gz (fdh.course.bundle_path)")
     export.add_argument("--model", default=None, help="the model the tuning is for (leaves "
                         "out what another model's bundle brought unchanged)")
     export.add_argument("--cache-dir", default=None, help="default: the course's cache folder")

@@ -1,6 +1,6 @@
 """`make demo` (python -m fastdiff_helpers demo): the blog's ladder (on a GPU with autotuning
 off and no tuning bundle that covers its compiled steps, the course's, which compiles without
-tuning: demo_ladder) with the course's settings for this machine (fdh.course_settings, the same
+tuning: demo_ladder) with the course's settings for this machine (fdh.course.settings, the same
 as the notebooks and the playground), said up front with how long it will take here; on a CPU its compiled steps compiled ahead, in parallel;
 and afterwards, each step's change explained from what was measured (its stages, its profile,
 this CPU's measured matmul rates), beside the published GPU figures.
@@ -28,7 +28,7 @@ from ..techniques.ladders import LADDERS
 from ..measure.flops import measure_matmul_tflops
 from ..measure.record import Result
 from ..planning.clock import ladder_estimate
-from ..course.settings import course_settings
+from ..course.parameters import course_settings
 from .demo_explain import after, cpu_flags, why  # noqa: F401 (read as demo.why, ...)
 from .ladder import run_ladder
 
@@ -198,7 +198,7 @@ def matmul_rates(dtypes: Sequence[str]) -> dict[str, float]:
 def run_demo(out: str | Path | None = None, model: str = "sdxl", weights: str = "auto",
              device: str | None = None, ladder: str | None = None, progress: bool = True
              ) -> list[Result]:
-    """A ladder with the course's settings for this machine (fdh.course_settings: on a CPU the
+    """A ladder with the course's settings for this machine (fdh.course.settings: on a CPU the
     tiny model, TINY_STEPS steps, 64x64), said before; on a CPU compiled ahead in parallel;
     every step profiled once (Result.ops) and explained after. `ladder` None: the blog's on a
     CPU, and on a GPU where autotuning is on or bundles cover its compiled steps, else the

@@ -117,7 +117,7 @@ def launch_batch(prompts: Prompts, out: str | os.PathLike, processes: int = 2,
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise FastdiffError(f"launch_batch has no option {', '.join(unknown)}: it takes "
-                            f"{', '.join(OPTIONS)} (as fdh.run_batch).")
+                            f"{', '.join(OPTIONS)} (as fdh.course.run_batch).")
     out = Path(out)
     if not isinstance(prompts, (str, os.PathLike)):
         check_batch(prompts, out, options.get("batch_size", 1), processes)

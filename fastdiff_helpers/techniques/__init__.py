@@ -161,7 +161,7 @@ def apply(pipe, recipe: Recipe, tuning: Callable | None = None):
     fdh.pipeline_info(pipe)["notes"] for the Result), hardware the machine lacks is refused.
     A pipeline takes one recipe: applying the same one again does nothing, another is
     refused (load a fresh pipeline). `tuning`: whether a compile that would tune may, decided
-    above the core and passed to compile_pipeline (the course's: fdh.course_settings(...)
+    above the core and passed to compile_pipeline (the course's: fdh.course.settings(...)
     .tuning; None: it compiles what the recipe says, as fdh.to_code writes it).
     Introduced in 01_baseline.ipynb."""
     if not isinstance(recipe, Recipe):

@@ -7,7 +7,7 @@ utils.py, is_big_gpu) and, with coordinate_descent_tuning (which those modes set
 one of the blog's four inductor flags), tunes every generated Triton kernel's launch
 configuration: on this project's H200, SDXL's UNet took 4-41 s a shape, 28 shapes in 480 s,
 before any coordinate descent (results/h200/slot-2026-11-26.md). The course starts that only
-- when the learner switched autotuning on (set_autotune(True), fdh.course_settings(...,
+- when the learner switched autotuning on (set_autotune(True), fdh.course.settings(...,
   autotune=True), FASTDIFF_AUTOTUNE=1, --autotune on the command line), or
 - where an imported tuning bundle of this GPU and torch covers the compile (the bundles'
   import registers what each covers, techniques/tuning_state.py): the tuning is read, not run.
@@ -185,7 +185,7 @@ def blocked(recipe: Recipe, device: str, model: str, weights: str) -> str | None
         return None
     return (f"autotuning is off and no tuning bundle of this {gpu[0]} covers {model} with this "
             "recipe: this step is autotuning alone, so it is not run (switch autotuning on with "
-            "fdh.set_autotune(True), fdh.course_settings(..., autotune=True) or --autotune)")
+            "fdh.set_autotune(True), fdh.course.settings(..., autotune=True) or --autotune)")
 
 
 def step_blocked(previous: Recipe | None, recipe: Recipe, device: str, model: str,
@@ -201,7 +201,7 @@ def step_blocked(previous: Recipe | None, recipe: Recipe, device: str, model: st
 def course_tuning(pipe: Any, mode: str, inductor_flags: bool, compile_vae: bool, scope: str,
                   recipe: Recipe | None = None) -> tuple[str, bool, list[str]]:
     """The course's autotune decision, passed to fdh.apply and fdh.compile_pipeline as their
-    `tuning` (fdh.course_settings(...).tuning is this): the rule of this module's docstring
+    `tuning` (fdh.course.settings(...).tuning is this): the rule of this module's docstring
     (gate_compile), said in one line, with what the compile will compile and the estimated
     wait on this GPU; a compile that tunes on CUDA keeps coordinate descent's marks
     (coordesc.py), and is noted where it reads tuning imported from another GPU kind; the
@@ -248,7 +248,7 @@ def gate_compile(pipe: Any, mode: str, inductor_flags: bool, compile_vae: bool,
         + (" and without the blog's inductor flags" if inductor_flags else "")
         + f": fusion and the same CUDA graphs, no tuning (skipped: "
         f"{tuning_estimate(pipe, compile_vae, sms)['words']}). Switch it on with fdh.set_autotune(True) "
-        "(--autotune), or import a tuning bundle of this GPU (fdh.course_settings does).")
+        "(--autotune), or import a tuning bundle of this GPU (fdh.course.settings does).")
 
 
 

@@ -104,7 +104,7 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
     A CUDA-graph mode where the graphs cannot run (a CPU, or a regional scope) compiles without
     them and says so: the one policy for GPU-only choices (see fdh.Recipe). Otherwise it
     compiles what it is asked, as fdh.to_code writes it. `tuning`: a decision of your own, or
-    the course's (fdh.course_settings(...).tuning), on whether a compile that would tune
+    the course's (fdh.course.settings(...).tuning), on whether a compile that would tune
     (max-autotune's search, the blog's coordinate descent) may: tuning(pipe, mode,
     inductor_flags, compile_vae, scope, recipe) returns the (mode, inductor_flags) to compile
     and the notes that say why, kept in the pipeline's record and its Results.

@@ -4,7 +4,7 @@
 Three new processes compile the same small module with coordinate descent on (the blog's flag),
 each with its own empty compile cache and four compile workers, so that every Triton kernel is
 compiled in a worker and pickled back to the parent (torch/_inductor/runtime/compile_tasks.py):
-1. tunes and exports its tuning as a bundle (fdh.export_tuning);
+1. tunes and exports its tuning as a bundle (fdh.course.export_tuning);
 2. imports the bundle, with the course's patch (fdh.techniques.coordesc.keep_coordesc_marks):
    it must time no coordinate-descent config at all;
 3. imports it without the patch: the control, printed (on a torch with pytorch#172819 it
@@ -37,7 +37,7 @@ if keep:
 else:
     patched = False
 if what == "again":
-    fdh.import_tuning(bundle, verbose=False)
+    fdh.course.import_tuning(bundle, verbose=False)
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.LayerNorm(1024), torch.nn.GELU(), torch.nn.Linear(1024, 1024),
                             torch.nn.Softmax(dim=-1)).cuda().eval()
@@ -46,7 +46,7 @@ with torch.no_grad():
     compiled(torch.randn(4096, 1024, device="cuda"))
 torch.cuda.synchronize()
 if what == "tune":
-    fdh.export_tuning(bundle, model="toy", verbose=False)
+    fdh.course.export_tuning(bundle, model="toy", verbose=False)
 found = [json.loads(open(p).read()).get("found_by_coordesc")
          for p in __import__("glob").glob(fdh.use_course_cache(verbose=False).as_posix()
                                           + "/**/*.best_config", recursive=True)]

@@ -107,7 +107,8 @@ class CourseSettings:
                     warmup=self.warmup, max_runs=self.max_runs)
 
     def ladder_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for fdh.run_ladder(model, ...): weights, device and bench_kwargs."""
+        """Keyword arguments for fdh.course.run_ladder(model, ...): weights, device and
+        bench_kwargs."""
         return dict(self.bench_kwargs(), weights=self.weights, device=self.device)
 
     def sizes_that_fit(self, sizes: Sequence[int]) -> list[int]:
