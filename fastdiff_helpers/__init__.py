@@ -16,9 +16,7 @@ from .errors import FastdiffError
 from .models.loading import (call_kwargs, count_parameters, free_memory, generate, get_denoiser,
                              load_pipeline, pipeline_info)
 from .models.noise import quiet_known_noise
-from .models.presets import (BLOG_A100_SECONDS, BLOG_A100_WHERE, BLOG_LOADING, MODELS,
-                             PUBLISHED_PARAMETERS, ModelSpec)
-from .models.flux import FLUX_COMPILE_SECONDS, FLUX_H100_BEST, FLUX_H100_SECONDS
+from .models.presets import BLOG_LOADING, MODELS, PUBLISHED_PARAMETERS, ModelSpec
 from .models.pretrained import choose_weights
 from .models.gpus import PROFILES as GPU_PROFILES, GpuProfile, gpu_profile
 from .models.fit import peak_bytes
@@ -31,8 +29,6 @@ from .techniques import (apply, blog_inductor_flags, capture_denoiser_inputs, co
 from .techniques.schedulers import set_scheduler, use_few_step
 from .techniques.step_cache import trace_steps
 from .techniques.codegen import to_code
-from .techniques.compile_cache import use_course_cache
-from .techniques.autotune import autotune_enabled, set_autotune, tuning_estimate
 from .techniques.lora import (enable_lora_hotswap, fuse_lora, load_lora, lora_file_info,
                               make_lora_file, resolve_lora, unfuse_lora, unload_lora)
 from .techniques.memory_savers import (MEMORY_SAVERS, OFFLOADS, apply_memory_saver,
@@ -82,14 +78,14 @@ def __dir__() -> list[str]:
 # The public API: what the notebooks and docs use (tests/test_api.py checks both ways: every
 # public name is listed here, and each is called or documented as fdh.<name>).
 __all__ = [
-    "apply", "apply_memory_saver", "autotune_enabled", "BASELINE", "benchmark",
-    "BLOG_A100_SECONDS", "BLOG_A100_WHERE", "blog_inductor_flags", "BLOG_LOADING",
+    "apply", "apply_memory_saver", "BASELINE", "benchmark",
+    "blog_inductor_flags", "BLOG_LOADING",
     "cache_hooks_report", "call_kwargs", "capture_denoiser_inputs", "CARDS", "choose_weights",
     "compare_images", "compile_part", "compile_pipeline", "conv1x1_to_linear", "count_flops",
     "count_parameters", "count_syncs", "course", "COURSE_LADDER", "cudagraph_report",
     "cudagraph_snapshot", "current_recipe", "enable_lora_hotswap", "encode_prompt_once",
     "env_report", "FastdiffError", "FEW_STEP", "few_step_file", "flop_floor_seconds",
-    "FLUX_COMPILE_SECONDS", "FLUX_H100_BEST", "FLUX_H100_SECONDS", "FLUX_LADDER", "format_table",
+    "FLUX_LADDER", "format_table",
     "fp8_kernel_ok", "free_memory", "fuse_lora", "fuse_qkv", "gemm_shapes", "generate",
     "get_denoiser", "gpu_profile", "GPU_PROFILES", "GpuProfile", "graph_breaks", "LADDER",
     "ladder_chart", "LADDERS", "load_lora", "load_pipeline", "load_results", "lora_file_info",
@@ -99,9 +95,9 @@ __all__ = [
     "PUBLISHED_PARAMETERS", "quality_chart", "quantize", "quiet_known_noise", "Recipe",
     "RecipeError", "recompile_report", "reference_results", "remove_syncs", "resolve_lora",
     "Result", "ResultsFormatError", "save_figure", "save_results", "select_filter",
-    "set_attention", "set_autotune", "set_channels_last", "set_precision", "set_scheduler",
+    "set_attention", "set_channels_last", "set_precision", "set_scheduler",
     "set_tf32", "show_images", "speedup_text", "step_cache", "stop_guidance", "timing_text",
-    "to_code", "trace_steps", "tuning_estimate", "unfuse_lora", "unload_lora", "use_course_cache",
+    "to_code", "trace_steps", "unfuse_lora", "unload_lora",
     "use_few_step", "weight_bytes", "what_fits"]
 
 __version__ = "0.1.0"

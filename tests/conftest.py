@@ -59,7 +59,7 @@ def pytest_configure(config):
         # folder (/tmp/torchinductor_<user>), which outlives the run, so a second run on the
         # same machine found those graphs compiled and a clean machine (CI) did not (measured:
         # the memory savers' compiled test, 171 s in one run, 17 s in the next)
-        from fastdiff_helpers.techniques.compile_cache import use_course_cache
+        from fastdiff_helpers.planning.compile_cache import use_course_cache
 
         use_course_cache(verbose=False)
 

@@ -1,7 +1,7 @@
 """The autotune rule (issue 44): on a GPU no compile tunes unless autotuning is switched on or an
 imported tuning bundle covers it; coordinate descent's mark survives the compile worker's pickle.
 
-There is no GPU here: the rule reads the device through techniques.autotune._gpu, which the
+There is no GPU here: the rule reads the device through planning.autotune._gpu, which the
 tests answer as a GPU of a given name and SM count would; the rest (the recipe it runs, the
 notes, the records, the bundles' coverage) is the package's own code on the tiny models."""
 
@@ -19,8 +19,8 @@ import fastdiff_helpers as fdh
 from fastdiff_helpers import checks
 from fastdiff_helpers.compiletime import bundle as bundle_format
 from fastdiff_helpers.measure import record
-from fastdiff_helpers.techniques import autotune, coordesc, tuning_state
-from fastdiff_helpers.techniques.tuning_state import STATE
+from fastdiff_helpers.planning import autotune, coordesc, tuning_state
+from fastdiff_helpers.planning.tuning_state import STATE
 from fastdiff_helpers.techniques.ladders import COURSE_LADDER, LADDER
 
 GATE = autotune.course_tuning  # the course's decision, passed to fdh.apply (settings.tuning)
@@ -51,12 +51,12 @@ def test_the_switch_is_off_by_default_and_set_by_call_or_environment(monkeypatch
     assert autotune.autotune_enabled() is False
     monkeypatch.setenv(autotune.ENV, "1")
     assert autotune.autotune_enabled() is True
-    fdh.set_autotune(False)  # a call wins over the environment
+    fdh.course.set_autotune(False)  # a call wins over the environment
     assert autotune.autotune_enabled() is False
-    fdh.set_autotune(None)
+    fdh.course.set_autotune(None)
     assert autotune.autotune_enabled() is True
     with pytest.raises(fdh.RecipeError, match="True, False or None"):
-        fdh.set_autotune("yes")
+        fdh.course.set_autotune("yes")
 
 
 @pytest.mark.parametrize("value", ["maybe", "on"])
@@ -127,7 +127,7 @@ def test_on_a_gpu_with_autotuning_off_the_blogs_compile_runs_its_default_mode_eq
 
 def test_switched_on_it_tunes_and_says_what_it_will_tune(monkeypatch, capsys):
     on_gpu(monkeypatch)
-    fdh.set_autotune(True)
+    fdh.course.set_autotune(True)
     pipe = fdh.apply(tiny(), dataclasses.replace(LADDER[3][1], compile_vae=False), tuning=GATE)
     done = fdh.pipeline_info(pipe)
     assert done["recipe"].compile == "max-autotune-no-cudagraphs" and done["recipe"].inductor_flags
@@ -189,7 +189,7 @@ def test_a_step_that_is_autotuning_alone_is_not_run_where_it_may_not_tune(monkey
     on_gpu(monkeypatch)
     reason = autotune.blocked(tuned, "cuda", "sdxl", "random")
     assert "autotuning is off" in reason and "--autotune" in reason
-    fdh.set_autotune(True)
+    fdh.course.set_autotune(True)
     assert autotune.blocked(tuned, "cuda", "sdxl", "random") is None
 
 
@@ -311,7 +311,7 @@ def test_make_demo_on_a_gpu_runs_the_blogs_ladder_only_when_it_need_not_wait_for
     # what the course's ladder compiles, by the course clock: its fusion steps, not "+ autotune"
     course = demo.before("sdxl", "random", "cuda", "course")
     assert "compiling 9 graphs" in course and "+ autotune: autotuning on top" in course
-    fdh.set_autotune(True)
+    fdh.course.set_autotune(True)
     assert demo.demo_ladder("sdxl", "random", "cuda")[0] == "blog"
 
 

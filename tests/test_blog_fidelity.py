@@ -263,7 +263,7 @@ def test_course_ladder_changes_one_thing_per_step():
 def test_the_course_splits_fusion_from_autotuning():
     """Issue 44: "+ compile" is fusion (default mode with CUDA graphs, no tuning flag), and
     autotuning is the last step, max-autotune with the blog's flags on the step before it."""
-    from fastdiff_helpers.techniques import autotune
+    from fastdiff_helpers.planning import autotune
 
     steps = dict(COURSE_LADDER)
     fusion, tuned = steps["+ compile"], steps["+ autotune"]
@@ -287,7 +287,7 @@ def test_the_course_splits_fusion_from_autotuning():
 
 def test_blog_ladder_is_what_diffusion_fast_ran():
     names = [n for n, _ in LADDER]
-    assert names == list(fdh.BLOG_A100_SECONDS["sdxl"])
+    assert names == list(fdh.course.BLOG_A100_SECONDS["sdxl"])
     compiled = LADDER[3][1]
     assert (compiled.compile, compiled.fullgraph, compiled.channels_last, compiled.compile_vae,
             compiled.inductor_flags, compiled.conv1x1_to_linear) == (
@@ -295,9 +295,9 @@ def test_blog_ladder_is_what_diffusion_fast_ran():
     assert LADDER[0][1].attention == "classic" and LADDER[2][1].attention == "sdpa"
     assert fdh.BLOG_LOADING == {"sdxl": {"vae": "fp16-fix"}, "ssd1b": {"vae": "fp16-fix"},
                                 "sd15": {"scheduler": "dpm-solver"}, "pixart": {}}
-    for model in fdh.BLOG_A100_SECONDS:
-        assert fdh.BLOG_A100_WHERE[model]
-    assert "chart" in fdh.BLOG_A100_WHERE["sd15"]
+    for model in fdh.course.BLOG_A100_SECONDS:
+        assert fdh.course.BLOG_A100_WHERE[model]
+    assert "chart" in fdh.course.BLOG_A100_WHERE["sd15"]
 
 
 # --- dynamic shapes and regional compile as the guide shows them (items 6, 7) ----------------

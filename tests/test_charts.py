@@ -9,7 +9,7 @@ from fastdiff_helpers.results.charts import (
     Reference, ladder_chart, memory_chart, models_chart, quality_chart, save_figure,
 )
 from fastdiff_helpers.results.store import Result
-from fastdiff_helpers.models.presets import BLOG_SOURCE
+from fastdiff_helpers.planning.published import BLOG_SOURCE
 
 BLOG_SDXL = {"fp32": 7.36, "bf16": 4.63, "sdpa": 3.31, "compile": 2.54, "fuse_qkv": 2.52,
              "int8": 2.43}
@@ -163,7 +163,7 @@ def test_saved_chart_keeps_every_label_inside_the_figure(chart):
     results = [_r(s, t) for s, t in (("fp32", 3.79), ("bf16", 3.01), ("+ SDPA", 2.30))]
     for r in results:
         r.device_name = "NVIDIA H100 80GB HBM3"
-    reference = Reference("Published", "A100-80GB", BLOG_SOURCE, fdh.BLOG_A100_SECONDS["sdxl"])
+    reference = Reference("Published", "A100-80GB", BLOG_SOURCE, fdh.course.BLOG_A100_SECONDS["sdxl"])
     fig = (ladder_chart(results, reference=reference) if chart == "ladder"
            else memory_chart([_r(s, 1.0, memory=2**30) for s in ("fp32", "bf16")]))
     FigureCanvasAgg(fig).draw()

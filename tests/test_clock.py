@@ -19,7 +19,7 @@ import fastdiff_helpers as fdh
 from fastdiff_helpers.planning import clock, clock_gpu
 from fastdiff_helpers.planning import recorder as clock_log
 from fastdiff_helpers.techniques.recipe import recipe_id
-from fastdiff_helpers.techniques import autotune
+from fastdiff_helpers.planning import autotune
 from doc_pages import doc_texts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,7 +73,7 @@ TUNING_IN_CODE = [
 
 
 def test_no_notebook_starts_a_tuning_on_a_gpu_without_the_switch_or_a_bundle():
-    """Every compile through the helpers obeys the autotune rule (techniques/autotune.py, pinned
+    """Every compile through the helpers obeys the autotune rule (planning/autotune.py, pinned
     in tests/test_autotune.py); what could go around it is a notebook's own code: switching
     autotuning on, or compiling with tuning by hand. None does. A declared GPU cell that tunes
     runs only with the switch on, and its code checks the switch (or runs a ladder, whose
@@ -98,13 +98,13 @@ def test_no_notebook_starts_a_tuning_on_a_gpu_without_the_switch_or_a_bundle():
 
 def test_the_checks_catch_what_they_look_for():
     """The patterns above find what they are for (a test that cannot fail would prove nothing)."""
-    bad = ['settings = fdh.course.settings("sdxl", autotune=True)', "fdh.set_autotune(True)",
+    bad = ['settings = fdh.course.settings("sdxl", autotune=True)', "fdh.course.set_autotune(True)",
            'pipe.unet = torch.compile(pipe.unet, mode="max-autotune")',
            "torch._inductor.config.coordinate_descent_tuning = True",
            "denoiser.compile(options=options, fullgraph=True)"]
     for line in bad:
         assert any(p.search(line) for p, _ in TUNING_IN_CODE), line
-    assert not any(p.search('print(fdh.tuning_estimate("sdxl")["words"])')
+    assert not any(p.search('print(fdh.course.tuning_estimate("sdxl")["words"])')
                    for p, _ in TUNING_IN_CODE)
 
 

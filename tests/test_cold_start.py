@@ -19,7 +19,7 @@ import fastdiff_helpers as fdh
 from fastdiff_helpers.compiletime import cold_start
 from fastdiff_helpers.measure import bench
 from fastdiff_helpers.results.tables import format_table
-from fastdiff_helpers.techniques import compile_cache
+from fastdiff_helpers.planning import compile_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,12 +92,12 @@ def test_recompile_report_names_the_size_change_and_the_weight_swap():
 def test_course_cache_folder_is_said_and_overridable(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     monkeypatch.setenv("FASTDIFF_CACHE_DIR", str(tmp_path / "course"))
-    folder = fdh.use_course_cache()
+    folder = fdh.course.use_course_cache()
     assert folder == tmp_path / "course" and os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(folder)
     assert str(folder) in capsys.readouterr().out
     mine = tmp_path / "mine"
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(mine))
-    assert fdh.use_course_cache() == mine  # the user's own setting wins
+    assert fdh.course.use_course_cache() == mine  # the user's own setting wins
 
 
 def test_the_course_folder_is_not_taken_for_yours_and_a_path_you_give_stays(tmp_path,
@@ -106,12 +106,12 @@ def test_the_course_folder_is_not_taken_for_yours_and_a_path_you_give_stays(tmp_
     monkeypatch.setenv("FASTDIFF_CACHE_DIR", str(tmp_path / "course"))
     monkeypatch.setattr(compile_cache, "_said", set())  # as in a new process
     monkeypatch.setattr(compile_cache, "_ours", {})
-    fdh.use_course_cache(verbose=False)  # what make demo does before saying it
-    assert fdh.use_course_cache() == tmp_path / "course"
+    fdh.course.use_course_cache(verbose=False)  # what make demo does before saying it
+    assert fdh.course.use_course_cache() == tmp_path / "course"
     assert "(yours" not in capsys.readouterr().out  # the course set it, not you
     mine = tmp_path / "mine"
-    assert fdh.use_course_cache(mine) == mine
-    assert fdh.use_course_cache() == mine  # compile_pipeline's call keeps the folder you gave
+    assert fdh.course.use_course_cache(mine) == mine
+    assert fdh.course.use_course_cache() == mine  # compile_pipeline's call keeps the folder you gave
 
 
 def test_artifacts_from_other_versions_are_refused_before_loading(tmp_path, monkeypatch):

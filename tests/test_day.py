@@ -45,7 +45,7 @@ def test_the_chart_reads_the_kept_rungs_and_says_which_did_not_run(kept, capsys)
     # the PSNR read back from the kept PNGs, as bf16's own comparison with the fp32 image
     direct = fdh.compare_images(bf16.image, fp32.image)["psnr"]
     assert 20 < rows["bf16"]["quality"]["psnr"] == pytest.approx(direct, abs=0.5)
-    blog = fdh.BLOG_A100_SECONDS["sdxl"]
+    blog = fdh.course.BLOG_A100_SECONDS["sdxl"]
     assert rows["bf16"]["blog_ratio"] == pytest.approx(blog["fp32"] / blog["bf16"])
     assert rows["+ TF32"]["blog_ratio"] is None and rows["+ TF32"]["missing"] == (
         "not run (lesson 02 keeps it)")

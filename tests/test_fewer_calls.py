@@ -12,7 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import fastdiff_helpers as fdh
 from fastdiff_helpers.measure.compile_events import events_between, snapshot
-from fastdiff_helpers.models.loading import denoiser_kind
+from fastdiff_helpers.models.loading import family_of
 from fastdiff_helpers.techniques.cache_paths import PATHS
 from fastdiff_helpers.techniques.step_cache import cached_schedule, guided_steps, step_plan
 
@@ -46,7 +46,7 @@ def blocks(pipe):
     d = fdh.get_denoiser(pipe)
     if hasattr(pipe, "unet"):
         return d.down_blocks[0], d.mid_block, d.conv_in
-    if denoiser_kind(pipe) == "flux":  # its pos_embed takes the positions, not the batch
+    if family_of(pipe) == "flux":  # its pos_embed takes the positions, not the batch
         return d.transformer_blocks[0], d.single_transformer_blocks[-1], d.x_embedder
     return d.transformer_blocks[0], d.transformer_blocks[-1], d.pos_embed
 
@@ -88,7 +88,7 @@ def test_step_cache_every_1_is_the_uncached_image(model, baselines):
     args, kwargs = fdh.capture_denoiser_inputs(pipe)
     bound = dict(inspect.signature(denoiser.forward).bind(*args, **kwargs).arguments)
     bound.pop("return_dict", None)
-    full, _, branches = PATHS[denoiser_kind(pipe)]
+    full, _, branches = PATHS[family_of(pipe)]
     with torch.no_grad():
         expected = denoiser(*args, **kwargs)[0]
         for branch in range(1, branches(denoiser) + 1):
@@ -295,7 +295,7 @@ def test_the_plan_reads_no_tensor_value_on_the_full_size_model(model):
 
     pipe = fdh.load_pipeline(model, weights="random", device="meta", verbose=False)
     denoiser = fdh.get_denoiser(pipe)
-    most = PATHS[denoiser_kind(pipe)][2](denoiser)
+    most = PATHS[family_of(pipe)][2](denoiser)
     assert most == {"sdxl": 2, "ssd1b": 2, "sd15": 3, "pixart": 27, "flux": 56}[model]
     fdh.step_cache(pipe, every=3, branch=most)
     if model == "pixart":

@@ -63,13 +63,13 @@ def test_the_table_is_well_formed():
 
 
 def test_the_blogs_rows_and_this_projects_h100_are_the_tables():
-    """The blog's A100 rows (fdh.BLOG_A100_SECONDS, rounded from the CSVs) and the H100's
+    """The blog's A100 rows (fdh.course.BLOG_A100_SECONDS, rounded from the CSVs) and the H100's
     medians (results/h100-80gb-hbm3/sdxl/results.jsonl) are the figures the table holds."""
     steps = {"fp32": "tf32", "bf16": "half", "+ SDPA": "sdpa", "+ compile": "compiled"}
     for p in PUBLISHED:
         if p.card == "a100-80" and p.role == "anchor":
             rung = {v: k for k, v in steps.items()}[p.path]
-            assert fdh.BLOG_A100_SECONDS[p.model][rung] == pytest.approx(p.figure, abs=0.005)
+            assert fdh.course.BLOG_A100_SECONDS[p.model][rung] == pytest.approx(p.figure, abs=0.005)
     rows = [json.loads(x) for x in
             (ROOT / "results/h100-80gb-hbm3/sdxl/results.jsonl").read_text().splitlines() if x]
     ours = {(p.path): p.figure for p in PUBLISHED if p.source == "this project's H100"}
@@ -87,7 +87,7 @@ def test_never_fp32_faster_than_half_nor_compile_slower_than_eager(gpu, model):
 
 
 def test_the_blogs_a100_rows_and_the_h100s_sdxl_rows_within_1_25x():
-    for model, row in fdh.BLOG_A100_SECONDS.items():
+    for model, row in fdh.course.BLOG_A100_SECONDS.items():
         for rung, seconds in row.items():
             got = fdh.course.image_seconds("a100-80", model, rung, ladder="blog")
             assert 1 / 1.25 <= got / seconds <= 1.25, (model, rung, got, seconds)

@@ -49,7 +49,7 @@ def _imports(name: str) -> list[tuple[str, int, bool]]:
         for c in candidates:
             if c in MODULES and c != name:
                 found.append((c, node.lineno, id(node) in top))
-    return found
+    return sorted(found)
 
 
 def _edges() -> dict[str, set[str]]:
@@ -215,7 +215,7 @@ def _private_imports(name: str, source: str | None = None) -> list[tuple[str, st
                 if parts[0] == "fastdiff_helpers" and any(
                         p.startswith("_") and not p.endswith("__") for p in parts):
                     found.append((alias.name, alias.name, node.lineno))
-    return found
+    return sorted(found)
 
 
 def test_no_module_imports_another_subpackages_private_names():
@@ -337,3 +337,94 @@ def test_importing_the_package_loads_nothing_of_the_course_layer():
     eager = {n: m for n, m in homes.items()
              if m.startswith("fastdiff_helpers.") and m.split(".")[1] in COURSE_LAYER}
     assert not eager, f"course names imported eagerly: {eager}"
+
+
+# Where a model's family may be worked out from the pipeline itself: loading.py describes a
+# pipeline loaded another way from its class (pipeline_info) and finds its denoiser
+# (get_denoiser); meta.py builds a bare denoiser's inputs from its config (no pipeline there).
+FAMILY_FROM_THE_PIPELINE = {"models/loading.py", "models/meta.py"}
+# Functions whose own source is the plain code fdh.to_code prints: a participant's copy has no
+# spec to read, so it decides by the pipeline's class as diffusers names it.
+PLAIN_CODE_FUNCTIONS = {"techniques/syncs.py": {"no_sync_plan"}}
+
+
+def family_decisions(source: str, skip: set[str] = frozenset()) -> list[tuple[int, str]]:
+    """(line, what) for each place `source` decides a model's family other than by its spec
+    (ModelSpec.family, loading.family_of): by a class name, a denoiser attribute, a config key,
+    a model key's spelling or the denoiser's attribute name; the functions named in `skip`
+    left out."""
+    found = []
+    tree = ast.parse(source)
+    skipped = [range(n.lineno, n.end_lineno + 1) for n in ast.walk(tree)
+               if isinstance(n, ast.FunctionDef) and n.name in skip]
+
+    def class_name(node) -> bool:  # type(pipe).__name__, type(get_denoiser(pipe)).__name__
+        if not (isinstance(node, ast.Attribute) and node.attr == "__name__"
+                and isinstance(node.value, ast.Call)
+                and getattr(node.value.func, "id", None) == "type" and node.value.args):
+            return False
+        of = node.value.args[0]
+        return (getattr(of, "id", None) in ("pipe", "pipeline", "denoiser")
+                or getattr(getattr(of, "func", None), "id", None) == "get_denoiser")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if (getattr(func, "id", None) == "hasattr" and len(node.args) == 2
+                    and getattr(node.args[1], "value", None) in ("unet", "transformer")):
+                found.append((node.lineno, "hasattr(pipe, 'unet')"))
+            if isinstance(func, ast.Attribute) and func.attr == "startswith":
+                if class_name(func.value):
+                    found.append((node.lineno, "type(x).__name__.startswith"))
+                if node.args and getattr(node.args[0], "value", None) == "flux":
+                    found.append((node.lineno, "key.startswith('flux')"))
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(class_name(s) for s in sides):
+                found.append((node.lineno, "type(x).__name__ compared"))
+            constants = {getattr(s, "value", None) for s in sides}
+            if {"joint_attention_dim", "caption_channels"} & constants:
+                found.append((node.lineno, "a config key"))
+            if any(isinstance(s, ast.Tuple) and "flux-schnell" in
+                   {getattr(e, "value", None) for e in s.elts} for s in sides):
+                found.append((node.lineno, "model keys listed"))
+            if any(isinstance(s, ast.Attribute) and s.attr == "denoiser" for s in sides) and \
+                    constants & {"unet", "transformer"}:
+                found.append((node.lineno, "spec.denoiser compared"))
+    return sorted(f for f in found if not any(f[0] in lines for lines in skipped))
+
+
+def test_the_model_family_is_read_from_the_spec_alone():
+    """Issue 58: a model spec states its family once (ModelSpec.family) and every helper reads
+    it (spec.family, family_of(pipe), pipeline_spec(pipe).denoiser); none decides it by the
+    pipeline's class name, a denoiser attribute, a config key or a model key's spelling. Before,
+    about 30 places in 14 files did."""
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = path.relative_to(PACKAGE).as_posix()
+        if where in FAMILY_FROM_THE_PIPELINE:
+            continue
+        wrong += [f"{where}:{line} ({what})" for line, what in family_decisions(
+            path.read_text(encoding="utf-8"), PLAIN_CODE_FUNCTIONS.get(where, set()))]
+    assert not wrong, "the family decided other than from the spec:\n" + "\n".join(wrong)
+    import fastdiff_helpers as fdh
+
+    plain = fdh.to_code(fdh.Recipe(no_sync=True), "plain")
+    for names in PLAIN_CODE_FUNCTIONS.values():
+        assert all(f"def {name}(" in plain for name in names), names  # still printed
+
+
+def test_the_family_check_sees_each_way():
+    source = ('if type(pipe).__name__.startswith("PixArt"): pass\n'
+              'x = "unet" if hasattr(pipe, "unet") else "transformer"\n'
+              'y = "joint_attention_dim" in cfg\n'
+              'z = model in ("flux", "flux-schnell")\n'
+              'w = key.startswith("flux")\n'
+              'v = spec.denoiser == "unet"\n'
+              'u = type(pipe).__name__ == "FluxPipeline"\n'
+              't = type(get_denoiser(pipe)).__name__ != "PixArtTransformer2DModel"\n'
+              'ok = spec.family == "flux"; s = "hasattr(pipe, \'unet\')"\n'
+              'ok = [m for m in module.modules() if type(m).__name__ == "PermuteSandwich"]\n')
+    assert [line for line, _ in family_decisions(source)] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert family_decisions("def plain(pipe):\n    return hasattr(pipe, 'unet')\n",
+                            {"plain"}) == []

@@ -169,7 +169,7 @@ def test_a_technique_cell_leaves_the_pipeline_fdh_apply_leaves(key, monkeypatch)
                                  verbose=False)
 
     if recipe.compile:  # the course's cache, where the notebook's smoke run compiled it too
-        fdh.use_course_cache(verbose=False)
+        fdh.course.use_course_cache(verbose=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # the same recipe uncompiled (the compile-only fields back to their defaults, which a

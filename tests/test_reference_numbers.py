@@ -10,7 +10,7 @@ import pytest
 
 import fastdiff_helpers as fdh
 from fastdiff_helpers.results.store import Result, save_results
-from fastdiff_helpers.models.presets import BLOG_SOURCE
+from fastdiff_helpers.planning.published import BLOG_SOURCE
 
 
 def _result(step: str, latency: float) -> Result:
@@ -26,20 +26,20 @@ def test_blog_row_with_its_source_and_none_committed(tmp_path, capsys):
     assert lines[0] == f"Published ({BLOG_SOURCE}), sdxl:"
     assert lines[1] == ("  fp32: 7.36 s, bf16: 4.63 s, + SDPA: 3.31 s, + compile: 2.54 s, "
                         "+ fused QKV: 2.52 s, + int8 dynamic: 2.43 s")
-    assert lines[2] == f"  read from: {fdh.BLOG_A100_WHERE['sdxl']}"
+    assert lines[2] == f"  read from: {fdh.course.BLOG_A100_WHERE['sdxl']}"
     assert lines[3] == ("No GPU reference results for sdxl are committed yet "
                         "(results/<gpu>/sdxl/results.jsonl).")
     assert len(lines) == 4
 
 
-@pytest.mark.parametrize("model", sorted(fdh.BLOG_A100_SECONDS))
+@pytest.mark.parametrize("model", sorted(fdh.course.BLOG_A100_SECONDS))
 def test_every_models_row_is_printed_in_full(model, tmp_path, capsys):
     fdh.course.reference_numbers(model, root=tmp_path)
     out = capsys.readouterr().out
     printed = dict((step, float(s)) for step, s in
                    re.findall(r"(fp32|bf16|\+ [\w ]+?): ([\d.]+) s", out.splitlines()[1]))
-    assert printed == fdh.BLOG_A100_SECONDS[model]
-    assert fdh.BLOG_A100_WHERE[model] in out
+    assert printed == fdh.course.BLOG_A100_SECONDS[model]
+    assert fdh.course.BLOG_A100_WHERE[model] in out
 
 
 def test_steps_keeps_only_those(tmp_path, capsys):

@@ -312,7 +312,7 @@ def test_output_folders_and_files(tmp_path, slow_work, pipe):
             (lambda: fdh.course.launch_batch(["x"], a_file / "sub"), ("out=", "is a file")),
             (lambda: fdh.save_results([result], tmp_path), ("path=", "is a folder")),
             (lambda: save_result(result, a_file), ("out=", "is a file")),
-            (lambda: fdh.use_course_cache(a_file), ("path=", "is a file")),
+            (lambda: fdh.course.use_course_cache(a_file), ("path=", "is a file")),
             (lambda: fdh.course.save_artifacts(tmp_path), ("path=", "is a folder")),
             (lambda: fdh.course.first_image_in_new_process(a_file), ("cache_dir=", "is a file")),
             (lambda: fdh.save_figure(fdh.ladder_chart([result]), tmp_path),

@@ -24,7 +24,7 @@ import fastdiff_helpers as fdh
 from fastdiff_helpers.errors import FastdiffError
 from fastdiff_helpers.compiletime import bundle as bundle_format, bundle_cache, bundle_io
 from fastdiff_helpers.compiletime import watch as tuning_watch
-from fastdiff_helpers.techniques.tuning_state import STATE
+from fastdiff_helpers.planning.tuning_state import STATE
 from fastdiff_helpers.measure.compile_events import recompile_reasons
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,8 +15,8 @@ import torch
 import fastdiff_helpers as fdh
 from fastdiff_helpers.compiletime import bundle as bundle_format, bundle_cache, bundle_io
 from fastdiff_helpers.errors import FastdiffError
-from fastdiff_helpers.techniques import autotune, tuning_state
-from fastdiff_helpers.techniques.tuning_state import STATE
+from fastdiff_helpers.planning import autotune, tuning_state
+from fastdiff_helpers.planning.tuning_state import STATE
 from test_tuning import _raw  # the slot's by-hand tarball, as tools/gpu_slot.sh makes it
 
 GEMM = {"mm": {"[key A]": {"highest": {"aten": 1.0, "triton_a": 0.5}}}}

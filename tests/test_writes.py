@@ -32,7 +32,7 @@ from fastdiff_helpers.runs import demo
 from fastdiff_helpers.runs.cli import main
 from fastdiff_helpers.runs.launch import launch_batch
 from fastdiff_helpers.techniques.lora import LORA_FILE
-from fastdiff_helpers.techniques.tuning_state import STATE
+from fastdiff_helpers.planning.tuning_state import STATE
 
 THEIRS = "a file the writer did not make\n"
 
@@ -162,7 +162,7 @@ def test_profile_writes_its_trace_and_only_over_a_trace(box, tiny_pipes):
 
 def test_the_course_cache_is_the_one_folder_it_makes(box):
     watch = Watch(box)
-    folder = fdh.use_course_cache(verbose=False)
+    folder = fdh.course.use_course_cache(verbose=False)
     assert folder == box / "cache"
     (folder / "probe").write_text("x")
     watch.only_in(box / "cache")
@@ -182,7 +182,7 @@ def test_compile_artifacts_are_written_only_over_an_artifact_file(box):
 
 def _tuned_cache(box: Path) -> Path:
     """The course cache with one GEMM block of timings, as max-autotune leaves it."""
-    cache = fdh.use_course_cache(verbose=False)
+    cache = fdh.course.use_course_cache(verbose=False)
     timings = cache / "cache" / bundle_format.tuning_stamp()["system_hash"]
     timings.parent.mkdir(parents=True, exist_ok=True)
     timings.write_text(json.dumps({"cache": {"mm": {"[k]": {"high": {"aten": 1.0}}}}}))

@@ -52,7 +52,7 @@ bring_back() {  # what this machine measured and tuned so far, whatever happened
     mkdir -p "$OUT/tuning-$gpu" && cp "$file" "$OUT/tuning-$gpu/"
   done
   local cache
-  cache=$(python3 -c 'from fastdiff_helpers.techniques.compile_cache import use_course_cache
+  cache=$(python3 -c 'from fastdiff_helpers.planning.compile_cache import use_course_cache
 print(use_course_cache(verbose=False))' 2>/dev/null) || return 0
   if [ -d "$cache/cache" ]; then
     (cd "$cache" && { find ./cache -type f; find . -name '*.best_config'; } > /tmp/raw-list.txt \

@@ -6,7 +6,7 @@
     bundle_cache    an inductor cache folder's tuning read and added to, and a GPU slot's
                     by-hand fallback (a tarball of the cache's tuning) imported
     bundle_io       a bundle exported, imported (what it covers registered for the autotune
-                    rule, techniques/tuning_state.py), every matching one imported, shown
+                    rule, planning/tuning_state.py), every matching one imported, shown
     watch           a command that tunes keeps its tuning: the bundle and a progress file
                     written as they grow, when cut and when stopped
     watch_hooks     the hooks a watch puts into torch (choices made, coordinate descent
@@ -15,8 +15,8 @@
     cold_start      compile artifacts carried to another process or machine, and the time a
                     new process takes to its first compiled image
 
-The compile path's own part lives with the compile technique: where the kernels go
-(techniques/compile_cache.py) and whether a compile may tune (techniques/autotune.py). What a
+The course's decisions about a compile are planning's: where the kernels go
+(planning/compile_cache.py) and whether a compile may tune (planning/autotune.py). What a
 notebook compiles and the wait it means (the course clock) is planning's (planning/clock.py).
 Imports the models, the techniques and the measurements (planning, below it, it may import
 too), nothing of results, course or runs.

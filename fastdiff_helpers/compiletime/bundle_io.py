@@ -1,5 +1,5 @@
 """A tuning bundle exported from the compile cache, imported into it (what it covers registered
-for the autotune rule, techniques/tuning_state.py), every matching one imported, and shown.
+for the autotune rule, planning/tuning_state.py), every matching one imported, and shown.
 The format is bundle.py's; the cache folder's side, bundle_cache.py's.
 
 Introduced in 05_cold_start.ipynb.
@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import checks
 from ..errors import FastdiffError
-from ..techniques.tuning_state import STATE, cover, seed, seeded_from
+from ..planning.tuning_state import STATE, cover, seed, seeded_from
 from .bundle import (FORMAT, MUST_MATCH, blocks, check_bundle_path, cross_kind_problems,
                      differences, merge_gemm, merge_local, read_bundle, tuning_stamp)
 from .bundle_cache import add_to_cache, cache_folder, import_raw, read_cache_parts
@@ -68,7 +68,7 @@ def export_tuning(path: str | os.PathLike, model: str | None = None,
                   run: dict | None = None, verbose: bool = True, if_any: bool = False
                   ) -> dict[str, Any] | None:
     """Write (or grow) the tuning bundle at `path` from the compile cache (default: the
-    course's, fdh.use_course_cache): the GEMM/convolution timings of this machine and the
+    course's, fdh.course.use_course_cache): the GEMM/convolution timings of this machine and the
     single-key benchmarks beside them (pad_mm's), and the Triton best configs, stamped
     (tuning_stamp). An existing bundle is merged with, block by
     block (one (op, input key, precision) block is one run's, never mixed), and must carry
@@ -172,7 +172,7 @@ def import_tuning(path: str | os.PathLike, sha256: str | None = None,
 
 
 def register_coverage(bundle: dict, source: str) -> int:
-    """Tell the autotune rule (techniques/tuning_state.py) what `bundle` holds finished: every
+    """Tell the autotune rule (planning/tuning_state.py) what `bundle` holds finished: every
     coverage key a step of its runs recorded when its compile ended (TuningWatch.note_step's
     covers: measured, tuned or warmed), so that a compile it covers may read its tuning on a
     GPU with autotuning off. Returns how many keys were registered."""

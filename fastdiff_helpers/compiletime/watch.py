@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import checks
-from ..techniques.compile_cache import use_course_cache
-from ..techniques.tuning_state import STATE
+from ..planning.compile_cache import use_course_cache
+from ..planning.tuning_state import STATE
 from ..measure.compile_events import compile_times, events_between, snapshot
 from ..measure.record import utc_now
 from .bundle import check_bundle_path

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from ..techniques.tuning_state import STATE
+from ..planning.tuning_state import STATE
 
 __all__ = ["install_hooks"]
 
@@ -69,7 +69,7 @@ def install_hooks(watch: Any) -> list[Callable[[], None]]:
         if watch._finished_config(rel):
             # a descent from a best config that a finished descent left (a cache of an
             # earlier run, a bundle): torch without the mark's fix descends again
-            # (techniques/coordesc.py, keep_coordesc_marks). A cut one leaves the file as
+            # (planning/coordesc.py, keep_coordesc_marks). A cut one leaves the file as
             # it was, and neither the bundle nor the next watch drops it.
             watch.redescents += 1
             return original(autotuner, launcher, *args, **kwargs)

@@ -24,8 +24,9 @@ The course sized for the card (card_fit, rung_verdict) is planning's (planning/s
 Imports the layers below it (models to results), nothing of runs.
 
 `fdh.course` is the course layer's one public name: every call that runs the course rather than
-a technique a participant takes home (the parameters cell, the reference numbers, the day's
-chart, the long runs, the clock's estimates, cold starts and tuning bundles) is
+a technique a participant takes home (the parameters cell, the reference numbers and the
+published figures they quote, the day's chart, the long runs, the clock's estimates, whether
+a compile may tune and where its kernels go, cold starts and tuning bundles) is
 `fdh.course.<name>`, loaded on first use from its module below (_API; a module __getattr__,
 PEP 562), so `import fastdiff_helpers` and `fdh.course` run none of it.
 """
@@ -45,6 +46,12 @@ _API = {
     **{n: ("runs.launch", n) for n in ("format_summary", "launch_batch")},
     **{n: ("planning.image_time", n) for n in ("image_basis", "image_seconds")},
     "plan_table": ("planning.plan", "plan_table"),
+    **{n: ("planning.published", n) for n in ("BLOG_A100_SECONDS", "BLOG_A100_WHERE",
+                                               "FLUX_COMPILE_SECONDS", "FLUX_H100_BEST",
+                                               "FLUX_H100_SECONDS")},
+    **{n: ("planning.autotune", n) for n in ("autotune_enabled", "set_autotune",
+                                              "tuning_estimate")},
+    "use_course_cache": ("planning.compile_cache", "use_course_cache"),
     **{n: ("compiletime.cold_start", n) for n in ("first_image_in_new_process",
                                                    "load_artifacts", "save_artifacts")},
     **{n: ("compiletime.bundle", n) for n in ("bundle_path", "tuning_stamp")},

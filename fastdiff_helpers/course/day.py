@@ -18,7 +18,7 @@ from PIL import Image
 
 from ..errors import FastdiffError
 from ..measure.quality import compare_images
-from ..models.presets import BLOG_A100_SECONDS
+from ..planning.published import BLOG_A100_SECONDS
 from ..results.charts import ChartFigure
 from ..results.store import Result, load_results, save_result
 from ..results.text import psnr_text, seconds_text
@@ -126,7 +126,7 @@ def day_table(settings: Any, folder: str | os.PathLike | None = None) -> list[di
     for the model, weights, size and
     steps of `settings` (fdh.course.settings): seconds, speed-up and PSNR against the first
     kept rung (fp32, TF32 off where it ran), cold start, the blog's ratio for the same rung
-    (fdh.BLOG_A100_SECONDS: its fp32 with TF32 on, on an A100), and what differs from the
+    (fdh.course.BLOG_A100_SECONDS: its fp32 with TF32 on, on an A100), and what differs from the
     ladder's rung; a rung not kept has its reason instead. Reads the day's folder only."""
     base_folder = day_folder(folder)
     found, kept = day_rungs(settings.model, settings.weights, settings.height, settings.width,

@@ -18,9 +18,9 @@ from ..models.presets import get_spec
 from ..models.gpus import gpu_profile
 from ..models.hooks import auto_weights
 from ..models.pretrained import check_weights
-from ..techniques.autotune import autotune_enabled, course_tuning, set_autotune
+from ..planning.autotune import autotune_enabled, course_tuning, set_autotune
 from ..compiletime.bundle_io import import_matching
-from ..techniques.tuning_state import STATE
+from ..planning.tuning_state import STATE
 from ..results.store import REFERENCE_ROOT
 from ..techniques.recipe import BASELINE, Recipe
 from ..planning.sizing import card_fit, fitting_sizes, rung_verdict
@@ -59,7 +59,7 @@ class CourseSettings:
     # the most timed runs fdh.benchmark may add to settle a median (None: its default, 4 x
     # runs); smoke mode proves the code runs, so it times `runs` calls and no more
     max_runs: int | None = None
-    # whether compiles may tune on a GPU (techniques/autotune.py): the switch as it stands; left
+    # whether compiles may tune on a GPU (planning/autotune.py): the switch as it stands; left
     # out of the repr the parameters cell prints, as autotuning waits for the optional lesson 13
     autotune: bool = field(default=False, repr=False)
     # on a GPU: the largest batch that fits at this size (planning/sizing.py), and the card's
@@ -76,7 +76,7 @@ class CourseSettings:
         (`tuning=settings.tuning`): on a GPU a compile that would tune (max-autotune, the
         blog's coordinate descent) runs its default-mode equivalent, said in one line, unless
         autotuning is switched on (`autotune=True` here) or an imported tuning bundle covers it
-        (techniques/autotune.py course_tuning). Introduced in 04_torch_compile.ipynb."""
+        (planning/autotune.py course_tuning). Introduced in 04_torch_compile.ipynb."""
         return course_tuning
 
     @property
@@ -147,7 +147,7 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
 
     Autotuning (max-autotune's search and coordinate descent, tens of minutes a recipe on a new
     GPU) runs only when asked for: `autotune=True` switches it on for this process
-    (fdh.set_autotune; None leaves the switch as it is: off, or FASTDIFF_AUTOTUNE=1). On a GPU
+    (fdh.course.set_autotune; None leaves the switch as it is: off, or FASTDIFF_AUTOTUNE=1). On a GPU
     the matching tuning bundles are imported here, once per process: those committed under
     results/ (shipped in the package) and those under `tuning` (or $FASTDIFF_TUNING_DIR), a
     folder an instructor names, laid out as results/ is (<gpu>/tuning/<torch>/<model>.json.gz); a compile
@@ -222,7 +222,7 @@ def import_course_tuning(tuning: str | Path | None = None) -> list[dict]:
               f"({sum(d.get('covers', 0) for d in done)} compiled part(s) covered): "
               + ", ".join(d["path"] for d in done))
     # Nothing is said about autotuning otherwise: the core path never tunes, and a compile that
-    # would tune says so itself (techniques/autotune.py; 13_autotuning.ipynb teaches the switch).
+    # would tune says so itself (planning/autotune.py; 13_autotuning.ipynb teaches the switch).
     return done
 
 

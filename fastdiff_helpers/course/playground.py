@@ -21,7 +21,7 @@ from ..models.loading import free_memory, load_pipeline
 from ..models.presets import MODELS
 from ..models.pretrained import check_weights
 from ..techniques import apply
-from ..techniques.autotune import course_tuning
+from ..planning.autotune import course_tuning
 from ..techniques.schedulers import set_scheduler
 from ..techniques.recipe import Recipe, RecipeError
 from ..measure.bench import benchmark

@@ -17,8 +17,8 @@ from typing import Sequence
 
 from .. import checks
 from ..errors import FastdiffError
-from ..models.flux import FLUX_H100_WHERE
-from ..models.presets import BLOG_A100_WHERE, get_spec, published_ladder
+from ..models.presets import get_spec
+from ..planning.published import BLOG_A100_WHERE, FLUX_H100_WHERE, published_ladder
 from ..results.store import REFERENCE_ROOT, Result, load_results
 from ..results.tables import format_table
 from ..techniques.ladders import LADDERS
@@ -93,8 +93,8 @@ def _conditions(results: Sequence[Result]) -> list[str]:
 def reference_numbers(model: str, steps: str | Sequence[str] | None = None,
                       root: str | os.PathLike | None = None, ladder: str | None = None) -> None:
     """Print the reference numbers for `model`: the published row of its first ladder (the
-    blog's A100-80GB row, fdh.BLOG_A100_SECONDS, with fdh.BLOG_A100_WHERE saying where it was
-    read; for FLUX.1-dev diffusers-torchao's H100 figures, fdh.FLUX_H100_SECONDS), then every
+    blog's A100-80GB row, fdh.course.BLOG_A100_SECONDS, with fdh.course.BLOG_A100_WHERE saying where it was
+    read; for FLUX.1-dev diffusers-torchao's H100 figures, fdh.course.FLUX_H100_SECONDS), then every
     ladder this project committed for it (committed_ladders: one table per GPU and ladder, with
     its conditions and each rung's TF32 and VAE), or a line saying that none is committed yet.
 

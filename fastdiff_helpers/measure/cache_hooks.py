@@ -21,6 +21,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..errors import FastdiffError
 from ..models.loading import call_kwargs, free_memory, get_denoiser, load_pipeline
+from ..models.presets import get_spec
 from ..techniques.step_cache import step_cache, step_plan
 from .compile_events import events_between, snapshot
 from .quality import compare_images
@@ -139,7 +140,7 @@ def cache_hooks_report(model: str = "flux", weights: str = "tiny", device: str =
     random weights the image figures show that a cache runs and how far it moves the
     numbers, never its quality. `dynamo=False` leaves the compile columns out ("-"): the
     eager columns alone take a few seconds. Introduced in 19_flux.ipynb."""
-    if model not in ("flux", "flux-schnell"):
+    if get_spec(model).family != "flux":
         raise FastdiffError(f"model={model!r}: diffusers' cache hooks compared here are "
                             "Flux's (CacheMixin); use 'flux' or 'flux-schnell'.")
     rows: list[dict[str, Any]] = []

@@ -51,14 +51,12 @@ def _denoiser_flops(key: _Key, batch: int, height: int, width: int, tokens: int,
 
 
 @functools.lru_cache(maxsize=32)
-def _cached_step_flops(key: _Key, batch: int, height: int, width: int, tokens: int,
-                       pooled_dim: int | None, branch: int) -> int:
+def _cached_step_flops(key: _Key, family: str, batch: int, height: int, width: int,
+                       tokens: int, pooled_dim: int | None, branch: int) -> int:
     """FLOPs of one cached step of the step cache (techniques/cache_paths.py): what it computes,
     the shallow branch, counted the same way as a full call."""
     model = _meta_copy(key)
-    cfg = model.config
-    full, cached, _ = PATHS["flux" if "joint_attention_dim" in cfg else
-                            "transformer" if "caption_channels" in cfg else "unet"]
+    full, cached, _ = PATHS[family]
     inputs = _denoiser_inputs(model, batch, height, width, tokens, pooled_dim)
     with torch.no_grad():
         _, feature = full(model, branch, **inputs)
@@ -171,7 +169,7 @@ def count_flops(pipe_or_model_key: Any, height: int | None = None, width: int | 
     share = plan["guidance_stop"] if guidance_stop is None else guidance_stop
     if not cfg:
         guided = 0
-    elif spec.denoiser == "transformer":
+    elif spec.family == "transformer":
         guided = guided_steps(calls, share)
     else:
         guided = guided_steps(steps, share)
@@ -182,8 +180,8 @@ def count_flops(pipe_or_model_key: Any, height: int | None = None, width: int | 
         per_step[path, b] = (
             _denoiser_flops(keys[spec.denoiser], b, height, width, tokens, pooled)
             if path == "full" else
-            _cached_step_flops(keys[spec.denoiser], b, height, width, tokens, pooled,
-                               plan["branch"]))
+            _cached_step_flops(keys[spec.denoiser], spec.family, b, height, width, tokens,
+                               pooled, plan["branch"]))
     total = sum(per_step[s] for s in schedule)
     return {"denoiser_per_forward": denoiser, "vae_decode": vae, "text_encoders": text,
             "denoiser_total": total, "per_image": total + vae + text, "batch": batch,

@@ -2,8 +2,8 @@
 
     spec        the records: Component (a part built in code), ModelSpec (one model)
     presets     the models: hub ids, pipeline classes, full-size and tiny configs, the
-                blog's published figures and loading choices (the blog's four here)
-    flux        Flux.1 (dev and schnell): configs and the published figures of its ladder
+                blog's loading choices (the blog's four here)
+    flux        Flux.1 (dev and schnell): configs and published parameter counts
     build       pipelines built in code: the full-size architecture with random weights, or tiny
     pretrained  pretrained weights: are they here (a gated repository: may this token in?),
                 what weights="auto" picks (never random unasked on a GPU), safetensors only

@@ -72,7 +72,7 @@ def peak_bytes(model: str, dtype: str, height: int | None = None, width: int | N
     act_dtype = dtype
     if dtype == "fp16" and spec.pipeline_class in UPCAST_IN_FP16:
         act_dtype = "fp32"
-    key = "sdxl" if spec.key.startswith("flux") else spec.key
+    key = "sdxl" if spec.family == "flux" else spec.key
     acts = (ACT_BYTES[key, fp32_or_half(act_dtype)]
             * height * width / spec.resolution ** 2 * batch)
     return int((weight_bytes_of(spec.key, dtype) + acts) * (1 + MARGIN) + CONTEXT_BYTES)

@@ -89,7 +89,7 @@ def _spec(key: str, name: str, guidance_embeds: bool, steps: int, guidance: floa
           tokens: int, notes: str) -> ModelSpec:
     return ModelSpec(
         key=key, name=name, hub_id=f"black-forest-labs/{name.split()[0]}",
-        pipeline_class="FluxPipeline", denoiser="transformer", resolution=1024, steps=steps,
+        pipeline_class="FluxPipeline", family="flux", resolution=1024, steps=steps,
         guidance=guidance, tokenizers={"tokenizer": "clip", "tokenizer_2": "t5"},
         max_tokens=tokens, scheduler=_scheduler(dynamic=guidance_embeds),
         full={"transformer": _transformer(guidance_embeds), **_FULL},
@@ -114,27 +114,3 @@ FLUX_MODELS: dict[str, ModelSpec] = {
 # is published). tests/test_flux.py pins all four.
 FLUX_PUBLISHED_PARAMETERS: dict[str, int] = {"text_encoder": 123_060_480,
                                              "text_encoder_2": 4_762_310_656}
-
-# FLUX.1-dev on an H100 80GB, 1024x1024, 28 steps, batch 1, seconds: sayakpaul/diffusers-
-# torchao README.md (tables "Flux.1 Dev Benchmarks" and "Additional fp8dqrow results"), timed
-# by its inference/benchmark_image.py (5 warm-up calls, then the mean of
-# torch.utils.benchmark's blocked_autorange; torch.set_float32_matmul_precision("high")).
-# The rows with fuse=False and compile_vae=False, so that each step changes one thing, as the
-# course's Flux ladder does: its "+ compile" is channels_last + torch.compile(transformer,
-# mode="max-autotune", fullgraph=True); fp8 is quantize_(transformer, float8_dynamic_
-# activation_float8_weight()) on every linear of the transformer (quantize_'s default
-# filter), per tensor or with granularity=PerRow().
-FLUX_H100_SECONDS: dict[str, float] = {"bf16": 6.573, "+ compile": 4.209,
-                                       "+ fp8 dynamic": 3.243, "+ fp8 dynamic row": 3.039}
-# Its headline figure adds fused QKV projections and a compiled, fp8-quantized VAE decode.
-FLUX_H100_BEST = {"seconds": 2.966, "what": "fp8 dynamic row + compile, with fused QKV "
-                  "projections and the VAE decode compiled and fp8-quantized too"}
-FLUX_SOURCE = ("sayakpaul/diffusers-torchao README (H100 80GB, FLUX.1-dev, 1024x1024, 28 "
-               "steps, batch 1)")
-FLUX_H100_WHERE = ("the diffusers-torchao README's 'Flux.1 Dev Benchmarks' table (batch 1, "
-                   "fuse False, compile_vae False: None 6.573 s, compile 4.209 s, fp8dq + "
-                   "compile 3.243 s) and its 'Additional fp8dqrow results' (3.039 s without "
-                   "fusion or VAE compile; the 2.966 s headline has both)")
-# Compile time of FLUX.1-dev's transformer on an H100, default mode: the PyTorch devlog
-# "torch.compile and Diffusers: A Hands-On Guide to Peak Performance".
-FLUX_COMPILE_SECONDS: dict[str, float] = {"full": 67.4, "regional": 9.6}

@@ -126,7 +126,7 @@ def load_pipeline(model: str | ModelSpec = "sdxl", weights: str = "auto", device
         pipe = build_pipeline(spec, "full" if weights == "random" else "tiny", device, drawn, seed)
         if drawn != torch_dtype:
             cast_built(pipe, torch_dtype)
-    if spec.pipeline_class == "FluxPipeline":  # its own default size, from its VAE's
+    if spec.family == "flux":  # its own default size, from its VAE's
         pipe.default_sample_size = pipe.vae.config.sample_size // pipe.vae_scale_factor
     vae_source = "pipeline"
     if vae is not None:
@@ -284,13 +284,11 @@ def get_denoiser(pipe) -> torch.nn.Module:
     return pipe.unet if hasattr(pipe, "unet") else pipe.transformer
 
 
-def denoiser_kind(pipe) -> str:
-    """Which denoiser the techniques are written for: "unet" (SD1.5, SDXL, SSD-1B),
-    "transformer" (PixArt-alpha's DiT) or "flux" (Flux.1's double- and single-stream
-    blocks)."""
-    if hasattr(pipe, "unet"):
-        return "unet"
-    return "flux" if type(pipe).__name__ == "FluxPipeline" else "transformer"
+def family_of(pipe) -> str:
+    """The pipeline's family, as its spec states it (ModelSpec.family): "unet" (SD1.5, SDXL,
+    SSD-1B), "transformer" (PixArt-alpha's DiT) or "flux" (Flux.1's double- and single-stream
+    blocks). What a technique does by family it decides with this."""
+    return pipeline_spec(pipe).family
 
 
 def pipeline_device(pipe) -> torch.device:

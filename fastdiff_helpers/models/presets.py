@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import FastdiffError
-from .flux import FLUX_H100_SECONDS, FLUX_MODELS, FLUX_PUBLISHED_PARAMETERS, FLUX_SOURCE
+from .flux import FLUX_MODELS, FLUX_PUBLISHED_PARAMETERS
 from .spec import Component, ModelSpec  # noqa: F401  (their home is spec.py)
 
 
@@ -138,7 +138,7 @@ MODELS: dict[str, ModelSpec] = {
     "sdxl": ModelSpec(
         key="sdxl", name="Stable Diffusion XL 1.0 (base)",
         hub_id="stabilityai/stable-diffusion-xl-base-1.0",
-        pipeline_class="StableDiffusionXLPipeline", denoiser="unet",
+        pipeline_class="StableDiffusionXLPipeline", family="unet",
         resolution=1024, steps=30, guidance=5.0,
         tokenizers={"tokenizer": "clip", "tokenizer_2": "clip"}, max_tokens=77,
         scheduler=_EULER,
@@ -151,7 +151,7 @@ MODELS: dict[str, ModelSpec] = {
     "sd15": ModelSpec(
         key="sd15", name="Stable Diffusion 1.5",
         hub_id="stable-diffusion-v1-5/stable-diffusion-v1-5",
-        pipeline_class="StableDiffusionPipeline", denoiser="unet",
+        pipeline_class="StableDiffusionPipeline", family="unet",
         resolution=512, steps=30, guidance=7.5,
         tokenizers={"tokenizer": "clip"}, max_tokens=77,
         scheduler=_PNDM,
@@ -176,7 +176,7 @@ MODELS: dict[str, ModelSpec] = {
     "ssd1b": ModelSpec(
         key="ssd1b", name="Segmind Stable Diffusion 1B (SSD-1B)",
         hub_id="segmind/SSD-1B",
-        pipeline_class="StableDiffusionXLPipeline", denoiser="unet",
+        pipeline_class="StableDiffusionXLPipeline", family="unet",
         resolution=1024, steps=30, guidance=9.0,
         tokenizers={"tokenizer": "clip", "tokenizer_2": "clip"}, max_tokens=77,
         scheduler=_EULER,
@@ -197,7 +197,7 @@ MODELS: dict[str, ModelSpec] = {
     "pixart": ModelSpec(
         key="pixart", name="PixArt-alpha XL-2 1024-MS",
         hub_id="PixArt-alpha/PixArt-XL-2-1024-MS",
-        pipeline_class="PixArtAlphaPipeline", denoiser="transformer",
+        pipeline_class="PixArtAlphaPipeline", family="transformer",
         resolution=1024, steps=30, guidance=4.5,
         tokenizers={"tokenizer": "t5"}, max_tokens=120,
         scheduler=_DPM,
@@ -244,20 +244,6 @@ PUBLISHED_PARAMETERS: dict[str, dict[str, int]] = {
     "flux": FLUX_PUBLISHED_PARAMETERS, "flux-schnell": FLUX_PUBLISHED_PARAMETERS,
 }
 
-# The blog's ladder, measured by its authors on an A100-80GB (seconds; 30 steps, batch 1; SD1.5
-# at 512x512, the others at 1024x1024). Their "fp32" ran with TF32 matmuls on (run_benchmark.py
-# sets torch.set_float32_matmul_precision("high") for every run). Where each row was read:
-# BLOG_A100_WHERE.
-BLOG_A100_SECONDS: dict[str, dict[str, float]] = {
-    "sdxl": {"fp32": 7.36, "bf16": 4.63, "+ SDPA": 3.31, "+ compile": 2.54,
-             "+ fused QKV": 2.52, "+ int8 dynamic": 2.43},
-    "ssd1b": {"fp32": 4.813, "bf16": 3.068, "+ SDPA": 2.245, "+ compile": 1.646,
-              "+ fused QKV": 1.636, "+ int8 dynamic": 1.573},
-    "sd15": {"fp32": 1.512, "bf16": 1.302, "+ SDPA": 1.178, "+ compile": 0.500,
-             "+ fused QKV": 0.494, "+ int8 dynamic": 0.525},
-    "pixart": {"fp32": 9.339, "bf16": 5.604, "+ SDPA": 3.085, "+ compile": 2.658,
-               "+ fused QKV": 2.624, "+ int8 dynamic": 2.619},
-}
 # What diffusion-fast loaded besides the pipeline (utils/pipeline_utils.py): every model but SD1.5
 # gets the fp16-fix VAE (PixArt's own script, utils/pipeline_utils_pixart.py, does not swap it),
 # and SD1.5 gets DPMSolverMultistepScheduler ("As the default scheduler of SD v1-5 doesn't have
@@ -266,32 +252,6 @@ BLOG_LOADING: dict[str, dict[str, str]] = {
     "sdxl": {"vae": "fp16-fix"}, "ssd1b": {"vae": "fp16-fix"},
     "sd15": {"scheduler": "dpm-solver"}, "pixart": {},
 }
-
-_CHARTS = ("huggingface/diffusion-fast README, 'Results from other pipelines', the {} chart "
-           "(final-results-diffusion-fast/{}, a PNG): the blog and its repository publish this "
-           "model's ladder only as that chart, and these figures are its bar labels")
-BLOG_A100_WHERE: dict[str, str] = {
-    "sdxl": ("the PyTorch blog 'Accelerating Generative AI Part III: Diffusion, Fast' and the "
-             "diffusers guide 'Accelerate inference of text-to-image diffusion models', in their "
-             "text (7.36 s fp32 ... 2.43 s int8 dynamic)"),
-    "ssd1b": _CHARTS.format("SSD-1B", "SSD-1B,_Batch_Size:_1,_Steps:_30.png"),
-    "sd15": _CHARTS.format("SD v1-5", "SD_v1-5,_Batch_Size:_1,_Steps:_30.png"),
-    "pixart": _CHARTS.format("PixArt-alpha", "PixArt-$\\alpha$,_Batch_Size:_1,_Steps:_30.png"),
-}
-
-BLOG_SOURCE = ("PyTorch blog 'Accelerating Generative AI Part III: Diffusion, Fast' "
-               "(A100-80GB, TF32 on in its fp32 step)")
-
-
-def published_ladder(model: str, ladder: str) -> tuple[str, str, dict[str, float]] | None:
-    """(GPU, source, seconds per step) published for this model's ladder, or None: the blog's
-    A100 row for its ladder, diffusers-torchao's H100 figures for FLUX.1-dev's."""
-    if ladder == "blog" and model in BLOG_A100_SECONDS:
-        return "A100-80GB", BLOG_SOURCE, BLOG_A100_SECONDS[model]
-    if ladder == "flux" and model == "flux":
-        return "H100 80GB", FLUX_SOURCE, FLUX_H100_SECONDS
-    return None
-
 
 def size_multiple(model: str | ModelSpec) -> int:
     """ModelSpec.size_multiple of a model given by its key (where a run holds the spec, it

@@ -29,7 +29,10 @@ class ModelSpec:
     name: str
     hub_id: str
     pipeline_class: str
-    denoiser: str  # attribute name on the pipeline: "unet" or "transformer"
+    # The family, stated here once; every helper reads it (spec.family, loading.family_of):
+    # "unet" (SD1.5, SDXL, SSD-1B), "transformer" (PixArt-alpha's DiT) or "flux" (Flux.1's
+    # double- and single-stream blocks). tests/test_layout.py bans deciding it any other way.
+    family: str
     resolution: int
     steps: int
     guidance: float
@@ -55,6 +58,12 @@ class ModelSpec:
     # The ladders written for this model, the first its default (techniques/ladders.LADDERS):
     # the blog's and the course's for the four models the blog ran, "flux" for Flux.
     ladders: tuple[str, ...] = ("blog", "course")
+
+    @property
+    def denoiser(self) -> str:
+        """The denoiser's attribute on the pipeline: "unet" for the UNet family, else
+        "transformer"."""
+        return "unet" if self.family == "unet" else "transformer"
 
     @property
     def size_multiple(self) -> int:

@@ -1,5 +1,13 @@
 """planning: what a card will do with the course, estimated before anything runs.
 
+    compile_cache     the course's one folder for compiled kernels and graphs
+                      (fdh.course.use_course_cache)
+    autotune          whether a compile may tune on a GPU: the course's decision, passed to
+                      fdh.apply as tuning= (the switch, the gate, the default-mode
+                      equivalent, the estimate said before compiling)
+    tuning_state      this process's tuning state in one object (STATE, one reset): the
+                      switch, what imported bundles cover and brought, the active watches
+    coordesc          coordinate descent's mark kept through the compile worker's pickle
     published         the published and measured figures the estimates rest on (source, the
                       figure as written, settings), and the published peak memory
     image_time        fdh.course.image_seconds: one image's seconds on a card, per ladder step,

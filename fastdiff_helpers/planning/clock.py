@@ -9,7 +9,7 @@ clock_record.py holds that record, which tests/test_notebooks.py checks against 
 A cell that does more on a GPU than in smoke mode (tagged "gpu", or with a smoke branch) has
 its GPU work declared in clock_gpu.py instead, which a test ties to the cells that need it.
 
-The course runs top to bottom in one compile cache (fdh.use_course_cache): a graph compiled by
+The course runs top to bottom in one compile cache (fdh.course.use_course_cache): a graph compiled by
 an earlier cell is a cache hit later (dynamo traces again, inductor loads).
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import FastdiffError
-from ..techniques.autotune import (GRAPH_OPS, REGIONAL_S, SECONDS_PER_OP, SHAPE_S,
+from .autotune import (GRAPH_OPS, REGIONAL_S, SECONDS_PER_OP, SHAPE_S,
                                    WITHOUT_TUNING, graph_ops_of)
 from ..models.gpus import PROFILES, TEMPLATE_SMS
 from ..models.meta import gemm_shapes

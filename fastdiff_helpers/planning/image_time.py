@@ -36,12 +36,11 @@ from typing import Any
 from .. import checks
 from ..errors import FastdiffError
 from ..models.dtypes import fp32_or_half
-from ..models.flux import FLUX_H100_SECONDS
 from ..models.gpus import PROFILES, GpuProfile
-from ..models.presets import BLOG_A100_SECONDS, get_spec
+from ..models.presets import get_spec
 from ..techniques.ladders import LADDERS
 from ..techniques.recipe import KNOBS, Recipe
-from .published import OTHER_CARDS, PUBLISHED, Published
+from .published import BLOG_A100_SECONDS, FLUX_H100_SECONDS, OTHER_CARDS, PUBLISHED, Published
 
 __all__ = ["image_seconds", "image_basis", "kind_seconds", "PATHS"]
 
@@ -63,8 +62,8 @@ KIND_RUNGS = {"course": {"fp32": "fp32, TF32 off", "half": "+ SDPA", "compiled":
 
 
 def _model(model: str) -> str:
-    key = get_spec(model).key
-    return "flux" if key.startswith("flux") else key
+    spec = get_spec(model)
+    return "flux" if spec.family == "flux" else spec.key
 
 
 def image_flops(model: str, steps: int) -> float:

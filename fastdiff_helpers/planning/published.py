@@ -2,7 +2,10 @@
 source, the figure as the source writes it, and the settings it was measured with.
 
 Documented in docs/workshop.md ("The course clock"); image_time.py turns these into
-fdh.course.image_seconds, the plan's and the clock's image times. Pure data: imports nothing.
+fdh.course.image_seconds, the plan's and the clock's image times. At the end, the ladders as
+their sources published them (the blog's A100 rows, diffusers-torchao's Flux H100 figures),
+which the reference numbers quote (fdh.course.BLOG_A100_SECONDS and the like). Pure data:
+imports nothing.
 tests/test_image_time.py checks each estimate against the figures here;
 tests/test_memory_model.py the peaks.
 
@@ -87,8 +90,8 @@ _TRT_SET = "SDXL base, 1024x1024, 30 steps, batch 1, the card's non-optimized (P
 _ALEXEIGOR = ("github.com/alexeigor/sd-benchmarks README.md, column 'PT2.0,fp16,xformers'")
 _ALEX_SET = ("runwayml/stable-diffusion-v1-5, fp16, xFormers attention, 512x512, batch 1; "
              "steps not stated, taken as the pipeline's default 50")
-_TORCHAO = ("sayakpaul/diffusers-torchao README.md, 'Flux.1 Dev Benchmarks' (models/flux.py "
-           "FLUX_H100_WHERE)")
+_TORCHAO = ("sayakpaul/diffusers-torchao README.md, 'Flux.1 Dev Benchmarks' (FLUX_H100_WHERE "
+           "below)")
 _TORCHAO_SET = "FLUX.1-dev, bf16, 1024x1024, 28 steps, batch 1; compile: max-autotune"
 
 # each source by a short name (what a figure's basis says), and where it is
@@ -187,3 +190,70 @@ PEAKS_GIB: dict[tuple[str, str], tuple[float, str]] = {
     ("pixart", "fp32"): (24.547, "blog PixArt CSV"),
     ("pixart", "half"): (12.573, "blog PixArt CSV"),
 }
+
+
+# --- the ladders as their sources published them (the reference numbers quote them) -------
+
+# The blog's ladder, measured by its authors on an A100-80GB (seconds; 30 steps, batch 1; SD1.5
+# at 512x512, the others at 1024x1024). Their "fp32" ran with TF32 matmuls on (run_benchmark.py
+# sets torch.set_float32_matmul_precision("high") for every run). Where each row was read:
+# BLOG_A100_WHERE.
+BLOG_A100_SECONDS: dict[str, dict[str, float]] = {
+    "sdxl": {"fp32": 7.36, "bf16": 4.63, "+ SDPA": 3.31, "+ compile": 2.54,
+             "+ fused QKV": 2.52, "+ int8 dynamic": 2.43},
+    "ssd1b": {"fp32": 4.813, "bf16": 3.068, "+ SDPA": 2.245, "+ compile": 1.646,
+              "+ fused QKV": 1.636, "+ int8 dynamic": 1.573},
+    "sd15": {"fp32": 1.512, "bf16": 1.302, "+ SDPA": 1.178, "+ compile": 0.500,
+             "+ fused QKV": 0.494, "+ int8 dynamic": 0.525},
+    "pixart": {"fp32": 9.339, "bf16": 5.604, "+ SDPA": 3.085, "+ compile": 2.658,
+               "+ fused QKV": 2.624, "+ int8 dynamic": 2.619},
+}
+_CHARTS = ("huggingface/diffusion-fast README, 'Results from other pipelines', the {} chart "
+           "(final-results-diffusion-fast/{}, a PNG): the blog and its repository publish this "
+           "model's ladder only as that chart, and these figures are its bar labels")
+BLOG_A100_WHERE: dict[str, str] = {
+    "sdxl": ("the PyTorch blog 'Accelerating Generative AI Part III: Diffusion, Fast' and the "
+             "diffusers guide 'Accelerate inference of text-to-image diffusion models', in their "
+             "text (7.36 s fp32 ... 2.43 s int8 dynamic)"),
+    "ssd1b": _CHARTS.format("SSD-1B", "SSD-1B,_Batch_Size:_1,_Steps:_30.png"),
+    "sd15": _CHARTS.format("SD v1-5", "SD_v1-5,_Batch_Size:_1,_Steps:_30.png"),
+    "pixart": _CHARTS.format("PixArt-alpha", "PixArt-$\\alpha$,_Batch_Size:_1,_Steps:_30.png"),
+}
+
+BLOG_SOURCE = ("PyTorch blog 'Accelerating Generative AI Part III: Diffusion, Fast' "
+               "(A100-80GB, TF32 on in its fp32 step)")
+
+
+def published_ladder(model: str, ladder: str) -> tuple[str, str, dict[str, float]] | None:
+    """(GPU, source, seconds per step) published for this model's ladder, or None: the blog's
+    A100 row for its ladder, diffusers-torchao's H100 figures for FLUX.1-dev's."""
+    if ladder == "blog" and model in BLOG_A100_SECONDS:
+        return "A100-80GB", BLOG_SOURCE, BLOG_A100_SECONDS[model]
+    if ladder == "flux" and model == "flux":
+        return "H100 80GB", FLUX_SOURCE, FLUX_H100_SECONDS
+    return None
+
+
+# FLUX.1-dev on an H100 80GB, 1024x1024, 28 steps, batch 1, seconds: sayakpaul/diffusers-
+# torchao README.md (tables "Flux.1 Dev Benchmarks" and "Additional fp8dqrow results"), timed
+# by its inference/benchmark_image.py (5 warm-up calls, then the mean of
+# torch.utils.benchmark's blocked_autorange; torch.set_float32_matmul_precision("high")).
+# The rows with fuse=False and compile_vae=False, so that each step changes one thing, as the
+# course's Flux ladder does: its "+ compile" is channels_last + torch.compile(transformer,
+# mode="max-autotune", fullgraph=True); fp8 is quantize_(transformer, float8_dynamic_
+# activation_float8_weight()) on every linear of the transformer (quantize_'s default
+# filter), per tensor or with granularity=PerRow().
+FLUX_H100_SECONDS: dict[str, float] = {"bf16": 6.573, "+ compile": 4.209,
+                                       "+ fp8 dynamic": 3.243, "+ fp8 dynamic row": 3.039}
+# Its headline figure adds fused QKV projections and a compiled, fp8-quantized VAE decode.
+FLUX_H100_BEST = {"seconds": 2.966, "what": "fp8 dynamic row + compile, with fused QKV "
+                  "projections and the VAE decode compiled and fp8-quantized too"}
+FLUX_SOURCE = ("sayakpaul/diffusers-torchao README (H100 80GB, FLUX.1-dev, 1024x1024, 28 "
+               "steps, batch 1)")
+FLUX_H100_WHERE = ("the diffusers-torchao README's 'Flux.1 Dev Benchmarks' table (batch 1, "
+                   "fuse False, compile_vae False: None 6.573 s, compile 4.209 s, fp8dq + "
+                   "compile 3.243 s) and its 'Additional fp8dqrow results' (3.039 s without "
+                   "fusion or VAE compile; the 2.966 s headline has both)")
+# Compile time of FLUX.1-dev's transformer on an H100, default mode: the PyTorch devlog
+# "torch.compile and Diffusers: A Hands-On Guide to Peak Performance".
+FLUX_COMPILE_SECONDS: dict[str, float] = {"full": 67.4, "regional": 9.6}

@@ -21,7 +21,7 @@ from ..models.gpus import PROFILES
 from ..models.hooks import listening
 from ..models.loading import pipeline_info
 from ..models.state import compiled_by_hand
-from ..techniques.autotune import tunes
+from .autotune import tunes
 from ..techniques.recipe import recipe_id
 
 ENV = "FASTDIFF_CLOCK_LOG"

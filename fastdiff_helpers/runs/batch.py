@@ -27,7 +27,7 @@ from ..models.loading import call_kwargs, load_pipeline, pipeline_info
 from ..models.presets import size_multiple
 from ..models.pretrained import check_weights
 from ..techniques import apply
-from ..techniques.autotune import course_tuning
+from ..planning.autotune import course_tuning
 from ..techniques.recipe import Recipe
 from ..measure.env import env_report
 

@@ -19,7 +19,7 @@ from ..models.loading import default_device, load_pipeline
 from ..models.presets import DEFAULT_PROMPT, MODELS, SCHEDULERS, VAES, size_multiple
 from ..models.pretrained import WEIGHTS, resolve_weights
 from ..techniques import apply
-from ..techniques.autotune import course_tuning, set_autotune
+from ..planning.autotune import course_tuning, set_autotune
 from ..techniques.recipe import RecipeError
 from ..techniques.ladders import LADDERS
 from ..measure.bench import benchmark
@@ -226,7 +226,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command not in ("tuning", "clock"):
             _check_counts(args)
         if getattr(args, "autotune", False):
-            set_autotune(True)  # this process's compiles may tune (techniques/autotune.py)
+            set_autotune(True)  # this process's compiles may tune (planning/autotune.py)
         if getattr(args, "ladder", None) is not None or (args.command in LADDER_COMMANDS
                                                           and args.command != "demo"):
             args.ladder = resolve_ladder(args.model, args.ladder)  # refused before any work

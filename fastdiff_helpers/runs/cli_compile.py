@@ -15,7 +15,7 @@ from pathlib import Path
 from .. import checks
 from ..errors import FastdiffError
 from ..techniques.compile import PARTS
-from ..techniques.compile_cache import use_course_cache
+from ..planning.compile_cache import use_course_cache
 from ..techniques.ladders import LADDERS
 from ..compiletime.cold_start import check_artifacts_path, load_artifacts
 from ..planning import clock

@@ -21,9 +21,9 @@ from typing import Sequence
 
 from ..models.dtypes import DTYPES
 from ..models.presets import get_spec
-from ..techniques.autotune import autotune_enabled, tunes
-from ..techniques.tuning_state import covered_by
-from ..techniques.compile_cache import use_course_cache
+from ..planning.autotune import autotune_enabled, tunes
+from ..planning.tuning_state import covered_by
+from ..planning.compile_cache import use_course_cache
 from ..techniques.ladders import LADDERS
 from ..measure.flops import measure_matmul_tflops
 from ..measure.record import Result

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from ..models.presets import BLOG_A100_SECONDS, BLOG_A100_WHERE
+from ..planning.published import BLOG_A100_SECONDS, BLOG_A100_WHERE
 from ..measure.record import Result
 from ..results.text import seconds_text
 

@@ -14,7 +14,7 @@ from typing import Iterable
 
 from ..models.loading import FastdiffError, free_memory, load_pipeline, resolve_weights
 from ..techniques import apply, current_recipe
-from ..techniques.autotune import course_tuning, covers, step_blocked
+from ..planning.autotune import course_tuning, covers, step_blocked
 from ..techniques.compile import PARTS, compile_part
 from ..techniques.recipe import RecipeError
 from ..techniques.ladders import LADDERS

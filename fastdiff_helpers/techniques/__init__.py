@@ -6,12 +6,6 @@ to compose them. Introduced in 01_baseline.ipynb (apply) and one notebook per te
     precision      fp32, TF32, bf16, fp16
     attention      the classic processor, SDPA and its pinned backends
     compile        torch.compile: modes, inductor flags, channels_last, regional, graph breaks
-    compile_cache  the course's one folder for compiled kernels and graphs
-    autotune       whether a compile may tune on a GPU (the switch, the gate, the
-                   default-mode equivalent, the estimate said before compiling)
-    tuning_state   this process's tuning state in one object (STATE, one reset): the switch,
-                   what imported bundles cover and brought, the active watches
-    coordesc       coordinate descent's mark kept through the compile worker's pickle
     fusion         fused QKV projections
     syncs          finding and removing device-to-host syncs in the loop
     quantization   dynamic int8, weight-only int8, fp8 with torchao; the 1x1-conv swap

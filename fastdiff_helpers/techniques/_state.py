@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..models.loading import get_denoiser, pipeline_info
+from ..models.loading import get_denoiser, pipeline_info, pipeline_spec
 from .recipe import RecipeError
 
 
@@ -38,7 +38,7 @@ def parts(pipe) -> dict[str, Any]:
     """The parts the techniques change, by name: the denoiser ("unet" or "transformer") and the
     VAE."""
     denoiser = get_denoiser(pipe)
-    return {"unet" if hasattr(pipe, "unet") else "transformer": denoiser, "vae": pipe.vae}
+    return {pipeline_spec(pipe).denoiser: denoiser, "vae": pipe.vae}
 
 
 def agree(found: dict[str, set | None], order: tuple, prefer: Any = None) -> Any:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..models.loading import family_of
 from ._state import (agree, consistent, get_denoiser, modules, parts, pipeline_info,
                      record, refuse_after)
 from .flux import FLUX_BACKENDS, is_flux, set_flux_attention
@@ -89,9 +90,9 @@ def masked_attentions(pipe) -> list[str]:
     passes encoder_attention_mask; attention.py:1043-1046 hands it to attn2)."""
     from diffusers.models.attention_processor import Attention
 
-    denoiser = get_denoiser(pipe)
-    if type(denoiser).__name__ != "PixArtTransformer2DModel":
+    if family_of(pipe) != "transformer":  # PixArt-alpha's DiT alone
         return []
+    denoiser = get_denoiser(pipe)
     return [name for name, m in denoiser.named_modules()
             if isinstance(m, Attention) and m.is_cross_attention]
 

@@ -77,7 +77,7 @@ def to_code(recipe: Recipe, flavour: str = "fdh", only: str | Sequence[str] | No
     it); None: the blog's four. Introduced in 04_torch_compile.ipynb."""
     if flavour not in ("fdh", "plain"):
         raise RecipeError(f"Unknown flavour {flavour!r}: use 'fdh' or 'plain'.")
-    flux = model is not None and get_spec(model).pipeline_class == "FluxPipeline"
+    flux = model is not None and get_spec(model).family == "flux"
     for what, applies in (("classic", recipe.attention == "classic"),
                           ("guidance_stop", recipe.guidance_stop is not None),
                           ("blog", bool(recipe.quantize) and recipe.quant_filter == "blog"),
@@ -93,7 +93,7 @@ def to_code(recipe: Recipe, flavour: str = "fdh", only: str | Sequence[str] | No
             raise RecipeError("only= picks sections of the plain code: use flavour='plain'.")
         return "\n".join(_fdh(recipe)).rstrip() + "\n"
     part = "denoiser" if model is None else (
-        "pipe.unet" if get_spec(model).denoiser == "unet" else "pipe.transformer")
+        "pipe.unet" if get_spec(model).family == "unet" else "pipe.transformer")
     sections = _plain(recipe, flux, part)
     wanted = list(SECTIONS) if only is None else [only] if isinstance(only, str) else list(only)
     unknown = [name for name in wanted if name not in SECTIONS]

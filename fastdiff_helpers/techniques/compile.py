@@ -11,8 +11,8 @@ from typing import Any, Callable
 
 import torch
 
-from ..models.loading import (call_kwargs, denoiser_kind, get_denoiser, pipeline_device,
-                              pipeline_info)
+from ..models.loading import (call_kwargs, family_of, get_denoiser, pipeline_device,
+                              pipeline_info, pipeline_spec)
 from ..models.hooks import tell
 from ..models.noise import quiet_known_noise
 from .flux import refuse
@@ -74,7 +74,7 @@ def check_scope(pipe, scope: str) -> None:
         raise RecipeError(f"diffusers declares no repeated blocks for {type(denoiser).__name__} "
                           "(compile_repeated_blocks would raise): use compile_scope="
                           "'regional-extended' or 'regional-accelerate'.")
-    if scope == "regional-accelerate" and hasattr(pipe, "unet"):
+    if scope == "regional-accelerate" and family_of(pipe) == "unet":
         # accelerate's compile_regions wraps leaf modules in torch.compile's OptimizedModule,
         # whose __len__ raises; the UNet's forward tests `if self.conv_norm_out:`, so the first
         # call fails ("GroupNorm does not support len()", diffusers 0.42 / accelerate 1.15)
@@ -167,12 +167,11 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
     elif scope == "regional":
         denoiser.compile_repeated_blocks(**kwargs)
     elif scope == "regional-extended":
-        compile_blocks(denoiser, EXTENDED_BLOCKS[denoiser_kind(pipe)], **kwargs)
+        compile_blocks(denoiser, EXTENDED_BLOCKS[family_of(pipe)], **kwargs)
     else:
         from accelerate.utils import compile_regions
 
-        setattr(pipe, "unet" if hasattr(pipe, "unet") else "transformer",
-                compile_regions(denoiser, **kwargs))
+        setattr(pipe, pipeline_spec(pipe).denoiser, compile_regions(denoiser, **kwargs))
     if compile_vae:
         pipe.vae.decode = torch.compile(pipe.vae.decode, **kwargs)
     record(pipe, "compile", dict(mode=mode, fullgraph=fullgraph, dynamic=dynamic, scope=scope,

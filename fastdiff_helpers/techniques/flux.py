@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..models.loading import denoiser_kind, get_denoiser
+from ..models.loading import family_of, get_denoiser
 from .recipe import RecipeError
 
 REFUSED = {
@@ -55,7 +55,7 @@ FLUX_BACKENDS = {"sdpa": "native", "sdpa-flash": "_native_flash",
 
 
 def is_flux(pipe) -> bool:
-    return denoiser_kind(pipe) == "flux"
+    return family_of(pipe) == "flux"
 
 
 def refuse(pipe, what: str) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..models.loading import get_denoiser, pipeline_info
+from ..models.loading import family_of, get_denoiser, pipeline_info
 from ._state import record, refuse_after
 from .flux import refuse
 from .recipe import RecipeError
@@ -79,7 +79,7 @@ def stop_guidance(pipe, share: float = 0.5):
         raise RecipeError("Guidance already stops on this pipeline; load a fresh one to change "
                           "where.")
     share = float(share)
-    if type(pipe).__name__.startswith("PixArt"):
+    if family_of(pipe) == "transformer":  # PixArt-alpha: no callback (call_kwargs)
         step_plan(pipe, create=True).guidance_stop = share
     else:
         info.setdefault("per_call", []).append(_callback(pipe, share))

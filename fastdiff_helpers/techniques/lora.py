@@ -23,7 +23,7 @@ from typing import Any
 from ..checks import arg, whole
 from ..errors import FastdiffError
 from ..models.build import quiet_diffusers
-from ..models.loading import get_denoiser
+from ..models.loading import get_denoiser, pipeline_spec
 from ._state import applied, record
 from .lora_files import (DEFAULT_LORA_TARGETS, LORA_FILE, _check_loadable, lora_file_info,
                          make_lora_file, resolve_lora)
@@ -57,7 +57,7 @@ def _new_lora_config(pipe, path: Path):
     from diffusers.utils import convert_unet_state_dict_to_peft
     from diffusers.utils.peft_utils import _create_lora_config
 
-    prefix = "unet" if hasattr(pipe, "unet") else "transformer"
+    prefix = pipeline_spec(pipe).denoiser
     state, alphas, metadata = pipe.lora_state_dict(str(path.parent), weight_name=path.name,
                                                    unet_config=get_denoiser(pipe).config,
                                                    return_lora_metadata=True)
@@ -148,7 +148,7 @@ def load_lora(pipe, lora, hotswap: bool = False, adapter_name: str = "default",
     if hotswap:
         _check_swap(pipe, info, adapter_name)
     elif "lora" in applied(pipe) and adapter_name in pipe.get_list_adapters().get(
-            "unet" if hasattr(pipe, "unet") else "transformer", []):
+            pipeline_spec(pipe).denoiser, []):
         raise FastdiffError(f"An adapter named {adapter_name!r} is loaded already: pass "
                             "hotswap=True to replace it in place, another adapter_name, or "
                             "call pipe.unload_lora_weights() first.")

@@ -42,7 +42,7 @@ def encode_prompt_once(pipe, prompt: str, negative_prompt: str | None = None,
         raise FastdiffError("This pipeline's text encoders are gone: encode the prompts before "
                             "apply_memory_saver(pipe, 'text-encoders-freed').")
     device = pipeline_device(pipe)
-    name = type(pipe).__name__
+    name = pipeline_spec(pipe).pipeline_class  # the class decides encode_prompt's signature
     with torch.no_grad():
         if name == "StableDiffusionXLPipeline":
             embeds, negative, pooled, negative_pooled = pipe.encode_prompt(

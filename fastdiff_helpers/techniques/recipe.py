@@ -139,7 +139,7 @@ class Recipe:
       fp8 ("fp8-dynamic", "fp8-dynamic-row") below compute capability 8.9;
     - what would tune for minutes on a GPU (max-autotune, the blog's coordinate descent) runs
       its default-mode equivalent, said in one line, unless autotuning is switched on or an
-      imported tuning bundle covers it (techniques/autotune.py; fdh.set_autotune).
+      imported tuning bundle covers it (planning/autotune.py; fdh.course.set_autotune).
 
     Introduced in 01_baseline.ipynb.
     """

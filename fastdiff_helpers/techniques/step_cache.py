@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from ..errors import FastdiffError
-from ..models.loading import call_kwargs, denoiser_kind, get_denoiser, pipeline_info
+from ..models.loading import call_kwargs, family_of, get_denoiser, pipeline_info
 from ._state import applied, record, refuse_after
 from .cache_paths import PATHS
 from .recipe import RecipeError
@@ -61,7 +61,7 @@ class StepPlan:
     def __init__(self, pipe) -> None:
         denoiser = get_denoiser(pipe)
         self.pipe, self.denoiser = pipe, denoiser
-        self.kind = denoiser_kind(pipe)
+        self.kind = family_of(pipe)
         self.original = denoiser.forward
         self.signature = inspect.signature(self.original)
         self.every, self.branch, self.guidance_stop = 1, 1, None
@@ -169,7 +169,7 @@ def step_plan(pipe, create: bool = False) -> StepPlan | None:
 
 def check_branch(pipe, branch: int) -> None:
     """Refuse, before any work, a branch this denoiser does not have."""
-    kind = denoiser_kind(pipe)
+    kind = family_of(pipe)
     most = PATHS[kind][2](get_denoiser(pipe))
     if isinstance(branch, bool) or not isinstance(branch, int) or not 1 <= branch <= most:
         raise RecipeError(f"branch={branch!r}: this {kind} takes 1 to {most} (the levels or "
@@ -229,7 +229,7 @@ def trace_steps(pipe, **kwargs: Any) -> list[tuple[int, str, int]]:
     Introduced in 09_fewer_denoiser_calls.ipynb."""
     denoiser = get_denoiser(pipe)
     first = {"unet": getattr(denoiser, "conv_in", None), "flux": getattr(denoiser, "x_embedder",
-             None)}.get(denoiser_kind(pipe), getattr(denoiser, "pos_embed", None))
+             None)}.get(family_of(pipe), getattr(denoiser, "pos_embed", None))
     batches: list[int] = []
     handle = first.register_forward_pre_hook(lambda m, args: batches.append(args[0].shape[0]))
     try:

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from fastdiff_helpers import checks
-from fastdiff_helpers.models.presets import BLOG_SOURCE, published_ladder
+from fastdiff_helpers.planning.published import BLOG_SOURCE, published_ladder
 from fastdiff_helpers.techniques.ladders import LADDERS
 from fastdiff_helpers.results.store import Result, load_results
 from fastdiff_helpers.results.text import memory_text, psnr_text, seconds_text

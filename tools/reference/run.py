@@ -31,10 +31,10 @@ from pathlib import Path
 
 from fastdiff_helpers import checks
 from fastdiff_helpers.errors import FastdiffError
-from fastdiff_helpers.models.presets import published_ladder
+from fastdiff_helpers.planning.published import published_ladder
 from fastdiff_helpers.models.loading import free_memory
 from fastdiff_helpers.models.pretrained import resolve_weights
-from fastdiff_helpers.techniques.autotune import covers, step_blocked
+from fastdiff_helpers.planning.autotune import covers, step_blocked
 from fastdiff_helpers.techniques.ladders import LADDERS
 from fastdiff_helpers.measure.bench import TunedNotMeasured
 from fastdiff_helpers.measure.compile_events import events_between, snapshot, tuned

@@ -56,7 +56,7 @@ def use_course_cache(path: str | os.PathLike | None = None, verbose: bool = True
     else:
         folder = Path(path) if path is not None else default_cache_dir()
         whose = ("TORCHINDUCTOR_CACHE_DIR; set FASTDIFF_CACHE_DIR or call "
-                 "fdh.use_course_cache(path) to move it")
+                 "fdh.course.use_course_cache(path) to move it")
     folder = folder.absolute()
     folder.mkdir(parents=True, exist_ok=True)
     if os.environ.get("TORCHINDUCTOR_CACHE_DIR") != str(folder):

@@ -10,7 +10,7 @@ before any coordinate descent (results/h200/slot-2026-11-26.md). The course star
 - when the learner switched autotuning on (set_autotune(True), fdh.course.settings(...,
   autotune=True), FASTDIFF_AUTOTUNE=1, --autotune on the command line), or
 - where an imported tuning bundle of this GPU and torch covers the compile (the bundles'
-  import registers what each covers, techniques/tuning_state.py): the tuning is read, not run.
+  import registers what each covers, planning/tuning_state.py): the tuning is read, not run.
 Otherwise the compile runs its default-mode equivalent (the same CUDA graphs, no tuning) and
 says so in one line with the tuning it skipped. A CPU tunes nothing in these modes (inductor's
 C++ GEMM templates tune only with freezing, torch/_inductor/config.py), so nothing changes there.
@@ -26,12 +26,13 @@ from typing import Any
 import torch
 
 from .. import checks
-from ..models.loading import get_denoiser, pipeline_info
+from ..models.loading import family_of, get_denoiser, pipeline_info
 from ..models.gpus import PROFILES, TEMPLATE_SMS
 from ..models.meta import gemm_shapes
+from ..models.presets import get_spec
 from .compile_cache import use_course_cache
 from .coordesc import keep_coordesc_marks
-from .recipe import Recipe, RecipeError
+from ..techniques.recipe import Recipe, RecipeError
 from .tuning_state import STATE, coverage_key, covered_by, seeded_from
 
 # The modes whose options tune (torch._inductor.list_mode_options: both set max_autotune and
@@ -60,7 +61,7 @@ SECONDS_PER_OP = DEFAULT_GRAPH_S / GRAPH_OPS["flux", "denoiser"]  # about 19 ms 
 
 def graph_ops_of(model: str, part: str) -> int:
     """GRAPH_OPS of a model's part (Flux.1-schnell's are Flux.1-dev's)."""
-    model = "flux" if model.startswith("flux") else model
+    model = "flux" if get_spec(model).family == "flux" else model
     return GRAPH_OPS.get((model, part), VAE_OPS if part == "vae" else
                          GRAPH_OPS["sdxl", "denoiser"])
 
@@ -185,7 +186,7 @@ def blocked(recipe: Recipe, device: str, model: str, weights: str) -> str | None
         return None
     return (f"autotuning is off and no tuning bundle of this {gpu[0]} covers {model} with this "
             "recipe: this step is autotuning alone, so it is not run (switch autotuning on with "
-            "fdh.set_autotune(True), fdh.course.settings(..., autotune=True) or --autotune)")
+            "fdh.course.set_autotune(True), fdh.course.settings(..., autotune=True) or --autotune)")
 
 
 def step_blocked(previous: Recipe | None, recipe: Recipe, device: str, model: str,
@@ -247,7 +248,7 @@ def gate_compile(pipe: Any, mode: str, inductor_flags: bool, compile_vae: bool,
         f"{AUTOTUNE_OFF} ran compile={plain!r} in place of compile={mode!r}"
         + (" and without the blog's inductor flags" if inductor_flags else "")
         + f": fusion and the same CUDA graphs, no tuning (skipped: "
-        f"{tuning_estimate(pipe, compile_vae, sms)['words']}). Switch it on with fdh.set_autotune(True) "
+        f"{tuning_estimate(pipe, compile_vae, sms)['words']}). Switch it on with fdh.course.set_autotune(True) "
         "(--autotune), or import a tuning bundle of this GPU (fdh.course.settings does).")
 
 
@@ -280,4 +281,4 @@ def compile_line(pipe: Any, mode: str, scope: str, compile_vae: bool, tuning: bo
 
 def denoiser_name(pipe) -> str:
     """'UNet' or 'transformer', for the lines that say what compiles."""
-    return "UNet" if type(get_denoiser(pipe)).__name__.startswith("UNet") else "transformer"
+    return "UNet" if family_of(pipe) == "unet" else "transformer"
