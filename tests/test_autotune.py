@@ -94,9 +94,9 @@ def test_a_cpu_compile_is_left_as_it_is(monkeypatch):
     """A CPU tunes nothing in these modes: the rule changes nothing there (no GPU here)."""
     pipe = fdh.apply(tiny(), dataclasses.replace(LADDER[3][1], compile_vae=False), tuning=GATE)
     done = fdh.pipeline_info(pipe)
-    assert done["applied"]["compile"]["mode"] == "max-autotune-no-cudagraphs"
-    assert "autotune" not in done["applied"]
-    assert not any(n.startswith(autotune.AUTOTUNE_OFF) for n in done["notes"])
+    assert done.applied["compile"]["mode"] == "max-autotune-no-cudagraphs"
+    assert "autotune" not in done.applied
+    assert not any(n.startswith(autotune.AUTOTUNE_OFF) for n in done.notes)
 
 
 def test_on_a_gpu_with_autotuning_off_the_blogs_compile_runs_its_default_mode_equivalent(
@@ -106,13 +106,13 @@ def test_on_a_gpu_with_autotuning_off_the_blogs_compile_runs_its_default_mode_eq
     # then turns max-autotune-no-cudagraphs into default
     pipe = fdh.apply(tiny(), dataclasses.replace(LADDER[3][1], compile_vae=False), tuning=GATE)
     done = fdh.pipeline_info(pipe)
-    ran = done["recipe"]
+    ran = done.recipe
     assert (ran.compile, ran.inductor_flags) == ("default", False)
-    assert done["requested"] == dataclasses.replace(LADDER[3][1], compile_vae=False)
+    assert done.requested == dataclasses.replace(LADDER[3][1], compile_vae=False)
     assert fdh.techniques.current_recipe(pipe)["compile"] == "default"
-    assert done["applied"]["compile"]["mode"] == "default"
-    assert "inductor_flags" not in done["applied"]  # none of the four reached inductor
-    note = next(n for n in done["notes"] if n.startswith(autotune.AUTOTUNE_OFF))
+    assert done.applied["compile"]["mode"] == "default"
+    assert "inductor_flags" not in done.applied  # none of the four reached inductor
+    note = next(n for n in done.notes if n.startswith(autotune.AUTOTUNE_OFF))
     assert "compile='max-autotune-no-cudagraphs'" in note and "GEMM/convolution shapes" in note
     out = capsys.readouterr().out
     assert note in out  # said in one line, before any compile
@@ -130,8 +130,8 @@ def test_switched_on_it_tunes_and_says_what_it_will_tune(monkeypatch, capsys):
     fdh.course.set_autotune(True)
     pipe = fdh.apply(tiny(), dataclasses.replace(LADDER[3][1], compile_vae=False), tuning=GATE)
     done = fdh.pipeline_info(pipe)
-    assert done["recipe"].compile == "max-autotune-no-cudagraphs" and done["recipe"].inductor_flags
-    assert done["applied"]["inductor_flags"]["coordinate_descent_tuning"] is True
+    assert done.recipe.compile == "max-autotune-no-cudagraphs" and done.recipe.inductor_flags
+    assert done.applied["inductor_flags"]["coordinate_descent_tuning"] is True
     out = capsys.readouterr().out
     assert "autotuning is on" in out and "plus the tuning" in out
 
@@ -146,8 +146,8 @@ def test_a_fusion_step_is_never_touched(monkeypatch, capsys):
     on_gpu(monkeypatch)
     pipe = fdh.apply(tiny(), dataclasses.replace(dict(COURSE_LADDER)["+ compile"],
                                                  compile_vae=False), tuning=GATE)
-    assert fdh.pipeline_info(pipe)["recipe"].compile == "default"  # the CPU's reduce-overhead
-    assert "autotune" not in fdh.pipeline_info(pipe)["applied"]
+    assert fdh.pipeline_info(pipe).recipe.compile == "default"  # the CPU's reduce-overhead
+    assert "autotune" not in fdh.pipeline_info(pipe).applied
     assert autotune.AUTOTUNE_OFF not in capsys.readouterr().out
 
 
@@ -173,11 +173,11 @@ def test_a_bundle_that_covers_the_recipe_lets_it_read_its_tuning(monkeypatch, tm
     assert tuning_state.covered_by("sd15", "tiny", recipe) == str(bundle)
     assert tuning_state.covered_by("sd15", "random", recipe) is None  # another architecture
     pipe = fdh.apply(tiny(), dataclasses.replace(LADDER[3][1], compile_vae=False), tuning=GATE)
-    assert fdh.pipeline_info(pipe)["recipe"].compile == "max-autotune-no-cudagraphs"
+    assert fdh.pipeline_info(pipe).recipe.compile == "max-autotune-no-cudagraphs"
     assert f"reads its tuning from {bundle}" in capsys.readouterr().out
     # a compile that is not the covered recipe (here with the VAE) still runs untuned
     other = fdh.apply(tiny(), LADDER[3][1], tuning=GATE)
-    assert fdh.pipeline_info(other)["recipe"].compile == "default"
+    assert fdh.pipeline_info(other).recipe.compile == "default"
     STATE.reset()
 
 

@@ -282,7 +282,7 @@ def test_benchmark_notes_how_many_linears_were_quantized():
     pipe = fdh.apply(fdh.load_pipeline("sd15", weights="tiny", device="cpu"),
                      fdh.Recipe(dtype="bf16", attention="sdpa", quantize="int8-dynamic",
                                 quant_filter="all"))
-    count = fdh.pipeline_info(pipe)["applied"]["quantize"]["linears"]
+    count = fdh.pipeline_info(pipe).applied["quantize"]["linears"]
     assert count > 10
     r = fdh.benchmark(pipe, steps=2, runs=1, warmup=0, progress=False)
     assert f"int8-dynamic: {count} linear layers quantized" in r.notes

@@ -125,7 +125,7 @@ def test_quantizing_leaves_inductor_config_unchanged(kind):
     fdh.quantize(pipe, kind, "all")
     after = inductor_config.get_config_copy()
     assert {k: (before[k], after[k]) for k in before if before[k] != after[k]} == {}
-    assert fdh.pipeline_info(pipe)["applied"]["quantize"]["linears"] > 20
+    assert fdh.pipeline_info(pipe).applied["quantize"]["linears"] > 20
 
 
 def test_use_mixed_mm_is_neither_set_nor_printed():
@@ -148,7 +148,7 @@ def test_blog_compile_step_swaps_exactly_the_128_channel_1x1_convs():
     swapped = [m for part in (pipe.unet, pipe.vae) for m in part.modules()
                if type(m).__name__ == "PermuteSandwich"]
     assert swapped and all(128 in (s.mod.in_features, s.mod.out_features) for s in swapped)
-    assert fdh.pipeline_info(pipe)["applied"]["conv1x1_to_linear"] == {
+    assert fdh.pipeline_info(pipe).applied["conv1x1_to_linear"] == {
         "filter": "blog", "swapped": len(swapped)}
 
 
@@ -167,7 +167,7 @@ def test_our_swap_takes_every_pointwise_conv_and_keeps_the_image():
     left = [m for part in (pipe.unet, pipe.vae) for m in part.modules()
             if isinstance(m, torch.nn.Conv2d) and m.kernel_size == (1, 1)]
     assert left == []
-    assert fdh.pipeline_info(pipe)["applied"]["conv1x1_to_linear"]["swapped"] >= 4
+    assert fdh.pipeline_info(pipe).applied["conv1x1_to_linear"]["swapped"] >= 4
     assert abs(_float_image(pipe) - reference).max() < 1e-4
 
 
@@ -344,7 +344,7 @@ def test_regional_compile_scopes():
     pipe = fdh.load_pipeline("sd15", weights="tiny", device="cpu", verbose=False)
     with pytest.raises(RecipeError, match="conv_norm_out"):
         fdh.apply(pipe, Recipe(compile="default", compile_scope="regional-accelerate"))
-    assert fdh.pipeline_info(pipe)["applied"] == {}  # refused before any work
+    assert fdh.pipeline_info(pipe).applied == {}  # refused before any work
     assert fdh.to_code(dataclasses.replace(Recipe(compile="default"), compile_scope="regional"),
                        "plain").count("compile_repeated_blocks") == 1
 

@@ -284,7 +284,7 @@ def test_the_syncs_notebook_runs_a_model_where_removing_syncs_changes_something(
     model = re.search(r'course\.settings\("(\w+)"\)', _parameters_cell(nb)).group(1)
     pipe = fdh.load_pipeline(model, weights="tiny", device="cpu", verbose=False)
     fdh.remove_syncs(pipe)
-    assert fdh.pipeline_info(pipe)["applied"]["no_sync"]["changed"] is True
+    assert fdh.pipeline_info(pipe).applied["no_sync"]["changed"] is True
 
 
 def test_the_reference_numbers_paragraph_is_said_once():

@@ -324,7 +324,7 @@ def test_inductor_flags_leave_the_process_config_alone(quantizing, inductor_conf
     after = inductor_config.get_config_copy()
     assert {k: (before[k], after[k]) for k in before if before[k] != after[k]} == {}
     wanted = dict(INDUCTOR_FLAGS, **(QUANT_INDUCTOR_FLAGS if quantizing else {}))
-    recorded = fdh.pipeline_info(pipe)["applied"]["inductor_flags"]
+    recorded = fdh.pipeline_info(pipe).applied["inductor_flags"]
     assert recorded == {k: v for k, v in wanted.items() if hasattr(inductor_config, k)}
     assert len(recorded) >= 4 + quantizing  # this torch has every flag the course sets
 
@@ -357,7 +357,7 @@ def test_a_recipe_without_the_flags_compiles_without_them_after_one_with_them():
             _, code = run_and_get_code(pipe.vae.decode, latents)
         convolutions[name] = "\n".join(code).count("extern_kernels.convolution(")
     assert convolutions["flagged"] == convolutions["plain"] - len(ones), convolutions
-    assert "inductor_flags" not in fdh.pipeline_info(plain)["applied"]
+    assert "inductor_flags" not in fdh.pipeline_info(plain).applied
 
 
 # -- int8 ---------------------------------------------------------------------------------

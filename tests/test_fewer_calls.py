@@ -246,7 +246,7 @@ def test_recipe_fields_apply_record_and_write_code():
     recipe = fdh.Recipe(cache_every=2, cache_branch=1, guidance_stop=0.6)
     pipe = fdh.apply(fresh("sd15"), recipe)
     assert fdh.current_recipe(pipe)["cache_every"] == 2
-    assert fdh.pipeline_info(pipe)["applied"]["step_cache"] == {"every": 2, "branch": 1}
+    assert fdh.pipeline_info(pipe).applied["step_cache"] == {"every": 2, "branch": 1}
     code = fdh.to_code(recipe)
     assert "fdh.step_cache(pipe, every=2, branch=1)" in code
     assert "fdh.stop_guidance(pipe, 0.6)" in code
@@ -440,7 +440,7 @@ def test_accelerate_regions_with_a_step_plan_are_refused():
     pipe = fdh.stop_guidance(fresh("pixart"), 0.5)
     with pytest.raises(fdh.RecipeError, match="copy of the transformer"):
         fdh.compile_pipeline(pipe, mode="default", scope="regional-accelerate")
-    assert "compile" not in fdh.pipeline_info(pipe)["applied"]
+    assert "compile" not in fdh.pipeline_info(pipe).applied
 
 
 @pytest.mark.parametrize("model, change, frames", [

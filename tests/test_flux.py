@@ -122,7 +122,7 @@ def test_a_saved_tiny_flux_loads_back_as_pretrained(tmp_path):
     pipe = fresh("flux-schnell")
     pipe.save_pretrained(tmp_path)
     again = fdh.load_pipeline("flux-schnell", path=str(tmp_path), device="cpu", verbose=False)
-    assert fdh.pipeline_info(again)["weights"] == "pretrained"
+    assert fdh.pipeline_info(again).weights == "pretrained"
     # its size comes from its VAE's config (FluxPipeline's own default is 1024 px)
     assert again.default_sample_size == 8 and fdh.call_kwargs(again)["height"] == 64
     # the same math (measured 1.9e-6: fp32's last bits; a uint8 pixel may round the other way)
@@ -131,7 +131,7 @@ def test_a_saved_tiny_flux_loads_back_as_pretrained(tmp_path):
     from diffusers import FluxPipeline
 
     plain = FluxPipeline.from_pretrained(str(tmp_path))
-    assert fdh.pipeline_info(plain)["model"] == "flux-schnell"
+    assert fdh.pipeline_info(plain).model == "flux-schnell"
 
 
 # --- what does not apply, refused before any work -----------------------------------------
@@ -152,7 +152,7 @@ def test_what_does_not_apply_is_refused_before_any_work(what):
     pipe = fresh()
     with pytest.raises(RecipeError, match=cited):
         fdh.apply(pipe, recipe)
-    assert fdh.pipeline_info(pipe)["applied"] == {}  # nothing was done
+    assert fdh.pipeline_info(pipe).applied == {}  # nothing was done
     with pytest.raises(RecipeError, match=cited):
         fdh.to_code(recipe, "plain", model="flux")
 
@@ -183,7 +183,7 @@ def test_each_technique_alone_refuses_too_and_what_applies_runs():
     assert np.abs(freed - expected).max() <= EXACT_MATH
     # the sync removal applies and finds nothing to do (no sync in Flux's loop)
     pipe = fdh.remove_syncs(fresh())
-    assert fdh.pipeline_info(pipe)["applied"]["no_sync"]["changed"] is False
+    assert fdh.pipeline_info(pipe).applied["no_sync"]["changed"] is False
 
 
 def test_ladders_are_refused_where_they_were_not_written():
@@ -212,7 +212,7 @@ def test_attention_backends_are_diffusers_own_and_change_no_default():
     pipe = fdh.set_attention(fresh(), "sdpa-math")
     backends = {p._attention_backend.value for p in pipe.transformer.attn_processors.values()}
     assert backends == {"_native_math"}
-    assert fdh.pipeline_info(pipe)["attention_pinned"] == {"FluxTransformer2DModel": 4,
+    assert fdh.pipeline_info(pipe).attention_pinned == {"FluxTransformer2DModel": 4,
                                                            "AutoencoderKL": 2}
     assert fdh.current_recipe(pipe)["attention"] == "sdpa-math"
     assert np.abs(image(pipe) - sdpa).max() <= EXACT_MATH
@@ -247,7 +247,7 @@ def test_plain_code_is_what_apply_does():
         exec(code, {"pipe": plain})  # noqa: S102 (the course's own code)
     linears = [m for m in plain.transformer.modules() if isinstance(m, torch.nn.Linear)]
     assert sum(type(m.weight) is not torch.nn.Parameter for m in linears) == \
-        fdh.pipeline_info(applied)["applied"]["quantize"]["linears"] == 38
+        fdh.pipeline_info(applied).applied["quantize"]["linears"] == 38
     assert np.array_equal(image(plain), image(applied))
 
 

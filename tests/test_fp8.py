@@ -207,7 +207,7 @@ def test_quantize_refuses_fp8_before_any_work_where_torchao_would_assert(tiny_pi
         assert said.startswith(f"{kind} needs a GPU with fp8 tensor cores (compute capability "
                                "8.9+") and "this has cpu" in said
         assert "quantize='int8-dynamic'" in said and "\n" not in said
-        assert "quantize" not in fdh.pipeline_info(pipe)["applied"]
+        assert "quantize" not in fdh.pipeline_info(pipe).applied
     # on a device with fp8 (the capability check passed), per row on fp32 weights: torchao's
     # "PerRow quantization only works for bfloat16" assert, refused the same way
     monkeypatch.setattr(quantization.Recipe, "check_device", lambda self, device, cap=None: None)

@@ -62,7 +62,7 @@ def test_compile_pipeline_drops_regional_cuda_graphs_on_cuda(monkeypatch, capsys
     pipe = fresh("sd15")
     monkeypatch.setattr(comp, "pipeline_device", lambda p: torch.device("cuda", 0))
     fdh.compile_pipeline(pipe, mode="max-autotune", scope="regional")
-    assert fdh.pipeline_info(pipe)["applied"]["compile"]["mode"] == "max-autotune-no-cudagraphs"
+    assert fdh.pipeline_info(pipe).applied["compile"]["mode"] == "max-autotune-no-cudagraphs"
     assert "152887" in capsys.readouterr().out
 
 
@@ -112,7 +112,7 @@ def test_forced_backend_is_pinned_only_where_its_kernel_runs(model, kind, meta_p
             else:
                 unpinned += 1
                 assert type(attn.processor).__name__ == "AttnProcessor2_0"  # default SDPA
-    assert sum(fdh.pipeline_info(pipe)["attention_pinned"].values()) == pinned
+    assert sum(fdh.pipeline_info(pipe).attention_pinned.values()) == pinned
     vae_heads = {attn.inner_dim // attn.heads for _, attn in attentions(pipe.vae)}
     assert vae_heads == {512}  # one 512-wide head in every VAE attention
     expected_unpinned = {  # the VAE's 2 (encoder, decoder); SD1.5's 160-wide heads for cuDNN
@@ -158,7 +158,7 @@ def test_flash_and_cudnn_refuse_fp32(kind, dtype):
     pipe = fresh("sd15")  # fp32: the one-by-one call refuses too, before changing anything
     with pytest.raises(RecipeError, match="runs only in float16 or bfloat16"):
         fdh.set_attention(pipe, kind)
-    assert "attention" not in fdh.pipeline_info(pipe)["applied"]
+    assert "attention" not in fdh.pipeline_info(pipe).applied
     fdh.Recipe(dtype="fp32", attention="sdpa-efficient")  # fp32 is fine there
 
 
@@ -167,7 +167,7 @@ def test_apply_refuses_flash_on_pixart_before_any_work(monkeypatch):
     monkeypatch.setattr(fdh.Recipe, "check_device", lambda self, device: None)  # as on a GPU
     with pytest.raises(RecipeError, match="refuses an attention mask"):
         fdh.apply(pipe, fdh.Recipe(dtype="bf16", attention="sdpa-flash"))
-    assert pipe.transformer.dtype == torch.float32 and not fdh.pipeline_info(pipe)["applied"]
+    assert pipe.transformer.dtype == torch.float32 and not fdh.pipeline_info(pipe).applied
 
 
 def _sdpa_callers(pipe, kwargs, monkeypatch):

@@ -86,7 +86,7 @@ def test_saved_tiny_pipeline_loads_back_through_pretrained_path(model, tmp_path,
     # diffusers 0.42 deprecates from_pretrained's torch_dtype= for dtype= (a FutureWarning on
     # every pretrained load: diffusers/utils/deprecation_utils.py, _resolve_dtype)
     assert not [w for w in caught if "torch_dtype" in str(w.message)]
-    assert fdh.pipeline_info(again)["weights"] == "pretrained"
+    assert fdh.pipeline_info(again).weights == "pretrained"
     # call_kwargs of a pretrained pipeline default to the native size: pass the tiny one
     a = np.asarray(fdh.generate(pipe, steps=2, height=64, width=64))
     b = np.asarray(fdh.generate(again, steps=2, height=64, width=64))
@@ -131,7 +131,7 @@ def test_auto_on_cpu_without_weights_chooses_tiny_and_says_why(capsys, tmp_path,
     monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path))
     pipe = fdh.load_pipeline("sd15", weights="auto", device="cpu")
     out = capsys.readouterr().out
-    assert fdh.pipeline_info(pipe)["weights"] == "tiny"
+    assert fdh.pipeline_info(pipe).weights == "tiny"
     assert "weights='tiny'" in out and "no GPU" in out
 
 
@@ -170,8 +170,38 @@ def test_pipelines_loaded_another_way_get_their_spec_from_the_class():
     from fastdiff_helpers.models.loading import pipeline_spec
 
     pipe = fdh.load_pipeline("sd15", weights="tiny", device="cpu", verbose=False)
-    del pipe._fastdiff, pipe._fastdiff_spec  # as if diffusers' from_pretrained had made it
+    del pipe._fastdiff  # as if diffusers' from_pretrained had made it
     assert pipeline_spec(pipe) is fdh.MODELS["sd15"]
+
+
+def test_the_record_on_a_pipeline_is_typed():
+    """Issue 58: what the helpers keep on a pipeline is one typed object (models/state.py
+    PipelineState), its spec inside it, not a dict beside a second hidden attribute; what
+    00_setup's cell shows of it is one line. Before, fdh.pipeline_info returned a dict."""
+    import ast
+    from pathlib import Path
+
+    from fastdiff_helpers.models.state import PipelineState
+
+    pipe = fdh.load_pipeline("sd15", weights="tiny", device="cpu", verbose=False)
+    info = fdh.pipeline_info(pipe)
+    assert isinstance(info, PipelineState) and info.spec is fdh.MODELS["sd15"]
+    assert (info.model, info.weights, info.dtype, info.device, info.vae, info.applied) == (
+        "sd15", "tiny", "torch.float32", "cpu", "pipeline", {})
+    assert not hasattr(pipe, "_fastdiff_spec")
+    fdh.set_attention(pipe, "sdpa")
+    shown = repr(info)
+    assert shown == ("PipelineState(model='sd15', weights='tiny', dtype='torch.float32', "
+                     "device='cpu', vae='pipeline', applied={'attention': 'sdpa'})"), shown
+    # no module of the package reads the record as a dict (pipeline_info(pipe)["applied"])
+    package = Path(fdh.__file__).parent
+    indexed = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call)
+                    and getattr(node.value.func, "id", None) == "pipeline_info"):
+                indexed.append(f"{path.relative_to(package)}:{node.lineno}")
+    assert not indexed, indexed
 
 
 @pytest.mark.parametrize("vae", [None, "fp16-fix"])

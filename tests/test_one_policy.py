@@ -22,7 +22,7 @@ NOTE = f"compile='max-autotune' on cpu: ran compile='{RAN}'"
 def test_apply(capsys):
     pipe = fdh.apply(fdh.load_pipeline("sdxl", weights="tiny", device="cpu", verbose=False),
                      ASKED)
-    assert fdh.pipeline_info(pipe)["recipe"].compile == RAN
+    assert fdh.pipeline_info(pipe).recipe.compile == RAN
     assert NOTE in capsys.readouterr().out
 
 
@@ -30,7 +30,7 @@ def test_command_line(monkeypatch, capsys):
     seen = {}
 
     def stop(pipe, **kwargs):  # after apply, before the first (compiling) call
-        seen["recipe"] = fdh.pipeline_info(pipe)["recipe"]
+        seen["recipe"] = fdh.pipeline_info(pipe).recipe
         raise FastdiffError("stopped here by the test")
 
     monkeypatch.setattr(cli, "benchmark", stop)

@@ -28,8 +28,8 @@ def test_apply_works_on_a_pipeline_from_plain_from_pretrained(model, tmp_path):
     theirs.set_progress_bar_config(disable=True)
 
     info = fdh.pipeline_info(theirs)
-    assert info["model"] == model and info["weights"] == "pretrained"
-    assert info["applied"] == {}
+    assert info.model == model and info.weights == "pretrained"
+    assert info.applied == {}
     assert fdh.call_kwargs(theirs)["height"] == 64  # the denoiser's own size, not 1024
 
     recipe = fdh.Recipe(dtype="bf16", attention="sdpa", fuse_qkv=True)

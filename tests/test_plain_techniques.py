@@ -66,7 +66,7 @@ def test_the_step_cache_function_leaves_the_image_fdh_step_cache_leaves(model, e
                                                      cache_branch=branch))
     wanted = _image(wanted_pipe)
     assert np.array_equal(got, wanted)
-    plan = fdh.pipeline_info(wanted_pipe)["step_plan"].log
+    plan = fdh.pipeline_info(wanted_pipe).step_plan.log
     assert log == plan and [p for _, p, _ in log].count("cached") >= 3
     assert not np.array_equal(got, _image(_tiny(model)))
 
@@ -78,7 +78,7 @@ def test_the_sync_removal_leaves_the_pipeline_fdh_apply_leaves():
     plain = _run(_cell("07_", "plain-no-sync"), pipe=_tiny("sd15"))["pipe"]
     ours = fdh.apply(_tiny("sd15"), fdh.Recipe(attention="sdpa", no_sync=True))
     assert type(plain.scheduler).__name__ == type(ours.scheduler).__name__ == "PNDMScheduler"
-    assert fdh.pipeline_info(ours)["applied"]["no_sync"]["changed"] is True
+    assert fdh.pipeline_info(ours).applied["no_sync"]["changed"] is True
     for pipe in (plain, ours):
         pipe.scheduler.set_timesteps(4, device=torch.device("meta"))  # a GPU, say: ignored
         assert pipe.scheduler.timesteps.device.type == "cpu"
@@ -99,7 +99,7 @@ def test_the_kernel_pinned_around_the_unet_is_fdh_set_attention():
     assert pipe.unet.forward is not ns["unet_forward"]  # the cell pinned MATH
     pipe.unet.forward = ns["unet_with_kernel"](SDPBackend.FLASH_ATTENTION)
     ours = fdh.set_attention(_tiny("sdxl", "bf16"), "sdpa-flash")  # (a Recipe refuses it on a CPU)
-    assert fdh.pipeline_info(ours)["attention_pinned"]["UNet2DConditionModel"] > 0
+    assert fdh.pipeline_info(ours).attention_pinned["UNet2DConditionModel"] > 0
     assert np.array_equal(_image(pipe, steps=2), _image(ours, steps=2))
     calls, inside = [], []
     original = torch.nn.functional.scaled_dot_product_attention

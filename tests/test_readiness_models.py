@@ -162,7 +162,7 @@ def test_no_sync_does_per_scheduler_what_diffusers_leaves_undone(model, schedule
     pipe = fresh(model)
     assert type(pipe.scheduler).__name__ == scheduler
     fdh.remove_syncs(pipe)
-    done = fdh.pipeline_info(pipe)["applied"]["no_sync"]
+    done = fdh.pipeline_info(pipe).applied["no_sync"]
     assert done["scheduler"] == scheduler and done["changed"] is changed
     assert ("nothing to do" in done["why"]) is not changed
     assert ("set_timesteps" in vars(pipe.scheduler)) is changed  # wrapped only where it helps

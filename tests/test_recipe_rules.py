@@ -160,7 +160,7 @@ def test_check_device_runs_before_any_work_in_apply():
     pipe = fresh()
     with pytest.raises(RecipeError, match="CUDA kernel"):
         fdh.apply(pipe, fdh.Recipe(dtype="bf16", attention="sdpa-flash", fuse_qkv=True))
-    assert pipe.unet.dtype == torch.float32 and not fdh.pipeline_info(pipe)["applied"]
+    assert pipe.unet.dtype == torch.float32 and not fdh.pipeline_info(pipe).applied
 
 
 # -- apply(): what it takes and when ------------------------------------------------------
@@ -265,7 +265,7 @@ def test_apply_swaps_1x1_convs_before_quantizing_so_they_are_quantized_too():
     assert len(after) - len(before) == len(takes), (len(before), len(after), len(takes))
     for path in takes:  # ...and the linears that replaced them are quantized
         assert any(name == path or name.startswith(path + ".") for name in after), path
-    assert fdh.pipeline_info(swapped)["applied"]["quantize"]["linears"] == len(after)
+    assert fdh.pipeline_info(swapped).applied["quantize"]["linears"] == len(after)
 
 
 def test_apply_fuses_before_quantizing_so_the_fused_projections_are_quantized():

@@ -215,7 +215,7 @@ def test_technique_names(pipe, slow_work):
                      (lambda: fdh.compile_pipeline(pipe, "default", scope="blocks"), "'blocks'"),
                      (lambda: fdh.compile_pipeline(pipe, "default", dynamic="yes"), "'yes'")):
         refused(fn, word, error=RecipeError)
-    assert slow_work == [] and fdh.pipeline_info(pipe)["applied"] == {}
+    assert slow_work == [] and fdh.pipeline_info(pipe).applied == {}
 
 
 # -- devices --------------------------------------------------------------------------------
@@ -254,7 +254,7 @@ def test_hardware_choices_follow_the_one_policy(pipe, slow_work):
     for fn in (lambda: fdh.apply(pipe, fdh.Recipe(dtype="bf16", attention="sdpa-flash")),
                lambda: fdh.apply(pipe, fdh.Recipe(dtype="bf16", quantize="fp8-dynamic"))):
         refused(fn, "cpu", error=RecipeError)
-    assert slow_work == [] and fdh.pipeline_info(pipe)["applied"] == {}
+    assert slow_work == [] and fdh.pipeline_info(pipe).applied == {}
 
 
 # -- dtypes ---------------------------------------------------------------------------------

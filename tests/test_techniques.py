@@ -75,7 +75,7 @@ def test_bf16_and_int8_stay_finite_and_close(model, baselines):
     raw = fresh(model)
     every = sum(isinstance(m, torch.nn.Linear) for part in (get_denoiser(raw), raw.vae)
                 for m in part.modules())
-    assert fdh.pipeline_info(pipe)["applied"]["quantize"]["linears"] == every
+    assert fdh.pipeline_info(pipe).applied["quantize"]["linears"] == every
     int8 = image(pipe)
     assert np.isfinite(int8).all()
     assert np.abs(int8 - baselines[model]).max() <= INT8_TOL
@@ -99,12 +99,12 @@ def test_fastdiff_filter_skips_small_and_few_token_linears():
 def test_conv1x1_swap_counts_and_is_safe_twice():
     pipe = fresh("sd15")
     fdh.conv1x1_to_linear(pipe, "all")
-    first = fdh.pipeline_info(pipe)["applied"]["conv1x1_to_linear"]
+    first = fdh.pipeline_info(pipe).applied["conv1x1_to_linear"]
     assert first["swapped"] > 0
     assert not any(isinstance(m, torch.nn.Conv2d) and m.kernel_size == (1, 1)
                    for m in pipe.unet.modules())
     fdh.conv1x1_to_linear(pipe, "all")
-    assert fdh.pipeline_info(pipe)["applied"]["conv1x1_to_linear"] == first
+    assert fdh.pipeline_info(pipe).applied["conv1x1_to_linear"] == first
 
 
 def test_precision_sets_true_fp32_and_tf32():
@@ -187,7 +187,7 @@ def test_device_checks_refuse_before_any_work(recipe, message):
     pipe = fresh("sd15")
     with pytest.raises(RecipeError, match=message):
         fdh.apply(pipe, recipe)
-    assert pipe.unet.dtype == torch.float32 and not fdh.pipeline_info(pipe)["applied"]
+    assert pipe.unet.dtype == torch.float32 and not fdh.pipeline_info(pipe).applied
 
 
 def test_for_device_adapts_cuda_only_compile_and_says_so():
@@ -206,13 +206,13 @@ def test_apply_and_compile_pipeline_follow_the_one_policy_on_a_cpu(mode, runs, c
     asked = fdh.Recipe(dtype="bf16", attention="sdpa", compile=mode)
     pipe = fdh.apply(fresh("sd15"), asked)
     info = fdh.pipeline_info(pipe)
-    assert info["recipe"].compile == runs and info["requested"] == asked
-    assert info["applied"]["compile"]["mode"] == runs
+    assert info.recipe.compile == runs and info.requested == asked
+    assert info.applied["compile"]["mode"] == runs
     assert f"fastdiff: compile={mode!r} on cpu: ran compile={runs!r}" in capsys.readouterr().out
     assert fdh.apply(pipe, asked) is pipe  # the same request again: nothing to do
     assert fdh.current_recipe(pipe)["compile"] == runs
     alone = fdh.compile_pipeline(fresh("sd15"), mode)
-    assert fdh.pipeline_info(alone)["applied"]["compile"]["mode"] == runs
+    assert fdh.pipeline_info(alone).applied["compile"]["mode"] == runs
     assert f"ran compile={runs!r}" in capsys.readouterr().out
 
 
@@ -222,7 +222,7 @@ def test_apply_twice_is_safe_or_refused():
     fdh.apply(pipe, recipe)
     before = image(pipe)
     assert fdh.apply(pipe, recipe) is pipe and np.array_equal(image(pipe), before)
-    assert fdh.pipeline_info(pipe)["recipe"] == recipe
+    assert fdh.pipeline_info(pipe).recipe == recipe
     with pytest.raises(RecipeError, match="already has a recipe"):
         fdh.apply(pipe, fdh.Recipe(dtype="bf16"))
     fdh.fuse_qkv(pipe)  # fusing again is a no-op

@@ -148,7 +148,7 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     resolved = call_kwargs(pipe, prompt, steps, height, width, guidance, seed,
                            callback_on_step_end)  # checks all
     extra_warmup = max(warmup - 1, 0)
-    compiling = "compile" in info["applied"]
+    compiling = "compile" in info.applied
     bar = progress_bar(1 + extra_warmup + runs,
                        "cold start (compiling)" if compiling else "cold start",
                        disable=not progress or bool(os.environ.get("TQDM_DISABLE")))
@@ -222,7 +222,7 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
         bar.close()
         tell("benchmark_end", pipe=pipe)
 
-    notes: list[str] = list(info.get("notes", []))  # what fdh.apply changed for this device
+    notes: list[str] = list(info.notes)  # what fdh.apply changed for this device
     if compiles["extra_warmup"]:
         notes.append(f"{compiles['extra_warmup']} extra warm-up call(s): the call before still "
                      "compiled" + (f" (stopped at {MAX_EXTRA_WARMUP})" if compiled(last) else ""))
@@ -243,16 +243,16 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
         peak, kind = _peak_rss_bytes(), "process_peak_rss"
         notes.append("peak memory is the process-lifetime peak RSS (it includes everything "
                      "this process did before, not only this benchmark)")
-    if "quantize" in info["applied"]:
-        quant = info["applied"]["quantize"]
+    if "quantize" in info.applied:
+        quant = info.applied["quantize"]
         notes.append(f"{quant['kind']}: {quant['linears']} linear layers quantized")
-    if "few_step" in info["applied"]:  # weights changed by fdh.use_few_step: not in the recipe
-        notes.append(f"few-step weights fused: {info['applied']['few_step']}")
-    if isinstance(info["applied"].get("no_sync"), dict):
-        notes.append(f"no_sync: {info['applied']['no_sync']['why']}")
-    if info.get("recipe") is None:
+    if "few_step" in info.applied:  # weights changed by fdh.use_few_step: not in the recipe
+        notes.append(f"few-step weights fused: {info.applied['few_step']}")
+    if isinstance(info.applied.get("no_sync"), dict):
+        notes.append(f"no_sync: {info.applied['no_sync']['why']}")
+    if info.recipe is None:
         notes.append("no fdh.apply() recipe: the recipe recorded is read off the pipeline "
-                     f"(techniques applied one by one: {', '.join(info['applied']) or 'none'})")
+                     f"(techniques applied one by one: {', '.join(info.applied) or 'none'})")
     env = env_report()
     latency = statistics.median(samples)
     recipe = current_recipe(pipe)
@@ -272,7 +272,7 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     if baseline_image is not None:
         quality = compare_images(image, baseline_image)
     return Result(
-        model=info["model"], weights=info["weights"], step=step,
+        model=info.model, weights=info.weights, step=step,
         recipe=recipe,
         device_name=device_name(device),
         height=resolved["height"], width=resolved["width"],
@@ -283,6 +283,6 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
         stages={k: statistics.median(v) for k, v in stage_samples.items()},
         stage_samples=stage_samples, flops_per_image=float(flops),
         tflops_per_s=flops / latency / 1e12 if device.type == "cuda" else None,
-        quality=quality, env=env, notes=notes, image=image, vae=info.get("vae", "pipeline"),
+        quality=quality, env=env, notes=notes, image=image, vae=info.vae,
         scheduler=type(pipe.scheduler).__name__, tf32=tf32_state(),
         compile_events=dict(compiles, cold=cold_events), cold_start_split=cold_split, ops=ops)

@@ -142,7 +142,7 @@ def cudagraph_report(pipe, since: CudaGraphSnapshot | None = None) -> dict[str, 
     device = pipeline_device(pipe)
     info = pipeline_info(pipe)
     # compiled through the helpers, else by hand (a notebook's plain torch.compile cell)
-    compiled = info["applied"].get("compile") or compiled_by_hand(get_denoiser(pipe))
+    compiled = info.applied.get("compile") or compiled_by_hand(get_denoiser(pipe))
     mode = compiled.get("mode") if isinstance(compiled, dict) else None
     if device.type != "cuda":
         report = cudagraph_events_between(CudaGraphSnapshot(), CudaGraphSnapshot())
@@ -156,7 +156,7 @@ def cudagraph_report(pipe, since: CudaGraphSnapshot | None = None) -> dict[str, 
         why = "none captured: the pipeline is not compiled"
     elif mode not in ("max-autotune", "reduce-overhead"):
         why = f"none captured: compile={mode!r} captures no CUDA graphs"
-        why += "".join(f" ({note})" for note in info.get("notes", []) if "CUDA graph" in note)
+        why += "".join(f" ({note})" for note in info.notes if "CUDA graph" in note)
     elif report["captures"] == 0:
         why = "none captured" + (f": {report['skip_reasons'][-1]}" if report["skip_reasons"]
                                  else ": no call since the compile (call the pipeline twice)")

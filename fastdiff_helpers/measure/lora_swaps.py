@@ -76,7 +76,7 @@ def lora_swap_report(pipe, loras: Sequence[Any], hotswap: bool = True, steps: in
     (0 when steady), the timings above, notes, the recompile reasons new since the LoRA before,
     and the first call's image (float in [0, 1] as "image", 8-bit as "pil", as a pipeline
     returns it). Introduced in 14_lora_hotswap.ipynb."""
-    applied = pipeline_info(pipe)["applied"]  # what the techniques applied to it
+    applied = pipeline_info(pipe).applied  # what the techniques applied to it
     if "lora" not in applied:
         raise FastdiffError("No LoRA loaded: load the first one with fdh.load_lora(pipe, folder)"
                             " (after fdh.enable_lora_hotswap for hot-swaps), compile, then "

@@ -23,7 +23,9 @@
     few_step    few-step distilled SDXL weights: hub files, the scheduler and steps each needs
     noise       the libraries' messages known to be harmless, silenced on the way in
     hooks       the core's two hooks: listeners of its events, a rule for weights="auto"
-    state       what a pipeline is now, read off its modules: a denoiser compiled by hand
+    state       a pipeline's state: the helpers' typed record of it (PipelineState, what
+                pipeline_info returns) and what it is now, read off its modules (a denoiser
+                compiled by hand)
 
 Imports nothing of the package above it: only the ground (errors.py, checks.py).
 """

@@ -23,6 +23,7 @@ from .fit import check_fits
 from .noise import quiet_known_noise
 from .presets import DEFAULT_PROMPT, MODELS, SCHEDULERS, VAES, ModelSpec, get_spec
 from .pretrained import check_weights, load_pretrained, require_pretrained, resolve_weights
+from .state import PipelineState
 
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
@@ -140,9 +141,7 @@ def load_pipeline(model: str | ModelSpec = "sdxl", weights: str = "auto", device
         if isinstance(comp, torch.nn.Module):
             comp.eval()
     pipe.set_progress_bar_config(disable=True)
-    pipe._fastdiff = {"model": spec.key, "weights": weights, "dtype": str(torch_dtype),
-                      "device": device, "vae": vae_source, "applied": {}}
-    pipe._fastdiff_spec = spec  # carried, so the helpers that get the pipeline look nothing up
+    pipe._fastdiff = PipelineState(spec, weights, str(torch_dtype), device, vae_source)
     tell("load", pipe=pipe)  # the listeners' (models/hooks.py)
     return pipe
 
@@ -175,8 +174,9 @@ _MODELS_BY_PIPELINE = {"StableDiffusionXLPipeline": "sdxl", "StableDiffusionPipe
                        "PixArtAlphaPipeline": "pixart", "FluxPipeline": "flux"}
 
 
-def pipeline_info(pipe) -> dict[str, Any]:
-    """What load_pipeline recorded: model, weights, dtype, device, VAE, applied techniques.
+def pipeline_info(pipe) -> PipelineState:
+    """What load_pipeline recorded, typed (models/state.py PipelineState): model, weights,
+    dtype, device, VAE, the applied techniques and fdh.apply's recipe.
 
     A pipeline of the course's families loaded another way (plain diffusers from_pretrained, your
     own components) is described on first use from its class and components, so every helper
@@ -196,21 +196,16 @@ def pipeline_info(pipe) -> dict[str, Any]:
             key = "flux-schnell"
         denoiser = get_denoiser(pipe)
         source = pipe.config.get("_name_or_path") or ""
-        info = {"model": key, "weights": "pretrained" if source else "user",
-                "dtype": str(denoiser.dtype), "device": str(pipeline_device(pipe)),
-                "vae": pipe.vae.config.get("_name_or_path") or "pipeline", "applied": {}}
-        pipe._fastdiff = info  # the helpers' record of what they did to this pipeline
-        pipe._fastdiff_spec = MODELS[key]
+        info = pipe._fastdiff = PipelineState(
+            MODELS[key], "pretrained" if source else "user", str(denoiser.dtype),
+            str(pipeline_device(pipe)), pipe.vae.config.get("_name_or_path") or "pipeline")
     return info
 
 
 def pipeline_spec(pipe) -> ModelSpec:
     """The ModelSpec `pipe` was loaded as (or described as, by pipeline_info), carried on the
     pipeline: a helper handed the pipeline reads it here instead of looking the key up again."""
-    spec = getattr(pipe, "_fastdiff_spec", None)
-    if spec is None:
-        spec = pipe._fastdiff_spec = get_spec(pipeline_info(pipe)["model"])
-    return spec
+    return pipeline_info(pipe).spec
 
 
 def native_resolution(pipe) -> int:
@@ -253,13 +248,13 @@ def call_kwargs(pipe, prompt: str = DEFAULT_PROMPT,
     kwargs.update(spec.call_kwargs)
     # arguments a technique adds to every call, made from this call's own (fdh.stop_guidance:
     # diffusers' CFG cut-off callback, whose step index depends on the steps)
-    for extra in pipeline_info(pipe).get("per_call", ()):
+    for extra in pipeline_info(pipe).per_call:
         kwargs.update(extra(kwargs))
     if callback_on_step_end is not None:
         if "callback_on_step_end" not in inspect.signature(type(pipe).__call__).parameters:
             raise FastdiffError(f"{type(pipe).__name__} takes no callback_on_step_end: stop "
                                 "guidance on it with fdh.stop_guidance(pipe, share).")
-        if "guidance_stop" in pipeline_info(pipe)["applied"]:
+        if "guidance_stop" in pipeline_info(pipe).applied:
             raise FastdiffError("fdh.stop_guidance already passes a callback on this "
                                 "pipeline's calls: load a fresh pipeline for a callback of "
                                 "your own.")

@@ -1,13 +1,50 @@
-"""What a loaded pipeline is now, read off its modules rather than the helpers' records: a
-denoiser compiled by hand (a notebook's plain `torch.compile` cell). fdh.current_recipe and the
-course clock's recorder read it.
+"""A pipeline's state: the helpers' typed record of it (PipelineState, what it was loaded as
+and what the techniques did to it), and what it is now read off its modules rather than that
+record: a denoiser compiled by hand (a notebook's plain `torch.compile` cell), which
+fdh.current_recipe and the course clock's recorder read.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import torch
+
+from .spec import ModelSpec
+
+
+@dataclass(eq=False, repr=False)
+class PipelineState:
+    """The helpers' record of one pipeline, kept on it (fdh.pipeline_info(pipe)): what it was
+    loaded as, and what the techniques did to it. load_pipeline makes it; a pipeline of the
+    course's families loaded another way gets one on first use (loading.pipeline_info)."""
+
+    spec: ModelSpec  # the model it was loaded (or is described) as; .model is its key
+    weights: str  # "pretrained", "random", "tiny", or "user" (your own components)
+    dtype: str  # the denoiser's, as loaded ("torch.bfloat16")
+    device: str
+    vae: str  # where the VAE came from: a hub id, or "pipeline" (its own)
+    # what each technique did, by name (the helpers' functions record it; current_recipe,
+    # the Results and the refusals read it)
+    applied: dict[str, Any] = field(default_factory=dict)
+    recipe: Any = None  # the Recipe fdh.apply ran (after the one policy), or None
+    requested: Any = None  # the Recipe fdh.apply was given
+    notes: list[str] = field(default_factory=list)  # said of this pipeline; Results carry them
+    # arguments a technique adds to every call, made from the call's own (fdh.stop_guidance)
+    per_call: list[Callable[[dict], dict]] = field(default_factory=list)
+    step_plan: Any = None  # the step cache's StepPlan, made on first use (techniques/step_cache)
+    attention_pinned: dict[str, int] | None = None  # forced SDPA kernels: attentions per module
+
+    @property
+    def model(self) -> str:
+        return self.spec.key
+
+    def __repr__(self) -> str:
+        said = ", ".join(f"{k}={v!r}" for k, v in (
+            ("model", self.model), ("weights", self.weights), ("dtype", self.dtype),
+            ("device", self.device), ("vae", self.vae), ("applied", self.applied)))
+        return f"PipelineState({said}{f', recipe={self.recipe!r}' if self.recipe else ''})"
 
 
 def compiled_by_hand(module: torch.nn.Module) -> dict[str, Any] | None:

@@ -220,7 +220,7 @@ def course_tuning(pipe: Any, mode: str, inductor_flags: bool, compile_vae: bool,
     if tuning:
         notes += [f"{TUNED_ON}{seed['gpu_name']}: this compile read tuning imported from "
                   f"another GPU kind of the same design ({seed['source']})"
-                  for seed in seeded_from(pipeline_info(pipe)["model"])]
+                  for seed in seeded_from(pipeline_info(pipe).model)]
     return mode, inductor_flags, notes
 
 
@@ -239,7 +239,7 @@ def gate_compile(pipe: Any, mode: str, inductor_flags: bool, compile_vae: bool,
         return mode, inductor_flags, (f"autotuning is on: compile={mode!r} tunes on this {name}: "
                                       f"{tuning_estimate(pipe, compile_vae, sms)['words']}")
     info = pipeline_info(pipe)
-    source = covered_by(info["model"], info["weights"], recipe) if recipe else None
+    source = covered_by(info.model, info.weights, recipe) if recipe else None
     if source is not None:
         return mode, inductor_flags, (f"compile={mode!r} reads its tuning from {source} (a "
                                       "bundle of this GPU and torch that covers it)")
@@ -262,7 +262,7 @@ def compile_line(pipe: Any, mode: str, scope: str, compile_vae: bool, tuning: bo
         return None
     name, sms = gpu
     info = pipeline_info(pipe)
-    model = info["model"]
+    model = info.model
     what = f"{model}'s {denoiser_name(pipe)}" + (" and VAE decode" if compile_vae else "")
     graphs = 1 + int(compile_vae)
     wait = sum(graph_ops_of(model, part) * SECONDS_PER_OP
@@ -270,7 +270,7 @@ def compile_line(pipe: Any, mode: str, scope: str, compile_vae: bool, tuning: bo
     if scope != "full":  # one compile per kind of block, reused for its repeats
         what += f" ({scope}: its blocks)"
         wait = REGIONAL_S + (graph_ops_of(model, "vae") * SECONDS_PER_OP if compile_vae else 0)
-    size = " for the full-size model (the tiny one takes seconds)" if info["weights"] == "tiny" \
+    size = " for the full-size model (the tiny one takes seconds)" if info.weights == "tiny" \
         else ""
     line = (f"compiling {what} with mode={mode!r} at the first call; estimated wait on this "
             f"{name}: about {wait:.0f} s for {graphs} graph(s){size} ({DEFAULT_GRAPH_WHERE})")

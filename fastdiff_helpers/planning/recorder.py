@@ -20,7 +20,7 @@ from ..models.dtypes import fp32_or_half
 from ..models.gpus import PROFILES
 from ..models.hooks import listening
 from ..models.loading import pipeline_info
-from ..models.state import compiled_by_hand
+from ..models.state import PipelineState, compiled_by_hand
 from .autotune import tunes
 from ..techniques.recipe import recipe_id
 
@@ -40,12 +40,13 @@ def record(event: dict[str, Any]) -> None:
         fh.write(json.dumps(event, sort_keys=True, default=str) + "\n")
 
 
-def kind(info: dict[str, Any], pipe: Any = None) -> str:
+def kind(info: PipelineState | None, pipe: Any = None) -> str:
     """What a pipeline's calls cost on a GPU, in the clock's three kinds: "compiled", else
     "fp32" (TF32 included) or "half" (bf16, fp16), from the helpers' record of it, or, given
     `pipe`, read off its denoiser: compiled by hand (a plain `torch.compile` cell), or cast by
-    hand (a plain `pipe.to(torch.bfloat16)` cell: its weights' dtype, not the load's)."""
-    if "compile" in info.get("applied", {}):
+    hand (a plain `pipe.to(torch.bfloat16)` cell: its weights' dtype, not the load's). `info`
+    None: a pipeline the helpers have no record of."""
+    if info is not None and "compile" in info.applied:
         return "compiled"
     denoiser = None
     if pipe is not None:
@@ -55,10 +56,10 @@ def kind(info: dict[str, Any], pipe: Any = None) -> str:
         denoiser = getattr(pipe, "transformer", None) if denoiser is None else denoiser
     if denoiser is not None and compiled_by_hand(denoiser) is not None:
         return "compiled"
-    recipe = info.get("recipe")
+    recipe = info.recipe if info is not None else None
     dtype = getattr(recipe, "dtype", None) or (
         str(next(denoiser.parameters()).dtype) if denoiser is not None
-        else str(info.get("dtype", "")))
+        else info.dtype if info is not None else "")
     return fp32_or_half(dtype)
 
 
@@ -105,8 +106,9 @@ def watch_calls(pipe: Any) -> None:
 
     @functools.wraps(original)
     def __call__(self, *args, **kwargs):
-        info = getattr(self, "_fastdiff", None) or {}
-        record({"event": "call", "model": info.get("model"), "kind": kind(info, self)})
+        info = getattr(self, "_fastdiff", None)
+        record({"event": "call", "model": info.model if info else None,
+                "kind": kind(info, self)})
         return original(self, *args, **kwargs)
 
     __call__._fastdiff_clock = True
@@ -117,7 +119,7 @@ def _listen(event: str, facts: dict[str, Any]) -> None:
     """The core's events (models/hooks.py) as the clock's."""
     info = pipeline_info(facts["pipe"])
     if event == "load":
-        record({"event": "load", "model": info["model"]})
+        record({"event": "load", "model": info.model})
         watch_calls(facts["pipe"])
         watch_compiles()
     elif event == "compile":
@@ -128,13 +130,13 @@ def _listen(event: str, facts: dict[str, Any]) -> None:
                   if asked is not None else None)
         mode = on_gpu.compile if on_gpu is not None else facts["gpu_mode"]
         flags = on_gpu.inductor_flags if on_gpu is not None else facts["inductor_flags"]
-        record({"event": "compile", "model": info["model"], "mode": mode,
+        record({"event": "compile", "model": info.model, "mode": mode,
                 "scope": facts["scope"], "vae": facts["compile_vae"], "tunes": tunes(mode, flags),
                 "recipe": recipe_id(on_gpu.to_dict() if on_gpu is not None else None)})
     elif event in ("trace", "trace_end"):  # a trace, not a compile: the clock skips its frames
         record({"event": {"trace": "explain", "trace_end": "explain_end"}[event]})
     elif event == "benchmark":
-        record({"event": "benchmark", "model": info["model"], "kind": kind(info, facts["pipe"]),
+        record({"event": "benchmark", "model": info.model, "kind": kind(info, facts["pipe"]),
                 "profile": facts["profile"]})
     elif event == "benchmark_end":
         record({"event": "benchmark_end"})

@@ -284,7 +284,7 @@ def run_batch(prompts: Prompts, out: str | os.PathLike, recipe: Recipe | None = 
     latencies = [r["seconds"] for r in records if "error" not in r]
     slowest = max(s["seconds"] for s in stats)
     summary = dict(
-        model=model, weights=pipeline_info(pipe)["weights"], recipe=recipe.to_dict(),
+        model=model, weights=pipeline_info(pipe).weights, recipe=recipe.to_dict(),
         batch_size=batch_size, steps=kwargs["num_inference_steps"], height=kwargs["height"],
         width=kwargs["width"], seed=seed, processes=state.num_processes,
         prompts=len(every), done=len(latencies), skipped=len(every) - len(todo),

@@ -136,7 +136,7 @@ def current_recipe(pipe, records: bool = True) -> dict:
     `torch.compile(...)`) is read so, and its Result says what ran. A technique applied to
     some of the parts it changes reads as what each part is ("unet: True, vae: False"), which
     no Recipe takes. Introduced in 12_cuda_graphs.ipynb."""
-    done = pipeline_info(pipe)["applied"] if records else {}
+    done = pipeline_info(pipe).applied if records else {}
     found: dict[str, Any] = {}
     for step in STEPS:
         found.update(step.read(pipe, done))
@@ -148,11 +148,11 @@ def apply(pipe, recipe: Recipe, tuning: Callable | None = None):
     precision, 1x1 conv swap, fused QKV, attention, channels_last, quantization, sync
     removal, step cache, guidance stop, compile. (diffusion-fast swaps the convs after channels_last, just before
     quantizing; the two orders give the same module, since a swapped conv has no 4-D weight.)
-    Recorded on the pipeline (fdh.pipeline_info(pipe)["recipe"]).
+    Recorded on the pipeline (fdh.pipeline_info(pipe).recipe).
 
     GPU-only choices follow the course's one policy (fdh.Recipe): CUDA graphs where they cannot
     run are dropped (Recipe.for_device; each change printed, and kept in
-    fdh.pipeline_info(pipe)["notes"] for the Result), hardware the machine lacks is refused.
+    fdh.pipeline_info(pipe).notes for the Result), hardware the machine lacks is refused.
     A pipeline takes one recipe: applying the same one again does nothing, another is
     refused (load a fresh pipeline). `tuning`: whether a compile that would tune may, decided
     above the core and passed to compile_pipeline (the course's: fdh.course.settings(...)
@@ -161,14 +161,14 @@ def apply(pipe, recipe: Recipe, tuning: Callable | None = None):
     if not isinstance(recipe, Recipe):
         raise RecipeError(f"apply() takes a fdh.Recipe, not {type(recipe).__name__}.")
     info = pipeline_info(pipe)
-    if info.get("recipe") is not None:
-        if recipe in (info["recipe"], info.get("requested")):
+    if info.recipe is not None:
+        if recipe in (info.recipe, info.requested):
             return pipe
         raise RecipeError("This pipeline already has a recipe applied; load a fresh pipeline "
                           "(fdh.load_pipeline) to apply another.")
-    if info["applied"]:
+    if info.applied:
         raise RecipeError(f"Techniques were already applied one by one "
-                          f"({', '.join(info['applied'])}); load a fresh pipeline for apply().")
+                          f"({', '.join(info.applied)}); load a fresh pipeline for apply().")
     quiet_known_noise()
     device = pipeline_device(pipe)
     requested = recipe
@@ -189,12 +189,12 @@ def apply(pipe, recipe: Recipe, tuning: Callable | None = None):
         if step.on(recipe):
             step.apply(pipe, recipe, **({"recipe": requested, "tuning": tuning}
                                         if step.name == "compile" else {}))
-    gated = info["applied"].get("autotune")
+    gated = info.applied.get("autotune")
     if gated is not None:  # the tuning decision changed or confirmed the mode: the record says
-        recipe = dataclasses.replace(recipe, compile=info["applied"]["compile"]["mode"],
-                                     inductor_flags=bool(info["applied"].get("inductor_flags")))
-    notes = [*notes, *info.get("notes", [])]  # the tuning decision's (compile_pipeline)
-    info["recipe"], info["requested"], info["notes"] = recipe, requested, notes
+        recipe = dataclasses.replace(recipe, compile=info.applied["compile"]["mode"],
+                                     inductor_flags=bool(info.applied.get("inductor_flags")))
+    notes = [*notes, *info.notes]  # the tuning decision's (compile_pipeline)
+    info.recipe, info.requested, info.notes = recipe, requested, notes
     return pipe
 
 

@@ -9,7 +9,7 @@ from .recipe import RecipeError
 
 
 def applied(pipe) -> dict[str, Any]:
-    return pipeline_info(pipe)["applied"]
+    return pipeline_info(pipe).applied
 
 
 def record(pipe, name: str, value: Any) -> None:

@@ -158,7 +158,7 @@ def set_attention(pipe, kind: str = "sdpa"):
             module.set_attn_processor(make_processor(kind, fused))
     record(pipe, "attention", kind)
     # how many attentions run the forced kernel, per module (the rest: default SDPA)
-    pipeline_info(pipe)["attention_pinned"] = pinned
+    pipeline_info(pipe).attention_pinned = pinned
     return pipe
 
 

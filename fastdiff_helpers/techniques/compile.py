@@ -141,7 +141,7 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
                                              recipe.for_device(device)[0] if recipe else None)
         if notes:
             record(pipe, "autotune", {"asked": list(asked), "notes": notes})
-            pipeline_info(pipe).setdefault("notes", []).extend(notes)  # the Results say them
+            pipeline_info(pipe).notes.extend(notes)  # the Results say them
     quiet_known_noise()
     kwargs: dict[str, Any] = dict(mode=mode, fullgraph=fullgraph, dynamic=dynamic)
     if inductor_flags:

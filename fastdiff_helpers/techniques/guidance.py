@@ -75,14 +75,14 @@ def stop_guidance(pipe, share: float = 0.5):
     refuse_after(pipe, "stop_guidance", "compile")
     refuse(pipe, "guidance_stop")  # Flux runs no doubled batch to halve
     info = pipeline_info(pipe)
-    if "guidance_stop" in info["applied"]:
+    if "guidance_stop" in info.applied:
         raise RecipeError("Guidance already stops on this pipeline; load a fresh one to change "
                           "where.")
     share = float(share)
     if family_of(pipe) == "transformer":  # PixArt-alpha: no callback (call_kwargs)
         step_plan(pipe, create=True).guidance_stop = share
     else:
-        info.setdefault("per_call", []).append(_callback(pipe, share))
+        info.per_call.append(_callback(pipe, share))
     record(pipe, "guidance_stop", share)
     return pipe
 

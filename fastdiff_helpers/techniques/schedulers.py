@@ -39,9 +39,9 @@ def use_few_step(pipe, name: str, path: str | None = None) -> dict[str, Any]:
         raise FastdiffError(f"Unknown few-step weights {name!r}. Use one of: "
                             f"{', '.join(FEW_STEP)}.")
     spec = FEW_STEP[name]
-    if pipeline_info(pipe)["model"] != "sdxl":
+    if pipeline_info(pipe).model != "sdxl":
         raise FastdiffError(f"{name} is a LoRA for SDXL; this pipeline is "
-                            f"{pipeline_info(pipe)['model']}: load fdh.load_pipeline('sdxl').")
+                            f"{pipeline_info(pipe).model}: load fdh.load_pipeline('sdxl').")
     path = path or few_step_file(name)
     if path is None:
         raise FastdiffError(f"{spec.repo}/{spec.filename} is not on this machine: run `hf "
@@ -54,6 +54,6 @@ def use_few_step(pipe, name: str, path: str | None = None) -> dict[str, Any]:
     pipe.scheduler = getattr(diffusers, spec.scheduler).from_config(pipe.scheduler.config,
                                                                     **spec.scheduler_kwargs)
     if spec.call_kwargs:
-        pipeline_info(pipe).setdefault("per_call", []).append(lambda kwargs: dict(spec.call_kwargs))
-    pipeline_info(pipe)["applied"]["few_step"] = name
+        pipeline_info(pipe).per_call.append(lambda kwargs: dict(spec.call_kwargs))
+    pipeline_info(pipe).applied["few_step"] = name
     return {"steps": spec.steps, "guidance": spec.guidance}

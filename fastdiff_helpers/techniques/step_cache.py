@@ -155,14 +155,14 @@ def _second_half(value: Any, batch: int) -> Any:
 def step_plan(pipe, create: bool = False) -> StepPlan | None:
     """The pipeline's StepPlan (made and put in place with `create`), or None."""
     info = pipeline_info(pipe)
-    plan = info.get("step_plan")
+    plan = info.step_plan
     if plan is None and create:
         denoiser = get_denoiser(pipe)
         if getattr(denoiser, "class_embedding", None) is not None or getattr(
                 denoiser.config, "addition_embed_type", None) == "image_hint":
             raise RecipeError(f"{type(denoiser).__name__} with class or image-hint embeddings "
                               "is not one the step plan was written for.")
-        plan = info["step_plan"] = StepPlan(pipe)
+        plan = info.step_plan = StepPlan(pipe)
         denoiser.forward = plan
     return plan
 

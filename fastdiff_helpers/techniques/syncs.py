@@ -89,7 +89,7 @@ def no_sync_plan(pipe) -> tuple[bool, str]:
 
 def remove_syncs(pipe):
     """No device-to-host sync inside the denoising loop, where diffusers leaves one: decided
-    per pipeline and scheduler (no_sync_plan; recorded in pipeline_info(pipe)["applied"]
+    per pipeline and scheduler (no_sync_plan; recorded in pipeline_info(pipe).applied
     ["no_sync"] and in benchmark notes). Math unchanged. Safe to call twice.
     Introduced in 07_gpu_syncs.ipynb."""
     if applied(pipe).get("no_sync"):

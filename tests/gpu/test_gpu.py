@@ -33,7 +33,7 @@ def test_no_sync_removes_what_diffusers_leaves(model):
     pipe = fdh.apply(fdh.load_pipeline(model, weights="random", device="cuda"),
                      fdh.Recipe(dtype="bf16", attention="sdpa", no_sync=True))
     after = fdh.count_syncs(pipe, steps=4, verbose=True)
-    changed = fdh.pipeline_info(pipe)["applied"]["no_sync"]["changed"]
+    changed = fdh.pipeline_info(pipe).applied["no_sync"]["changed"]
     assert changed is (model == "sd15")
     if model == "sd15":  # PNDM reads its GPU timestep on the host every step
         assert before["in_loop"] > 0, before["where"]
@@ -112,7 +112,7 @@ def test_int8_dynamic_compiled_runs_and_stays_close(bf16_reference):
     recipe = fdh.Recipe(dtype="bf16", attention="sdpa", compile="reduce-overhead", fuse_qkv=True,
                         quantize="int8-dynamic", compile_vae=False)
     pipe = sd15(recipe)
-    assert fdh.pipeline_info(pipe)["applied"]["quantize"]["linears"] > 50
+    assert fdh.pipeline_info(pipe).applied["quantize"]["linears"] > 50
     image = _image(pipe)
     assert np.isfinite(image).all()
     assert np.abs(image - bf16_reference).mean() < 0.05
@@ -143,7 +143,7 @@ def test_pinned_flash_backend_really_runs():
     from torch.profiler import ProfilerActivity, profile
 
     pipe = sd15(fdh.Recipe(dtype="bf16", attention="sdpa-flash"))
-    assert fdh.pipeline_info(pipe)["attention_pinned"] == {
+    assert fdh.pipeline_info(pipe).attention_pinned == {
         "UNet2DConditionModel": 32, "AutoencoderKL": 0}  # the VAE's 512-wide head: default
     # the UNet alone: the text encoder's attention is not the Recipe's to pin (conftest)
     kwargs = denoiser_only_kwargs(pipe, steps=2)

@@ -62,7 +62,7 @@ def test_flux_float8_rows_quantize_every_transformer_linear():
     recipe = dataclasses.replace(fdh.LADDERS["flux"][3][1], compile=None, fullgraph=False)
     with pytest.warns(UserWarning, match="without torch.compile"):
         pipe = flux(recipe)
-    assert fdh.pipeline_info(pipe)["applied"]["quantize"]["linears"] == 504
+    assert fdh.pipeline_info(pipe).applied["quantize"]["linears"] == 504
     out = image(pipe)
     assert np.isfinite(out).all() and 0 < np.abs(out - base).max()
 

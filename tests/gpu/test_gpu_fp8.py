@@ -43,7 +43,7 @@ def test_fp8_compiled_runs_and_stays_close_to_bf16(kind, bf16_reference):
     recipe = fdh.Recipe(dtype="bf16", attention="sdpa", fuse_qkv=True, compile="default",
                         quantize=kind, quant_filter="all", compile_vae=False)
     pipe = sd15(recipe)
-    linears = fdh.pipeline_info(pipe)["applied"]["quantize"]["linears"]
+    linears = fdh.pipeline_info(pipe).applied["quantize"]["linears"]
     assert linears == 136 + 4  # test_fp8.py: every fused UNet linear, the VAE's 4
     image = _image(pipe)
     diff = np.abs(image - bf16_reference)
