@@ -10,7 +10,7 @@ import io
 import pytest
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.runs import demo, demo_explain
+from fastdiff_helpers.runs import demo
 from fastdiff_helpers.measure.timing import progress_bar
 
 
@@ -34,7 +34,7 @@ SDPA = result("+ SDPA", [0.47, 0.48, 0.50, 0.46, 0.49], "bf16",
 
 
 def test_a_step_is_explained_by_what_moved_in_its_measurements(monkeypatch):
-    monkeypatch.setattr(demo_explain, "cpu_flags", lambda: {"avx2", "fma"})
+    monkeypatch.setattr(demo, "cpu_flags", lambda: {"avx2", "fma"})
     said = demo.why(FP32, BF16, "cpu", {"fp32": 173.0, "bf16": 1.2})
     assert said.startswith("bf16: 0.480 s against 0.170 s for fp32 (0.35x, slower)")
     assert "denoising 0.160 -> 0.330 s" in said  # the stage that grew most
@@ -51,7 +51,7 @@ def test_a_difference_inside_the_uncertainty_is_not_explained():
 
 
 def test_native_bf16_is_said_when_the_cpu_has_it(monkeypatch):
-    monkeypatch.setattr(demo_explain, "cpu_flags", lambda: {"avx512_bf16", "amx_bf16"})
+    monkeypatch.setattr(demo, "cpu_flags", lambda: {"avx512_bf16", "amx_bf16"})
     said = demo.why(FP32, BF16, "cpu", {"fp32": 400.0, "bf16": 900.0})
     assert "it has amx_bf16, avx512_bf16" in said and "no native" not in said
 
@@ -73,7 +73,7 @@ def test_the_first_lines_say_how_long_it_takes_here_and_why(monkeypatch, tmp_pat
 
 
 def test_after_shows_the_uncertainty_and_the_steps_explained(monkeypatch):
-    monkeypatch.setattr(demo_explain, "cpu_flags", lambda: set())
+    monkeypatch.setattr(demo, "cpu_flags", lambda: set())
     text = demo.after([FP32, BF16, SDPA], "cpu", None, {"fp32": 173.0, "bf16": 1.2},
                       {"+ compile": 130.0})
     assert "+-" in text.splitlines()[1] and "10 denoising steps, the blog's 30" in text

@@ -221,7 +221,7 @@ def _private_imports(name: str, source: str | None = None) -> list[tuple[str, st
 def test_no_module_imports_another_subpackages_private_names():
     """A subpackage's private names (and private modules, techniques/_state.py) are its own: no
     other subpackage (nor the package's __init__) imports them. What a cell or a notebook does
-    is asked of planning publicly (clock.cell_work, plan_work.card_work; issue 51)."""
+    is asked of planning publicly (clock.cell_work, plan.card_work; issue 51)."""
     wrong = []
     for name in MODULES:
         here = _place(name)

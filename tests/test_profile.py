@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.measure.work_kinds import HOST, KINDS, kind_of
+from fastdiff_helpers.measure.profile import HOST, KINDS, kind_of
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +173,7 @@ def test_the_gpu_path_counts_kernels_idle_time_and_syncs_in_the_stages():
     events with their own time ranges, in microseconds): kernel time per kind, the device's idle
     time as host-side, annotations mirrored on the device left out, and only the syncs inside
     the stage ranges counted."""
-    from fastdiff_helpers.measure.work_kinds import kinds_from_events
+    from fastdiff_helpers.measure.profile import kinds_from_events
 
     events = [
         _event("cudaDeviceSynchronize", 0, 5, "CPU"),              # the measurement's own wait

@@ -15,7 +15,7 @@ import fastdiff_helpers as fdh
 from fastdiff_helpers.runs.cli import main
 from fastdiff_helpers.planning import sizing
 from fastdiff_helpers.models import fit, gpus
-from fastdiff_helpers.planning import plan as plan_mod, plan_work
+from fastdiff_helpers.planning import plan as plan_mod
 from fastdiff_helpers.planning import clock
 
 T4, L4, A100, H100 = (gpus.PROFILES[k] for k in ("t4", "l4", "a100-40", "h100"))
@@ -196,17 +196,17 @@ def test_the_plan_counts_only_what_runs_and_all_of_it():
                                                            "19_flux.ipynb"])}
     assert t4["19"]["verdict"] == "skipped" and t4["19"]["minutes"] == 0
     assert t4["17"]["minutes"] > 0 and t4["01"]["minutes"] > 0
-    ladder = dict(plan_work.card_work(T4, "17_all_models.ipynb"))["nb08-05"]
+    ladder = dict(plan_mod.card_work(T4, "17_all_models.ipynb"))["nb08-05"]
     recorded = dict(clock.cell_work("17_all_models.ipynb"))["nb08-05"]
     assert ["sdxl", "fp32", False] in recorded["benchmarks"]
     assert ["sdxl", "fp32", False] not in ladder["benchmarks"]
     assert len(ladder["loads"]) == len(recorded["loads"]) - 1
     assert ladder["benchmarks"] == recorded["benchmarks"][1:]  # SSD-1B's fp32 fits (below)
-    ssd1b = dict(plan_work.card_work(T4, "17_all_models.ipynb"))["nb08-09"]
+    ssd1b = dict(plan_mod.card_work(T4, "17_all_models.ipynb"))["nb08-09"]
     assert ssd1b == dict(clock.cell_work("17_all_models.ipynb"))["nb08-09"]
-    baseline = dict(plan_work.card_work(T4, "01_baseline.ipynb"))["nb01-09"]
+    baseline = dict(plan_mod.card_work(T4, "01_baseline.ipynb"))["nb01-09"]
     assert baseline["benchmarks"] == [["sdxl", "half", False]]
-    fp8 = dict(plan_work.card_work(A100, "15_fp8_hopper.ipynb"))["nb15-12"]
+    fp8 = dict(plan_mod.card_work(A100, "15_fp8_hopper.ipynb"))["nb15-12"]
     whole = dict(clock.cell_work("15_fp8_hopper.ipynb"))["nb15-12"]
     assert len(fp8["compiles"]) == len(whole["compiles"]) - 1
     assert fp8["frames"] == whole["frames"] - 2 and len(fp8["loads"]) == len(whole["loads"]) - 1

@@ -8,9 +8,9 @@
     bundle_io       a bundle exported, imported (what it covers registered for the autotune
                     rule, planning/tuning_state.py), every matching one imported, shown
     watch           a command that tunes keeps its tuning: the bundle and a progress file
-                    written as they grow, when cut and when stopped
-    watch_hooks     the hooks a watch puts into torch (choices made, coordinate descent
-                    followed, a provisional best config told from a finished one)
+                    written as they grow, when cut and when stopped, through the hooks it
+                    puts into torch (choices made, coordinate descent followed, a
+                    provisional best config told from a finished one)
     tuning_cpu      max-autotune's tuning on a CPU in a new process (06's experiment)
     cold_start      compile artifacts carried to another process or machine, and the time a
                     new process takes to its first compiled image

@@ -8,7 +8,7 @@
     weights           the weights a parameters cell chose on a GPU, carried to later notebooks
     written_for       the library versions the course's code was written for
     playground        fdh.playground(): the ipywidgets panel to try recipes and compare runs
-    playground_parts  the playground's controls, phases and small formatters
+                      (its controls, phases and small formatters first)
     lessons           the course as a workshop day: each notebook's track, visible words and
                       minutes, the core path (README's syllabus, `lessons --write`)
     lesson_plan       what a lesson waits for on an H100 and a T4, and what it downloads

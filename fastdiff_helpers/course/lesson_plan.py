@@ -13,7 +13,7 @@ from ..planning.clock_record import RECORDED
 from ..models.downloads import download_bytes, files_dtype
 from ..planning.course_downloads import course_downloads, for_card
 from ..planning.plan import plan
-from ..planning.plan_work import card_work
+from ..planning.plan import card_work
 
 __all__ = ["waits", "t4_waits", "cell_waits", "wait_words", "downloads_line"]
 

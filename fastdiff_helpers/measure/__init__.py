@@ -15,8 +15,8 @@ techniques.
     savers_report   each memory saver's peak memory and time, beside the pipeline without it
     cache_hooks     diffusers' cache hooks (FirstBlockCache, TaylorSeer) against the course's
                     step cache on Flux: what runs, host reads, what dynamo compiles
-    profile         profile(): where one image's time goes, per stage and kind of work
-    work_kinds      the kinds of work (matmul, convolution, attention...) by op and kernel name
+    profile         profile(): where one image's time goes, per stage and kind of work (the
+                    kinds: matmul, convolution, attention... by op and kernel name)
 
 Imports the models and the techniques (a Result records the recipe a pipeline runs), nothing
 of planning, compiletime, results, course or runs. What compiling costs and leaves behind

@@ -22,15 +22,14 @@
                       rung_verdict)
     course_downloads  what each notebook downloads, from the clock's record
                       (course_downloads), and what of it a card needs (for_card)
-    plan_work         what of each cell's recorded work runs on a card (the plan's wait counts
-                      only that)
     plan              `plan --gpu`: per notebook, on a card, what runs, is swapped or skipped,
-                      memory fit and the estimated wait (fdh.course.plan_table, plan_summary)
+                      memory fit and the estimated wait (fdh.course.plan_table, plan_summary),
+                      from what of each cell's recorded work runs on that card (card_work)
 
 The one public way to ask what a cell or a notebook does:
     clock.cell_work(notebook)             [(cell, work)] as an H100 runs it: the smoke record,
                                           the GPU cells' declared work in place
-    plan_work.card_work(profile, notebook)  the same on a card, less what the card skips
+    plan.card_work(profile, notebook)     the same on a card, less what the card skips
     plan.plan(profile) / fdh.course.plan_table(gpu)  per notebook: verdict, fit and estimated wait
 Other subpackages ask these, never a planning module's private names.
 

@@ -6,7 +6,7 @@
     launch            launch_batch: `torchrun` for a notebook cell, the `batch` command
     demo              `make demo`: the blog's ladder (on a GPU without autotuning, the
                       course's) with the course's settings, said before and explained after
-    demo_explain      what the demo says after its ladder: each step, from what was measured
+                      (each step, from what was measured)
     cli               `python -m fastdiff_helpers ...`: the command line over all of these
     cli_compile       its compile commands: warm (a part at a time), tuning, clock
     cli_download      its download command: the course's weights fetched ahead of a workshop

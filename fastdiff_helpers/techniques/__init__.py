@@ -13,11 +13,11 @@ to compose them. Introduced in 01_baseline.ipynb (apply) and one notebook per te
     schedulers     fewer steps: another diffusers scheduler in place of the pipeline's own,
                    few-step distilled weights loaded with theirs
     step_cache     a step cache (DeepCache-style for UNets, a block cache for PixArt and Flux)
-    cache_paths    the denoiser cut in two for it: the full and the cached path (+
-                   cache_paths_flux, Flux's double- and single-stream blocks)
+    cache_paths    the denoiser cut in two for it: the full and the cached path, for the
+                   UNet, PixArt's blocks and Flux's double- and single-stream blocks
     guidance       classifier-free guidance stopped after a share of the steps
-    lora_files     LoRA files made in code, found, read from their header
-    lora           LoRAs loaded, hot-swapped on a compiled pipeline (checked first), fused
+    lora           LoRA files (made in code, found, read from their header), and LoRAs loaded,
+                   hot-swapped on a compiled pipeline (checked first), fused
     memory_savers  the offloads, VAE slicing and tiling, the text encoders dropped after
                    encoding
     flux           Flux.1: what does not apply to it and why, its filter, its attention
