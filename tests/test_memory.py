@@ -121,6 +121,25 @@ def test_peak_memory_of_a_call_adds_the_weights_held():
     assert out["peak_bytes"] - out["resident_bytes"] == 2 * 1_000_000  # ones, then the sum
 
 
+def test_peak_memory_counts_quantized_weights_by_what_holds_them():
+    """torchao's int8 weights are wrapper tensors whose own storage is no memory (its data_ptr
+    raised "invalid python storage", so fdh.peak_memory failed on any quantized pipeline on a
+    CPU): their bytes are their int8 data and scales, about a quarter of the fp32 weights'."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    pipe = fdh.load_pipeline("sd15", weights="tiny", device="cpu", verbose=False)
+    before = fdh.peak_memory(pipe, lambda: torch.ones(250_000) + 1)
+    fdh.quantize(pipe, "int8-dynamic", quant_filter="all")
+    quantized = [m.weight for m in pipe.unet.modules()
+                 if isinstance(m, torch.nn.Linear) and is_traceable_wrapper_subclass(m.weight)]
+    after = fdh.peak_memory(pipe, lambda: torch.ones(250_000) + 1)
+    numel = sum(w.numel() for w in quantized)
+    assert quantized and numel > 50_000
+    saved = before["resident_bytes"] - after["resident_bytes"]
+    assert 2.9 * numel < saved < 3 * numel  # 4 bytes an element down to 1, plus the scales
+    assert after["peak_bytes"] - after["resident_bytes"] == 2 * 1_000_000
+
+
 @pytest.fixture(scope="module")
 def report():
     # 128x128 is twice the tiny VAE's tile (sample_size 64); 2 images for slicing

@@ -10,7 +10,7 @@ import weakref
 from typing import Any, Callable
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_leaves
 
 from ..errors import FastdiffError
@@ -61,6 +61,17 @@ def weight_bytes(model, dtype="bf16") -> dict[str, int]:
             for name, module in model.components.items() if isinstance(module, torch.nn.Module)}
 
 
+def _plain(t: torch.Tensor):
+    """The plain tensors that hold `t`'s bytes: `t` itself, or, for a wrapper subclass such as
+    torchao's quantized weights (whose own storage is no memory: data_ptr raises), the inner
+    tensors it flattens to (torch/utils/_python_dispatch.py is_traceable_wrapper_subclass)."""
+    if is_traceable_wrapper_subclass(t):
+        for name in t.__tensor_flatten__()[0]:
+            yield from _plain(getattr(t, name))
+    else:
+        yield t
+
+
 class _LiveBytes(TorchDispatchMode):
     """Bytes of the tensors that aten ops create on one device, alive at once: each new storage
     is counted when an op returns it and uncounted when Python frees it (a weakref finalizer
@@ -78,8 +89,9 @@ class _LiveBytes(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor) and t.device == self.device:
+        for t in (p for leaf in tree_leaves(out) if isinstance(leaf, torch.Tensor)
+                  for p in _plain(leaf)):
+            if t.device == self.device:
                 storage = t.untyped_storage()
                 key = storage.data_ptr()
                 if key and key not in self.known:
@@ -96,7 +108,8 @@ def _resident(pipe, device: torch.device) -> tuple[int, set[int]]:
     seen: dict[int, int] = {}
     for module in pipe.components.values():
         if isinstance(module, torch.nn.Module):
-            for t in list(module.parameters()) + list(module.buffers()):
+            for t in (p for w in list(module.parameters()) + list(module.buffers())
+                      for p in _plain(w)):
                 if t.device == device and t.untyped_storage().data_ptr():
                     seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
     return sum(seen.values()), set(seen)
