@@ -77,3 +77,15 @@ def test_notebooks_call_the_package_through_its_api():
                          "".join(cell["source"]), re.M):
                 reaching.append(path.name)
     assert not reaching, reaching
+
+
+def test_every_public_name_has_an_example_on_the_helpers_page():
+    """Issue 58: each name fdh exports has one example in docs/helpers.md: a line of its code
+    (the one-screen block) or a code span that uses fdh.<name>, not the bare name."""
+    page = (ROOT / "docs" / "helpers.md").read_text(encoding="utf-8")
+    snippets = [line for block in re.findall(r"```python\n(.*?)```", page, re.S)
+                for line in block.splitlines()] + re.findall(r"`([^`\n]+)`", page)
+    missing = [n for n in fdh.__all__ if not any(
+        re.search(rf"\bfdh\.{re.escape(n)}(?!\w)", s) and s.strip() != f"fdh.{n}"
+        for s in snippets)]
+    assert not missing, f"{missing}: no example of these in docs/helpers.md"
