@@ -17,8 +17,6 @@ cache when cut here or by the next watch that finds the progress file of an unfi
 The hooks a TuningWatch puts into torch while it watches: torch's feedback saver (every
 GEMM/conv choice), a wrapper around coordinate descent (which kernel is being descended on, and
 whether its best config is provisional), and a handler of inductor's precompilation log line.
-
-Introduced in 05_cold_start.ipynb, with the watch.
 """
 
 from __future__ import annotations

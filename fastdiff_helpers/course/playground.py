@@ -5,9 +5,8 @@ benchmark, compare_images, ladder_chart, to_code: its box shows the recipe as pl
 torch and torchao code, what a participant copies); every run loads a fresh pipeline,
 because a pipeline takes one recipe. ipywidgets is imported only when a panel is built.
 
-The playground's vocabulary: its controls (one per Recipe field, with readable labels and
-choices), its phases, and the small formatters its table and images use. Introduced in
-10_playground.ipynb.
+Its vocabulary comes first: its controls (one per Recipe field, with readable labels and
+choices), its phases, and the small formatters its table and images use.
 """
 
 from __future__ import annotations

@@ -13,10 +13,6 @@ or kernels (on a GPU: device time), sorted by name into matmul, convolution, att
 normalisation, elementwise, casts and copies, kernels inductor fused, and other ops; what is
 left of the wall time is host-side time: Python, dispatch and the guards of compiled code
 between ops on a CPU, and on a GPU the time the device sat idle (launch gaps, syncs).
-
-The kinds of work fdh.profile sorts a pipeline's time into, by op and kernel name.
-
-Introduced in 16_where_the_time_goes.ipynb (through fdh.profile).
 """
 
 from __future__ import annotations

@@ -7,11 +7,9 @@ parsed in runs/cli_plan.py.
 
 Introduced in 00_setup.ipynb (README: preparing a workshop).
 
-What of a notebook runs on a card, cell by cell: the course clock's record of each cell's
-work (planning/clock.py cell_work) less what the card skips, so the plan's wait counts only
-what runs, and all of it (issue 51).
-
-Introduced in 00_setup.ipynb (`python -m fastdiff_helpers plan`). On a card:
+What of a notebook runs on a card, cell by cell (card_work): the course clock's record of
+each cell's work (planning/clock.py cell_work) less what the card skips, so the plan's wait
+counts only what runs, and all of it (issue 51). On a card:
 - a model that fits in no size in half precision (planning/sizing.py card_fit) runs nothing: its
   loads, compiles, frames, benchmarks and calls are left out;
 - a compile whose recipe the card refuses (planning/sizing.py rung_verdict: fp8 below sm89, a

@@ -1,16 +1,12 @@
 """`make demo` (python -m fastdiff_helpers demo): the blog's ladder (on a GPU with autotuning
 off and no tuning bundle that covers its compiled steps, the course's, which compiles without
 tuning: demo_ladder) with the course's settings for this machine (fdh.course.settings, the same
-as the notebooks and the playground), said up front with how long it will take here; on a CPU its compiled steps compiled ahead, in parallel;
-and afterwards, each step's change explained from what was measured (its stages, its profile,
+as the notebooks and the playground), said up front with how long it will take here; on a
+CPU its compiled steps compiled ahead, in parallel; and afterwards, each step's change explained from what was measured (its stages, its profile,
 this CPU's measured matmul rates), beside the published GPU figures.
 
 Introduced by `make demo`; `python -m fastdiff_helpers ladder --explain` prints the same
 before/after text around any ladder.
-
-What `make demo` says after its ladder: each step against the one before, from what was
-measured (its stages, its profile, this CPU's matmul rates), and the table beside the blog's
-published A100 figures.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ Introduced in 14_lora_hotswap.ipynb.
 
 The files: one made in code for any denoiser (peft's layers on a meta-device copy, saved by
 diffusers' own save_lora_weights), found (a folder, a file, a hub id) and read from its
-safetensors header. Introduced in 14_lora_hotswap.ipynb.
+safetensors header.
 """
 
 from __future__ import annotations
