@@ -124,11 +124,13 @@ def test_peak_memory_of_a_call_adds_the_weights_held():
 def test_peak_memory_counts_quantized_weights_by_what_holds_them():
     """torchao's int8 weights are wrapper tensors whose own storage is no memory (its data_ptr
     raised "invalid python storage", so fdh.peak_memory failed on any quantized pipeline on a
-    CPU): their bytes are their int8 data and scales, about a quarter of the fp32 weights'."""
+    CPU, and fdh.weight_bytes counted them at their logical dtype): their bytes are their int8
+    data and scales, about a quarter of the fp32 weights'."""
     from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
     pipe = fdh.load_pipeline("sd15", weights="tiny", device="cpu", verbose=False)
     before = fdh.peak_memory(pipe, lambda: torch.ones(250_000) + 1)
+    weights = fdh.weight_bytes(pipe)
     fdh.quantize(pipe, "int8-dynamic", quant_filter="all")
     quantized = [m.weight for m in pipe.unet.modules()
                  if isinstance(m, torch.nn.Linear) and is_traceable_wrapper_subclass(m.weight)]
@@ -137,6 +139,9 @@ def test_peak_memory_counts_quantized_weights_by_what_holds_them():
     assert quantized and numel > 50_000
     saved = before["resident_bytes"] - after["resident_bytes"]
     assert 2.9 * numel < saved < 3 * numel  # 4 bytes an element down to 1, plus the scales
+    # fdh.weight_bytes of the pipeline says the same, within 1 % (it sums each tensor's bytes
+    # where peak_memory counts each storage once); before, it counted int8 weights as fp32
+    assert abs(weights["unet"] - fdh.weight_bytes(pipe)["unet"] - saved) < 0.01 * saved
     assert after["peak_bytes"] - after["resident_bytes"] == 2 * 1_000_000
 
 

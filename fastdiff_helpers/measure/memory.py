@@ -34,6 +34,17 @@ CARDS = {f"{gb} GB ({names})": gb * 1e9 / GIB for gb, names in (
     (PROFILES["h100"].memory_gb, "A100 80GB, H100"))}
 
 
+def _plain(t: torch.Tensor):
+    """The plain tensors that hold `t`'s bytes: `t` itself, or, for a wrapper subclass such as
+    torchao's quantized weights (whose own storage is no memory: data_ptr raises), the inner
+    tensors it flattens to (torch/utils/_python_dispatch.py is_traceable_wrapper_subclass)."""
+    if is_traceable_wrapper_subclass(t):
+        for name in t.__tensor_flatten__()[0]:
+            yield from _plain(getattr(t, name))
+    else:
+        yield t
+
+
 def _weight_dtype(dtype) -> str:
     """A dtype name, or the weight dtype of a Recipe (TF32 is fp32 weights)."""
     if isinstance(dtype, Recipe):
@@ -49,7 +60,8 @@ def weight_bytes(model, dtype="bf16") -> dict[str, int]:
     """Bytes of parameters per component: for a model name, of its full-size architecture in
     `dtype` (a name, or a Recipe: its weight dtype), built on the meta device (no memory, no
     download); for a pipeline, of what it holds now. Buffers (position ids, a few KB) are not
-    counted. Introduced in 11_fitting_your_gpu.ipynb."""
+    counted; a quantized weight counts the tensors that hold it (its 8-bit data and scales).
+    Introduced in 11_fitting_your_gpu.ipynb."""
     if isinstance(model, str):
         key = get_spec(model).key  # an unknown name says which ones exist
         per = resolve_dtype(_weight_dtype(dtype)).itemsize
@@ -57,19 +69,8 @@ def weight_bytes(model, dtype="bf16") -> dict[str, int]:
     if not hasattr(model, "components"):
         raise FastdiffError(f"{arg('model', type(model).__name__)} cannot work: give a model "
                             "name (e.g. 'sdxl') or a pipeline.")
-    return {name: sum(p.numel() * p.element_size() for p in module.parameters())
+    return {name: sum(t.numel() * t.element_size() for p in module.parameters() for t in _plain(p))
             for name, module in model.components.items() if isinstance(module, torch.nn.Module)}
-
-
-def _plain(t: torch.Tensor):
-    """The plain tensors that hold `t`'s bytes: `t` itself, or, for a wrapper subclass such as
-    torchao's quantized weights (whose own storage is no memory: data_ptr raises), the inner
-    tensors it flattens to (torch/utils/_python_dispatch.py is_traceable_wrapper_subclass)."""
-    if is_traceable_wrapper_subclass(t):
-        for name in t.__tensor_flatten__()[0]:
-            yield from _plain(getattr(t, name))
-    else:
-        yield t
 
 
 class _LiveBytes(TorchDispatchMode):
