@@ -6,7 +6,7 @@ Importing is cheap and side-effect free: no downloads, no seeds, no global setti
 the core (models, techniques, measure, results): what a participant takes home, `fdh.<name>`.
 The course's own machinery (the parameters cell, the reference numbers, the day's chart, the
 clock and planning, tuning bundles and cold starts, the long runs and the command line:
-course/, planning/, compiletime/, runs/) is `fdh.course.<name>`, loaded on first use
+course/, with its planning/, compiletime/ and runs/) is `fdh.course.<name>`, loaded on first use
 (_LAZY below; tests/test_layout.py checks that importing loads none of it).
 """
 

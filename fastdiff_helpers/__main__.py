@@ -1,6 +1,6 @@
 """`python -m fastdiff_helpers ladder | bench | env`: see fastdiff_helpers/cli.py."""
 
-from .runs.cli import main
+from .course.runs.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

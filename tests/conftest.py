@@ -45,7 +45,7 @@ def pytest_configure(config):
     in a new process on an empty cache: 205 CPU-s against 222 with the pool of two). It is not
     part of inductor's cache key (torch/_inductor/config.py, _cache_config_ignore_prefix), so
     the graphs are the same ones, from the same cache, as `make demo`'s own compile processes
-    (runs/demo.py) also take them."""
+    (course/runs/demo.py) also take them."""
     if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
         os.environ["OMP_NUM_THREADS"] = "1"
         os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
@@ -59,7 +59,7 @@ def pytest_configure(config):
         # folder (/tmp/torchinductor_<user>), which outlives the run, so a second run on the
         # same machine found those graphs compiled and a clean machine (CI) did not (measured:
         # the memory savers' compiled test, 171 s in one run, 17 s in the next)
-        from fastdiff_helpers.planning.compile_cache import use_course_cache
+        from fastdiff_helpers.course.planning.compile_cache import use_course_cache
 
         use_course_cache(verbose=False)
 
@@ -103,7 +103,7 @@ def pytest_sessionstart(session):
     SIGTERM of `timeout`), so a cut GPU command keeps its tuning."""
     bundle = os.environ.get("FASTDIFF_KEEP_TUNING")
     if bundle:
-        from fastdiff_helpers.compiletime.watch import TuningWatch
+        from fastdiff_helpers.course.compiletime.watch import TuningWatch
 
         watch = TuningWatch(bundle, "gpu-tests", command="pytest " + " ".join(
             str(a) for a in session.config.invocation_params.args))

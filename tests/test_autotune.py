@@ -17,10 +17,10 @@ import pytest
 
 import fastdiff_helpers as fdh
 from fastdiff_helpers import checks
-from fastdiff_helpers.compiletime import bundle as bundle_format
+from fastdiff_helpers.course.compiletime import bundle as bundle_format
 from fastdiff_helpers.measure import record
-from fastdiff_helpers.planning import autotune, coordesc, tuning_state
-from fastdiff_helpers.planning.tuning_state import STATE
+from fastdiff_helpers.course.planning import autotune, coordesc, tuning_state
+from fastdiff_helpers.course.planning.tuning_state import STATE
 from fastdiff_helpers.techniques.ladders import COURSE_LADDER, LADDER
 
 GATE = autotune.course_tuning  # the course's decision, passed to fdh.apply (settings.tuning)
@@ -203,7 +203,7 @@ def test_the_course_settings_switch_autotuning(monkeypatch):
 
 
 def test_the_cli_switch(monkeypatch, capsys):
-    from fastdiff_helpers.runs import cli
+    from fastdiff_helpers.course.runs import cli
     from tools.reference.__main__ import build_parser
 
     parser = cli.build_parser()
@@ -293,7 +293,7 @@ def test_make_demo_on_a_gpu_runs_the_blogs_ladder_only_when_it_need_not_wait_for
     """Issue 44, item 7: on a GPU the blog's compiled steps tune for tens of minutes, so the demo
     runs them only with autotuning on or from bundles that cover all three; otherwise the
     course's fusion-only ladder beside the blog's published figures, and it says which."""
-    from fastdiff_helpers.runs import demo
+    from fastdiff_helpers.course.runs import demo
 
     assert demo.demo_ladder("sdxl", "tiny", "cpu")[0] == "blog"  # a CPU tunes nothing
     ladder, why = demo.demo_ladder("sdxl", "random", "cuda")

@@ -18,9 +18,9 @@ from PIL import Image
 
 import fastdiff_helpers as fdh
 from fastdiff_helpers.errors import FastdiffError
-from fastdiff_helpers.runs import batch as fdb
-from fastdiff_helpers.runs.launch import recipe_flags
-from fastdiff_helpers.runs.cli import main
+from fastdiff_helpers.course.runs import batch as fdb
+from fastdiff_helpers.course.runs.launch import recipe_flags
+from fastdiff_helpers.course.runs.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = dict(model="sd15", weights="tiny", device="cpu", steps=4, height=64, width=64)
@@ -63,7 +63,7 @@ def test_the_batch_command_ends_its_process_group_before_the_process_exits(tmp_p
     interpreter exit, gloo can abort the process after its images are written: launch.py,
     end_process_group)."""
     import torch.distributed as dist
-    from fastdiff_helpers.runs import launch
+    from fastdiff_helpers.course.runs import launch
 
     during = []
 
@@ -112,9 +112,9 @@ def test_bad_input_is_one_line_and_exit_2_before_loading(case, tmp_path, monkeyp
     def no_loading(*args, **kwargs):
         raise AssertionError("a model was loaded for invalid input")
 
-    # the name the batch run calls (imported into runs/batch.py) and the package's own
+    # the name the batch run calls (imported into course/runs/batch.py) and the package's own
     monkeypatch.setattr("fastdiff_helpers.models.loading.load_pipeline", no_loading)
-    monkeypatch.setattr("fastdiff_helpers.runs.batch.load_pipeline", no_loading)
+    monkeypatch.setattr("fastdiff_helpers.course.runs.batch.load_pipeline", no_loading)
     prompts, out, extra = _file(tmp_path), tmp_path / "out", []
     if case == "missing":
         prompts = tmp_path / "nope.txt"
@@ -212,7 +212,7 @@ def test_a_failing_prompt_is_recorded_and_the_rest_go_on(tmp_path, one_thread):
 # file of its rank beside this script (printed, the two ranks' lines once ran into each other
 # on torchrun's shared stdout, a rank's line glued to the end of the other's summary)
 EXIT_THREADS = """import os, sys
-from fastdiff_helpers.runs.cli import main
+from fastdiff_helpers.course.runs.cli import main
 code = main(sys.argv[1:])
 task = "/proc/self/task"
 names = sorted(open(f"{task}/{t}/comm").read().strip() for t in os.listdir(task))

@@ -18,7 +18,7 @@ import fastdiff_helpers as fdh
 from fastdiff_helpers.measure.flops import count_flops
 from fastdiff_helpers.measure.bench import benchmark, naive_time, time_call
 from fastdiff_helpers.results.tables import format_table
-from fastdiff_helpers.runs.ladder import run_ladder
+from fastdiff_helpers.course.runs.ladder import run_ladder
 from fastdiff_helpers.models.loading import FastdiffError
 from fastdiff_helpers.techniques.recipe import BASELINE
 from fastdiff_helpers.techniques.ladders import LADDER
@@ -295,7 +295,7 @@ def test_tiny_ladder_int8_step_quantizes_with_all_and_says_so():
     list of excluded shapes: it selects most tiny linears, so the blog ladder keeps it.) On the
     tiny SDXL: in make test the README's course ladder line has compiled this very step into the
     shared cache."""
-    from fastdiff_helpers.runs.ladder import run_ladder
+    from fastdiff_helpers.course.runs.ladder import run_ladder
     (r,) = run_ladder("sdxl", weights="tiny", device="cpu", steps=2, runs=1, warmup=0,
                       steps_filter=["+ int8 dynamic"], progress=False, ladder="course")
     assert r.ok, r.error

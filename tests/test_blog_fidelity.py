@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.runs.ladder import run_ladder
+from fastdiff_helpers.course.runs.ladder import run_ladder
 from fastdiff_helpers.techniques.recipe import Recipe, RecipeError
 from fastdiff_helpers.techniques.ladders import COURSE_LADDER, LADDER
 from fastdiff_helpers.techniques import quantization
@@ -263,7 +263,7 @@ def test_course_ladder_changes_one_thing_per_step():
 def test_the_course_splits_fusion_from_autotuning():
     """Issue 44: "+ compile" is fusion (default mode with CUDA graphs, no tuning flag), and
     autotuning is the last step, max-autotune with the blog's flags on the step before it."""
-    from fastdiff_helpers.planning import autotune
+    from fastdiff_helpers.course.planning import autotune
 
     steps = dict(COURSE_LADDER)
     fusion, tuned = steps["+ compile"], steps["+ autotune"]

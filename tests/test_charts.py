@@ -9,7 +9,7 @@ from fastdiff_helpers.results.charts import (
     Reference, ladder_chart, memory_chart, models_chart, quality_chart, save_figure,
 )
 from fastdiff_helpers.results.store import Result
-from fastdiff_helpers.planning.published import BLOG_SOURCE
+from fastdiff_helpers.course.planning.published import BLOG_SOURCE
 
 BLOG_SDXL = {"fp32": 7.36, "bf16": 4.63, "sdpa": 3.31, "compile": 2.54, "fuse_qkv": 2.52,
              "int8": 2.43}

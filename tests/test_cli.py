@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fastdiff_helpers.runs.cli import main
+from fastdiff_helpers.course.runs.cli import main
 from fastdiff_helpers.results.store import load_results
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,7 +68,7 @@ def test_bench_writes_one_record(tmp_path, capsys, one_thread):
 
 
 def test_ladder_explain_says_what_runs_compares_with_the_blog_and_points_on(tmp_path, capsys):
-    from fastdiff_helpers.runs import demo
+    from fastdiff_helpers.course.runs import demo
 
     code = main(["ladder", "--model", "sdxl", "--weights", "tiny", "--device", "cpu", "--explain",
                  "--only", "fp32", "--only", "bf16", "--steps", "2", "--runs", "3",

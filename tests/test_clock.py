@@ -1,7 +1,7 @@
 """The course clock (issue 44, item 5): what each notebook compiles and runs on a GPU, counted on
 the CPU, and no notebook that starts a tuning on a GPU without the switch or a bundle.
 
-What the smoke runs record is checked against planning/clock_record.py by
+What the smoke runs record is checked against course/planning/clock_record.py by
 tests/test_notebooks.py; here: the GPU declarations are tied to the cells that need them, the
 notebooks' code is read for any way around the autotune rule, and the estimate is checked on
 records made by hand."""
@@ -16,10 +16,10 @@ import pytest
 
 import fastdiff_helpers as fdh
 
-from fastdiff_helpers.planning import clock, clock_gpu
-from fastdiff_helpers.planning import recorder as clock_log
+from fastdiff_helpers.course.planning import clock, clock_gpu
+from fastdiff_helpers.course.planning import recorder as clock_log
 from fastdiff_helpers.techniques.recipe import recipe_id
-from fastdiff_helpers.planning import autotune
+from fastdiff_helpers.course.planning import autotune
 from doc_pages import doc_texts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,7 +39,7 @@ PLAIN_COMPILE = re.compile(r"\btorch\.compile\(|\.compile\(|\.compile_repeated_b
 def test_every_cell_that_does_more_on_a_gpu_is_declared_and_every_declaration_is_a_cell():
     """A cell tagged "gpu", or one that branches on smoke mode or the device, or compiles with
     torch's own call, does on a GPU what its smoke run does not show: its GPU work is declared
-    in planning/clock_gpu.py (or said to be as recorded). A declared cell id that no notebook
+    in course/planning/clock_gpu.py (or said to be as recorded). A declared cell id that no notebook
     has is stale."""
     missing, stale = [], []
     for path in NOTEBOOKS:
@@ -55,9 +55,9 @@ def test_every_cell_that_does_more_on_a_gpu_is_declared_and_every_declaration_is
             if ("gpu" in tags or branches) and cell_id not in declared:
                 missing.append(f"{path.name}:{cell_id}")
         stale += [f"{path.name}:{c}" for c in declared if c.split("+")[0] not in ids]
-    assert not missing, ("cells whose GPU work fastdiff_helpers/planning/clock_gpu.py does not "
+    assert not missing, ("cells whose GPU work fastdiff_helpers/course/planning/clock_gpu.py does not "
                          f"declare: {missing}")
-    assert not stale, f"planning/clock_gpu.py declares cells that no notebook has: {stale}"
+    assert not stale, f"course/planning/clock_gpu.py declares cells that no notebook has: {stale}"
     assert set(clock_gpu.GPU_WORK) <= {p.name for p in NOTEBOOKS}
 
 
@@ -73,7 +73,7 @@ TUNING_IN_CODE = [
 
 
 def test_no_notebook_starts_a_tuning_on_a_gpu_without_the_switch_or_a_bundle():
-    """Every compile through the helpers obeys the autotune rule (planning/autotune.py, pinned
+    """Every compile through the helpers obeys the autotune rule (course/planning/autotune.py, pinned
     in tests/test_autotune.py); what could go around it is a notebook's own code: switching
     autotuning on, or compiling with tuning by hand. None does. A declared GPU cell that tunes
     runs only with the switch on, and its code checks the switch (or runs a ladder, whose
@@ -255,7 +255,7 @@ def test_the_readme_table_is_the_clocks():
 def test_a_refresh_from_one_notebooks_log_keeps_the_others(tmp_path):
     """`clock --refresh` after one notebook's smoke run rewrites that notebook's record and keeps
     the rest; a notebook that is gone loses its record."""
-    from fastdiff_helpers.planning import clock_record
+    from fastdiff_helpers.course.planning import clock_record
 
     logs, folder = tmp_path / "logs", tmp_path / "notebooks"
     logs.mkdir()

@@ -16,10 +16,10 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.compiletime import cold_start
+from fastdiff_helpers.course.compiletime import cold_start
 from fastdiff_helpers.measure import bench
 from fastdiff_helpers.results.tables import format_table
-from fastdiff_helpers.planning import compile_cache
+from fastdiff_helpers.course.planning import compile_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -186,8 +186,8 @@ def test_warm_load_refuses_a_changed_file_before_anything_is_unpickled(tmp_path,
     import hashlib
     import pickle
 
-    import fastdiff_helpers.compiletime.cold_start as cc
-    from fastdiff_helpers.runs.cli import main
+    import fastdiff_helpers.course.compiletime.cold_start as cc
+    from fastdiff_helpers.course.runs.cli import main
 
     header = dict(cc._stamp(), model="sdxl", steps=["+ compile"])
     data = cc.MAGIC + json.dumps(header).encode() + b"\n" + pickle.dumps({"artifacts": 1})

@@ -37,7 +37,7 @@ def test_the_versions_line_says_what_differs_here():
 
 def test_the_parameters_cell_prints_the_versions_and_no_autotuning(capsys):
     from fastdiff_helpers.course import parameters as S
-    from fastdiff_helpers.planning.tuning_state import STATE
+    from fastdiff_helpers.course.planning.tuning_state import STATE
 
     fdh.course.settings("sdxl", smoke=True)
     said = capsys.readouterr().out

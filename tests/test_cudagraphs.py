@@ -44,7 +44,7 @@ def test_a_plain_torch_compile_is_read_off_the_pipeline():
     an OptimizedModule in place of the UNet): the report reads the mode off it, and the
     clock's kind of call sees a compiled pipeline (an OptimizedModule has no truth value).
     Nothing is called, so nothing compiles."""
-    from fastdiff_helpers.planning import recorder as clock_log
+    from fastdiff_helpers.course.planning import recorder as clock_log
 
     pipe = tiny()
     pipe.unet = torch.compile(pipe.unet, mode="reduce-overhead", fullgraph=True)

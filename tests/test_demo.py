@@ -10,7 +10,7 @@ import io
 import pytest
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.runs import demo
+from fastdiff_helpers.course.runs import demo
 from fastdiff_helpers.measure.timing import progress_bar
 
 

@@ -9,9 +9,9 @@ import huggingface_hub
 import pytest
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.planning.course_downloads import course_downloads
+from fastdiff_helpers.course.planning.course_downloads import course_downloads
 from fastdiff_helpers.models import downloads, hub, pretrained
-from fastdiff_helpers.runs.cli import main
+from fastdiff_helpers.course.runs.cli import main
 from fastdiff_helpers.models.downloads import download_bytes
 
 SDXL = {"unet": 2_567_463_684, "vae": 83_653_863, "text_encoder": 123_060_480,

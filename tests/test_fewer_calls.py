@@ -387,7 +387,7 @@ def test_compiled_with_inductor_through_apply_two_graphs_then_none():
 
 
 def test_cli_bench_takes_the_new_recipe_fields(tmp_path, capsys):
-    from fastdiff_helpers.runs.cli import main
+    from fastdiff_helpers.course.runs.cli import main
 
     argv = ["bench", "--model", "sd15", "--weights", "tiny", "--device", "cpu", "--steps", "4",
             "--runs", "1", "--warmup", "0", "--scheduler", "unipc", "--cache-every", "2",

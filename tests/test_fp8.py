@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.runs import ladder as ladder_module
-from fastdiff_helpers.runs import warm as warm_module
+from fastdiff_helpers.course.runs import ladder as ladder_module
+from fastdiff_helpers.course.runs import warm as warm_module
 from fastdiff_helpers.techniques import quantization
 from fastdiff_helpers.techniques.recipe import FP8, RecipeError
 from fastdiff_helpers.techniques.ladders import COURSE_LADDER
@@ -180,7 +180,7 @@ def test_warm_ladder_skips_fp8_on_a_cpu(monkeypatch, capsys):
 
 
 def test_the_bench_command_refuses_fp8_on_a_cpu_before_loading(monkeypatch, capsys):
-    from fastdiff_helpers.runs import cli
+    from fastdiff_helpers.course.runs import cli
 
     monkeypatch.setattr(cli, "load_pipeline", lambda *a, **k: pytest.fail("loaded"))
     code = cli.main(["bench", "--model", "sd15", "--weights", "tiny", "--device", "cpu",

@@ -87,7 +87,7 @@ def test_colab_opens_each_notebook_on_the_cheapest_card_its_plan_runs_it_on():
     compute capability 8.9) asks for an L4; 18 (Flux, an est. 37.9 GiB peak) for an A100, as
     an L4's 22.4 GiB does not hold it either."""
     from fastdiff_helpers.models.gpus import PROFILES
-    from fastdiff_helpers.planning.plan import plan
+    from fastdiff_helpers.course.planning.plan import plan
 
     gpus = opening.colab_gpus()
     assert {name: gpu for name, gpu in gpus.items() if gpu != "T4"} == {
@@ -116,7 +116,7 @@ def test_the_readme_has_both_badges_for_every_notebook():
 
 def test_the_pages_t4_table_is_the_plans():
     from fastdiff_helpers.models.gpus import PROFILES
-    from fastdiff_helpers.planning.plan import plan
+    from fastdiff_helpers.course.planning.plan import plan
 
     page = (ROOT / "docs" / "hosted.md").read_text(encoding="utf-8")
     section = page.split("## Which notebooks run on a free T4", 1)[1].split("\n## ", 1)[0]
@@ -536,7 +536,7 @@ def test_the_source_editing_commands_refuse_an_installed_package(tmp_path, monke
     """Installed, the package has no notebooks/ beside it: `lessons` and `clock --refresh`
     (which write the course's notebooks, README and clock_record.py) refuse instead of writing
     into the package's folder."""
-    from fastdiff_helpers.planning import clock
+    from fastdiff_helpers.course.planning import clock
 
     monkeypatch.setattr(lessons, "NOTEBOOKS", tmp_path / "site-packages" / "notebooks")
     with pytest.raises(FastdiffError, match="run it in a clone of the repository"):
@@ -544,7 +544,7 @@ def test_the_source_editing_commands_refuse_an_installed_package(tmp_path, monke
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "00_setup.jsonl").write_text("")
     monkeypatch.setattr(clock, "__file__", str(tmp_path / "site-packages" / "fastdiff_helpers"
-                                               / "planning" / "clock.py"))
+                                               / "course" / "planning" / "clock.py"))
     with pytest.raises(FastdiffError, match="refreshed in a clone of the repository"):
         clock.refresh(tmp_path / "out")
     assert not (tmp_path / "site-packages").exists()

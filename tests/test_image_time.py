@@ -1,5 +1,5 @@
-"""fdh.course.image_seconds (planning/image_time.py): the one estimate of an image's seconds, resting on
-the published and measured figures of planning/published.py (issue 51)."""
+"""fdh.course.image_seconds (course/planning/image_time.py): the one estimate of an image's seconds, resting on
+the published and measured figures of course/planning/published.py (issue 51)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.planning import clock
-from fastdiff_helpers.planning import image_time as it
-from fastdiff_helpers.planning.published import OTHER_CARDS, PUBLISHED, SOURCES
+from fastdiff_helpers.course.planning import clock
+from fastdiff_helpers.course.planning import image_time as it
+from fastdiff_helpers.course.planning.published import OTHER_CARDS, PUBLISHED, SOURCES
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOG_MODELS = ("sdxl", "sd15", "ssd1b", "pixart")

@@ -97,7 +97,8 @@ def test_lower_floors_import_nothing_of_the_package():
     (errors.py, which imports nothing) and, for the model data, the other data floors."""
     for name in ("models.presets", "models.spec", "models.flux", "techniques.recipe",
                  "measure.record", "measure.quality", "measure.env", "errors", "results.text",
-                 "models.noise", "measure.compile_events", "models.gpus", "planning.published",
+                 "models.noise", "measure.compile_events", "models.gpus",
+                 "course.planning.published",
                  "models.dtypes"):
         imported = {t for t, _, _ in _imports(f"fastdiff_helpers.{name}")}
         imported.discard("fastdiff_helpers.errors")
@@ -108,8 +109,8 @@ def test_lower_floors_import_nothing_of_the_package():
 
 # The subpackages by role (issue 25), lowest first; errors.py and checks.py are the ground beneath
 # them all. A module imports from its own subpackage, the ground, and the layers below its own.
-LAYERS = ("models", "techniques", "measure", "planning", "compiletime", "results", "course",
-          "runs")
+LAYERS = ("models", "techniques", "measure", "results", "course.planning", "course.compiletime",
+          "course", "course.runs")
 GROUND = {"errors", "checks"}
 TOP_LEVEL = {"__init__", "__main__"} | GROUND
 
@@ -118,6 +119,8 @@ def _place(module: str) -> str:
     """'models' for fastdiff_helpers.models.loading, 'errors' for fastdiff_helpers.errors,
     '' for the package itself."""
     parts = module.split(".")
+    if len(parts) > 2 and ".".join(parts[1:3]) in LAYERS:  # the course layer's own subpackages
+        return ".".join(parts[1:3])
     return parts[1] if len(parts) > 1 else ""
 
 
@@ -125,7 +128,8 @@ def test_every_module_sits_in_a_subpackage():
     loose = sorted(p.stem for p in PACKAGE.glob("*.py"))
     assert set(loose) <= TOP_LEVEL, f"modules outside a subpackage: {sorted(set(loose) - TOP_LEVEL)}"
     assert len(TOP_LEVEL - {"__init__", "__main__"}) <= 2
-    subpackages = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
+    subpackages = sorted(".".join(p.parent.relative_to(PACKAGE).parts)
+                         for p in PACKAGE.glob("**/__init__.py") if p.parent != PACKAGE)
     assert subpackages == sorted(LAYERS), subpackages
 
 
@@ -171,8 +175,9 @@ def test_each_subpackage_docstring_names_its_modules():
     """The one docstring per subpackage says what each of its modules holds: a new module is
     listed where it lands."""
     for layer in LAYERS:
-        doc = ast.get_docstring(ast.parse((PACKAGE / layer / "__init__.py").read_text())) or ""
-        modules = sorted(p.stem for p in (PACKAGE / layer).glob("*.py")
+        folder = PACKAGE.joinpath(*layer.split("."))
+        doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text())) or ""
+        modules = sorted(p.stem for p in folder.glob("*.py")
                          if not p.stem.startswith("_"))
         missing = [m for m in modules if m != "__init__" and not re.search(rf"^\s+{m}\b", doc, re.M)]
         assert not missing, f"{layer}/__init__.py's docstring does not list {missing}"
@@ -283,7 +288,7 @@ def test_plain_code_uses_no_private_attribute():
         assert not private, (recipe, private)
 
 
-COURSE_LAYER = ("course", "planning", "compiletime", "runs")  # the course's own machinery
+COURSE_LAYER = ("course",)  # the course's own machinery: course/ and its planning, compiletime, runs
 
 
 def test_importing_the_package_loads_nothing_of_the_course_layer():

@@ -65,7 +65,7 @@ def test_the_downloads_lines_say_what_each_lesson_adds():
     """On the course's record: 00 loads SDXL in fp32 (its fp16 files on a T4); 02 adds its fp16
     files (bf16 rungs), nothing on a T4; 07, SD1.5's; 03 adds nothing; the set-up notebook
     totals the core path, less on a T4."""
-    from fastdiff_helpers.planning.course_downloads import course_downloads
+    from fastdiff_helpers.course.planning.course_downloads import course_downloads
 
     # on a T4, where SDXL's fp32 does not fit, 00 loads the half-precision files 02 adds (issue 59)
     assert L.downloads_line("00_setup.ipynb", L.core_path()).startswith(
@@ -161,7 +161,7 @@ def test_the_core_path_fits_a_workshop_day():
 
 
 def test_no_core_cell_waits_more_than_three_minutes_on_an_h100():
-    from fastdiff_helpers.planning import clock
+    from fastdiff_helpers.course.planning import clock
 
     run = clock.estimate(notebooks=L.core_path())["notebooks"]
     slow = [f"{nb}:{cell} {c['total_s'] / 60:.1f} min" for nb, n in run.items()

@@ -148,7 +148,7 @@ def test_a_run_carries_the_spec_it_resolved():
     import dataclasses
 
     from fastdiff_helpers.models.loading import call_kwargs, pipeline_spec
-    from fastdiff_helpers.runs.ladder import measure_step
+    from fastdiff_helpers.course.runs.ladder import measure_step
 
     spec = dataclasses.replace(fdh.MODELS["sd15"], steps=3, guidance=1.0)
     pipe = fdh.load_pipeline(spec, weights="tiny", device="cpu", verbose=False)

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.planning import sizing
+from fastdiff_helpers.course.planning import sizing
 from fastdiff_helpers.models import fit
-from fastdiff_helpers.planning.published import PEAKS_GIB
-from fastdiff_helpers.planning.sizing import card_fit
+from fastdiff_helpers.course.planning.published import PEAKS_GIB
+from fastdiff_helpers.course.planning.sizing import card_fit
 
 ROOT = Path(__file__).resolve().parent.parent
 GIB = 1024 ** 3

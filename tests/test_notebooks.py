@@ -295,7 +295,7 @@ def test_notebook_runs_in_smoke_mode(path, monkeypatch):
     """Execute a copy on the tiny model (FASTDIFF_SMOKE=1, CPU, offline); no cell may error."""
     from nbclient import NotebookClient
 
-    # the course clock's record of this run (fastdiff_helpers/planning/clock.py): what each
+    # the course clock's record of this run (fastdiff_helpers/course/planning/clock.py): what each
     # cell loads, compiles and calls, checked below against the committed record
     CLOCK_DIR.mkdir(parents=True, exist_ok=True)
     log = CLOCK_DIR / f"{path.stem}.jsonl"
@@ -337,7 +337,7 @@ def test_notebook_runs_in_smoke_mode(path, monkeypatch):
                               f"{out.get('evalue', '')[:300]}")
     assert not errors, (f"{path.name} ({seconds:.0f} s): " + "\n".join(errors)
                         + f"\nExecuted copy: {EXECUTED_DIR / path.name}")
-    from fastdiff_helpers.planning import clock, clock_record
+    from fastdiff_helpers.course.planning import clock, clock_record
 
     recorded = clock.summarize(clock.read_log(log))
     assert recorded == clock_record.RECORDED.get(path.name, {}), (

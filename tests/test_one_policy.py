@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.runs import cli
+from fastdiff_helpers.course.runs import cli
 from fastdiff_helpers.errors import FastdiffError
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU side of the policy")

@@ -261,7 +261,7 @@ def cli_run(command: str, monkeypatch) -> tuple[dict, str | None] | None:
     reads it in smoke mode, weights="auto" resolved as the CLI resolves it here: (every
     argument but --out, --out), or None for any other line."""
     from fastdiff_helpers.models.pretrained import resolve_weights
-    from fastdiff_helpers.runs.cli import build_parser
+    from fastdiff_helpers.course.runs.cli import build_parser
 
     words = shlex.split(command.split(" # ")[0])
     while words and re.fullmatch(r"[A-Z_]+=\S+", words[0]):
@@ -320,7 +320,7 @@ def test_every_command_runs_as_written(where, command, scratch, monkeypatch):
     instead of computing it again."""
     import torch
 
-    from fastdiff_helpers.runs.ladder import resolve_ladder
+    from fastdiff_helpers.course.runs.ladder import resolve_ladder
 
     if _gpu_only(command) and not torch.cuda.is_available():
         pytest.skip(f"needs a CUDA GPU ({_gpu_only(command)})")

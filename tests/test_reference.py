@@ -225,7 +225,7 @@ def test_a_step_cut_at_the_budget_gets_the_whole_budget_again_three_times(fake, 
 def test_a_compiled_step_whose_compile_tuned_is_measured_by_the_next_command(fake, tmp_path,
                                                                            monkeypatch):
     import torch
-    from fastdiff_helpers.compiletime import bundle as bundle_format
+    from fastdiff_helpers.course.compiletime import bundle as bundle_format
 
     cache = tmp_path / "cache"
     monkeypatch.setenv("FASTDIFF_CACHE_DIR", str(cache))
@@ -416,9 +416,9 @@ def test_the_reference_run_lives_outside_the_package(capsys):
     package a participant installs."""
     import importlib.util
 
-    from fastdiff_helpers.runs.cli import main
+    from fastdiff_helpers.course.runs.cli import main
 
-    assert importlib.util.find_spec("fastdiff_helpers.runs.reference") is None
+    assert importlib.util.find_spec("fastdiff_helpers.course.runs.reference") is None
     assert importlib.util.find_spec("fastdiff_helpers.results.readme") is None
     assert Path(ref.__file__).parent == ROOT / "tools" / "reference"
     assert main(["reference", "--model", "sdxl"]) == 2

@@ -10,7 +10,7 @@ import pytest
 
 import fastdiff_helpers as fdh
 from fastdiff_helpers.results.store import Result, save_results
-from fastdiff_helpers.planning.published import BLOG_SOURCE
+from fastdiff_helpers.course.planning.published import BLOG_SOURCE
 
 
 def _result(step: str, latency: float) -> Result:

@@ -13,11 +13,11 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.runs import cli
+from fastdiff_helpers.course.runs import cli
 from fastdiff_helpers.models import loading
 from fastdiff_helpers.errors import FastdiffError
 from fastdiff_helpers.techniques.recipe import RecipeError
-from fastdiff_helpers.runs.batch import read_prompts
+from fastdiff_helpers.course.runs.batch import read_prompts
 from fastdiff_helpers.results.store import save_result
 
 

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.runs.cli import main
-from fastdiff_helpers.planning import sizing
+from fastdiff_helpers.course.runs.cli import main
+from fastdiff_helpers.course.planning import sizing
 from fastdiff_helpers.models import fit, gpus
-from fastdiff_helpers.planning import plan as plan_mod
-from fastdiff_helpers.planning import clock
+from fastdiff_helpers.course.planning import plan as plan_mod
+from fastdiff_helpers.course.planning import clock
 
 T4, L4, A100, H100 = (gpus.PROFILES[k] for k in ("t4", "l4", "a100-40", "h100"))
 COURSE = dict(fdh.COURSE_LADDER)

@@ -22,9 +22,9 @@ import pytest
 
 import fastdiff_helpers as fdh
 from fastdiff_helpers.errors import FastdiffError
-from fastdiff_helpers.compiletime import bundle as bundle_format, bundle_cache, bundle_io
-from fastdiff_helpers.compiletime import watch as tuning_watch
-from fastdiff_helpers.planning.tuning_state import STATE
+from fastdiff_helpers.course.compiletime import bundle as bundle_format, bundle_cache, bundle_io
+from fastdiff_helpers.course.compiletime import watch as tuning_watch
+from fastdiff_helpers.course.planning.tuning_state import STATE
 from fastdiff_helpers.measure.compile_events import recompile_reasons
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -516,7 +516,7 @@ def test_the_next_watch_drops_what_a_killed_run_was_descending_on(tmp_path, monk
 
 WATCHED = r"""
 import os, sys, time
-from fastdiff_helpers.compiletime.watch import TuningWatch
+from fastdiff_helpers.course.compiletime.watch import TuningWatch
 with TuningWatch(sys.argv[1], "toy", command="killed", every_s=600):
     print("watching", flush=True)
     time.sleep(60)
@@ -574,7 +574,7 @@ def test_each_part_compiles_with_the_inputs_the_pipeline_gives_it(monkeypatch, m
 
 
 def test_the_tuning_command_exports_imports_and_shows(tmp_path, capsys):
-    from fastdiff_helpers.runs.cli import main
+    from fastdiff_helpers.course.runs.cli import main
 
     cache = _cache(tmp_path, GEMM, BEST)
     bundle = tmp_path / "b.json.gz"
@@ -606,7 +606,7 @@ def test_a_test_session_keeps_its_tuning_when_asked(tmp_path):
     assert content["model"] == "gpu-tests" and content["gemm"] == GEMM
     assert content["runs"][0]["command"].startswith("pytest ")
     # and the CLI imports every bundle of this machine under a folder
-    from fastdiff_helpers.runs.cli import main
+    from fastdiff_helpers.course.runs.cli import main
     import torch
 
     mine = tmp_path / "results" / "cpu" / "tuning" / torch.__version__ / "gpu-tests.json.gz"

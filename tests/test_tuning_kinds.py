@@ -1,7 +1,7 @@
 """Tuning seeded across GPU kinds of one design (issue 44, item 4): an H200's tuning taken on an
 H100 SXM only when asked for by name, only with the same SM count and compute capability, and
 said wherever it is used. No GPU here: the stamps of the two machines are written as the two
-GPUs would write them (compiletime/bundle.py tuning_stamp), around this machine's own
+GPUs would write them (course/compiletime/bundle.py tuning_stamp), around this machine's own
 torch, triton and system hash."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.compiletime import bundle as bundle_format, bundle_cache, bundle_io
+from fastdiff_helpers.course.compiletime import bundle as bundle_format, bundle_cache, bundle_io
 from fastdiff_helpers.errors import FastdiffError
-from fastdiff_helpers.planning import autotune, tuning_state
-from fastdiff_helpers.planning.tuning_state import STATE
+from fastdiff_helpers.course.planning import autotune, tuning_state
+from fastdiff_helpers.course.planning.tuning_state import STATE
 from test_tuning import _raw  # the slot's by-hand tarball, as tools/gpu_slot.sh makes it
 
 GEMM = {"mm": {"[key A]": {"highest": {"aten": 1.0, "triton_a": 0.5}}}}
@@ -139,8 +139,8 @@ def raw_of(tmp_path, name: str) -> str:
 
 def test_a_raw_tarball_of_a_known_kind_seeds_a_gpu_of_the_same_design(tmp_path, monkeypatch):
     raw = raw_of(tmp_path, "NVIDIA H200")
-    assert fdh.compiletime.bundle_cache.import_raw(raw, cache_dir=tmp_path / "a",
-                                                 verbose=False) is None  # not this GPU's
+    assert bundle_cache.import_raw(raw, cache_dir=tmp_path / "a",
+                                   verbose=False) is None  # not this GPU's
     monkeypatch.setattr(bundle_cache, "_this_gpu", lambda: (132, [9, 0]))
     done = bundle_cache.import_raw(raw, cache_dir=tmp_path / "b", verbose=False,
                                  from_kind="NVIDIA H200")
@@ -154,7 +154,7 @@ def test_a_raw_tarball_of_a_known_kind_seeds_a_gpu_of_the_same_design(tmp_path, 
 
 
 def test_the_cli_takes_another_kind_only_by_name(tmp_path, monkeypatch, capsys):
-    from fastdiff_helpers.runs.cli import main
+    from fastdiff_helpers.course.runs.cli import main
 
     as_h100(monkeypatch)
     h200 = bundle_of(tmp_path, "NVIDIA H200", 132)

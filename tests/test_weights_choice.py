@@ -76,7 +76,7 @@ def fake_gpu(monkeypatch):
     reads the GPU's name)."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr("fastdiff_helpers.course.parameters.import_course_tuning", lambda t=None: [])
-    # course_settings sizes the course for the card (planning/sizing.py): an H100's properties
+    # course_settings sizes the course for the card (course/planning/sizing.py): an H100's properties
     props = fdh.gpu_profile("h100").properties()
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a, **k: props)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, **k: (9, 0))

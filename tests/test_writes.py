@@ -21,18 +21,18 @@ import pytest
 from PIL import Image
 
 import fastdiff_helpers as fdh
-import fastdiff_helpers.runs.ladder as ladder_mod
+import fastdiff_helpers.course.runs.ladder as ladder_mod
 import tools.reference.run as ref
 from tools.reference import folder as reference_folder
-from fastdiff_helpers.compiletime import bundle as bundle_format, cold_start
+from fastdiff_helpers.course.compiletime import bundle as bundle_format, cold_start
 from fastdiff_helpers.measure.profile import load_trace
-from fastdiff_helpers.compiletime.watch import TuningWatch
+from fastdiff_helpers.course.compiletime.watch import TuningWatch
 from fastdiff_helpers.results.store import Result
-from fastdiff_helpers.runs import demo
-from fastdiff_helpers.runs.cli import main
-from fastdiff_helpers.runs.launch import launch_batch
+from fastdiff_helpers.course.runs import demo
+from fastdiff_helpers.course.runs.cli import main
+from fastdiff_helpers.course.runs.launch import launch_batch
 from fastdiff_helpers.techniques.lora import LORA_FILE
-from fastdiff_helpers.planning.tuning_state import STATE
+from fastdiff_helpers.course.planning.tuning_state import STATE
 
 THEIRS = "a file the writer did not make\n"
 

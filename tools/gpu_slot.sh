@@ -12,7 +12,7 @@
 #                                                   --part PART (denoiser | vae | all) --autotune:
 #                                                   tune one part of one compiled step
 #
-# Tuning is data (fastdiff_helpers/compiletime/bundle.py): warm and reference import every committed
+# Tuning is data (fastdiff_helpers/course/compiletime/bundle.py): warm and reference import every committed
 # bundle of this GPU kind and torch build (results/*/tuning/<torch>/*.json.gz) before compiling,
 # and grow results/<gpu>/tuning/<torch>/<model>.json.gz while they tune (every 30 s, at the end,
 # and on the SIGTERM that `timeout` sends at T seconds), beside <model>.progress.json (where the
@@ -52,7 +52,7 @@ bring_back() {  # what this machine measured and tuned so far, whatever happened
     mkdir -p "$OUT/tuning-$gpu" && cp "$file" "$OUT/tuning-$gpu/"
   done
   local cache
-  cache=$(python3 -c 'from fastdiff_helpers.planning.compile_cache import use_course_cache
+  cache=$(python3 -c 'from fastdiff_helpers.course.planning.compile_cache import use_course_cache
 print(use_course_cache(verbose=False))' 2>/dev/null) || return 0
   if [ -d "$cache/cache" ]; then
     (cd "$cache" && { find ./cache -type f; find . -name '*.best_config'; } > /tmp/raw-list.txt \
@@ -74,7 +74,7 @@ print(json.dumps({"bf16_matmul_tflops": round(f.measure_matmul_tflops("cuda"), 1
       | tee -a "$LOGS/matmul.jsonl"
     python3 -m fastdiff_helpers tuning import --matching results
     # the compiles of the tests grow a bundle of their own (tests/conftest.py)
-    FASTDIFF_KEEP_TUNING=$(python3 -c 'from fastdiff_helpers.compiletime.bundle import bundle_path
+    FASTDIFF_KEEP_TUNING=$(python3 -c 'from fastdiff_helpers.course.compiletime.bundle import bundle_path
 print(bundle_path("gpu-tests"))') timeout -k 20 "${T:-540}" python3 -m pytest tests/gpu -m gpu \
       -q -rA -p no:cacheprovider --junitxml="$LOGS/junit-$group.xml" "$@" 2>&1 \
       | tee "$LOGS/pytest-$group.log"

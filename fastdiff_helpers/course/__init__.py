@@ -1,4 +1,5 @@
-"""course: what serves the notebooks.
+"""course: the course layer, what serves the notebooks. The package without it is the core a
+participant takes home; the core imports nothing from here.
 
     parameters        the parameters cell (smoke mode, fdh.course.settings), GPU-only cells
     reference         the reference numbers a notebook quotes: the blog's published row and
@@ -20,8 +21,10 @@
     nbclean           git's clean filter for the notebooks (committed without outputs, which
                       the files keep) and `make lab`'s post-save hook
 
-The course sized for the card (card_fit, rung_verdict) is planning's (planning/sizing.py).
-Imports the layers below it (models to results), nothing of runs.
+Its three subpackages: planning (what a card will do with the course, before anything runs: the
+clock, the estimates, sizing, the course's compile decisions), compiletime (tuning bundles,
+cold starts), runs (the long runs and the command line, `python -m fastdiff_helpers`). The
+modules above import the core layers, planning and compiletime, nothing of runs.
 
 `fdh.course` is the course layer's one public name: every call that runs the course rather than
 a technique a participant takes home (the parameters cell, the reference numbers and the
@@ -41,24 +44,24 @@ _API = {
     **{n: ("course.reference", n) for n in ("reference_numbers", "reference_rate",
                                              "reference_result")},
     **{n: ("course.day", n) for n in ("day_chart", "keep_rung")},
-    "run_batch": ("runs.batch", "run_batch"), "run_ladder": ("runs.ladder", "run_ladder"),
-    "warm_ladder": ("runs.warm", "warm_ladder"),
-    **{n: ("runs.launch", n) for n in ("format_summary", "launch_batch")},
-    **{n: ("planning.image_time", n) for n in ("image_basis", "image_seconds")},
-    "plan_table": ("planning.plan", "plan_table"),
-    **{n: ("planning.published", n) for n in ("BLOG_A100_SECONDS", "BLOG_A100_WHERE",
+    "run_batch": ("course.runs.batch", "run_batch"), "run_ladder": ("course.runs.ladder", "run_ladder"),
+    "warm_ladder": ("course.runs.warm", "warm_ladder"),
+    **{n: ("course.runs.launch", n) for n in ("format_summary", "launch_batch")},
+    **{n: ("course.planning.image_time", n) for n in ("image_basis", "image_seconds")},
+    "plan_table": ("course.planning.plan", "plan_table"),
+    **{n: ("course.planning.published", n) for n in ("BLOG_A100_SECONDS", "BLOG_A100_WHERE",
                                                "FLUX_COMPILE_SECONDS", "FLUX_H100_BEST",
                                                "FLUX_H100_SECONDS")},
-    **{n: ("planning.autotune", n) for n in ("autotune_enabled", "set_autotune",
+    **{n: ("course.planning.autotune", n) for n in ("autotune_enabled", "set_autotune",
                                               "tuning_estimate")},
-    "use_course_cache": ("planning.compile_cache", "use_course_cache"),
-    **{n: ("compiletime.cold_start", n) for n in ("first_image_in_new_process",
+    "use_course_cache": ("course.planning.compile_cache", "use_course_cache"),
+    **{n: ("course.compiletime.cold_start", n) for n in ("first_image_in_new_process",
                                                    "load_artifacts", "save_artifacts")},
-    **{n: ("compiletime.bundle", n) for n in ("bundle_path", "tuning_stamp")},
-    **{n: ("compiletime.bundle_io", n) for n in ("export_tuning", "import_tuning",
+    **{n: ("course.compiletime.bundle", n) for n in ("bundle_path", "tuning_stamp")},
+    **{n: ("course.compiletime.bundle_io", n) for n in ("export_tuning", "import_tuning",
                                                   "show_tuning")},
-    "cpu_tuning_run": ("compiletime.tuning_cpu", "cpu_tuning_run"),
-    "TuningWatch": ("compiletime.watch", "TuningWatch"),
+    "cpu_tuning_run": ("course.compiletime.tuning_cpu", "cpu_tuning_run"),
+    "TuningWatch": ("course.compiletime.watch", "TuningWatch"),
 }
 
 __all__ = sorted(_API)

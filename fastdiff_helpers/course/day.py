@@ -18,7 +18,7 @@ from PIL import Image
 
 from ..errors import FastdiffError
 from ..measure.quality import compare_images
-from ..planning.published import BLOG_A100_SECONDS
+from .planning.published import BLOG_A100_SECONDS
 from ..results.charts import ChartFigure
 from ..results.store import Result, load_results, save_result
 from ..results.text import psnr_text, seconds_text

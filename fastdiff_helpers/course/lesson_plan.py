@@ -8,12 +8,12 @@ Introduced in README.md ("The syllabus").
 from __future__ import annotations
 
 from ..models.gpus import PROFILES
-from ..planning import clock
-from ..planning.clock_record import RECORDED
+from .planning import clock
+from .planning.clock_record import RECORDED
 from ..models.downloads import download_bytes, files_dtype
-from ..planning.course_downloads import course_downloads, for_card
-from ..planning.plan import plan
-from ..planning.plan import card_work
+from .planning.course_downloads import course_downloads, for_card
+from .planning.plan import plan
+from .planning.plan import card_work
 
 __all__ = ["waits", "t4_waits", "cell_waits", "wait_words", "downloads_line"]
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import functools
 
 from ..models.gpus import PROFILES
-from ..planning.plan import plan
+from .planning.plan import plan
 from . import hosted
 
 # The GPU Colab opens each notebook on (its metadata: accelerator, colab.gpuType): the cheapest
-# card Colab offers whose plan (planning/plan.py) runs the lesson; a lesson about fp8 needs a
+# card Colab offers whose plan (course/planning/plan.py) runs the lesson; a lesson about fp8 needs a
 # card that does not skip fp8.
 COLAB_CARDS = (("T4", "t4"), ("L4", "l4"), ("A100", "a100-40"))  # (Colab's name, profile)
 FP8_LESSONS = ("15",)

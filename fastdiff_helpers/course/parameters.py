@@ -18,15 +18,15 @@ from ..models.presets import get_spec
 from ..models.gpus import gpu_profile
 from ..models.hooks import auto_weights
 from ..models.pretrained import check_weights
-from ..planning.autotune import autotune_enabled, course_tuning, set_autotune
-from ..compiletime.bundle_io import import_matching
-from ..planning.tuning_state import STATE
+from .planning.autotune import autotune_enabled, course_tuning, set_autotune
+from .compiletime.bundle_io import import_matching
+from .planning.tuning_state import STATE
 from ..results.store import REFERENCE_ROOT
 from ..techniques.recipe import BASELINE, Recipe
-from ..planning.sizing import card_fit, fitting_sizes, rung_verdict
+from .planning.sizing import card_fit, fitting_sizes, rung_verdict
 from .hosted import card_problem
 from .weights import carried_rule, course_weights
-from ..planning.recorder import start_recording
+from .planning.recorder import start_recording
 from .written_for import written_for_line
 
 
@@ -59,15 +59,15 @@ class CourseSettings:
     # the most timed runs fdh.benchmark may add to settle a median (None: its default, 4 x
     # runs); smoke mode proves the code runs, so it times `runs` calls and no more
     max_runs: int | None = None
-    # whether compiles may tune on a GPU (planning/autotune.py): the switch as it stands; left
+    # whether compiles may tune on a GPU (course/planning/autotune.py): the switch as it stands; left
     # out of the repr the parameters cell prints, as autotuning waits for the optional lesson 13
     autotune: bool = field(default=False, repr=False)
-    # on a GPU: the largest batch that fits at this size (planning/sizing.py), and the card's
+    # on a GPU: the largest batch that fits at this size (course/planning/sizing.py), and the card's
     # profile key ("t4", "h100", "other"; None without a GPU)
     max_batch: int = 1
     gpu: str | None = None
     # the baseline's dtype: "fp32", or on a card where the model's fp32 does not fit, the
-    # card's half precision (planning/sizing.py card_fit); settings.baseline is its recipe
+    # card's half precision (course/planning/sizing.py card_fit); settings.baseline is its recipe
     baseline_dtype: str = "fp32"
 
     @property
@@ -76,7 +76,7 @@ class CourseSettings:
         (`tuning=settings.tuning`): on a GPU a compile that would tune (max-autotune, the
         blog's coordinate descent) runs its default-mode equivalent, said in one line, unless
         autotuning is switched on (`autotune=True` here) or an imported tuning bundle covers it
-        (planning/autotune.py course_tuning). Introduced in 04_torch_compile.ipynb."""
+        (course/planning/autotune.py course_tuning). Introduced in 04_torch_compile.ipynb."""
         return course_tuning
 
     @property
@@ -90,7 +90,7 @@ class CourseSettings:
     def skip(self, recipe: Recipe) -> str | None:
         """Why this card skips `recipe`, said in one line before anything loads, or None where
         it runs (always off a GPU): the hardware it names (fp8 below sm89), and, for full-size
-        weights, its estimated peak at this size; decided by planning/sizing.py rung_verdict, as
+        weights, its estimated peak at this size; decided by course/planning/sizing.py rung_verdict, as
         the plan decides. Introduced in 16_where_the_time_goes.ipynb."""
         if self.device != "cuda":
             return None
@@ -113,7 +113,7 @@ class CourseSettings:
 
     def sizes_that_fit(self, sizes: Sequence[int]) -> list[int]:
         """The `sizes` (square, in pixels) whose estimated peak in half precision fits this
-        card (planning/sizing.py; every size off a GPU), saying which were left out and why.
+        card (course/planning/sizing.py; every size off a GPU), saying which were left out and why.
         Introduced in 05_cold_start.ipynb."""
         if self.gpu is None or self.weights == "tiny":
             return list(sizes)
@@ -139,7 +139,7 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
     tiny weights on the CPU, 2 steps, 64x64, 2 timed runs. Otherwise the model's native
     resolution and 30 steps, weights="auto" (fdh.choose_weights: on a GPU never random unasked),
     5 timed runs after 2 warm-ups. On a GPU the size, timed runs and warm-ups are sized for
-    the card (planning/sizing.py card_fit: the native size where it fits in half precision, fewer
+    the card (course/planning/sizing.py card_fit: the native size where it fits in half precision, fewer
     timed runs where an image takes long) and said in one line; what you pass is kept.
     "auto" is resolved here and the choice printed; the
     tiny model gets its tiny resolution and TINY_STEPS (10) steps: the CPU story, the same in
@@ -222,7 +222,7 @@ def import_course_tuning(tuning: str | Path | None = None) -> list[dict]:
               f"({sum(d.get('covers', 0) for d in done)} compiled part(s) covered): "
               + ", ".join(d["path"] for d in done))
     # Nothing is said about autotuning otherwise: the core path never tunes, and a compile that
-    # would tune says so itself (planning/autotune.py; 13_autotuning.ipynb teaches the switch).
+    # would tune says so itself (course/planning/autotune.py; 13_autotuning.ipynb teaches the switch).
     return done
 
 

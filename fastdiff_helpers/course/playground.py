@@ -26,7 +26,7 @@ from ..models.loading import free_memory, load_pipeline
 from ..models.presets import MODELS, SCHEDULERS
 from ..models.pretrained import check_weights
 from ..techniques import apply
-from ..planning.autotune import course_tuning
+from .planning.autotune import course_tuning
 from ..techniques.schedulers import set_scheduler
 from ..techniques.recipe import BASELINE, KNOBS, Recipe, RecipeError
 from ..measure.bench import benchmark

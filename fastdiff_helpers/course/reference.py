@@ -18,7 +18,7 @@ from typing import Sequence
 from .. import checks
 from ..errors import FastdiffError
 from ..models.presets import get_spec
-from ..planning.published import BLOG_A100_WHERE, FLUX_H100_WHERE, published_ladder
+from .planning.published import BLOG_A100_WHERE, FLUX_H100_WHERE, published_ladder
 from ..results.store import REFERENCE_ROOT, Result, load_results
 from ..results.tables import format_table
 from ..techniques.ladders import LADDERS

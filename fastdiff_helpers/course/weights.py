@@ -5,7 +5,7 @@ Each notebook is its own kernel process: what course settings chose there ("pret
 weights="auto" in every later notebook and process: course settings put carried_rule before
 load_pipeline's own choice (models/hooks.py auto_weights). The file is
 $FASTDIFF_WEIGHTS_FILE, else ~/.cache/fastdiff/weights.json (beside the course's compile cache,
-planning/compile_cache.py): per user and machine, as the Hugging Face cache is. It is written
+course/planning/compile_cache.py): per user and machine, as the Hugging Face cache is. It is written
 whole into a temporary file of the same folder and moved over the old one (os.replace), so a
 kernel that reads it meanwhile sees the old choices or the new, never half a file. Only a
 GPU's choices are kept: on a CPU "auto" decides as it always did (pretrained, else tiny).

@@ -20,5 +20,5 @@ techniques.
 
 Imports the models and the techniques (a Result records the recipe a pipeline runs), nothing
 of planning, compiletime, results, course or runs. What compiling costs and leaves behind
-(tuning, compile artifacts) is compiletime/; the course clock, planning/clock.py.
+(tuning, compile artifacts) is compiletime/; the course clock, course/planning/clock.py.
 """

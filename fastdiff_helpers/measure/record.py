@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-# the start of the note planning/autotune.py gives a compile it ran without tuning (its
+# the start of the note course/planning/autotune.py gives a compile it ran without tuning (its
 # AUTOTUNE_OFF; this module imports nothing of the package, tests/test_autotune.py ties the two)
 AUTOTUNE_OFF = "autotuning is off:"
 # the start of benchmark()'s note of a compile that read tuning of another GPU kind

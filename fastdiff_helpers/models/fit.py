@@ -24,7 +24,7 @@ GIB = 1024 ** 3
 # runs its two halves as a batch of 2), in bytes, per model and precision ("half": bf16 and
 # fp16): a peak (torch.cuda.max_memory_allocated) minus the exact weights, the larger of this
 # project's measurement (SDXL on the H100, results/h100-80gb-hbm3/sdxl/results.jsonl
-# peak_memory_bytes) and the published one (diffusion-fast's A100 runs: planning/published.py
+# peak_memory_bytes) and the published one (diffusion-fast's A100 runs: course/planning/published.py
 # PEAKS_GIB). tests/test_memory_model.py recomputes each. Flux has no measured or published
 # peak: SDXL's, at the same 1024x1024 (an estimate).
 ACT_BYTES = {("sdxl", "fp32"): 5.309e9, ("sdxl", "half"): 2.709e9,

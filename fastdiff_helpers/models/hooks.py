@@ -6,7 +6,7 @@ the helpers do; neither changes a result, and without a listener or a rule nothi
   a CUDA GPU runs, scope, compile_vae, inductor_flags, and the Recipe fdh.apply was asked, or
   None), "trace" / "trace_end" (fdh.graph_breaks tracing the denoiser: pipe), "benchmark" /
   "benchmark_end" (fdh.benchmark's calls: pipe, profile). The course clock's recorder listens
-  (planning/recorder.py, which course settings turns on in the notebooks' smoke runs).
+  (course/planning/recorder.py, which course settings turns on in the notebooks' smoke runs).
 - The weights rule: `auto_weights(rule)` puts a rule before load_pipeline's own for
   weights="auto" (models/pretrained.py choose_weights): rule(spec, path, device) returns
   (weights, why), or None to leave the choice to the helpers. The course's carries what a

@@ -41,7 +41,7 @@ LADDER: list[tuple[str, Recipe]] = [
 # the graphs where they cannot run) and none of the tuning flags, a minute or so a graph on a
 # GPU; "+ autotune", the last step, is max-autotune with the blog's four inductor flags
 # (coordinate descent among them) on the step before it: tens of minutes of tuning on a new GPU,
-# run only when asked for or read from a bundle (planning/autotune.py). Each step changes one
+# run only when asked for or read from a bundle (course/planning/autotune.py). Each step changes one
 # thing of the one before (tested).
 _C_TF32 = replace(BASELINE, dtype="tf32")
 _C_BF16 = replace(BASELINE, dtype="bf16")

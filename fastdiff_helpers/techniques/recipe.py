@@ -97,7 +97,7 @@ class Knob:
         flag is --name-with-dashes, --no-name for a switch that is on by default); choices: the
         values it takes (none: a whole number, or a share); widget: the playground's values
         where they are not the choices; unset: the playground's word for None (or False);
-        cost: what prices it in the course's time estimates (planning/image_time.py):
+        cost: what prices it in the course's time estimates (course/planning/image_time.py):
         "path" (it picks the precision and compile path), or {value: (words, published step,
         the step it is measured against)}, the published ratio of two steps of a ladder."""
     step: str
@@ -139,7 +139,7 @@ class Recipe:
       fp8 ("fp8-dynamic", "fp8-dynamic-row") below compute capability 8.9;
     - what would tune for minutes on a GPU (max-autotune, the blog's coordinate descent) runs
       its default-mode equivalent, said in one line, unless autotuning is switched on or an
-      imported tuning bundle covers it (planning/autotune.py; fdh.course.set_autotune).
+      imported tuning bundle covers it (course/planning/autotune.py; fdh.course.set_autotune).
 
     Introduced in 01_baseline.ipynb.
     """

@@ -5,7 +5,7 @@ Three new processes compile the same small module with coordinate descent on (th
 each with its own empty compile cache and four compile workers, so that every Triton kernel is
 compiled in a worker and pickled back to the parent (torch/_inductor/runtime/compile_tasks.py):
 1. tunes and exports its tuning as a bundle (fdh.course.export_tuning);
-2. imports the bundle, with the course's patch (fdh.planning.coordesc.keep_coordesc_marks):
+2. imports the bundle, with the course's patch (fdh.course.planning.coordesc.keep_coordesc_marks):
    it must time no coordinate-descent config at all;
 3. imports it without the patch: the control, printed (on a torch with pytorch#172819 it
    descends again from the imported configs).
@@ -28,7 +28,7 @@ CHILD = r"""
 import json, sys
 import torch
 import fastdiff_helpers as fdh
-from fastdiff_helpers.planning import coordesc
+from fastdiff_helpers.course.planning import coordesc
 from torch._dynamo.utils import counters
 
 what, bundle, keep = sys.argv[1], sys.argv[2], sys.argv[3] == "1"

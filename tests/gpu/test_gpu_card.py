@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.planning.sizing import card_fit
+from fastdiff_helpers.course.planning.sizing import card_fit
 from fastdiff_helpers.models.gpus import TEMPLATE_SMS
 
 pytestmark = [pytest.mark.gpu,

@@ -1,6 +1,6 @@
 """`python3 -m tools.reference`: measure a ladder into results/<gpu>/<model>, the steps not yet
 recorded there, within a time budget (resumable). The flags the package's `ladder` command
-takes (fastdiff_helpers/runs/cli.py), and the run's own."""
+takes (fastdiff_helpers/course/runs/cli.py), and the run's own."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from typing import Sequence
 
 from fastdiff_helpers import checks
 from fastdiff_helpers.errors import FastdiffError
-from fastdiff_helpers.planning.autotune import set_autotune
+from fastdiff_helpers.course.planning.autotune import set_autotune
 from fastdiff_helpers.techniques.ladders import LADDERS
 from fastdiff_helpers.course.parameters import course_hooks
-from fastdiff_helpers.runs.cli import INPUT_ERRORS, _check_counts, _common, _Parser, refused
-from fastdiff_helpers.runs.ladder import resolve_ladder
+from fastdiff_helpers.course.runs.cli import INPUT_ERRORS, _check_counts, _common, _Parser, refused
+from fastdiff_helpers.course.runs.ladder import resolve_ladder
 
 from .run import COMMAND, run_reference
 

@@ -174,7 +174,7 @@ def record_tuning(folder: Folder, watch, attempt: dict, name: str, events: dict,
                   ) -> None:
     """Record an attempt that tuned (finished "tuned") or was cut at the budget (False): its
     seconds and tuning counters, in reference.json and in the tuning bundle's run record
-    (with what a finished one covers: planning/autotune.py covers)."""
+    (with what a finished one covers: course/planning/autotune.py covers)."""
     import time
 
     seconds = round(time.monotonic() - step_started, 1)

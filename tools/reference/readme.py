@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from fastdiff_helpers import checks
-from fastdiff_helpers.planning.published import BLOG_SOURCE, published_ladder
+from fastdiff_helpers.course.planning.published import BLOG_SOURCE, published_ladder
 from fastdiff_helpers.techniques.ladders import LADDERS
 from fastdiff_helpers.results.store import Result, load_results
 from fastdiff_helpers.results.text import memory_text, psnr_text, seconds_text
@@ -45,7 +45,7 @@ def _ladder_of(folder: Path, records: list[Result]) -> str:
 def tuning_seconds(folder: Path, model: str, torch_version: str) -> dict[str, float]:
     """Seconds of the commands that tuned each compiled step, summed across commands, from the
     model's tuning bundle beside the folder (<gpu>/tuning/<torch>/<model>.json.gz; every
-    command that tuned wrote its run there: compiletime/watch.py). Read with gzip and json
+    command that tuned wrote its run there: course/compiletime/watch.py). Read with gzip and json
     alone; no bundle: {}."""
     import gzip
 

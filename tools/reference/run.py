@@ -12,7 +12,7 @@ are made with it). What run_ladder does in one go, this does in pieces that add 
 - with a budget it never starts a step it expects not to finish (the estimate comes from the
   steps recorded here, or a first guess by step kind), stops at the budget otherwise (the cut
   step leaves no record) and says in one line how to continue (exit code 3);
-- tuning is data (compiletime/bundle.py): it imports every committed tuning bundle of this GPU
+- tuning is data (course/compiletime/bundle.py): it imports every committed tuning bundle of this GPU
   kind and torch build (results/*/tuning/<torch>/*.json.gz) before the first compile, keeps
   the model's bundle (results/<gpu>/tuning/<torch>/<model>.json.gz) growing while it compiles,
   and measures a compiled step only in a command whose compile tuned nothing: a step that
@@ -31,21 +31,21 @@ from pathlib import Path
 
 from fastdiff_helpers import checks
 from fastdiff_helpers.errors import FastdiffError
-from fastdiff_helpers.planning.published import published_ladder
+from fastdiff_helpers.course.planning.published import published_ladder
 from fastdiff_helpers.models.loading import free_memory
 from fastdiff_helpers.models.pretrained import resolve_weights
-from fastdiff_helpers.planning.autotune import covers, step_blocked
+from fastdiff_helpers.course.planning.autotune import covers, step_blocked
 from fastdiff_helpers.techniques.ladders import LADDERS
 from fastdiff_helpers.measure.bench import TunedNotMeasured
 from fastdiff_helpers.measure.compile_events import events_between, snapshot, tuned
 from fastdiff_helpers.measure.env import device_name
-from fastdiff_helpers.compiletime.bundle_io import import_matching
-from fastdiff_helpers.compiletime.watch import TuningWatch
+from fastdiff_helpers.course.compiletime.bundle_io import import_matching
+from fastdiff_helpers.course.compiletime.watch import TuningWatch
 from fastdiff_helpers.measure.quality import compare_images
 from fastdiff_helpers.results.charts import Reference, ladder_chart, memory_chart, save_figure
 from .readme import COMMAND, write_results_readme
 from fastdiff_helpers.results.store import RESULTS_FOLDER, rewrite_results
-from fastdiff_helpers.runs.ladder import _setup, measure_step, resolve_ladder
+from fastdiff_helpers.course.runs.ladder import _setup, measure_step, resolve_ladder
 from .folder import (baseline_image, matmul_rate, check_same_run, is_compiled, cuts_in_a_row, estimate,
                                record_tuning, results_root, tuning_bundle,
                                Folder, slug)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 
-from ..models.gpus import PROFILES, gpu_profile
-from ..errors import FastdiffError
-from ..models.downloads import GB, check_disk, repo_folders, wanted_variant
-from ..models.hub import (allow_patterns, check_cache_folder, check_online, fetch, gate_todo,
+from ...models.gpus import PROFILES, gpu_profile
+from ...errors import FastdiffError
+from ...models.downloads import GB, check_disk, repo_folders, wanted_variant
+from ...models.hub import (allow_patterns, check_cache_folder, check_online, fetch, gate_todo,
                           hub_errors, needs_access)
-from ..models.presets import MODELS, VAES
+from ...models.presets import MODELS, VAES
 from ..planning.course_downloads import course_downloads, for_card, table
 
 __all__ = ["add_download_command", "download"]

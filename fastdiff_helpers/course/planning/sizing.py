@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import checks
-from ..models.fit import fits
-from ..models.gpus import TEMPLATE_SMS, GpuProfile
-from ..models.presets import get_spec
-from ..techniques.recipe import Recipe, RecipeError
+from ... import checks
+from ...models.fit import fits
+from ...models.gpus import TEMPLATE_SMS, GpuProfile
+from ...models.presets import get_spec
+from ...techniques.recipe import Recipe, RecipeError
 from .image_time import image_seconds
 
 # timed runs a benchmark takes on a GPU: 5 where an image takes under TIMED_S / 5 seconds, fewer

@@ -1,11 +1,11 @@
 """`python -m fastdiff_helpers plan [--gpu KEY] [--notebooks NN ...] [--summary]`: the plan
-command's arguments parsed, and the plan printed; the plan itself is planning/plan.py.
+command's arguments parsed, and the plan printed; the plan itself is course/planning/plan.py.
 
 Introduced in 00_setup.ipynb (README: preparing a workshop)."""
 
 from __future__ import annotations
 
-from ..models.gpus import PROFILES
+from ...models.gpus import PROFILES
 from ..planning.plan import notebooks_by_number, plan_summary, plan_table
 
 __all__ = ["add_plan_command", "run_plan"]

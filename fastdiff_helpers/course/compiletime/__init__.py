@@ -6,7 +6,7 @@
     bundle_cache    an inductor cache folder's tuning read and added to, and a GPU slot's
                     by-hand fallback (a tarball of the cache's tuning) imported
     bundle_io       a bundle exported, imported (what it covers registered for the autotune
-                    rule, planning/tuning_state.py), every matching one imported, shown
+                    rule, course/planning/tuning_state.py), every matching one imported, shown
     watch           a command that tunes keeps its tuning: the bundle and a progress file
                     written as they grow, when cut and when stopped, through the hooks it
                     puts into torch (choices made, coordinate descent followed, a
@@ -16,8 +16,8 @@
                     new process takes to its first compiled image
 
 The course's decisions about a compile are planning's: where the kernels go
-(planning/compile_cache.py) and whether a compile may tune (planning/autotune.py). What a
-notebook compiles and the wait it means (the course clock) is planning's (planning/clock.py).
+(course/planning/compile_cache.py) and whether a compile may tune (course/planning/autotune.py). What a
+notebook compiles and the wait it means (the course clock) is planning's (course/planning/clock.py).
 Imports the models, the techniques and the measurements (planning, below it, it may import
 too), nothing of results, course or runs.
 """

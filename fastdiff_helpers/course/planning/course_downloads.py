@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 from typing import Iterable
 
-from ..errors import FastdiffError
-from ..models.dtypes import fp32_or_half
-from ..models.downloads import download_bytes, files_dtype
-from ..models.fit import fits
-from ..models.presets import BLOG_LOADING, MODELS
+from ...errors import FastdiffError
+from ...models.dtypes import fp32_or_half
+from ...models.downloads import download_bytes, files_dtype
+from ...models.fit import fits
+from ...models.presets import BLOG_LOADING, MODELS
 from .clock import cell_work  # the clock's own reading: the record, GPU cells in place
 from .clock_record import RECORDED
 from .clock_gpu import GPU_WORK

@@ -13,21 +13,21 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import FastdiffError
-from .. import checks
-from ..models.loading import default_device, load_pipeline
-from ..models.presets import DEFAULT_PROMPT, MODELS, SCHEDULERS, VAES, size_multiple
-from ..models.pretrained import WEIGHTS, resolve_weights
-from ..techniques import apply
+from ...errors import FastdiffError
+from ... import checks
+from ...models.loading import default_device, load_pipeline
+from ...models.presets import DEFAULT_PROMPT, MODELS, SCHEDULERS, VAES, size_multiple
+from ...models.pretrained import WEIGHTS, resolve_weights
+from ...techniques import apply
 from ..planning.autotune import course_tuning, set_autotune
-from ..techniques.recipe import RecipeError
-from ..techniques.ladders import LADDERS
-from ..measure.bench import benchmark
-from ..measure.env import env_report
-from ..results.store import RESULTS_FOLDER, save_result
-from ..results.tables import format_table
-from ..course import lessons
-from ..course.parameters import course_hooks, smoke_mode
+from ...techniques.recipe import RecipeError
+from ...techniques.ladders import LADDERS
+from ...measure.bench import benchmark
+from ...measure.env import env_report
+from ...results.store import RESULTS_FOLDER, save_result
+from ...results.tables import format_table
+from .. import lessons
+from ..parameters import course_hooks, smoke_mode
 from . import demo
 from .ladder import resolve_ladder, run_ladder
 from .launch import add_recipe_flags, batch_from_args, recipe_from_args
@@ -226,7 +226,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command not in ("tuning", "clock"):
             _check_counts(args)
         if getattr(args, "autotune", False):
-            set_autotune(True)  # this process's compiles may tune (planning/autotune.py)
+            set_autotune(True)  # this process's compiles may tune (course/planning/autotune.py)
         if getattr(args, "ladder", None) is not None or (args.command in LADDER_COMMANDS
                                                           and args.command != "demo"):
             args.ladder = resolve_ladder(args.model, args.ladder)  # refused before any work

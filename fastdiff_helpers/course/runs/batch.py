@@ -21,15 +21,15 @@ from typing import Any, Sequence
 
 import torch
 
-from ..errors import FastdiffError
-from .. import checks
-from ..models.loading import call_kwargs, load_pipeline, pipeline_info
-from ..models.presets import size_multiple
-from ..models.pretrained import check_weights
-from ..techniques import apply
+from ...errors import FastdiffError
+from ... import checks
+from ...models.loading import call_kwargs, load_pipeline, pipeline_info
+from ...models.presets import size_multiple
+from ...models.pretrained import check_weights
+from ...techniques import apply
 from ..planning.autotune import course_tuning
-from ..techniques.recipe import Recipe
-from ..measure.env import env_report
+from ...techniques.recipe import Recipe
+from ...measure.env import env_report
 
 IMAGES = "images"
 RECORDS = "images.jsonl"

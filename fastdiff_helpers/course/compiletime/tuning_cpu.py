@@ -9,7 +9,7 @@ an ATen (MKL) and a C++ choice. It reports how many shapes it benchmarked and ea
 winner, read through torch's own hook (select_algorithm.add_feedback_saver, called with the
 timings whether they were measured or came from the cache).
 
-    python -m fastdiff_helpers.compiletime.tuning_cpu CACHE_DIR [--import BUNDLE] [--export BUNDLE]
+    python -m fastdiff_helpers.course.compiletime.tuning_cpu CACHE_DIR [--import BUNDLE] [--export BUNDLE]
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import checks
-from ..errors import FastdiffError
+from ... import checks
+from ...errors import FastdiffError
 from .bundle_io import export_tuning, import_tuning
 
 __all__ = ["cpu_tuning_run"]

@@ -3,7 +3,7 @@ the best configs), added to (what import_tuning and import_raw share: what the f
 kept), and a GPU slot's by-hand fallback read back: a tarball of what a cache folder held
 (`<model>.cache-raw.tgz`, tools/gpu_slot.sh brings one back after every command), imported like
 a bundle where its timings file is this machine's (bundle_io.import_matching takes these first).
-What was added from a model's bundle is noted in planning/tuning_state.py (STATE.imported*):
+What was added from a model's bundle is noted in course/planning/tuning_state.py (STATE.imported*):
 export_tuning leaves another model's unchanged blocks out of a model's bundle.
 
 Introduced in 05_cold_start.ipynb, with the bundles (bundle.py).
@@ -17,8 +17,8 @@ import tarfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .. import checks
-from ..errors import FastdiffError
+from ... import checks
+from ...errors import FastdiffError
 from ..planning.compile_cache import use_course_cache
 from ..planning.tuning_state import STATE, seed
 from .bundle import (blocks, raw_kind_problems, safe_relative, split_timings, tuning_stamp)
@@ -148,9 +148,9 @@ def import_raw(path: str | os.PathLike, cache_dir: str | os.PathLike | None = No
     model's stamped bundle. Returns what was added; None when nothing in it is this machine's.
 
     `from_kind`: the GPU kind whose timings file to take instead (another kind of this GPU's
-    design, compiletime/bundle.py: its name in the file's own system record, its SM count and
+    design, course/compiletime/bundle.py: its name in the file's own system record, its SM count and
     capability known and equal to this GPU's, the same triton and CUDA); refused otherwise,
-    before anything is written. Recorded as a seed (planning/tuning_state.py seeded_from).
+    before anything is written. Recorded as a seed (course/planning/tuning_state.py seeded_from).
     """
     from torch._inductor.codecache import CacheBase
 

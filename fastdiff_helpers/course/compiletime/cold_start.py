@@ -2,7 +2,7 @@
 process takes to its first compiled image.
 
 Introduced in 05_cold_start.ipynb. The course's cache folder (where inductor keeps what it
-compiled) is planning/compile_cache.py; torch.compiler.save_cache_artifacts() /
+compiled) is course/planning/compile_cache.py; torch.compiler.save_cache_artifacts() /
 load_cache_artifacts() carry what one process compiled to another machine. An artifact is only valid for the same torch, triton and GPU
 kind, so the file written here starts with a header of those, checked before loading.
 
@@ -26,12 +26,12 @@ from typing import Any
 
 import torch
 
-from ..errors import FastdiffError
-from .. import checks
-from ..models.presets import get_spec
-from ..models.pretrained import check_weights
+from ...errors import FastdiffError
+from ... import checks
+from ...models.presets import get_spec
+from ...models.pretrained import check_weights
 from ..planning.compile_cache import use_course_cache
-from ..measure.env import env_report
+from ...measure.env import env_report
 
 MAGIC = b"FASTDIFF-COMPILE-CACHE 1\n"
 # what must match between the machine that compiled and the one that loads

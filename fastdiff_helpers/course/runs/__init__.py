@@ -10,7 +10,7 @@
     cli               `python -m fastdiff_helpers ...`: the command line over all of these
     cli_compile       its compile commands: warm (a part at a time), tuning, clock
     cli_download      its download command: the course's weights fetched ahead of a workshop
-    cli_plan          its plan command's arguments (the plan itself: planning/plan.py)
+    cli_plan          its plan command's arguments (the plan itself: course/planning/plan.py)
 
 Imports every layer below it; the course's settings too (the demo runs with them). The
 reference run, this project's own GPU measurements, is tools/reference/, outside the package.

@@ -32,11 +32,11 @@ import logging
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import checks
+from ... import checks
 from ..planning.compile_cache import use_course_cache
 from ..planning.tuning_state import STATE
-from ..measure.compile_events import compile_times, events_between, snapshot
-from ..measure.record import utc_now
+from ...measure.compile_events import compile_times, events_between, snapshot
+from ...measure.record import utc_now
 from .bundle import check_bundle_path
 from .bundle_cache import read_best_configs
 from .bundle_io import export_tuning
@@ -100,7 +100,7 @@ def install_hooks(watch: Any) -> list[Callable[[], None]]:
         if watch._finished_config(rel):
             # a descent from a best config that a finished descent left (a cache of an
             # earlier run, a bundle): torch without the mark's fix descends again
-            # (planning/coordesc.py, keep_coordesc_marks). A cut one leaves the file as
+            # (course/planning/coordesc.py, keep_coordesc_marks). A cut one leaves the file as
             # it was, and neither the bundle nor the next watch drops it.
             watch.redescents += 1
             return original(autotuner, launcher, *args, **kwargs)

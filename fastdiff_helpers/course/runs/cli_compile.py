@@ -12,11 +12,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import checks
-from ..errors import FastdiffError
-from ..techniques.compile import PARTS
+from ... import checks
+from ...errors import FastdiffError
+from ...techniques.compile import PARTS
 from ..planning.compile_cache import use_course_cache
-from ..techniques.ladders import LADDERS
+from ...techniques.ladders import LADDERS
 from ..compiletime.cold_start import check_artifacts_path, load_artifacts
 from ..planning import clock
 from ..compiletime.bundle import bundle_path

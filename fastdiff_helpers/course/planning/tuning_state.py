@@ -24,7 +24,7 @@ class TuningState:
     switch: dict[str, bool] = dataclasses.field(default_factory=dict)
     # coverage key -> where it came from (a bundle's path): what imported bundles hold finished
     covered: dict[str, str] = dataclasses.field(default_factory=dict)
-    # tuning imported from another GPU kind of one design (compiletime/bundle.py), by model
+    # tuning imported from another GPU kind of one design (course/compiletime/bundle.py), by model
     # (None: a bundle of no model): [{"gpu_name", "source"}]
     seeded: dict[str | None, list[dict[str, str]]] = dataclasses.field(default_factory=dict)
     # (op, input key, precision) / best config path / single key -> (model, value) of what

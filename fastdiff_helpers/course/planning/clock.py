@@ -19,11 +19,11 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..errors import FastdiffError
+from ...errors import FastdiffError
 from .autotune import (GRAPH_OPS, REGIONAL_S, SECONDS_PER_OP, SHAPE_S,
                                    WITHOUT_TUNING, graph_ops_of)
-from ..models.gpus import PROFILES, TEMPLATE_SMS
-from ..models.meta import gemm_shapes
+from ...models.gpus import PROFILES, TEMPLATE_SMS
+from ...models.meta import gemm_shapes
 from .image_time import kind_seconds
 from . import clock_gpu
 from .clock_gpu import GPU_WORK, half_on_a_gpu
@@ -45,7 +45,7 @@ CALLS_PER_BENCHMARK = 7  # the cold start, one warm-up, 5 timed runs (course_set
 
 def image_s(model: str, kind: str, gpu: Any = "h100") -> float:
     """Estimated seconds of one image of the clock's `kind` on `gpu` (native size, the course's
-    steps): fdh.course.image_seconds, the one estimate (planning/image_time.py)."""
+    steps): fdh.course.image_seconds, the one estimate (course/planning/image_time.py)."""
     return kind_seconds(gpu, model, kind)
 
 

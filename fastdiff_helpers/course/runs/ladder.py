@@ -12,23 +12,23 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-from .. import checks
-from ..models.loading import (FastdiffError, default_device, free_memory,
+from ... import checks
+from ...models.loading import (FastdiffError, default_device, free_memory,
                               get_denoiser, load_pipeline, resolve_weights)
-from ..models.presets import BLOG_LOADING, DEFAULT_PROMPT, SCHEDULERS, get_spec
+from ...models.presets import BLOG_LOADING, DEFAULT_PROMPT, SCHEDULERS, get_spec
 from ..planning.published import published_ladder
-from ..techniques import apply, current_recipe
+from ...techniques import apply, current_recipe
 from ..planning.autotune import course_tuning, step_blocked
-from ..techniques.quantization import select_filter
-from ..techniques.recipe import RecipeError
-from ..techniques.ladders import LADDERS
-from ..measure.bench import TunedNotMeasured, benchmark
+from ...techniques.quantization import select_filter
+from ...techniques.recipe import RecipeError
+from ...techniques.ladders import LADDERS
+from ...measure.bench import TunedNotMeasured, benchmark
 from ..compiletime.cold_start import check_artifacts_path
-from ..measure.env import device_name, env_report
-from ..measure.quality import compare_images
-from ..results.charts import Reference, ladder_chart, memory_chart, save_figure
-from ..results.store import RESULTS_FOLDER, Result, save_result
-from ..results.tables import format_table
+from ...measure.env import device_name, env_report
+from ...measure.quality import compare_images
+from ...results.charts import Reference, ladder_chart, memory_chart, save_figure
+from ...results.store import RESULTS_FOLDER, Result, save_result
+from ...results.tables import format_table
 
 __all__ = ["run_ladder", "measure_step", "resolve_ladder"]
 
@@ -112,7 +112,7 @@ def measure_step(spec, name: str, recipe, weights: str, device: str, loading: di
     The pipeline is freed before returning. `fail=True` forces a failure (a testing aid).
     `measure_if_tuned=False`: a compile that tuned raises TunedNotMeasured (benchmark).
     `previous`: the ladder's step before; a step that only adds tuning to it (the course's
-    "+ autotune") is not run where it may not tune (planning/autotune.py, blocked): it would
+    "+ autotune") is not run where it may not tune (course/planning/autotune.py, blocked): it would
     run as the step before. Shared by run_ladder and the reference run (tools/reference/run.py)."""
     adapted, notes = recipe.for_device(device)
     size = spec.resolution_for(weights)

@@ -2,7 +2,7 @@
 time (each pipeline load and call, each compile, each benchmark) is appended to that file as
 JSON lines. The notebook smoke runs set it (tests/test_notebooks.py), course settings turn the
 recorder on (start_recording: it listens to the core's events, models/hooks.py, and watches the
-pipeline classes' calls and dynamo's frames), and planning/clock.py turns the record into what
+pipeline classes' calls and dynamo's frames), and course/planning/clock.py turns the record into what
 each notebook would do on a GPU. Off (no variable), nothing is recorded.
 
 Introduced with the course clock (docs/workshop.md: "The course clock").
@@ -16,13 +16,13 @@ import json
 import os
 from typing import Any, Iterator
 
-from ..models.dtypes import fp32_or_half
-from ..models.gpus import PROFILES
-from ..models.hooks import listening
-from ..models.loading import pipeline_info
-from ..models.state import PipelineState, compiled_by_hand
+from ...models.dtypes import fp32_or_half
+from ...models.gpus import PROFILES
+from ...models.hooks import listening
+from ...models.loading import pipeline_info
+from ...models.state import PipelineState, compiled_by_hand
 from .autotune import tunes
-from ..techniques.recipe import recipe_id
+from ...techniques.recipe import recipe_id
 
 ENV = "FASTDIFF_CLOCK_LOG"
 

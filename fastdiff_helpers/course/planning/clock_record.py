@@ -1,4 +1,4 @@
-"""What each notebook's smoke run did, per cell (planning/clock.py summarize): written by
+"""What each notebook's smoke run did, per cell (course/planning/clock.py summarize): written by
 `python -m fastdiff_helpers clock --refresh out/clock` after a make test, checked against every
 smoke run by tests/test_notebooks.py. Do not edit by hand."""
 

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import checks
-from ..models.loading import FastdiffError
-from ..techniques.recipe import KNOBS, Recipe
+from ... import checks
+from ...models.loading import FastdiffError
+from ...techniques.recipe import KNOBS, Recipe
 from .batch import IMAGES, SUMMARY, Prompts, check_batch, run_batch
 
 

@@ -10,7 +10,7 @@ before any coordinate descent (results/h200/slot-2026-11-26.md). The course star
 - when the learner switched autotuning on (set_autotune(True), fdh.course.settings(...,
   autotune=True), FASTDIFF_AUTOTUNE=1, --autotune on the command line), or
 - where an imported tuning bundle of this GPU and torch covers the compile (the bundles'
-  import registers what each covers, planning/tuning_state.py): the tuning is read, not run.
+  import registers what each covers, course/planning/tuning_state.py): the tuning is read, not run.
 Otherwise the compile runs its default-mode equivalent (the same CUDA graphs, no tuning) and
 says so in one line with the tuning it skipped. A CPU tunes nothing in these modes (inductor's
 C++ GEMM templates tune only with freezing, torch/_inductor/config.py), so nothing changes there.
@@ -25,14 +25,14 @@ from typing import Any
 
 import torch
 
-from .. import checks
-from ..models.loading import family_of, get_denoiser, pipeline_info
-from ..models.gpus import PROFILES, TEMPLATE_SMS
-from ..models.meta import gemm_shapes
-from ..models.presets import get_spec
+from ... import checks
+from ...models.loading import family_of, get_denoiser, pipeline_info
+from ...models.gpus import PROFILES, TEMPLATE_SMS
+from ...models.meta import gemm_shapes
+from ...models.presets import get_spec
 from .compile_cache import use_course_cache
 from .coordesc import keep_coordesc_marks
-from ..techniques.recipe import Recipe, RecipeError
+from ...techniques.recipe import Recipe, RecipeError
 from .tuning_state import STATE, coverage_key, covered_by, seeded_from
 
 # The modes whose options tune (torch._inductor.list_mode_options: both set max_autotune and

@@ -12,14 +12,14 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Iterable
 
-from ..models.loading import FastdiffError, free_memory, load_pipeline, resolve_weights
-from ..techniques import apply, current_recipe
+from ...models.loading import FastdiffError, free_memory, load_pipeline, resolve_weights
+from ...techniques import apply, current_recipe
 from ..planning.autotune import course_tuning, covers, step_blocked
-from ..techniques.compile import PARTS, compile_part
-from ..techniques.recipe import RecipeError
-from ..techniques.ladders import LADDERS
+from ...techniques.compile import PARTS, compile_part
+from ...techniques.recipe import RecipeError
+from ...techniques.ladders import LADDERS
 from ..compiletime.cold_start import save_artifacts
-from ..measure.compile_events import events_between, snapshot
+from ...measure.compile_events import events_between, snapshot
 from ..compiletime.bundle import check_bundle_path
 from ..compiletime.watch import TuningWatch
 from .ladder import _setup, resolve_ladder

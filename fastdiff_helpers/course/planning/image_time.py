@@ -33,13 +33,13 @@ import math
 from functools import lru_cache
 from typing import Any
 
-from .. import checks
-from ..errors import FastdiffError
-from ..models.dtypes import fp32_or_half
-from ..models.gpus import PROFILES, GpuProfile
-from ..models.presets import get_spec
-from ..techniques.ladders import LADDERS
-from ..techniques.recipe import KNOBS, Recipe
+from ... import checks
+from ...errors import FastdiffError
+from ...models.dtypes import fp32_or_half
+from ...models.gpus import PROFILES, GpuProfile
+from ...models.presets import get_spec
+from ...techniques.ladders import LADDERS
+from ...techniques.recipe import KNOBS, Recipe
 from .published import BLOG_A100_SECONDS, FLUX_H100_SECONDS, OTHER_CARDS, PUBLISHED, Published
 
 __all__ = ["image_seconds", "image_basis", "kind_seconds", "PATHS"]
@@ -276,7 +276,7 @@ def image_seconds(gpu: Any, model: str, rung: str, ladder: str = "course", *,
     """Estimated seconds of one call of `model` with ladder step `rung` on `gpu` (a profile key,
     "t4" ... "h200", or a GpuProfile): at the native size and the course's steps, batch 1;
     `size` (square) and `batch` scale it by pixels and images. An estimate from published and
-    measured figures (fastdiff_helpers/planning/published.py), said by image_basis (docs/
+    measured figures (fastdiff_helpers/course/planning/published.py), said by image_basis (docs/
     workshop.md, "The course clock")."""
     seconds, _ = _checked(gpu, model, rung, ladder, size, batch)
     return seconds

@@ -20,7 +20,7 @@ cache folder (torch 2.13):
   AutotuneCache._make_local_cache_key), read when the kernel loads.
 A bundle holds all three, stamped; import checks the stamp, then puts them into this machine's
 cache folder before the first compile, so a bare machine compiles without tuning.
-torch.compiler.save_cache_artifacts (the "mega-cache", compiletime/cold_start.py) lacks the GEMM
+torch.compiler.save_cache_artifacts (the "mega-cache", course/compiletime/cold_start.py) lacks the GEMM
 timings, cannot be written by a killed process, and holds pickled code. A bundle (gzip'd JSON):
     {"format": "fastdiff-tuning 1", "stamp": {...}, "model": "sdxl",
      "fp32_precisions": ["high"], "gemm": {op: {input key: {precision: {choice: ms}}}},
@@ -49,9 +49,9 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .. import checks
-from ..errors import FastdiffError
-from ..measure.env import cpu_name, gpu_folder
+from ... import checks
+from ...errors import FastdiffError
+from ...measure.env import cpu_name, gpu_folder
 
 __all__ = ["FORMAT", "MUST_MATCH", "KNOWN_KINDS", "tuning_stamp", "bundle_path",
            "check_bundle_path", "read_bundle", "split_timings", "blocks",

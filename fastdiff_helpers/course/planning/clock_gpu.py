@@ -1,5 +1,5 @@
 """What the cells that do more on a GPU than in smoke mode do there, for the course clock
-(planning/clock.py): declared here, in the form of clock_record.py, cell by cell. A cell is
+(course/planning/clock.py): declared here, in the form of clock_record.py, cell by cell. A cell is
 here when it is tagged "gpu" or branches on smoke mode or the device; tests/test_clock.py ties
 this list to the notebooks (every such cell is here, with its reason when it does nothing).
 
@@ -12,11 +12,11 @@ import dataclasses
 import json
 from typing import Any
 
-from ..models.dtypes import fp32_or_half
-from ..models.gpus import PROFILES
+from ...models.dtypes import fp32_or_half
+from ...models.gpus import PROFILES
 from .autotune import is_tuning_step, tunes
-from ..techniques.ladders import LADDERS
-from ..techniques.recipe import Recipe, recipe_id
+from ...techniques.ladders import LADDERS
+from ...techniques.recipe import Recipe, recipe_id
 
 __all__ = ["GPU_WORK", "NOTHING"]
 

@@ -19,18 +19,18 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from ..models.dtypes import DTYPES
-from ..models.presets import get_spec
+from ...models.dtypes import DTYPES
+from ...models.presets import get_spec
 from ..planning.autotune import autotune_enabled, tunes
 from ..planning.tuning_state import covered_by
 from ..planning.compile_cache import use_course_cache
-from ..techniques.ladders import LADDERS
-from ..measure.flops import measure_matmul_tflops
-from ..measure.record import Result
+from ...techniques.ladders import LADDERS
+from ...measure.flops import measure_matmul_tflops
+from ...measure.record import Result
 from ..planning.clock import ladder_estimate
-from ..course.parameters import course_settings
+from ..parameters import course_settings
 from ..planning.published import BLOG_A100_SECONDS, BLOG_A100_WHERE
-from ..results.text import seconds_text
+from ...results.text import seconds_text
 from .ladder import run_ladder
 
 # --- What make demo says after its ladder --------------------------------------------------------

@@ -1,5 +1,5 @@
 """A tuning bundle exported from the compile cache, imported into it (what it covers registered
-for the autotune rule, planning/tuning_state.py), every matching one imported, and shown.
+for the autotune rule, course/planning/tuning_state.py), every matching one imported, and shown.
 The format is bundle.py's; the cache folder's side, bundle_cache.py's.
 
 Introduced in 05_cold_start.ipynb.
@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .. import checks
-from ..errors import FastdiffError
+from ... import checks
+from ...errors import FastdiffError
 from ..planning.tuning_state import STATE, cover, seed, seeded_from
 from .bundle import (FORMAT, MUST_MATCH, blocks, check_bundle_path, cross_kind_problems,
                      differences, merge_gemm, merge_local, read_bundle, tuning_stamp)
@@ -137,7 +137,7 @@ def import_tuning(path: str | os.PathLike, sha256: str | None = None,
 
     `from_kind`: the GPU the bundle was tuned on, when it is another kind of the same design as
     this one (an H200's bundle on an H100 SXM: the same SM count and compute capability, every
-    other part of the stamp equal; compiletime/bundle.py says why that holds). Its
+    other part of the stamp equal; course/compiletime/bundle.py says why that holds). Its
     tuning is taken and recorded: a bundle exported here lists it in "seeded_from", and every
     result measured from it says "tuned on the <kind>". Never implied: a bundle of another kind
     without from_kind is refused, and from_kind is refused across SM counts or capabilities.
@@ -172,7 +172,7 @@ def import_tuning(path: str | os.PathLike, sha256: str | None = None,
 
 
 def register_coverage(bundle: dict, source: str) -> int:
-    """Tell the autotune rule (planning/tuning_state.py) what `bundle` holds finished: every
+    """Tell the autotune rule (course/planning/tuning_state.py) what `bundle` holds finished: every
     coverage key a step of its runs recorded when its compile ended (TuningWatch.note_step's
     covers: measured, tuned or warmed), so that a compile it covers may read its tuning on a
     GPU with autotuning off. Returns how many keys were registered."""

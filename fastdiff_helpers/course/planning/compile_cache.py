@@ -3,7 +3,7 @@
 Introduced in 05_cold_start.ipynb. inductor keeps compiled kernels and graphs in
 TORCHINDUCTOR_CACHE_DIR (torch/_inductor/runtime/cache_dir_utils.py reads it on every use);
 compile_pipeline points it at the course's folder before compiling. Carrying a cache to
-another machine: compiletime/cold_start.py.
+another machine: course/compiletime/cold_start.py.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .. import checks
+from ... import checks
 
 
 def default_cache_dir() -> Path:
