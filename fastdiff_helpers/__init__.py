@@ -35,14 +35,10 @@ from .techniques.memory_savers import (MEMORY_SAVERS, OFFLOADS, apply_memory_sav
                                        encode_prompt_once)
 from .techniques.recipe import BASELINE, Recipe, RecipeError
 from .techniques.quantization import fp8_kernel_ok, select_filter
-from .techniques.ladders import COURSE_LADDER, FLUX_LADDER, LADDER, LADDERS
 from .measure.bench import benchmark, naive_time
-from .measure.cache_hooks import cache_hooks_report
 from .measure.cudagraphs import cudagraph_report, cudagraph_snapshot
 from .measure.env import env_report
-from .measure.lora_swaps import lora_swap_report
 from .measure.memory import CARDS, peak_memory, weight_bytes, what_fits
-from .measure.savers_report import memory_savers_report
 from .measure.flops import count_flops, flop_floor_seconds, measure_matmul_tflops
 from .measure.quality import compare_images
 from .measure.recompiles import recompile_report
@@ -79,25 +75,22 @@ def __dir__() -> list[str]:
 # public name is listed here, each is called or documented as fdh.<name>, and docs/helpers.md
 # has an example of each).
 __all__ = [
-    "apply", "apply_memory_saver", "BASELINE", "benchmark", "blog_inductor_flags",
-    "BLOG_LOADING", "cache_hooks_report", "call_kwargs", "capture_denoiser_inputs", "CARDS",
-    "choose_weights", "compare_images", "compile_part", "compile_pipeline",
-    "conv1x1_to_linear", "count_flops", "count_parameters", "count_syncs", "course",
-    "COURSE_LADDER", "cudagraph_report", "cudagraph_snapshot", "current_recipe",
+    "apply", "apply_memory_saver", "BASELINE", "benchmark", "blog_inductor_flags", "BLOG_LOADING",
+    "call_kwargs", "capture_denoiser_inputs", "CARDS", "choose_weights", "compare_images",
+    "compile_part", "compile_pipeline", "conv1x1_to_linear", "count_flops", "count_parameters",
+    "count_syncs", "course", "cudagraph_report", "cudagraph_snapshot", "current_recipe",
     "enable_lora_hotswap", "encode_prompt_once", "env_report", "FastdiffError", "FEW_STEP",
-    "few_step_file", "flop_floor_seconds", "FLUX_LADDER", "format_table", "fp8_kernel_ok",
-    "free_memory", "fuse_lora", "fuse_qkv", "gemm_shapes", "generate", "get_denoiser",
-    "gpu_profile", "GPU_PROFILES", "GpuProfile", "graph_breaks", "LADDER", "ladder_chart",
-    "LADDERS", "load_lora", "load_pipeline", "load_results", "lora_file_info",
-    "lora_swap_report", "make_lora_file", "measure_matmul_tflops", "memory_chart",
-    "MEMORY_SAVERS", "memory_savers_report", "MODELS", "models_chart", "ModelSpec",
-    "naive_time", "OFFLOADS", "peak_bytes", "peak_memory", "pipeline_info", "playground",
-    "profile", "profile_chart", "PUBLISHED_PARAMETERS", "quality_chart", "quantize",
-    "quiet_known_noise", "Recipe", "RecipeError", "recompile_report", "reference_results",
-    "remove_syncs", "resolve_lora", "Result", "ResultsFormatError", "save_figure",
-    "save_results", "select_filter", "set_attention", "set_channels_last", "set_precision",
-    "set_scheduler", "set_tf32", "show_images", "speedup_text", "step_cache", "stop_guidance",
-    "timing_text", "to_code", "trace_steps", "unfuse_lora", "unload_lora", "use_few_step",
-    "weight_bytes", "what_fits"]
+    "few_step_file", "flop_floor_seconds", "format_table", "fp8_kernel_ok", "free_memory",
+    "fuse_lora", "fuse_qkv", "gemm_shapes", "generate", "get_denoiser", "gpu_profile",
+    "GPU_PROFILES", "GpuProfile", "graph_breaks", "ladder_chart", "load_lora", "load_pipeline",
+    "load_results", "lora_file_info", "make_lora_file", "measure_matmul_tflops", "memory_chart",
+    "MEMORY_SAVERS", "MODELS", "models_chart", "ModelSpec", "naive_time", "OFFLOADS",
+    "peak_bytes", "peak_memory", "pipeline_info", "playground", "profile", "profile_chart",
+    "PUBLISHED_PARAMETERS", "quality_chart", "quantize", "quiet_known_noise", "Recipe",
+    "RecipeError", "recompile_report", "reference_results", "remove_syncs", "resolve_lora",
+    "Result", "ResultsFormatError", "save_figure", "save_results", "select_filter",
+    "set_attention", "set_channels_last", "set_precision", "set_scheduler", "set_tf32",
+    "show_images", "speedup_text", "step_cache", "stop_guidance", "timing_text", "to_code",
+    "trace_steps", "unfuse_lora", "unload_lora", "use_few_step", "weight_bytes", "what_fits"]
 
 __version__ = "0.1.0"

@@ -21,7 +21,7 @@ from fastdiff_helpers.course.compiletime import bundle as bundle_format
 from fastdiff_helpers.measure import record
 from fastdiff_helpers.course.planning import autotune, coordesc, tuning_state
 from fastdiff_helpers.course.planning.tuning_state import STATE
-from fastdiff_helpers.techniques.ladders import COURSE_LADDER, LADDER
+from fastdiff_helpers.course.planning.ladders import COURSE_LADDER, LADDER
 
 GATE = autotune.course_tuning  # the course's decision, passed to fdh.apply (settings.tuning)
 H100 = ("NVIDIA H100 80GB HBM3", 132)

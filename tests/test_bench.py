@@ -21,7 +21,7 @@ from fastdiff_helpers.results.tables import format_table
 from fastdiff_helpers.course.runs.ladder import run_ladder
 from fastdiff_helpers.models.loading import FastdiffError
 from fastdiff_helpers.techniques.recipe import BASELINE
-from fastdiff_helpers.techniques.ladders import LADDER
+from fastdiff_helpers.course.planning.ladders import LADDER
 from fastdiff_helpers.results.store import load_results
 
 ROOT = Path(__file__).resolve().parents[1]

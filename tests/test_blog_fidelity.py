@@ -14,7 +14,7 @@ import torch
 import fastdiff_helpers as fdh
 from fastdiff_helpers.course.runs.ladder import run_ladder
 from fastdiff_helpers.techniques.recipe import Recipe, RecipeError
-from fastdiff_helpers.techniques.ladders import COURSE_LADDER, LADDER
+from fastdiff_helpers.course.planning.ladders import COURSE_LADDER, LADDER
 from fastdiff_helpers.techniques import quantization
 from fastdiff_helpers.techniques.compile import blog_inductor_flags
 from fastdiff_helpers.techniques.precision import set_tf32, tf32_state

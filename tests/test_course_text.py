@@ -161,7 +161,7 @@ def test_exercise_code_runs_on_the_tiny_model(path, block, monkeypatch):
     exec(_parameters_cell(nb), namespace)
     settings = namespace["settings"]
     spec = fdh.MODELS[settings.model]  # the first step of the model's own ladder (Flux: bf16)
-    recipe = fdh.Recipe() if "course" in spec.ladders else fdh.LADDERS[spec.ladders[0]][0][1]
+    recipe = fdh.Recipe() if "course" in spec.ladders else fdh.course.LADDERS[spec.ladders[0]][0][1]
     pipe = fdh.apply(fdh.load_pipeline(settings.model, weights=settings.weights,
                                        device=settings.device, verbose=False), recipe)
     namespace.update(pipe=pipe, baseline=fdh.benchmark(pipe, namespace.get("prompt", "a photo"),
@@ -229,7 +229,7 @@ def test_the_blogs_two_compiled_sdxl_runs_differ_only_by_fusion():
     """Issue 23, item 5, as the course's own ladder encodes it: + fused QKV changes one field
     of + compile (diffusion-fast's experiment-scripts/run_sd.sh: the 2.54 s and 2.52 s runs
     differ only by --enable_fused_projections)."""
-    (_, compiled), (_, fused) = fdh.LADDER[3], fdh.LADDER[4]
+    (_, compiled), (_, fused) = fdh.course.LADDER[3], fdh.course.LADDER[4]
     assert fused.changes(compiled) == ["fuse_qkv"]
 
 

@@ -21,13 +21,13 @@ def kept(tmp_path_factory):
     results = {}
     for name in ("fp32, TF32 off", "bf16"):
         pipe = fdh.apply(fdh.load_pipeline("sdxl", weights="tiny", device="cpu", verbose=False),
-                         dict(fdh.COURSE_LADDER)[name])
+                         dict(fdh.course.COURSE_LADDER)[name])
         results[name] = fdh.benchmark(pipe, "a photo", step=name, progress=False,
                                       **settings.bench_kwargs())
         assert D.keep_rung(results[name], folder) == folder / "results.jsonl"
     sd15 = fdh.course.settings("sd15", smoke=True)
     pipe = fdh.apply(fdh.load_pipeline("sd15", weights="tiny", device="cpu", verbose=False),
-                     dict(fdh.COURSE_LADDER)["+ SDPA"])
+                     dict(fdh.course.COURSE_LADDER)["+ SDPA"])
     D.keep_rung(fdh.benchmark(pipe, "a photo", step="+ SDPA", progress=False,
                               **sd15.bench_kwargs()), folder)
     return folder, settings, results
@@ -51,7 +51,7 @@ def test_the_chart_reads_the_kept_rungs_and_says_which_did_not_run(kept, capsys)
         "not run (lesson 02 keeps it)")
     assert rows["+ SDPA"]["missing"] == "not run on sdxl (kept for sd15)"
     assert "+ autotune" not in rows and "+ fp8 dynamic" not in rows  # optional, not kept
-    assert list(rows) == [name for name, _ in fdh.COURSE_LADDER][:8]
+    assert list(rows) == [name for name, _ in fdh.course.COURSE_LADDER][:8]
 
 
 def test_the_chart_prints_its_table_and_draws_every_rung(kept, capsys):
@@ -64,7 +64,7 @@ def test_the_chart_prints_its_table_and_draws_every_rung(kept, capsys):
     assert f"{ratio:.2f}x" in line and "1.59x" in line  # the blog's 7.36 / 4.63
     assert "never image quality" in out  # tiny weights
     labels = [t.get_text() for t in figure.axes[0].get_yticklabels()]
-    assert labels[::-1] == [name for name, _ in fdh.COURSE_LADDER][:8]
+    assert labels[::-1] == [name for name, _ in fdh.course.COURSE_LADDER][:8]
     bars = {label: patch.get_width() for label, patch in
             zip(labels, figure.axes[0].patches)}
     assert bars["bf16"] == results["bf16"].latency_s and bars["+ compile"] == 0
@@ -96,7 +96,7 @@ def test_only_rungs_of_the_course_ladder_are_kept(kept, tmp_path, capsys):
 def test_a_rung_that_ran_otherwise_says_how(kept, tmp_path, capsys):
     _, _, results = kept
     cpu_compile = Result(**{**results["bf16"].to_dict(), "step": "+ compile"})
-    cpu_compile.recipe = dict(fdh.COURSE_LADDER)["+ compile"].to_dict() | {"compile": "default"}
+    cpu_compile.recipe = dict(fdh.course.COURSE_LADDER)["+ compile"].to_dict() | {"compile": "default"}
     D.keep_rung(cpu_compile, tmp_path)
     assert "it ran with compile='default'" in capsys.readouterr().out
 

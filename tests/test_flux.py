@@ -193,7 +193,7 @@ def test_ladders_are_refused_where_they_were_not_written():
         fdh.course.run_ladder("flux", ladder="course", weights="tiny", device="cpu")
     with pytest.raises(fdh.FastdiffError, match="written for Flux"):
         fdh.course.run_ladder("sd15", ladder="flux", weights="tiny", device="cpu")
-    steps = fdh.LADDERS["flux"]
+    steps = fdh.course.LADDERS["flux"]
     assert [n for n, _ in steps] == ["bf16", "+ compile", "+ fp8 dynamic", "+ fp8 dynamic row"]
     for (_, before), (_, after) in zip(steps, steps[1:]):
         assert len(after.changes(before)) <= 3  # compile, fullgraph, compile_vae go together
@@ -255,7 +255,7 @@ def test_plain_code_is_what_apply_does():
 
 def test_cache_hooks_against_the_step_cache():
     """Tiny model, 8 steps: what each runs, reads on the host and compiles (dynamo)."""
-    rows = {r["cache"].split("(")[0]: r for r in fdh.cache_hooks_report(runs=1, verbose=False)}
+    rows = {r["cache"].split("(")[0]: r for r in fdh.course.cache_hooks_report(runs=1, verbose=False)}
     none, fbc = rows["none"], rows["FirstBlockCache"]
     taylor, ours = rows["TaylorSeer"], rows["fdh.step_cache"]
     assert (none["last block attention"], none["host reads"], none["frames"]) == (8, 0, 1)

@@ -17,7 +17,7 @@ from fastdiff_helpers.course.runs import ladder as ladder_module
 from fastdiff_helpers.course.runs import warm as warm_module
 from fastdiff_helpers.techniques import quantization
 from fastdiff_helpers.techniques.recipe import FP8, RecipeError
-from fastdiff_helpers.techniques.ladders import COURSE_LADDER
+from fastdiff_helpers.course.planning.ladders import COURSE_LADDER
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -119,7 +119,7 @@ def test_to_code_writes_the_granularity_and_the_kernel_rule():
     assert "Float8DynamicActivationFloat8WeightConfig(granularity=PerRow(), " in code
     assert "def fp8_kernel_ok" in code and "filter_fn=fp8_filter" in code
     assert "force_fuse_int_mm_with_mul" not in code  # the int8 flag: torch._int_mm only
-    assert "force_fuse_int_mm_with_mul" in fdh.to_code(fdh.LADDER[-1][1], "plain")  # blog int8
+    assert "force_fuse_int_mm_with_mul" in fdh.to_code(fdh.course.LADDER[-1][1], "plain")  # blog int8
     # the course's int8 step compiles without the blog's flags (fusion alone, issue 44)
     assert "force_fuse_int_mm_with_mul" not in fdh.to_code(
         dict(COURSE_LADDER)["+ int8 dynamic"], "plain")
@@ -131,7 +131,7 @@ def test_course_ladder_ends_with_fp8_in_place_of_int8_then_autotuning():
     (name, fp8), (_, int8) = COURSE_LADDER[-2], COURSE_LADDER[-3]
     assert name == "+ fp8 dynamic" and fp8.changes(int8) == ["quantize"]
     assert fp8.quantize == "fp8-dynamic-row" and fp8.compile == "reduce-overhead"
-    assert fp8 not in [r for _, r in fdh.LADDER]  # the course's own, never the blog's
+    assert fp8 not in [r for _, r in fdh.course.LADDER]  # the course's own, never the blog's
     assert COURSE_LADDER[-1][0] == "+ autotune" and COURSE_LADDER[-1][1].quantize == fp8.quantize
 
 

@@ -263,7 +263,7 @@ def _all_recipes():
 
     import fastdiff_helpers as fdh
 
-    recipes = [r for _, r in fdh.LADDER + fdh.COURSE_LADDER]
+    recipes = [r for _, r in fdh.course.LADDER + fdh.course.COURSE_LADDER]
     base = fdh.Recipe(dtype="bf16", attention="sdpa-flash", fuse_qkv=True, compile="default")
     recipes += [dataclasses.replace(base, **change) for change in (
         dict(compile_scope="regional"), dict(compile_scope="regional-extended"),

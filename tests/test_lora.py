@@ -127,7 +127,7 @@ def test_swap_report_times_each_lora_until_steady_and_says_how_sure(loras, refer
     pipe = fresh()
     fdh.enable_lora_hotswap(pipe, target_rank=8)
     fdh.load_lora(pipe, loras["A"])
-    report = fdh.lora_swap_report(pipe, [loras["B"], loras["A"]], runs=3, max_runs=5)
+    report = fdh.course.lora_swap_report(pipe, [loras["B"], loras["A"]], runs=3, max_runs=5)
     for row, name in zip(report["rows"], ("A", "B", "A")):
         assert 3 <= len(row["samples"]) <= 5 and row["first_call_s"] > 0
         assert row["seconds"] == statistics.median(row["samples"])
@@ -137,7 +137,7 @@ def test_swap_report_times_each_lora_until_steady_and_says_how_sure(loras, refer
         assert np.abs(row["image"] - references[name]).max() < 2e-5, name
     assert not report["recompiled"]
     with pytest.raises(FastdiffError, match="max_runs"):
-        fdh.lora_swap_report(pipe, [loras["B"]], runs=3, max_runs=2)
+        fdh.course.lora_swap_report(pipe, [loras["B"]], runs=3, max_runs=2)
 
 
 @pytest.mark.parametrize("name, match", [
@@ -221,7 +221,7 @@ def test_hotswap_on_a_compiled_unet_never_recompiles(loras, references):
     pipe = _compiled_with(loras, hotswap=True)
     image(pipe)  # the compile
     with torch._dynamo.config.patch(error_on_recompile=True):
-        report = fdh.lora_swap_report(pipe, [loras["B"], loras["A"]], hotswap=True)
+        report = fdh.course.lora_swap_report(pipe, [loras["B"], loras["A"]], hotswap=True)
     assert not report["recompiled"]
     assert [r["frames_compiled"] for r in report["rows"]] == [0, 0, 0]
     for row, name in zip(report["rows"], ("A", "B", "A")):
@@ -231,7 +231,7 @@ def test_hotswap_on_a_compiled_unet_never_recompiles(loras, references):
 @pytest.mark.slow
 def test_without_hotswap_the_same_switch_recompiles(loras, references):
     pipe = _compiled_with(loras, hotswap=False)
-    report = fdh.lora_swap_report(pipe, [loras["B"], loras["A"]], hotswap=False)
+    report = fdh.course.lora_swap_report(pipe, [loras["B"], loras["A"]], hotswap=False)
     assert report["rows"][0]["frames_compiled"] >= 1          # the cold start
     assert report["recompiled"] and report["rows"][1]["frames_compiled"] >= 1
     assert report["rows"][1]["reasons"]                      # dynamo says why

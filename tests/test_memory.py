@@ -148,7 +148,7 @@ def test_peak_memory_counts_quantized_weights_by_what_holds_them():
 @pytest.fixture(scope="module")
 def report():
     # 128x128 is twice the tiny VAE's tile (sample_size 64); 2 images for slicing
-    return {r["saver"]: r for r in fdh.memory_savers_report("sd15", size=128, batch=2,
+    return {r["saver"]: r for r in fdh.course.memory_savers_report("sd15", size=128, batch=2,
                                                             runs=3, verbose=False)}
 
 
@@ -158,7 +158,7 @@ def test_each_time_is_a_steady_median_quoted_with_its_range(report):
     fdh.benchmark), and each change is said with the range the two medians allow."""
     import statistics
 
-    from fastdiff_helpers.measure.savers_report import _line
+    from fastdiff_helpers.course.savers_report import _line
 
     for saver in ("none", "vae-slicing", "vae-tiling", "text-encoders-freed"):
         row = report[saver]
@@ -227,7 +227,7 @@ def test_cached_embeddings_give_the_same_image_without_encoders(model):
 
 
 def test_a_saver_that_does_nothing_at_this_size_says_so():
-    rows = {r["saver"]: r for r in fdh.memory_savers_report(
+    rows = {r["saver"]: r for r in fdh.course.memory_savers_report(
         "sd15", savers=["vae-tiling", "vae-slicing"], verbose=False)}  # 64x64, one image
     assert "not larger than the VAE's tile (64 px" in rows["vae-tiling"]["note"]
     assert "batch is one image" in rows["vae-slicing"]["note"]
@@ -246,9 +246,9 @@ def test_vae_and_text_encoder_savers_compose_with_compile():
     # loop into the compiled decode, each tile shape compiled apart. Measured here, both reports
     # on an empty compile cache: 221 CPU-s at 96x96 (2x2 tiles), 169 at 96x48; at 128 px, 3x3
     # tiles took inductor 105 s against 50 s at 96 px
-    eager = {r["saver"]: r for r in fdh.memory_savers_report(
+    eager = {r["saver"]: r for r in fdh.course.memory_savers_report(
         "sd15", savers=savers, size=(96, 48), verbose=False, **timing)}
-    compiled = {r["saver"]: r for r in fdh.memory_savers_report(
+    compiled = {r["saver"]: r for r in fdh.course.memory_savers_report(
         "sd15", savers=savers, size=(96, 48), compile=True, verbose=False, **timing)}
     assert "does nothing" not in compiled["vae-tiling"]["note"]  # 96 px tall does tile
     assert compiled["none"]["images"].shape == (1, 96, 48, 3)

@@ -14,7 +14,7 @@ from fastdiff_helpers.course.runs import cli
 from fastdiff_helpers.errors import FastdiffError
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU side of the policy")
-ASKED = fdh.LADDER[3][1]  # the blog's "+ compile": max-autotune
+ASKED = fdh.course.LADDER[3][1]  # the blog's "+ compile": max-autotune
 RAN = "max-autotune-no-cudagraphs"
 NOTE = f"compile='max-autotune' on cpu: ran compile='{RAN}'"
 

@@ -286,7 +286,7 @@ def check_blog_ladder(scratch: Path, out: str, model: str) -> None:
     ladder flow that test_bench.py's own full ladder used to repeat: the README's SDXL line and
     its smoke-mode SD1.5 example (which 17_all_models.ipynb's command repeats, taking its
     output)."""
-    from fastdiff_helpers.techniques.ladders import LADDER
+    from fastdiff_helpers.course.planning.ladders import LADDER
     from test_bench import check_ladder_folder
 
     stored = check_ladder_folder(scratch / out, [name for name, _ in LADDER], model)
@@ -303,7 +303,7 @@ def check_course_ladder(scratch: Path, out: str) -> None:
     refuses with the reason. The ladder keeps going past a failed step (run_ladder isolates
     failures), so the command's exit status alone would not show one."""
     from fastdiff_helpers.results.store import load_results
-    from fastdiff_helpers.techniques.ladders import COURSE_LADDER
+    from fastdiff_helpers.course.planning.ladders import COURSE_LADDER
 
     stored = load_results(scratch / out / "results.jsonl")
     assert [r.step for r in stored] == [name for name, _ in COURSE_LADDER]

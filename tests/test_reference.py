@@ -25,7 +25,7 @@ from tools.reference import folder as reference_folder
 from tools.reference import readme as results_readme
 from fastdiff_helpers.results.store import Result, load_results
 
-BLOG = [n for n, _ in fdh.LADDER]
+BLOG = [n for n, _ in fdh.course.LADDER]
 ROOT = Path(__file__).resolve().parent.parent
 REAL_ALARM = ref._alarm  # the budget's timer (SIGALRM); the fake clock's stands in for it
 

@@ -140,11 +140,11 @@ SIZES = [
      "multiple of 8"),
     ("run_batch height=9", lambda p, x: fdh.course.run_batch(["x"], "out/never", model="sd15",
                                                       height=9), "height=9", "multiple of 8"),
-    ("memory_savers_report size=100", lambda p, x: fdh.memory_savers_report("sd15", size=100),
+    ("memory_savers_report size=100", lambda p, x: fdh.course.memory_savers_report("sd15", size=100),
      "size=100", "multiple of 8"),
     ("memory_savers_report size=(96, 50)",
-     lambda p, x: fdh.memory_savers_report("sd15", size=(96, 50)), "width=50", "48 or 56"),
-    ("memory_savers_report size=(96,)", lambda p, x: fdh.memory_savers_report("sd15", size=(96,)),
+     lambda p, x: fdh.course.memory_savers_report("sd15", size=(96, 50)), "width=50", "48 or 56"),
+    ("memory_savers_report size=(96,)", lambda p, x: fdh.course.memory_savers_report("sd15", size=(96,)),
      "size=(96,)", "(height, width) pair"),
 ]
 

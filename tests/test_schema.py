@@ -19,7 +19,7 @@ import torch
 import fastdiff_helpers as fdh
 from fastdiff_helpers.course.runs.cli import build_parser
 from fastdiff_helpers.course.runs.launch import recipe_flags, recipe_from_args
-from fastdiff_helpers.techniques.ladders import LADDERS
+from fastdiff_helpers.course.planning.ladders import LADDERS
 from fastdiff_helpers.techniques.guidance import cutoff_share
 from fastdiff_helpers.techniques.precision import set_tf32, tf32_state
 from fastdiff_helpers.techniques.quantization import CONV_FILTERS, select_filter

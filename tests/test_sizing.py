@@ -19,7 +19,7 @@ from fastdiff_helpers.course.planning import plan as plan_mod
 from fastdiff_helpers.course.planning import clock
 
 T4, L4, A100, H100 = (gpus.PROFILES[k] for k in ("t4", "l4", "a100-40", "h100"))
-COURSE = dict(fdh.COURSE_LADDER)
+COURSE = dict(fdh.course.COURSE_LADDER)
 
 
 def test_bf16_runs_as_fp16_below_sm80_and_says_why():

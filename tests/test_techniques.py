@@ -122,16 +122,16 @@ def test_precision_sets_true_fp32_and_tf32():
 
 
 def test_ladder_changes_what_the_blog_changed_per_step():
-    names = [name for name, _ in fdh.LADDER]
+    names = [name for name, _ in fdh.course.LADDER]
     assert names == ["fp32", "bf16", "+ SDPA", "+ compile", "+ fused QKV", "+ int8 dynamic"]
-    assert fdh.LADDER[0][1] == fdh.Recipe(dtype="fp32", tf32="blog", attention="classic")
+    assert fdh.course.LADDER[0][1] == fdh.Recipe(dtype="fp32", tf32="blog", attention="classic")
     expected = [{"dtype"}, {"attention"},
                 {"compile", "fullgraph", "inductor_flags", "channels_last",
                  "conv1x1_to_linear"},  # the blog's compile step
                 {"fuse_qkv"}, {"quantize"}]
-    for (_, before), (_, after), changed in zip(fdh.LADDER, fdh.LADDER[1:], expected):
+    for (_, before), (_, after), changed in zip(fdh.course.LADDER, fdh.course.LADDER[1:], expected):
         assert set(after.changes(before)) == changed
-    assert all(not r.no_sync and r.dtype != "tf32" for _, r in fdh.LADDER)  # nothing hidden
+    assert all(not r.no_sync and r.dtype != "tf32" for _, r in fdh.course.LADDER)  # nothing hidden
 
 
 CODE_RECIPES = [
@@ -191,9 +191,9 @@ def test_device_checks_refuse_before_any_work(recipe, message):
 
 
 def test_for_device_adapts_cuda_only_compile_and_says_so():
-    recipe, notes = fdh.LADDER[3][1].for_device("cpu")
+    recipe, notes = fdh.course.LADDER[3][1].for_device("cpu")
     assert recipe.compile == "max-autotune-no-cudagraphs" and "CUDA graphs" in notes[0]
-    assert fdh.LADDER[3][1].for_device("cuda:0") == (fdh.LADDER[3][1], [])
+    assert fdh.course.LADDER[3][1].for_device("cuda:0") == (fdh.course.LADDER[3][1], [])
 
 
 @pytest.mark.parametrize("mode, runs", [("max-autotune", "max-autotune-no-cudagraphs"),
@@ -284,8 +284,8 @@ def test_current_recipe_reads_what_is_really_applied():
         ("bf16", "sdpa-math", True, True, None)
     assert fdh.Recipe.from_dict(d) == fdh.Recipe(dtype="bf16", attention="sdpa-math",
                                                  fuse_qkv=True, no_sync=True)
-    applied = fdh.apply(fresh("sd15"), fdh.LADDER[1][1])
-    assert fdh.current_recipe(applied) == fdh.LADDER[1][1].to_dict()
+    applied = fdh.apply(fresh("sd15"), fdh.course.LADDER[1][1])
+    assert fdh.current_recipe(applied) == fdh.course.LADDER[1][1].to_dict()
 
 
 def test_check_device_reads_nothing_from_cuda_for_cpu_devices():
@@ -301,7 +301,7 @@ def test_to_code_only_keeps_the_named_sections_of_the_full_code():
     code has it."""
     from fastdiff_helpers.techniques.codegen import _DENOISER, SECTIONS
 
-    recipe = dataclasses.replace(fdh.LADDER[5][1], no_sync=True, cache_every=3,
+    recipe = dataclasses.replace(fdh.course.LADDER[5][1], no_sync=True, cache_every=3,
                                  guidance_stop=0.5)  # every section (09_fewer_denoiser_calls)
     full = fdh.to_code(recipe, "plain")
     assert full.startswith("import torch\n\n" + _DENOISER + "\n\n")

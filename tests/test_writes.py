@@ -240,7 +240,7 @@ def test_the_demo_compiles_ahead_without_writing_tuning_into_the_current_folder(
 # --- the ladder, the reference run, the demo, bench -------------------------------------------
 
 def _fake_step(spec, name, recipe, weights, device, loading, baseline=None, **kw):
-    r = _result(name, 100 + [n for n, _ in fdh.LADDER].index(name))
+    r = _result(name, 100 + [n for n, _ in fdh.course.LADDER].index(name))
     if baseline is not None:
         r.quality = fdh.compare_images(r.image, baseline)
     r.wall_s = 0.0

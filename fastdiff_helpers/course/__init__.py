@@ -18,6 +18,13 @@ participant takes home; the core imports nothing from here.
                       host's torch and Jupyter held, whether to restart; the cell itself
     opening           how a notebook opens where a participant is: its first cell, the GPU
                       Colab gives it, its Open-in-Colab and Open-in-Kaggle badges
+    savers_report     a lesson's comparison: each memory saver's peak memory and time, beside
+                      the pipeline without it (fdh.course.memory_savers_report)
+    lora_swaps        a lesson's comparison: what switching LoRAs on a compiled pipeline
+                      recompiles and re-records (fdh.course.lora_swap_report)
+    cache_hooks       a lesson's comparison: diffusers' cache hooks (FirstBlockCache,
+                      TaylorSeer) against the course's step cache on Flux: what runs, host
+                      reads, what dynamo compiles (fdh.course.cache_hooks_report)
     nbclean           git's clean filter for the notebooks (committed without outputs, which
                       the files keep) and `make lab`'s post-save hook
 
@@ -62,6 +69,10 @@ _API = {
                                                   "show_tuning")},
     "cpu_tuning_run": ("course.compiletime.tuning_cpu", "cpu_tuning_run"),
     "TuningWatch": ("course.compiletime.watch", "TuningWatch"),
+    **{n: ("course.planning.ladders", n) for n in ("COURSE_LADDER", "FLUX_LADDER", "LADDER", "LADDERS")},
+    "cache_hooks_report": ("course.cache_hooks", "cache_hooks_report"),
+    "lora_swap_report": ("course.lora_swaps", "lora_swap_report"),
+    "memory_savers_report": ("course.savers_report", "memory_savers_report"),
 }
 
 __all__ = sorted(_API)

@@ -22,7 +22,7 @@ from .planning.published import BLOG_A100_SECONDS
 from ..results.charts import ChartFigure
 from ..results.store import Result, load_results, save_result
 from ..results.text import psnr_text, seconds_text
-from ..techniques.ladders import COURSE_LADDER
+from .planning.ladders import COURSE_LADDER
 from ..techniques.recipe import Recipe
 
 __all__ = ["keep_rung", "day_rungs", "day_table", "day_chart", "day_folder", "DAY_ENV",
@@ -51,7 +51,7 @@ def day_folder(folder: str | os.PathLike | None = None) -> Path:
 
 def keep_rung(result: Result, folder: str | os.PathLike | None = None) -> Path | None:
     """Keep `result` for the day's chart, when its step is a rung of the course's ladder
-    (fdh.COURSE_LADDER): its record and image go to the day's folder (day_folder). Says what
+    (fdh.course.COURSE_LADDER): its record and image go to the day's folder (day_folder). Says what
     it kept, and where the recipe that ran differs from the ladder's rung of that name (a
     CPU compiles without CUDA graphs); a result of another name is not kept, said in one line.
     Returns the results file, or None. Introduced in 01_baseline.ipynb."""

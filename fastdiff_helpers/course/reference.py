@@ -21,7 +21,7 @@ from ..models.presets import get_spec
 from .planning.published import BLOG_A100_WHERE, FLUX_H100_WHERE, published_ladder
 from ..results.store import REFERENCE_ROOT, Result, load_results
 from ..results.tables import format_table
-from ..techniques.ladders import LADDERS
+from .planning.ladders import LADDERS
 
 __all__ = ["reference_numbers", "reference_result", "reference_rate", "committed_ladders",
            "tf32_text", "LADDER_TITLES"]

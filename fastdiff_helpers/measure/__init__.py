@@ -10,15 +10,11 @@ techniques.
     cudagraphs      CUDA graphs captured, replayed, re-recorded, skipped (and why)
     flops           FLOPs per image, counted from the architecture; the matmul rate
     quality         image quality against the baseline: PSNR, SSIM, max abs error, NaN
-    lora_swaps      what switching LoRAs on a compiled pipeline recompiles and re-records
     memory          weight bytes from the architecture, a call's peak memory, what fits a card
-    savers_report   each memory saver's peak memory and time, beside the pipeline without it
-    cache_hooks     diffusers' cache hooks (FirstBlockCache, TaylorSeer) against the course's
-                    step cache on Flux: what runs, host reads, what dynamo compiles
     profile         profile(): where one image's time goes, per stage and kind of work (the
                     kinds: matmul, convolution, attention... by op and kernel name)
 
 Imports the models and the techniques (a Result records the recipe a pipeline runs), nothing
-of planning, compiletime, results, course or runs. What compiling costs and leaves behind
-(tuning, compile artifacts) is compiletime/; the course clock, course/planning/clock.py.
+of results or the course layer. The course's own comparisons built on these (memory savers,
+LoRA swaps, cache hooks) are course/; what compiling leaves behind, course/compiletime/.
 """

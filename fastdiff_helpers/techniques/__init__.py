@@ -2,7 +2,6 @@
 to compose them. Introduced in 01_baseline.ipynb (apply) and one notebook per technique.
 
     recipe         Recipe (the course's toggles, validated on construction), the one policy
-    ladders        the blog's LADDER, the COURSE_LADDER and the FLUX_LADDER
     precision      fp32, TF32, bf16, fp16
     attention      the classic processor, SDPA and its pinned backends
     compile        torch.compile: modes, inductor flags, channels_last, regional, graph breaks

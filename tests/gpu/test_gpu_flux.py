@@ -24,7 +24,7 @@ from fastdiff_helpers.techniques.step_cache import step_plan
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-BF16 = fdh.LADDERS["flux"][0][1]  # bf16, SDPA, TF32 as diffusers-torchao set it
+BF16 = fdh.course.LADDERS["flux"][0][1]  # bf16, SDPA, TF32 as diffusers-torchao set it
 GIB = 2**30
 
 
@@ -59,7 +59,7 @@ def test_flux_float8_rows_quantize_every_transformer_linear():
     base = image(flux())
     # + fp8 dynamic row, eager here: max-autotune's tuning of a 12B transformer is the
     # reference run's (resumable, its tuning kept as data), not a test's
-    recipe = dataclasses.replace(fdh.LADDERS["flux"][3][1], compile=None, fullgraph=False)
+    recipe = dataclasses.replace(fdh.course.LADDERS["flux"][3][1], compile=None, fullgraph=False)
     with pytest.warns(UserWarning, match="without torch.compile"):
         pipe = flux(recipe)
     assert fdh.pipeline_info(pipe).applied["quantize"]["linears"] == 504

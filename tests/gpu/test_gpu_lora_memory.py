@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.measure.lora_swaps import count_cuda_graph_recordings
+from fastdiff_helpers.course.lora_swaps import count_cuda_graph_recordings
 from fastdiff_helpers.measure.recompiles import _swap_a_weight
 
 pytestmark = [pytest.mark.gpu,
@@ -56,7 +56,7 @@ def _compiled(loras, hotswap):
 def test_lora_hotswap_under_cuda_graphs_records_nothing_new(loras, references):
     pipe = _compiled(loras, hotswap=True)
     with torch._dynamo.config.patch(error_on_recompile=True):
-        report = fdh.lora_swap_report(pipe, [loras[1], loras[0]], hotswap=True)
+        report = fdh.course.lora_swap_report(pipe, [loras[1], loras[0]], hotswap=True)
     assert report["rows"][0]["cuda_graphs_recorded"] >= 1      # the first call records
     assert not report["recompiled"] and not report["cuda_graphs_rerecorded"], report["rows"]
     for row, ref in zip(report["rows"], [references[0], references[1], references[0]]):
@@ -65,7 +65,7 @@ def test_lora_hotswap_under_cuda_graphs_records_nothing_new(loras, references):
 
 def test_lora_switch_without_hotswap_recompiles_and_records_again(loras):
     pipe = _compiled(loras, hotswap=False)
-    report = fdh.lora_swap_report(pipe, [loras[1]], hotswap=False)
+    report = fdh.course.lora_swap_report(pipe, [loras[1]], hotswap=False)
     assert report["recompiled"] and report["cuda_graphs_rerecorded"], report["rows"]
 
 
@@ -100,7 +100,7 @@ def test_weight_bytes_are_what_cuda_allocates_for_the_weights():
 
 
 def test_each_offload_lowers_the_peak_and_says_its_cost():
-    rows = {r["saver"]: r for r in fdh.memory_savers_report(
+    rows = {r["saver"]: r for r in fdh.course.memory_savers_report(
         "sd15", savers=list(fdh.OFFLOADS), weights="random", dtype="bf16", steps=4)}
     none = rows["none"]
     for saver in fdh.OFFLOADS:
@@ -111,7 +111,7 @@ def test_each_offload_lowers_the_peak_and_says_its_cost():
 
 def test_vae_savers_and_freed_encoders_lower_the_full_size_peak():
     # 1024 px: above SD1.5's VAE tile (512), and two images for slicing
-    rows = {r["saver"]: r for r in fdh.memory_savers_report(
+    rows = {r["saver"]: r for r in fdh.course.memory_savers_report(
         "sd15", savers=["vae-slicing", "vae-tiling", "text-encoders-freed"], weights="random",
         dtype="bf16", steps=2, size=1024, batch=2)}
     for saver in ("vae-slicing", "vae-tiling", "text-encoders-freed"):
@@ -121,7 +121,7 @@ def test_vae_savers_and_freed_encoders_lower_the_full_size_peak():
 def test_which_savers_compose_with_compile():
     """The verdict the lesson reports: compiled after the saver, the measured calls compile
     nothing again and no saver fails under compile."""
-    rows = fdh.memory_savers_report("sd15", weights="random", dtype="bf16", steps=2,
+    rows = fdh.course.memory_savers_report("sd15", weights="random", dtype="bf16", steps=2,
                                     size=1024, batch=2, compile=True)
     problems = [(r["saver"], r["recompiled_frames"], r["note"]) for r in rows
                 if r["recompiled_frames"] != 0]

@@ -12,7 +12,7 @@ from typing import Sequence
 from fastdiff_helpers import checks
 from fastdiff_helpers.errors import FastdiffError
 from fastdiff_helpers.course.planning.autotune import set_autotune
-from fastdiff_helpers.techniques.ladders import LADDERS
+from fastdiff_helpers.course.planning.ladders import LADDERS
 from fastdiff_helpers.course.parameters import course_hooks
 from fastdiff_helpers.course.runs.cli import INPUT_ERRORS, _check_counts, _common, _Parser, refused
 from fastdiff_helpers.course.runs.ladder import resolve_ladder

@@ -16,7 +16,7 @@ import torch
 
 from fastdiff_helpers.checks import write_atomic
 from fastdiff_helpers.errors import FastdiffError
-from fastdiff_helpers.techniques.ladders import LADDERS
+from fastdiff_helpers.course.planning.ladders import LADDERS
 from fastdiff_helpers.measure.env import device_name
 from fastdiff_helpers.measure.record import utc_now
 from fastdiff_helpers.measure.flops import measure_matmul_tflops

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from fastdiff_helpers import checks
 from fastdiff_helpers.course.planning.published import BLOG_SOURCE, published_ladder
-from fastdiff_helpers.techniques.ladders import LADDERS
+from fastdiff_helpers.course.planning.ladders import LADDERS
 from fastdiff_helpers.results.store import Result, load_results
 from fastdiff_helpers.results.text import memory_text, psnr_text, seconds_text
 

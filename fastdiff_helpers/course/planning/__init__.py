@@ -1,5 +1,8 @@
-"""planning: what a card will do with the course, estimated before anything runs.
+"""planning: the course's ladders, and what a card will do with them, estimated before
+anything runs.
 
+    ladders           the course's ladders of recipes: the blog's LADDER, the COURSE_LADDER,
+                      the FLUX_LADDER (LADDERS holds the three)
     compile_cache     the course's one folder for compiled kernels and graphs
                       (fdh.course.use_course_cache)
     autotune          whether a compile may tune on a GPU: the course's decision, passed to

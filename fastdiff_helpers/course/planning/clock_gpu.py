@@ -15,7 +15,7 @@ from typing import Any
 from ...models.dtypes import fp32_or_half
 from ...models.gpus import PROFILES
 from .autotune import is_tuning_step, tunes
-from ...techniques.ladders import LADDERS
+from .ladders import LADDERS
 from ...techniques.recipe import Recipe, recipe_id
 
 __all__ = ["GPU_WORK", "NOTHING"]

@@ -38,7 +38,7 @@ from ...errors import FastdiffError
 from ...models.dtypes import fp32_or_half
 from ...models.gpus import PROFILES, GpuProfile
 from ...models.presets import get_spec
-from ...techniques.ladders import LADDERS
+from .ladders import LADDERS
 from ...techniques.recipe import KNOBS, Recipe
 from .published import BLOG_A100_SECONDS, FLUX_H100_SECONDS, OTHER_CARDS, PUBLISHED, Published
 

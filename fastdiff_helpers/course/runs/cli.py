@@ -21,7 +21,7 @@ from ...models.pretrained import WEIGHTS, resolve_weights
 from ...techniques import apply
 from ..planning.autotune import course_tuning, set_autotune
 from ...techniques.recipe import RecipeError
-from ...techniques.ladders import LADDERS
+from ..planning.ladders import LADDERS
 from ...measure.bench import benchmark
 from ...measure.env import env_report
 from ...results.store import RESULTS_FOLDER, save_result

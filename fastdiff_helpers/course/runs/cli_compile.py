@@ -16,7 +16,7 @@ from ... import checks
 from ...errors import FastdiffError
 from ...techniques.compile import PARTS
 from ..planning.compile_cache import use_course_cache
-from ...techniques.ladders import LADDERS
+from ..planning.ladders import LADDERS
 from ..compiletime.cold_start import check_artifacts_path, load_artifacts
 from ..planning import clock
 from ..compiletime.bundle import bundle_path

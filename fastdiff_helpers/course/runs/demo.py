@@ -24,7 +24,7 @@ from ...models.presets import get_spec
 from ..planning.autotune import autotune_enabled, tunes
 from ..planning.tuning_state import covered_by
 from ..planning.compile_cache import use_course_cache
-from ...techniques.ladders import LADDERS
+from ..planning.ladders import LADDERS
 from ...measure.flops import measure_matmul_tflops
 from ...measure.record import Result
 from ..planning.clock import ladder_estimate

@@ -17,7 +17,7 @@ from ...techniques import apply, current_recipe
 from ..planning.autotune import course_tuning, covers, step_blocked
 from ...techniques.compile import PARTS, compile_part
 from ...techniques.recipe import RecipeError
-from ...techniques.ladders import LADDERS
+from ..planning.ladders import LADDERS
 from ..compiletime.cold_start import save_artifacts
 from ...measure.compile_events import events_between, snapshot
 from ..compiletime.bundle import check_bundle_path

@@ -16,11 +16,11 @@ from ..models.loading import call_kwargs, free_memory, load_pipeline, pipeline_d
 from ..models.presets import DEFAULT_PROMPT, get_spec
 from ..techniques.compile import compile_pipeline
 from ..techniques.memory_savers import MEMORY_SAVERS, OFFLOADS, apply_memory_saver
-from .compile_events import events_between, snapshot
-from .bench import time_call
-from .memory import peak_memory
-from .record import median_interval
-from .timing import uncertainty, until_steady
+from ..measure.compile_events import events_between, snapshot
+from ..measure.bench import time_call
+from ..measure.memory import peak_memory
+from ..measure.record import median_interval
+from ..measure.timing import uncertainty, until_steady
 
 __all__ = ["memory_savers_report"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .recipe import BASELINE, Recipe
+from ...techniques.recipe import BASELINE, Recipe
 
 
 # The blog's ladder, its recipe as diffusion-fast set it (utils/pipeline_utils.py,

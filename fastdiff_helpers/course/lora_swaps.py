@@ -17,10 +17,10 @@ from ..checks import arg, whole
 from ..errors import FastdiffError
 from ..models.loading import call_kwargs, pipeline_device, pipeline_info
 from ..techniques.lora import LORA_FILE, load_lora, lora_file_info, unload_lora
-from .bench import time_call
-from .compile_events import events_between, recompile_reasons, snapshot
-from .record import median_interval
-from .timing import steady_note, uncertainty, until_steady
+from ..measure.bench import time_call
+from ..measure.compile_events import events_between, recompile_reasons, snapshot
+from ..measure.record import median_interval
+from ..measure.timing import steady_note, uncertainty, until_steady
 
 __all__ = ["lora_swap_report", "count_cuda_graph_recordings"]
 

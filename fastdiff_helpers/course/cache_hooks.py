@@ -23,8 +23,8 @@ from ..errors import FastdiffError
 from ..models.loading import call_kwargs, free_memory, get_denoiser, load_pipeline
 from ..models.presets import get_spec
 from ..techniques.step_cache import step_cache, step_plan
-from .compile_events import events_between, snapshot
-from .quality import compare_images
+from ..measure.compile_events import events_between, snapshot
+from ..measure.quality import compare_images
 
 # what reads a tensor's value on the host: on a GPU each waits for the queue (a sync)
 HOST_READS = (torch.Tensor.item, torch.Tensor.__bool__, torch.Tensor.tolist,
