@@ -15,10 +15,9 @@ import importlib
 from .errors import FastdiffError
 from .models.loading import (call_kwargs, count_parameters, free_memory, generate, get_denoiser,
                              load_pipeline, pipeline_info)
-from .models.noise import quiet_known_noise
-from .models.presets import BLOG_LOADING, MODELS, PUBLISHED_PARAMETERS, ModelSpec
+from .models.presets import MODELS
 from .models.pretrained import choose_weights
-from .models.gpus import PROFILES as GPU_PROFILES, GpuProfile, gpu_profile
+from .models.gpus import PROFILES as GPU_PROFILES, gpu_profile
 from .models.fit import peak_bytes
 from .models.few_step import FEW_STEP, few_step_file
 from .models.meta import gemm_shapes
@@ -33,9 +32,9 @@ from .techniques.lora import (enable_lora_hotswap, fuse_lora, load_lora, lora_fi
                               make_lora_file, resolve_lora, unfuse_lora, unload_lora)
 from .techniques.memory_savers import (MEMORY_SAVERS, OFFLOADS, apply_memory_saver,
                                        encode_prompt_once)
-from .techniques.recipe import BASELINE, Recipe, RecipeError
+from .techniques.recipe import Recipe, RecipeError
 from .techniques.quantization import fp8_kernel_ok, select_filter
-from .measure.bench import benchmark, naive_time
+from .measure.bench import benchmark
 from .measure.cudagraphs import cudagraph_report, cudagraph_snapshot
 from .measure.env import env_report
 from .measure.memory import CARDS, peak_memory, weight_bytes, what_fits
@@ -48,7 +47,7 @@ from .results.charts import (ladder_chart, memory_chart, models_chart, quality_c
 from .results.tables import format_table
 from .results.text import speedup_text, timing_text
 from .results.profile_chart import profile_chart
-from .results.store import Result, ResultsFormatError, load_results, reference_results, save_results
+from .results.store import Result, load_results, save_results
 
 # The course layer is one name, `fdh.course` (course/__init__.py lists what it holds, each loaded
 # on its first use); the playground's panel is the core's, but it imports ipywidgets and the
@@ -75,22 +74,21 @@ def __dir__() -> list[str]:
 # public name is listed here, each is called or documented as fdh.<name>, and docs/helpers.md
 # has an example of each).
 __all__ = [
-    "apply", "apply_memory_saver", "BASELINE", "benchmark", "blog_inductor_flags", "BLOG_LOADING",
-    "call_kwargs", "capture_denoiser_inputs", "CARDS", "choose_weights", "compare_images",
-    "compile_part", "compile_pipeline", "conv1x1_to_linear", "count_flops", "count_parameters",
-    "count_syncs", "course", "cudagraph_report", "cudagraph_snapshot", "current_recipe",
-    "enable_lora_hotswap", "encode_prompt_once", "env_report", "FastdiffError", "FEW_STEP",
-    "few_step_file", "flop_floor_seconds", "format_table", "fp8_kernel_ok", "free_memory",
-    "fuse_lora", "fuse_qkv", "gemm_shapes", "generate", "get_denoiser", "gpu_profile",
-    "GPU_PROFILES", "GpuProfile", "graph_breaks", "ladder_chart", "load_lora", "load_pipeline",
-    "load_results", "lora_file_info", "make_lora_file", "measure_matmul_tflops", "memory_chart",
-    "MEMORY_SAVERS", "MODELS", "models_chart", "ModelSpec", "naive_time", "OFFLOADS",
-    "peak_bytes", "peak_memory", "pipeline_info", "playground", "profile", "profile_chart",
-    "PUBLISHED_PARAMETERS", "quality_chart", "quantize", "quiet_known_noise", "Recipe",
-    "RecipeError", "recompile_report", "reference_results", "remove_syncs", "resolve_lora",
-    "Result", "ResultsFormatError", "save_figure", "save_results", "select_filter",
-    "set_attention", "set_channels_last", "set_precision", "set_scheduler", "set_tf32",
-    "show_images", "speedup_text", "step_cache", "stop_guidance", "timing_text", "to_code",
-    "trace_steps", "unfuse_lora", "unload_lora", "use_few_step", "weight_bytes", "what_fits"]
+    "apply", "apply_memory_saver", "benchmark", "blog_inductor_flags", "call_kwargs",
+    "capture_denoiser_inputs", "CARDS", "choose_weights", "compare_images", "compile_part",
+    "compile_pipeline", "conv1x1_to_linear", "count_flops", "count_parameters", "count_syncs",
+    "course", "cudagraph_report", "cudagraph_snapshot", "current_recipe", "enable_lora_hotswap",
+    "encode_prompt_once", "env_report", "FastdiffError", "FEW_STEP", "few_step_file",
+    "flop_floor_seconds", "format_table", "fp8_kernel_ok", "free_memory", "fuse_lora", "fuse_qkv",
+    "gemm_shapes", "generate", "get_denoiser", "gpu_profile", "GPU_PROFILES", "graph_breaks",
+    "ladder_chart", "load_lora", "load_pipeline", "load_results", "lora_file_info",
+    "make_lora_file", "measure_matmul_tflops", "memory_chart", "MEMORY_SAVERS", "MODELS",
+    "models_chart", "OFFLOADS", "peak_bytes", "peak_memory", "pipeline_info", "playground",
+    "profile", "profile_chart", "quality_chart", "quantize", "Recipe", "RecipeError",
+    "recompile_report", "remove_syncs", "resolve_lora", "Result", "save_figure", "save_results",
+    "select_filter", "set_attention", "set_channels_last", "set_precision", "set_scheduler",
+    "set_tf32", "show_images", "speedup_text", "step_cache", "stop_guidance", "timing_text",
+    "to_code", "trace_steps", "unfuse_lora", "unload_lora", "use_few_step", "weight_bytes",
+    "what_fits"]
 
 __version__ = "0.1.0"

@@ -16,7 +16,8 @@ import torch
 
 import fastdiff_helpers as fdh
 from fastdiff_helpers.measure.flops import count_flops
-from fastdiff_helpers.measure.bench import benchmark, naive_time, time_call
+from fastdiff_helpers.measure.bench import benchmark, time_call
+from fastdiff_helpers.course.naive import naive_time
 from fastdiff_helpers.results.tables import format_table
 from fastdiff_helpers.course.runs.ladder import run_ladder
 from fastdiff_helpers.models.loading import FastdiffError

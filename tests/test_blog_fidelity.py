@@ -293,7 +293,7 @@ def test_blog_ladder_is_what_diffusion_fast_ran():
             compiled.inductor_flags, compiled.conv1x1_to_linear) == (
         "max-autotune", True, True, True, True, "blog")
     assert LADDER[0][1].attention == "classic" and LADDER[2][1].attention == "sdpa"
-    assert fdh.BLOG_LOADING == {"sdxl": {"vae": "fp16-fix"}, "ssd1b": {"vae": "fp16-fix"},
+    assert fdh.course.BLOG_LOADING == {"sdxl": {"vae": "fp16-fix"}, "ssd1b": {"vae": "fp16-fix"},
                                 "sd15": {"scheduler": "dpm-solver"}, "pixart": {}}
     for model in fdh.course.BLOG_A100_SECONDS:
         assert fdh.course.BLOG_A100_WHERE[model]

@@ -510,7 +510,7 @@ def test_two_notebooks_alone_install_the_helper_on_a_hosted_stand_in(standin, tm
         "import fastdiff_helpers as fdh, ipywidgets\n"
         "print(fdh.__file__)\n"
         "print(fdh.course.settings('sdxl'))\n"
-        "print(sorted(fdh.reference_results('sdxl')))\n"
+        "print(sorted(fdh.course.reference_results('sdxl')))\n"
         "panel = fdh.playground()\n"  # ipywidgets 7.7.1, Colab's
         "panel.run()\n"
         "print(ipywidgets.__version__, len(panel.rows), repr(panel.error.value))\n")],

@@ -13,6 +13,7 @@ import fastdiff_helpers as fdh
 from fastdiff_helpers.course.planning import clock
 from fastdiff_helpers.course.planning import image_time as it
 from fastdiff_helpers.course.planning.published import OTHER_CARDS, PUBLISHED, SOURCES
+from fastdiff_helpers.models.gpus import GpuProfile
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOG_MODELS = ("sdxl", "sd15", "ssd1b", "pixart")
@@ -121,7 +122,7 @@ def test_the_clock_asks_it():
 def test_size_batch_and_a_card_of_no_profile():
     base = fdh.course.image_seconds("l4", "sdxl", "+ SDPA")
     assert fdh.course.image_seconds("l4", "sdxl", "+ SDPA", size=512, batch=2) == pytest.approx(base / 2)
-    other = fdh.GpuProfile("other", "RTX 4090", 24, 24 * 10**9, "this GPU", 128, (8, 9), 165.0,
+    other = GpuProfile("other", "RTX 4090", 24, 24 * 10**9, "this GPU", 128, (8, 9), 165.0,
                            82.6)
     assert fdh.course.image_seconds(other, "sdxl", "+ SDPA") < base  # scaled from the nearest profile
     assert "measured" in fdh.course.image_basis("a100-80", "sdxl", "+ compile")

@@ -16,7 +16,7 @@ from conftest import MODEL_KEYS
 def test_full_size_parameter_counts_equal_published(model):
     pipe = fdh.load_pipeline(model, weights="random", device="meta")
     counts = fdh.count_parameters(pipe)
-    for component, published in fdh.PUBLISHED_PARAMETERS[model].items():
+    for component, published in fdh.course.PUBLISHED_PARAMETERS[model].items():
         assert counts[component] == published, component
     assert counts["total"] == sum(v for k, v in counts.items() if k != "total")
     # meta: nothing allocated

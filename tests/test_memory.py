@@ -14,7 +14,7 @@ SSD1B_UNET = 1_331_334_404   # counted from the architecture (README, tests/test
 
 @pytest.mark.parametrize("model", ["sdxl", "sd15", "ssd1b", "pixart"])
 def test_bf16_weight_bytes_are_the_published_parameter_counts_times_two(model):
-    published = dict(fdh.PUBLISHED_PARAMETERS[model])
+    published = dict(fdh.course.PUBLISHED_PARAMETERS[model])
     if model == "ssd1b":
         published["unet"] = SSD1B_UNET
     got = fdh.weight_bytes(model, "bf16")
@@ -87,7 +87,7 @@ def test_a_weights_only_fit_is_no_verdict_the_measured_h100_peak_says_so():
     weights_only = {r["way"]: r for r in fdh.what_fits("sdxl", 8)}
     assert {r["counted"] for r in weights_only.values()} == {"weights only"}
     assert weights_only["all on the GPU"]["fits"]
-    measured = {r.step: r for r in fdh.reference_results("sdxl")["h100-80gb-hbm3"]}["bf16"]
+    measured = {r.step: r for r in fdh.course.reference_results("sdxl")["h100-80gb-hbm3"]}["bf16"]
     assert (measured.height, measured.steps, measured.recipe["dtype"]) == (1024, 30, "bf16")
     held = sum(fdh.weight_bytes("sdxl", "bf16").values())
     activations = measured.peak_memory_bytes - held

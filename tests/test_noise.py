@@ -16,7 +16,8 @@ logging.getLogger("transformers.utils.import_utils").warning("`CLIPImageProcesso
 exec(compile("import warnings; warnings.warn('Dynamo detected a call to a `functools.lru_cache`-wrapped function at x')",
              "<d>", "exec"), {"__name__": "torch._dynamo.variables.functions"})
 warnings.warn("Dynamo detected a call to a `functools.lru_cache`-wrapped function from elsewhere")  # other module: shown
-fdh.quiet_known_noise(False)
+from fastdiff_helpers.models.noise import quiet_known_noise
+quiet_known_noise(False)
 log.warning("Failed to load /x/torchao/_C_cutlass.so: shown again")
 """
 

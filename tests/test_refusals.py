@@ -85,7 +85,7 @@ COUNTS = [
     ("generate steps=0", lambda p: fdh.generate(p, "x", steps=0), "steps=0"),
     ("generate guidance=nan", lambda p: fdh.generate(p, guidance=float("nan")), "guidance=nan"),
     ("generate prompt=3", lambda p: fdh.generate(p, 3), "prompt=3"),
-    ("naive_time runs=0", lambda p: fdh.naive_time(p, runs=0), "runs=0"),
+    ("naive_time runs=0", lambda p: fdh.course.naive_time(p, runs=0), "runs=0"),
     ("call_kwargs steps=0", lambda p: fdh.call_kwargs(p, steps=0), "steps=0"),
     ("graph_breaks steps=0", lambda p: fdh.graph_breaks(p, steps=0), "steps=0"),
     ("count_syncs steps=-1", lambda p: fdh.count_syncs(p, steps=-1), "steps=-1"),
@@ -290,7 +290,7 @@ def test_input_paths(tmp_path, slow_work):
     refused(lambda: fdh.load_results(tmp_path), "is a folder", "results.jsonl")
     with pytest.raises(FileNotFoundError, match="save_results"):
         fdh.load_results(tmp_path / "none.jsonl")
-    refused(lambda: fdh.reference_results("sdxl", root=tmp_path / "nowhere"), "root=",
+    refused(lambda: fdh.course.reference_results("sdxl", root=tmp_path / "nowhere"), "root=",
             "does not exist")
     refused(lambda: fdh.course.reference_numbers("sdxl", root=tmp_path / "nowhere"), "root=")
     refused(lambda: fdh.course.first_image_in_new_process(tmp_path / "c", load=tmp_path / "no.fdcache"),

@@ -196,7 +196,8 @@ def test_numpy_scalars_are_stored_as_python_numbers(tmp_path):
 
 
 def test_reference_results_finds_committed_gpu_results(tmp_path):
-    from fastdiff_helpers.results.store import Result, reference_results, save_results
+    from fastdiff_helpers.course.reference import reference_results
+    from fastdiff_helpers.results.store import Result, save_results
     assert reference_results("sdxl", root=tmp_path) == {}
     r = Result(model="sdxl", weights="random", step="fp32", recipe={}, device_name="H100",
                height=1024, width=1024, steps=30, latency_s=1.0, latency_samples=[1.0])

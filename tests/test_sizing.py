@@ -93,7 +93,7 @@ def test_course_settings_on_a_t4_says_its_sizing(monkeypatch, capsys, tmp_path):
     kept = fdh.course.settings("sdxl", weights="random", smoke=False, runs=7, resolution=768)
     assert (kept.runs, kept.height) == (7, 768)
     # the baseline in the card's half precision, and an fp32-weights rung skipped with the reason
-    assert settings.baseline == dataclasses.replace(fdh.BASELINE, dtype="fp16")
+    assert settings.baseline == dataclasses.replace(fdh.Recipe(), dtype="fp16")
     assert settings.baseline.weight_dtype == "fp16"
     capsys.readouterr()
     why = settings.skip(fdh.Recipe(dtype="tf32"))
@@ -105,13 +105,13 @@ def test_course_settings_on_a_t4_says_its_sizing(monkeypatch, capsys, tmp_path):
     assert "fp8" in tiny.skip(fdh.Recipe(dtype="bf16", quantize="fp8-dynamic-row"))
     _fake_gpu(monkeypatch, H100)
     h100 = fdh.course.settings("sdxl", weights="random", smoke=False)
-    assert h100.baseline == fdh.BASELINE and h100.skip(fdh.Recipe(dtype="tf32")) is None
+    assert h100.baseline == fdh.Recipe() and h100.skip(fdh.Recipe(dtype="tf32")) is None
     assert "fp32 fits" in capsys.readouterr().out
 
 
 def test_off_a_gpu_the_baseline_is_fp32_and_nothing_is_skipped():
     cpu = fdh.course.settings("sdxl", smoke=True)
-    assert cpu.baseline == fdh.BASELINE
+    assert cpu.baseline == fdh.Recipe()
     assert cpu.skip(fdh.Recipe(dtype="tf32")) is None
     assert cpu.skip(fdh.Recipe(quantize="fp8-dynamic-row", dtype="bf16")) is None
 

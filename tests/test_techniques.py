@@ -42,7 +42,7 @@ def image(pipe, seed=0):
 
 @pytest.fixture(scope="module")
 def baselines():
-    return {m: image(fdh.apply(fresh(m), fdh.BASELINE)) for m in BLOG_MODEL_KEYS}
+    return {m: image(fdh.apply(fresh(m), fdh.Recipe())) for m in BLOG_MODEL_KEYS}
 
 
 SAME_MATH = {
@@ -135,7 +135,7 @@ def test_ladder_changes_what_the_blog_changed_per_step():
 
 
 CODE_RECIPES = [
-    fdh.BASELINE,
+    fdh.Recipe(),
     fdh.Recipe(dtype="bf16", attention="sdpa-math", fuse_qkv=True, channels_last=True,
                no_sync=True, conv1x1_to_linear=True),
     fdh.Recipe(dtype="bf16", attention="sdpa", fuse_qkv=True, quantize="int8-dynamic",
@@ -308,7 +308,7 @@ def test_to_code_only_keeps_the_named_sections_of_the_full_code():
     # diffusers' default SDPA processor is no step of its own: nothing to paste for it
     assert "AttnProcessor" not in full and "attention" not in fdh.to_code(
         fdh.Recipe(dtype="bf16", attention="sdpa"), "plain")
-    assert "AttnProcessor()" in fdh.to_code(fdh.BASELINE, "plain", only="attention")
+    assert "AttnProcessor()" in fdh.to_code(fdh.Recipe(), "plain", only="attention")
     for name in (n for n in SECTIONS if n != "attention"):
         part = fdh.to_code(recipe, "plain", only=name)
         blocks = part.split("\n\n")
@@ -318,7 +318,7 @@ def test_to_code_only_keeps_the_named_sections_of_the_full_code():
     assert "denoiser.to(memory_format=torch.channels_last)" in both
     assert "options = {**list_mode_options('max-autotune')," in both and "quantize_" not in both
     with pytest.raises(RecipeError, match="no fuse_qkv step"):
-        fdh.to_code(fdh.BASELINE, "plain", only="fuse_qkv")
+        fdh.to_code(fdh.Recipe(), "plain", only="fuse_qkv")
     with pytest.raises(RecipeError, match="Unknown section"):
         fdh.to_code(recipe, "plain", only="int8")
     with pytest.raises(RecipeError, match="flavour='plain'"):

@@ -46,9 +46,9 @@ def main():
         def fresh():
             return fdh.load_pipeline(model, weights="tiny", device="cpu", verbose=False)
 
-        base = image(fdh.apply(fresh(), fdh.BASELINE))
+        base = image(fdh.apply(fresh(), fdh.Recipe()))
         out = {name: image(fdh.apply(fresh(), recipe)) for name, recipe in RECIPES.items()}
-        out["seed 1"] = image(fdh.apply(fresh(), fdh.BASELINE), seed=1)
+        out["seed 1"] = image(fdh.apply(fresh(), fdh.Recipe()), seed=1)
         for name, im in out.items():
             print(f"{model:7} {name:18} max abs {np.abs(im - base).max():.3g}  "
                   f"PSNR {psnr(im, base):.1f} dB")

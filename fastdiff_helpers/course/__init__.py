@@ -25,6 +25,7 @@ participant takes home; the core imports nothing from here.
     cache_hooks       a lesson's comparison: diffusers' cache hooks (FirstBlockCache,
                       TaylorSeer) against the course's step cache on Flux: what runs, host
                       reads, what dynamo compiles (fdh.course.cache_hooks_report)
+    naive             naive_time: the classic timing mistake 01 shows, wrong on purpose
     nbclean           git's clean filter for the notebooks (committed without outputs, which
                       the files keep) and `make lab`'s post-save hook
 
@@ -73,6 +74,9 @@ _API = {
     "cache_hooks_report": ("course.cache_hooks", "cache_hooks_report"),
     "lora_swap_report": ("course.lora_swaps", "lora_swap_report"),
     "memory_savers_report": ("course.savers_report", "memory_savers_report"),
+    **{n: ("course.planning.published", n) for n in ("BLOG_LOADING", "PUBLISHED_PARAMETERS")},
+    "reference_results": ("course.reference", "reference_results"),
+    "naive_time": ("course.naive", "naive_time"),
 }
 
 __all__ = sorted(_API)

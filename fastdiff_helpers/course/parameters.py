@@ -21,7 +21,7 @@ from ..models.pretrained import check_weights
 from .planning.autotune import autotune_enabled, course_tuning, set_autotune
 from .compiletime.bundle_io import import_matching
 from .planning.tuning_state import STATE
-from ..results.store import REFERENCE_ROOT
+from .reference import REFERENCE_ROOT
 from ..techniques.recipe import BASELINE, Recipe
 from .planning.sizing import card_fit, fitting_sizes, rung_verdict
 from .hosted import card_problem
@@ -82,7 +82,7 @@ class CourseSettings:
     @property
     def baseline(self) -> Recipe:
         """The baseline recipe a notebook measures the others against: the course's fp32 one
-        (fdh.BASELINE), or, on a card where fp32 does not fit (SDXL on a T4), the same recipe in
+        (fdh.Recipe()), or, on a card where fp32 does not fit (SDXL on a T4), the same recipe in
         the card's half precision, as course_settings said. Introduced in 00_setup.ipynb."""
         return (BASELINE if self.baseline_dtype == "fp32"
                 else replace(BASELINE, dtype=self.baseline_dtype))

@@ -19,15 +19,35 @@ from .. import checks
 from ..errors import FastdiffError
 from ..models.presets import get_spec
 from .planning.published import BLOG_A100_WHERE, FLUX_H100_WHERE, published_ladder
-from ..results.store import REFERENCE_ROOT, Result, load_results
+from ..results.store import Result, load_results
 from ..results.tables import format_table
 from .planning.ladders import LADDERS
 
-__all__ = ["reference_numbers", "reference_result", "reference_rate", "committed_ladders",
-           "tf32_text", "LADDER_TITLES"]
+__all__ = ["reference_numbers", "reference_result", "reference_results", "reference_rate",
+           "committed_ladders", "tf32_text", "LADDER_TITLES"]
 
 LADDER_TITLES = {"blog": "the blog's ladder", "course": "the course's ladder",
                  "flux": "the course's Flux ladder"}
+
+
+# The repository's results/ folder, read the same from a clone and from an installed package:
+# in a clone it is a link to results/, in a wheel the package data (pyproject.toml).
+REFERENCE_ROOT = Path(__file__).resolve().parent.parent / "reference_data"
+
+
+def reference_results(model: str, root: str | os.PathLike | None = None) -> dict[str, list[Result]]:
+    """The project's committed GPU reference results for `model`: {gpu folder: [Result]}
+    from results/<gpu>/<model>/results.jsonl ({} when none are committed yet).
+
+    root defaults to REFERENCE_ROOT, the repository's results/ as the package ships it. What
+    fdh.course.reference_numbers prints (01_baseline.ipynb). Introduced in 11_fitting_your_gpu.ipynb
+    (the committed peak memory)."""
+    base = (checks.existing_folder("root", root, "the results folder (results/ of a checkout)")
+            if root is not None else REFERENCE_ROOT)
+    found: dict[str, list[Result]] = {}
+    for path in sorted(base.glob(f"*/{model}/results.jsonl")):
+        found[path.parent.parent.name] = load_results(path)
+    return found
 
 
 def _ladder_of(model: str, folder: Path) -> str | None:

@@ -105,12 +105,3 @@ FLUX_MODELS: dict[str, ModelSpec] = {
     "flux-schnell": _spec("flux-schnell", "FLUX.1-schnell (Flux.1 [schnell])", False, 4, 0.0,
                           256, "Timestep-distilled: 4 steps, no guidance."),
 }
-
-# Published parameter counts (CLIP-L and the T5-XXL encoder: the same towers as SD's and
-# PixArt's, PUBLISHED_PARAMETERS in presets.py). The transformer is published only as "12
-# billion parameters" (the FLUX.1-dev model card, black-forest-labs/FLUX.1-dev README.md): it
-# counts 11,901,408,320 on the meta device (11,891,178,560 for schnell, without the guidance
-# embedder); the VAE's count, 83,819,683, is counted from the hub's vae/config.json (no figure
-# is published). tests/test_flux.py pins all four.
-FLUX_PUBLISHED_PARAMETERS: dict[str, int] = {"text_encoder": 123_060_480,
-                                             "text_encoder_2": 4_762_310_656}

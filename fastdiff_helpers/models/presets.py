@@ -6,7 +6,7 @@ error class and the other data modules (spec.py, flux.py), and no heavy library,
 `fdh.MODELS` can be read without loading torch or diffusers.
 
 The full-size configs reproduce the published architectures, so `weights="random"` has the
-real parameter counts, FLOPs, speed and memory (checked against PUBLISHED_PARAMETERS in
+real parameter counts, FLOPs, speed and memory (checked against the course's PUBLISHED_PARAMETERS, course/planning/published.py, in
 tests/test_loading.py). The tiny configs keep every class and code path but shrink widths
 and depths so a 64x64 image takes about a second on a CPU.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import FastdiffError
-from .flux import FLUX_MODELS, FLUX_PUBLISHED_PARAMETERS
+from .flux import FLUX_MODELS
 from .spec import Component, ModelSpec  # noqa: F401  (their home is spec.py)
 
 
@@ -229,28 +229,6 @@ MODELS: dict[str, ModelSpec] = {
         notes="Transformer denoiser (DiT) with a 4.8B-parameter T5-XXL text encoder.",
     ),
     **FLUX_MODELS,  # "flux" (FLUX.1-dev) and "flux-schnell" (FLUX.1-schnell): flux.py
-}
-
-# Published parameter counts (the models' cards and papers; SSD-1B's UNet only as "1.3B"),
-# the check for weights="random".
-PUBLISHED_PARAMETERS: dict[str, dict[str, int]] = {
-    "sdxl": {"unet": 2_567_463_684, "vae": 83_653_863, "text_encoder": 123_060_480,
-             "text_encoder_2": 694_659_840},
-    "sd15": {"unet": 859_520_964, "vae": 83_653_863, "text_encoder": 123_060_480},
-    "ssd1b": {"vae": 83_653_863, "text_encoder": 123_060_480,
-              "text_encoder_2": 694_659_840},  # UNet: "1.3B" (arXiv 2401.02677)
-    "pixart": {"transformer": 611_349_152, "vae": 83_653_863,
-               "text_encoder": 4_762_310_656},
-    "flux": FLUX_PUBLISHED_PARAMETERS, "flux-schnell": FLUX_PUBLISHED_PARAMETERS,
-}
-
-# What diffusion-fast loaded besides the pipeline (utils/pipeline_utils.py): every model but SD1.5
-# gets the fp16-fix VAE (PixArt's own script, utils/pipeline_utils_pixart.py, does not swap it),
-# and SD1.5 gets DPMSolverMultistepScheduler ("As the default scheduler of SD v1-5 doesn't have
-# sigmas device placement", diffusers PR 6173). run_ladder(ladder="blog") loads with these.
-BLOG_LOADING: dict[str, dict[str, str]] = {
-    "sdxl": {"vae": "fp16-fix"}, "ssd1b": {"vae": "fp16-fix"},
-    "sd15": {"scheduler": "dpm-solver"}, "pixart": {},
 }
 
 def size_multiple(model: str | ModelSpec) -> int:

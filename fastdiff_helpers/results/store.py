@@ -21,12 +21,7 @@ from .. import checks
 from ..measure.record import SCHEMA_VERSION, Result, ResultsFormatError  # noqa: F401 (public here)
 
 __all__ = ["SCHEMA_VERSION", "Result", "ResultsFormatError", "save_results", "load_results",
-           "reference_results", "save_result", "rewrite_results"]
-
-
-# The repository's results/ folder, read the same from a clone and from an installed package:
-# in a clone it is a link to results/, in a wheel the package data (pyproject.toml).
-REFERENCE_ROOT = Path(__file__).resolve().parent.parent / "reference_data"
+           "save_result", "rewrite_results"]
 
 
 def _repair_tail(path: Path) -> None:
@@ -173,21 +168,6 @@ def load_results(path: str | os.PathLike) -> list[Result]:
         except (ValueError, TypeError) as e:
             raise ResultsFormatError(f"{path}:{i}: not a valid result record: {e}") from e
     return results
-
-
-def reference_results(model: str, root: str | os.PathLike | None = None) -> dict[str, list[Result]]:
-    """The project's committed GPU reference results for `model`: {gpu folder: [Result]}
-    from results/<gpu>/<model>/results.jsonl ({} when none are committed yet).
-
-    root defaults to REFERENCE_ROOT, the repository's results/ as the package ships it. What
-    fdh.course.reference_numbers prints (01_baseline.ipynb). Introduced in 11_fitting_your_gpu.ipynb
-    (the committed peak memory)."""
-    base = (checks.existing_folder("root", root, "the results folder (results/ of a checkout)")
-            if root is not None else REFERENCE_ROOT)
-    found: dict[str, list[Result]] = {}
-    for path in sorted(base.glob(f"*/{model}/results.jsonl")):
-        found[path.parent.parent.name] = load_results(path)
-    return found
 
 
 def _slug(name: str) -> str:

@@ -14,7 +14,8 @@ from ...errors import FastdiffError
 from ...models.dtypes import fp32_or_half
 from ...models.downloads import download_bytes, files_dtype
 from ...models.fit import fits
-from ...models.presets import BLOG_LOADING, MODELS
+from ...models.presets import MODELS
+from .published import BLOG_LOADING
 from .clock import cell_work  # the clock's own reading: the record, GPU cells in place
 from .clock_record import RECORDED
 from .clock_gpu import GPU_WORK
@@ -22,7 +23,7 @@ from .clock_gpu import GPU_WORK
 __all__ = ["course_downloads", "notebook_needs", "for_card", "VAE_NOTEBOOKS"]
 
 # The record names the models a cell runs, not the VAE it loads them with: the blog's ladder
-# swaps in the fp16-fix VAE for SDXL and SSD-1B (presets.BLOG_LOADING). The notebooks that run
+# swaps in the fp16-fix VAE for SDXL and SSD-1B (published.BLOG_LOADING). The notebooks that run
 # it (run_ladder / warm_ladder / first_image_in_new_process on the blog's ladder); the core path
 # runs the course's ladder only (issue 59):
 VAE_NOTEBOOKS = ("17_all_models.ipynb",)

@@ -20,7 +20,7 @@ from ...techniques.recipe import BASELINE, Recipe
 # --compile_mode=max-autotune --change_comp_config) sets channels_last, swaps the 1x1 convs with
 # its conv_filter_fn, sets its four inductor flags and compiles with fullgraph=True; its int8 step
 # quantizes with its dynamic_quant_filter_fn. The blog's VAE and scheduler are loading choices
-# (presets.BLOG_LOADING), applied by run_ladder(ladder="blog").
+# (published.BLOG_LOADING), applied by run_ladder(ladder="blog").
 _B_FP32 = Recipe(tf32="blog")
 _B_BF16 = replace(_B_FP32, dtype="bf16")
 _B_SDPA = replace(_B_BF16, attention="sdpa")

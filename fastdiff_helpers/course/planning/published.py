@@ -257,3 +257,35 @@ FLUX_H100_WHERE = ("the diffusers-torchao README's 'Flux.1 Dev Benchmarks' table
 # Compile time of FLUX.1-dev's transformer on an H100, default mode: the PyTorch devlog
 # "torch.compile and Diffusers: A Hands-On Guide to Peak Performance".
 FLUX_COMPILE_SECONDS: dict[str, float] = {"full": 67.4, "regional": 9.6}
+
+
+# Published parameter counts (CLIP-L and the T5-XXL encoder: the same towers as SD's and
+# PixArt's, PUBLISHED_PARAMETERS below). The transformer is published only as "12
+# billion parameters" (the FLUX.1-dev model card, black-forest-labs/FLUX.1-dev README.md): it
+# counts 11,901,408,320 on the meta device (11,891,178,560 for schnell, without the guidance
+# embedder); the VAE's count, 83,819,683, is counted from the hub's vae/config.json (no figure
+# is published). tests/test_flux.py pins all four.
+FLUX_PUBLISHED_PARAMETERS: dict[str, int] = {"text_encoder": 123_060_480,
+                                             "text_encoder_2": 4_762_310_656}
+
+# Published parameter counts (the models' cards and papers; SSD-1B's UNet only as "1.3B"),
+# the check for weights="random".
+PUBLISHED_PARAMETERS: dict[str, dict[str, int]] = {
+    "sdxl": {"unet": 2_567_463_684, "vae": 83_653_863, "text_encoder": 123_060_480,
+             "text_encoder_2": 694_659_840},
+    "sd15": {"unet": 859_520_964, "vae": 83_653_863, "text_encoder": 123_060_480},
+    "ssd1b": {"vae": 83_653_863, "text_encoder": 123_060_480,
+              "text_encoder_2": 694_659_840},  # UNet: "1.3B" (arXiv 2401.02677)
+    "pixart": {"transformer": 611_349_152, "vae": 83_653_863,
+               "text_encoder": 4_762_310_656},
+    "flux": FLUX_PUBLISHED_PARAMETERS, "flux-schnell": FLUX_PUBLISHED_PARAMETERS,
+}
+
+# What diffusion-fast loaded besides the pipeline (utils/pipeline_utils.py): every model but SD1.5
+# gets the fp16-fix VAE (PixArt's own script, utils/pipeline_utils_pixart.py, does not swap it),
+# and SD1.5 gets DPMSolverMultistepScheduler ("As the default scheduler of SD v1-5 doesn't have
+# sigmas device placement", diffusers PR 6173). run_ladder(ladder="blog") loads with these.
+BLOG_LOADING: dict[str, dict[str, str]] = {
+    "sdxl": {"vae": "fp16-fix"}, "ssd1b": {"vae": "fp16-fix"},
+    "sd15": {"scheduler": "dpm-solver"}, "pixart": {},
+}

@@ -15,7 +15,8 @@ from typing import Any, Iterable
 from ... import checks
 from ...models.loading import (FastdiffError, default_device, free_memory,
                               get_denoiser, load_pipeline, resolve_weights)
-from ...models.presets import BLOG_LOADING, DEFAULT_PROMPT, SCHEDULERS, get_spec
+from ...models.presets import DEFAULT_PROMPT, SCHEDULERS, get_spec
+from ..planning.published import BLOG_LOADING
 from ..planning.published import published_ladder
 from ...techniques import apply, current_recipe
 from ..planning.autotune import course_tuning, step_blocked
@@ -171,7 +172,7 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
     """Benchmark each step of a ladder (fp32 -> ... -> int8 dynamic) on a FRESH pipeline.
 
     ladder: "blog" (fdh.course.LADDER, the blog's recipe on today's stack, loaded with the blog's VAE
-    and scheduler, fdh.BLOG_LOADING; 01_baseline.ipynb lists what differs from diffusion-fast)
+    and scheduler, fdh.course.BLOG_LOADING; 01_baseline.ipynb lists what differs from diffusion-fast)
     or "course" (fdh.course.COURSE_LADDER, the course's own: true fp32 baseline, TF32 and sync removal
     as steps, the pipeline's own VAE and scheduler), for the four models the blog ran; "flux"
     (fdh.course.LADDERS["flux"], the course's Flux ladder, 19_flux.ipynb) for Flux. None: the
