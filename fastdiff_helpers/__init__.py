@@ -17,21 +17,20 @@ from .models.loading import (call_kwargs, count_parameters, free_memory, generat
                              load_pipeline, pipeline_info)
 from .models.presets import MODELS
 from .models.pretrained import choose_weights
-from .models.gpus import PROFILES as GPU_PROFILES, gpu_profile
+from .models.gpus import gpu_profile
 from .models.fit import peak_bytes
 from .models.few_step import FEW_STEP, few_step_file
 from .models.meta import gemm_shapes
-from .techniques import (apply, blog_inductor_flags, capture_denoiser_inputs, compile_part,
-                         compile_pipeline, conv1x1_to_linear, count_syncs, current_recipe,
-                         fuse_qkv, graph_breaks, quantize, remove_syncs, set_attention,
-                         set_channels_last, set_precision, set_tf32, step_cache, stop_guidance)
+from .techniques import (apply, blog_inductor_flags, capture_denoiser_inputs, compile_pipeline,
+                         conv1x1_to_linear, count_syncs, current_recipe, fuse_qkv, graph_breaks,
+                         quantize, remove_syncs, set_attention, set_channels_last, set_precision,
+                         step_cache, stop_guidance)
 from .techniques.schedulers import set_scheduler, use_few_step
 from .techniques.step_cache import trace_steps
 from .techniques.codegen import to_code
 from .techniques.lora import (enable_lora_hotswap, fuse_lora, load_lora, lora_file_info,
-                              make_lora_file, resolve_lora, unfuse_lora, unload_lora)
-from .techniques.memory_savers import (MEMORY_SAVERS, OFFLOADS, apply_memory_saver,
-                                       encode_prompt_once)
+                              make_lora_file, unfuse_lora, unload_lora)
+from .techniques.memory_savers import apply_memory_saver, encode_prompt_once
 from .techniques.recipe import Recipe, RecipeError
 from .techniques.quantization import fp8_kernel_ok, select_filter
 from .measure.bench import benchmark
@@ -75,20 +74,19 @@ def __dir__() -> list[str]:
 # has an example of each).
 __all__ = [
     "apply", "apply_memory_saver", "benchmark", "blog_inductor_flags", "call_kwargs",
-    "capture_denoiser_inputs", "CARDS", "choose_weights", "compare_images", "compile_part",
-    "compile_pipeline", "conv1x1_to_linear", "count_flops", "count_parameters", "count_syncs",
-    "course", "cudagraph_report", "cudagraph_snapshot", "current_recipe", "enable_lora_hotswap",
+    "capture_denoiser_inputs", "CARDS", "choose_weights", "compare_images", "compile_pipeline",
+    "conv1x1_to_linear", "count_flops", "count_parameters", "count_syncs", "course",
+    "cudagraph_report", "cudagraph_snapshot", "current_recipe", "enable_lora_hotswap",
     "encode_prompt_once", "env_report", "FastdiffError", "FEW_STEP", "few_step_file",
     "flop_floor_seconds", "format_table", "fp8_kernel_ok", "free_memory", "fuse_lora", "fuse_qkv",
-    "gemm_shapes", "generate", "get_denoiser", "gpu_profile", "GPU_PROFILES", "graph_breaks",
-    "ladder_chart", "load_lora", "load_pipeline", "load_results", "lora_file_info",
-    "make_lora_file", "measure_matmul_tflops", "memory_chart", "MEMORY_SAVERS", "MODELS",
-    "models_chart", "OFFLOADS", "peak_bytes", "peak_memory", "pipeline_info", "playground",
-    "profile", "profile_chart", "quality_chart", "quantize", "Recipe", "RecipeError",
-    "recompile_report", "remove_syncs", "resolve_lora", "Result", "save_figure", "save_results",
-    "select_filter", "set_attention", "set_channels_last", "set_precision", "set_scheduler",
-    "set_tf32", "show_images", "speedup_text", "step_cache", "stop_guidance", "timing_text",
-    "to_code", "trace_steps", "unfuse_lora", "unload_lora", "use_few_step", "weight_bytes",
-    "what_fits"]
+    "gemm_shapes", "generate", "get_denoiser", "gpu_profile", "graph_breaks", "ladder_chart",
+    "load_lora", "load_pipeline", "load_results", "lora_file_info", "make_lora_file",
+    "measure_matmul_tflops", "memory_chart", "MODELS", "models_chart", "peak_bytes",
+    "peak_memory", "pipeline_info", "playground", "profile", "profile_chart", "quality_chart",
+    "quantize", "Recipe", "RecipeError", "recompile_report", "remove_syncs", "Result",
+    "save_figure", "save_results", "select_filter", "set_attention", "set_channels_last",
+    "set_precision", "set_scheduler", "show_images", "speedup_text", "step_cache",
+    "stop_guidance", "timing_text", "to_code", "trace_steps", "unfuse_lora", "unload_lora",
+    "use_few_step", "weight_bytes", "what_fits"]
 
 __version__ = "0.1.0"

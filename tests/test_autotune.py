@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import fastdiff_helpers as fdh
+from fastdiff_helpers.techniques.precision import set_tf32
 from fastdiff_helpers import checks
 from fastdiff_helpers.course.compiletime import bundle as bundle_format
 from fastdiff_helpers.measure import record
@@ -36,7 +37,7 @@ def _fresh(monkeypatch):
     STATE.reset()
     yield
     STATE.reset()
-    fdh.set_tf32("off")
+    set_tf32("off")
 
 
 def on_gpu(monkeypatch, gpu=H100):

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
+from fastdiff_helpers.techniques.precision import set_tf32
 from fastdiff_helpers.measure.flops import count_flops
 from fastdiff_helpers.measure.bench import benchmark, time_call
 from fastdiff_helpers.course.naive import naive_time
@@ -46,7 +47,7 @@ def one_thread():
 
 
 def test_result_fields_are_filled_and_consistent(pipe):
-    fdh.set_tf32("off")  # the baseline's TF32, a process-wide switch an earlier test may have left
+    set_tf32("off")  # the baseline's TF32, a process-wide switch an earlier test may have left
     r = benchmark(pipe, steps=2, runs=3, warmup=2, progress=False, max_runs=3)
     assert r.ok and r.model == "sd15" and r.weights == "tiny" and r.step == "custom"
     assert (r.height, r.width, r.steps, r.guidance, r.runs, r.warmup) == (64, 64, 2, 7.5, 3, 2)

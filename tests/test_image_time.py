@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import fastdiff_helpers as fdh
+from fastdiff_helpers.models.gpus import PROFILES as GPU_PROFILES
 from fastdiff_helpers.course.planning import clock
 from fastdiff_helpers.course.planning import image_time as it
 from fastdiff_helpers.course.planning.published import OTHER_CARDS, PUBLISHED, SOURCES
@@ -55,7 +56,7 @@ def test_each_estimate_is_within_1_3x_of_the_figure_it_rests_on(p):
 
 def test_the_table_is_well_formed():
     for p in PUBLISHED:
-        assert p.source in SOURCES and p.card in tuple(fdh.GPU_PROFILES) + tuple(OTHER_CARDS)
+        assert p.source in SOURCES and p.card in tuple(GPU_PROFILES) + tuple(OTHER_CARDS)
         assert p.path in it.PATHS and p.role in ("anchor", "ratio", "check", "context")
         assert p.role != "context" or p.note, p
         quoted = float(re.search(r"[\d.]+", p.quote).group())
@@ -77,7 +78,7 @@ def test_the_blogs_rows_and_this_projects_h100_are_the_tables():
     assert {steps[r["step"]]: round(r["latency_s"], 2) for r in rows} == ours
 
 
-@pytest.mark.parametrize("gpu", list(fdh.GPU_PROFILES))
+@pytest.mark.parametrize("gpu", list(GPU_PROFILES))
 @pytest.mark.parametrize("model", BLOG_MODELS)
 def test_never_fp32_faster_than_half_nor_compile_slower_than_eager(gpu, model):
     s = {rung: fdh.course.image_seconds(gpu, model, rung)
@@ -103,7 +104,7 @@ def test_a_small_cards_compile_gain_is_its_own():
     """The T4's SD1.5 gain is the diffusers table's (6.9 -> 7.3 it/s), at most 1.25x; no card
     under the A100 takes a large card's gain."""
     gain = {g: fdh.course.image_seconds(g, "sd15", "+ SDPA") / fdh.course.image_seconds(g, "sd15", "+ compile")
-            for g in fdh.GPU_PROFILES}
+            for g in GPU_PROFILES}
     assert gain["t4"] == pytest.approx(7.3 / 6.9) and gain["t4"] <= 1.25
     for small in ("t4", "l4", "a10g"):
         assert gain[small] <= 1.25 and gain[small] not in (gain["h100"], gain["a100-80"])
@@ -170,4 +171,4 @@ def test_true_fp32_rests_on_the_h100s_measured_fp32_sdxl():
     for card in ("l4", "a100-40"):  # computed: FLOPs at the share of the card's FP32 rate
         seconds = fdh.course.image_seconds(card, "sdxl", "fp32, TF32 off")
         assert seconds == pytest.approx(it.image_flops("sdxl", 30) / (
-            fdh.GPU_PROFILES[card].fp32_tflops * it.FP32_SHARE), rel=1e-6)
+            GPU_PROFILES[card].fp32_tflops * it.FP32_SHARE), rel=1e-6)

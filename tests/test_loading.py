@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
+from fastdiff_helpers.models.gpus import PROFILES as GPU_PROFILES
 from fastdiff_helpers.models.build import build_component
 from conftest import MODEL_KEYS
 
@@ -240,7 +241,7 @@ def test_a_tiny_load_in_half_says_nothing_about_fp32_pinned_modules(capfd):
     assert "should be kept in float32" not in out + err
 
 
-@pytest.mark.parametrize("card", sorted(fdh.GPU_PROFILES))
+@pytest.mark.parametrize("card", sorted(GPU_PROFILES))
 def test_a_bf16_load_on_a_card_is_the_dtype_apply_runs(card, monkeypatch):
     """One policy: below sm80 fdh.apply runs a bf16 recipe as fp16 (Recipe.for_device), and
     load_pipeline loads it in fp16 (loaded in bf16 and cast, the weights would be rounded to

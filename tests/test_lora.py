@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
+from fastdiff_helpers.techniques.lora import resolve_lora
 from conftest import eager_compiled_block
 from fastdiff_helpers.errors import FastdiffError
 
@@ -70,7 +71,7 @@ def test_lora_file_is_what_was_asked(loras):
     assert fdh.lora_file_info(loras["text"])["text_encoder"]
     # mixed ranks: peft's rank_pattern, every to_q at rank 2, the rest at 4
     from safetensors import safe_open
-    with safe_open(str(fdh.resolve_lora(loras["mixed"])), framework="pt") as f:
+    with safe_open(str(resolve_lora(loras["mixed"])), framework="pt") as f:
         ranks = {k: f.get_slice(k).get_shape()[0] for k in f.keys() if ".lora.down." in k}
     assert {r for k, r in ranks.items() if ".to_q." in k} == {2}
     assert {r for k, r in ranks.items() if ".to_q." not in k} == {4}
@@ -201,7 +202,7 @@ def test_order_is_enforced(loras, tmp_path):
         fdh.lora_file_info(tmp_path / "lora.bin")
     with pytest.raises(FastdiffError, match="hf download nobody/no-such-lora x.safetensors"):
         fdh.lora_file_info(("nobody/no-such-lora", "x.safetensors"))  # offline in the tests
-    file = fdh.resolve_lora(loras["B"])
+    file = resolve_lora(loras["B"])
     assert fdh.lora_file_info(file) == fdh.lora_file_info((str(loras["B"]), file.name))
     with pytest.raises(FastdiffError, match="no LoRA loader"):
         fdh.make_lora_file(fdh.load_pipeline("pixart", weights="tiny", verbose=False),

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import fastdiff_helpers as fdh
+from fastdiff_helpers.models.gpus import PROFILES as GPU_PROFILES
 from fastdiff_helpers.course.planning import sizing
 from fastdiff_helpers.models import fit
 from fastdiff_helpers.course.planning.published import PEAKS_GIB
@@ -17,7 +18,7 @@ from fastdiff_helpers.course.planning.sizing import card_fit
 
 ROOT = Path(__file__).resolve().parent.parent
 GIB = 1024 ** 3
-T4 = fdh.GPU_PROFILES["t4"]
+T4 = GPU_PROFILES["t4"]
 
 
 def _measured() -> dict[tuple[str, str], list[int]]:

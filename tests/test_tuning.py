@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import fastdiff_helpers as fdh
+from fastdiff_helpers.techniques.compile import compile_part
 from fastdiff_helpers.errors import FastdiffError
 from fastdiff_helpers.course.compiletime import bundle as bundle_format, bundle_cache, bundle_io
 from fastdiff_helpers.course.compiletime import watch as tuning_watch
@@ -562,14 +563,14 @@ def test_each_part_compiles_with_the_inputs_the_pipeline_gives_it(monkeypatch, m
     frames = {}
     for part in ("denoiser", "vae"):
         before = snapshot()
-        fdh.compile_part(pipe, part, steps=2)
+        compile_part(pipe, part, steps=2)
         frames[part] = events_between(before, snapshot())["frames"]
     before = snapshot()
     pipe(**fdh.call_kwargs(pipe, steps=2))
     assert frames["denoiser"] >= 1 and frames["vae"] >= 1
     assert events_between(before, snapshot())["frames"] == 0, recompile_reasons()
     with pytest.raises(fdh.RecipeError, match="Unknown part"):
-        fdh.compile_part(pipe, "text_encoder")
+        compile_part(pipe, "text_encoder")
     torch._dynamo.reset()
 
 

@@ -58,7 +58,7 @@ def lora_swap_report(pipe, loras: Sequence[Any], hotswap: bool = True, steps: in
                      verbose: bool = True) -> dict[str, Any]:
     """Call the pipeline with the LoRA it has loaded (the first call of a compiled pipeline is
     its compile), then switch to each of `loras` in turn (each a folder, a file, a hub id or a
-    (hub id, weight_name) pair: fdh.resolve_lora) and call again: with `hotswap=True` by
+    (hub id, weight_name) pair, as fdh.load_lora takes) and call again: with `hotswap=True` by
     diffusers' hot-swap (the weights copied in place), else by unloading the
     LoRA and loading the next one (what a user without hot-swap does). Every file is checked
     before the first call.

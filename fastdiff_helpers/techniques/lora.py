@@ -296,7 +296,7 @@ def _check_swap(pipe, info: dict[str, Any], adapter_name: str = "default") -> No
 def load_lora(pipe, lora, hotswap: bool = False, adapter_name: str = "default",
               weight_name: str | None = None):
     """diffusers' `pipe.load_lora_weights(lora, adapter_name=..., hotswap=...)` (`lora` as for
-    fdh.resolve_lora: a folder, a file or a hub id with `weight_name`), checked first: with
+    resolve_lora: a folder, a file or a hub id with `weight_name`), checked first: with
     hotswap=True the new LoRA replaces the loaded one in place (same layers or a subset, rank
     <= the target rank, no text encoder, a config peft finds compatible), else it is refused
     with what to do, before anything is loaded.

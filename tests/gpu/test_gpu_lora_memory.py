@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
+from fastdiff_helpers.techniques.memory_savers import OFFLOADS
 from fastdiff_helpers.course.lora_swaps import count_cuda_graph_recordings
 from fastdiff_helpers.measure.recompiles import _swap_a_weight
 
@@ -101,9 +102,9 @@ def test_weight_bytes_are_what_cuda_allocates_for_the_weights():
 
 def test_each_offload_lowers_the_peak_and_says_its_cost():
     rows = {r["saver"]: r for r in fdh.course.memory_savers_report(
-        "sd15", savers=list(fdh.OFFLOADS), weights="random", dtype="bf16", steps=4)}
+        "sd15", savers=list(OFFLOADS), weights="random", dtype="bf16", steps=4)}
     none = rows["none"]
-    for saver in fdh.OFFLOADS:
+    for saver in OFFLOADS:
         assert rows[saver]["peak_bytes"] < none["peak_bytes"], (saver, rows[saver])
         assert rows[saver]["seconds"] > none["seconds"], saver  # copies cost time
     assert rows["sequential-offload"]["peak_bytes"] < rows["model-offload"]["peak_bytes"]
