@@ -20,7 +20,6 @@ from .models.pretrained import choose_weights
 from .models.gpus import gpu_profile
 from .models.fit import peak_bytes
 from .models.few_step import FEW_STEP, few_step_file
-from .models.meta import gemm_shapes
 from .techniques import (apply, blog_inductor_flags, capture_denoiser_inputs, compile_pipeline,
                          conv1x1_to_linear, count_syncs, current_recipe, fuse_qkv, graph_breaks,
                          quantize, remove_syncs, set_attention, set_channels_last, set_precision,
@@ -79,7 +78,7 @@ __all__ = [
     "cudagraph_report", "cudagraph_snapshot", "current_recipe", "enable_lora_hotswap",
     "encode_prompt_once", "env_report", "FastdiffError", "FEW_STEP", "few_step_file",
     "flop_floor_seconds", "format_table", "fp8_kernel_ok", "free_memory", "fuse_lora", "fuse_qkv",
-    "gemm_shapes", "generate", "get_denoiser", "gpu_profile", "graph_breaks", "ladder_chart",
+    "generate", "get_denoiser", "gpu_profile", "graph_breaks", "ladder_chart",
     "load_lora", "load_pipeline", "load_results", "lora_file_info", "make_lora_file",
     "measure_matmul_tflops", "memory_chart", "MODELS", "models_chart", "peak_bytes",
     "peak_memory", "pipeline_info", "playground", "profile", "profile_chart", "quality_chart",

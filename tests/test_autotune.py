@@ -286,8 +286,8 @@ def test_sdxls_unet_has_the_42_shapes_the_h100_autotuned():
     """Counted on a meta copy: SDXL's UNet at 1024x1024, batch 2, bf16 has 42 distinct GEMM and
     convolution shapes, the number max-autotune autotuned on this project's H100
     (results/h100-80gb-hbm3/sdxl/compile-attempts.log)."""
-    assert fdh.gemm_shapes("sdxl", vae=False) == 42
-    assert fdh.gemm_shapes("sdxl") > 42  # the VAE decode adds its convolutions
+    assert fdh.course.gemm_shapes("sdxl", vae=False) == 42
+    assert fdh.course.gemm_shapes("sdxl") > 42  # the VAE decode adds its convolutions
 
 
 def test_make_demo_on_a_gpu_runs_the_blogs_ladder_only_when_it_need_not_wait_for_tuning():

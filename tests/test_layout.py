@@ -241,7 +241,7 @@ def test_no_module_imports_another_subpackages_private_names():
 def test_the_private_import_check_reads_names_not_aliases():
     """The check above, on a probe: a private name from another subpackage is caught, a public
     name under a private alias and a private name of its own subpackage are not."""
-    probe = ("from ..models.meta import gemm_shapes as _shapes\n"
+    probe = ("from ..models.meta import meta_copy as _copy\n"
              "from ..models.meta import _hidden\n"
              "from fastdiff_helpers.techniques import _state\n"
              "from . import _own\n")

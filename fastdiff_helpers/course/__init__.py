@@ -77,6 +77,7 @@ _API = {
     **{n: ("course.planning.published", n) for n in ("BLOG_LOADING", "PUBLISHED_PARAMETERS")},
     "reference_results": ("course.reference", "reference_results"),
     "naive_time": ("course.naive", "naive_time"),
+    "gemm_shapes": ("course.planning.shapes", "gemm_shapes"),
 }
 
 __all__ = sorted(_API)

@@ -28,7 +28,7 @@ import torch
 from ... import checks
 from ...models.loading import family_of, get_denoiser, pipeline_info
 from ...models.gpus import PROFILES, TEMPLATE_SMS
-from ...models.meta import gemm_shapes
+from .shapes import gemm_shapes
 from ...models.presets import get_spec
 from .compile_cache import use_course_cache
 from .coordesc import keep_coordesc_marks
@@ -50,7 +50,7 @@ SHAPES_WHERE = "results/h200/slot-2026-11-26.md: 28 SDXL shapes in 347.6 s on an
 DEFAULT_GRAPH_S = 67.4
 REGIONAL_S = 9.6  # the same devlog: FLUX.1-dev's transformer compiled regionally
 # A graph's compile time scales with its size: the ops dynamo captures in one call of each
-# full-size part at its native size (fdh.models.meta.graph_ops, counted on meta copies, each in
+# full-size part at its native size (shapes.py graph_ops, counted on meta copies, each in
 # a fresh process: a count moves a few % with what dynamo traced before in the process)
 GRAPH_OPS = {("sdxl", "denoiser"): 2222, ("sd15", "denoiser"): 839,
              ("ssd1b", "denoiser"): 1233, ("pixart", "denoiser"): 1165,
@@ -148,7 +148,7 @@ def tuning_estimate(pipe_or_model: Any, compile_vae: bool = True, sms: int = PRO
                     ) -> dict[str, Any]:
     """What max-autotune would tune for a pipeline (or a model key: its full-size architecture)
     on a GPU with `sms` SMs (default: an H100's or H200's 132): its GEMM/convolution shapes
-    (fdh.gemm_shapes; none on a GPU under 68 SMs, which has no templates), their estimated
+    (fdh.course.gemm_shapes; none on a GPU under 68 SMs, which has no templates), their estimated
     benchmarking seconds at the H200's measured cost a shape (and the range its shapes took),
     and the words that say it. Coordinate descent comes on top and is not measured yet.
     Introduced in 13_autotuning.ipynb."""

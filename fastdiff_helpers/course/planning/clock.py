@@ -23,7 +23,7 @@ from ...errors import FastdiffError
 from .autotune import (GRAPH_OPS, REGIONAL_S, SECONDS_PER_OP, SHAPE_S,
                                    WITHOUT_TUNING, graph_ops_of)
 from ...models.gpus import PROFILES, TEMPLATE_SMS
-from ...models.meta import gemm_shapes
+from .shapes import gemm_shapes
 from .image_time import kind_seconds
 from . import clock_gpu
 from .clock_gpu import GPU_WORK, half_on_a_gpu
