@@ -28,7 +28,7 @@ from .techniques.schedulers import set_scheduler, use_few_step
 from .techniques.step_cache import trace_steps
 from .techniques.codegen import to_code
 from .techniques.lora import (enable_lora_hotswap, fuse_lora, load_lora, lora_file_info,
-                              make_lora_file, unfuse_lora, unload_lora)
+                              unfuse_lora, unload_lora)
 from .techniques.memory_savers import apply_memory_saver, encode_prompt_once
 from .techniques.recipe import Recipe, RecipeError
 from .techniques.quantization import fp8_kernel_ok, select_filter
@@ -78,14 +78,13 @@ __all__ = [
     "cudagraph_report", "cudagraph_snapshot", "current_recipe", "enable_lora_hotswap",
     "encode_prompt_once", "env_report", "FastdiffError", "FEW_STEP", "few_step_file",
     "flop_floor_seconds", "format_table", "fp8_kernel_ok", "free_memory", "fuse_lora", "fuse_qkv",
-    "generate", "get_denoiser", "gpu_profile", "graph_breaks", "ladder_chart",
-    "load_lora", "load_pipeline", "load_results", "lora_file_info", "make_lora_file",
-    "measure_matmul_tflops", "memory_chart", "MODELS", "models_chart", "peak_bytes",
-    "peak_memory", "pipeline_info", "playground", "profile", "profile_chart", "quality_chart",
-    "quantize", "Recipe", "RecipeError", "recompile_report", "remove_syncs", "Result",
-    "save_figure", "save_results", "select_filter", "set_attention", "set_channels_last",
-    "set_precision", "set_scheduler", "show_images", "speedup_text", "step_cache",
-    "stop_guidance", "timing_text", "to_code", "trace_steps", "unfuse_lora", "unload_lora",
-    "use_few_step", "weight_bytes", "what_fits"]
+    "generate", "get_denoiser", "gpu_profile", "graph_breaks", "ladder_chart", "load_lora",
+    "load_pipeline", "load_results", "lora_file_info", "measure_matmul_tflops", "memory_chart",
+    "MODELS", "models_chart", "peak_bytes", "peak_memory", "pipeline_info", "playground",
+    "profile", "profile_chart", "quality_chart", "quantize", "Recipe", "RecipeError",
+    "recompile_report", "remove_syncs", "Result", "save_figure", "save_results", "select_filter",
+    "set_attention", "set_channels_last", "set_precision", "set_scheduler", "show_images",
+    "speedup_text", "step_cache", "stop_guidance", "timing_text", "to_code", "trace_steps",
+    "unfuse_lora", "unload_lora", "use_few_step", "weight_bytes", "what_fits"]
 
 __version__ = "0.1.0"

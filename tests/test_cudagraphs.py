@@ -120,7 +120,7 @@ def test_a_parameter_copy_with_requires_grad_flipped_recompiles_and_so_does_a_lo
     to_q.weight = torch.nn.Parameter(to_q.weight.detach().clone(), requires_grad=False)
     frames, reasons = _frames_and_reasons(call)
     assert frames == 1 and any("requires_grad mismatch" in r for r in reasons), reasons
-    fdh.load_lora(pipe, fdh.make_lora_file(pipe, tmp_path / "lora", rank=2))
+    fdh.load_lora(pipe, fdh.course.make_lora_file(pipe, tmp_path / "lora", rank=2))
     assert type(block.attn1.to_q).__module__.startswith("peft")  # wrapped by peft
     frames, reasons = _frames_and_reasons(call)
     assert frames == 1 and reasons, reasons

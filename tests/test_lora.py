@@ -35,13 +35,13 @@ def loras(tmp_path_factory):
     # 4): the UNet compiled with each (no hot-swap) is the same graph there and here, so make
     # test's shared compile cache compiles each once (a rank-2 B cost it one more compile)
     return {
-        "A": fdh.make_lora_file(pipe, root / "A", rank=4, seed=1),
-        "B": fdh.make_lora_file(pipe, root / "B", rank=8, seed=2),
-        "subset": fdh.make_lora_file(pipe, root / "subset", rank=2, targets=("to_q",), seed=3),
-        "other": fdh.make_lora_file(pipe, root / "other", rank=2, targets=("proj_in",), seed=4),
-        "big": fdh.make_lora_file(pipe, root / "big", rank=16, seed=5),
-        "text": fdh.make_lora_file(pipe, root / "text", rank=2, seed=6, text_encoder=True),
-        "mixed": fdh.make_lora_file(pipe, root / "mixed", rank=4, seed=7,
+        "A": fdh.course.make_lora_file(pipe, root / "A", rank=4, seed=1),
+        "B": fdh.course.make_lora_file(pipe, root / "B", rank=8, seed=2),
+        "subset": fdh.course.make_lora_file(pipe, root / "subset", rank=2, targets=("to_q",), seed=3),
+        "other": fdh.course.make_lora_file(pipe, root / "other", rank=2, targets=("proj_in",), seed=4),
+        "big": fdh.course.make_lora_file(pipe, root / "big", rank=16, seed=5),
+        "text": fdh.course.make_lora_file(pipe, root / "text", rank=2, seed=6, text_encoder=True),
+        "mixed": fdh.course.make_lora_file(pipe, root / "mixed", rank=4, seed=7,
                                     rank_pattern={"to_q": 2}),
     }
 
@@ -81,7 +81,7 @@ def test_a_lora_for_the_full_size_unet_costs_no_model_memory(tmp_path):
     """make_lora_file builds peft's layers on a meta-device copy: it works on a pipeline built
     on the meta device (full-size SDXL, nothing allocated), one LoRA layer per projection."""
     pipe = fdh.load_pipeline("sdxl", weights="random", device="meta", verbose=False)
-    info = fdh.lora_file_info(fdh.make_lora_file(pipe, tmp_path / "full", rank=4))
+    info = fdh.lora_file_info(fdh.course.make_lora_file(pipe, tmp_path / "full", rank=4))
     projections = [n for n, m in pipe.unet.named_modules() if isinstance(m, torch.nn.Linear)
                    and n.endswith(ATTENTION)]
     assert info["rank"] == 4 and info["layers"] == sorted(projections)
@@ -205,7 +205,7 @@ def test_order_is_enforced(loras, tmp_path):
     file = resolve_lora(loras["B"])
     assert fdh.lora_file_info(file) == fdh.lora_file_info((str(loras["B"]), file.name))
     with pytest.raises(FastdiffError, match="no LoRA loader"):
-        fdh.make_lora_file(fdh.load_pipeline("pixart", weights="tiny", verbose=False),
+        fdh.course.make_lora_file(fdh.load_pipeline("pixart", weights="tiny", verbose=False),
                            tmp_path / "x")
 
 

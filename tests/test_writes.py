@@ -324,13 +324,13 @@ def test_batch_writes_in_its_folder_and_never_over_a_prompts_file(box):
 def test_a_lora_file_is_made_in_its_folder_and_never_over_another(box, tiny_pipes):
     pipe = tiny_pipes["sd15"]
     watch = Watch(box)
-    first = fdh.make_lora_file(pipe, "out/lora", rank=2, seed=1)
-    fdh.make_lora_file(pipe, "out/lora", rank=2, seed=1)  # the same file again: left as it is
+    first = fdh.course.make_lora_file(pipe, "out/lora", rank=2, seed=1)
+    fdh.course.make_lora_file(pipe, "out/lora", rank=2, seed=1)  # the same file again: left as it is
     watch.only_in(box / "cwd" / "out" / "lora")
     assert [p.name for p in first.iterdir()] == [LORA_FILE]
     data = (first / LORA_FILE).read_bytes()
     with pytest.raises(fdh.FastdiffError, match="holds another LoRA"):
-        fdh.make_lora_file(pipe, "out/lora", rank=2, seed=2)
+        fdh.course.make_lora_file(pipe, "out/lora", rank=2, seed=2)
     assert (first / LORA_FILE).read_bytes() == data
     _theirs(box / "cwd" / "mine" / "notes.txt")
-    _refused(lambda: fdh.make_lora_file(pipe, "mine"), box / "cwd" / "mine" / "notes.txt")
+    _refused(lambda: fdh.course.make_lora_file(pipe, "mine"), box / "cwd" / "mine" / "notes.txt")

@@ -20,8 +20,9 @@ participant takes home; the core imports nothing from here.
                       Colab gives it, its Open-in-Colab and Open-in-Kaggle badges
     savers_report     a lesson's comparison: each memory saver's peak memory and time, beside
                       the pipeline without it (fdh.course.memory_savers_report)
-    lora_swaps        a lesson's comparison: what switching LoRAs on a compiled pipeline
-                      recompiles and re-records (fdh.course.lora_swap_report)
+    lora_swaps        14's LoRA lesson: its stand-in LoRA files, made in code
+                      (fdh.course.make_lora_file), and what switching LoRAs on a compiled
+                      pipeline recompiles and re-records (fdh.course.lora_swap_report)
     cache_hooks       a lesson's comparison: diffusers' cache hooks (FirstBlockCache,
                       TaylorSeer) against the course's step cache on Flux: what runs, host
                       reads, what dynamo compiles (fdh.course.cache_hooks_report)
@@ -72,7 +73,7 @@ _API = {
     "TuningWatch": ("course.compiletime.watch", "TuningWatch"),
     **{n: ("course.planning.ladders", n) for n in ("COURSE_LADDER", "FLUX_LADDER", "LADDER", "LADDERS")},
     "cache_hooks_report": ("course.cache_hooks", "cache_hooks_report"),
-    "lora_swap_report": ("course.lora_swaps", "lora_swap_report"),
+    **{n: ("course.lora_swaps", n) for n in ("lora_swap_report", "make_lora_file")},
     "memory_savers_report": ("course.savers_report", "memory_savers_report"),
     **{n: ("course.planning.published", n) for n in ("BLOG_LOADING", "PUBLISHED_PARAMETERS")},
     "reference_results": ("course.reference", "reference_results"),

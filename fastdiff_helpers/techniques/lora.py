@@ -1,5 +1,5 @@
 """LoRAs on a compiled pipeline: loading one, hot-swapping another one in place without
-recompiling, fusing it into the weights; and the LoRA files themselves.
+recompiling, fusing it into the weights; and the LoRA files themselves, found and read.
 
 diffusers' hot-swap (0.33+, PR 9453; diffusers/loaders/peft.py, load_lora_adapter): after
 `pipe.enable_lora_hotswap(target_rank=R)` the first LoRA loaded is padded to rank R and its
@@ -15,121 +15,36 @@ compares (per-layer alphas, e.g. from mixed ranks; dropout, rsLoRA, DoRA: hotswa
 try block, whose except branch then deletes the loaded adapter (loaders/peft.py:356-366).
 Introduced in 14_lora_hotswap.ipynb.
 
-The files: one made in code for any denoiser (peft's layers on a meta-device copy, saved by
-diffusers' own save_lora_weights), found (a folder, a file, a hub id) and read from its
-safetensors header.
+The files: found (a folder, a file, a hub id) and read from their safetensors header. The
+course's stand-in LoRA files, made in code, are course/lora_swaps.py's (fdh.course.make_lora_file).
 """
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-import torch
-
-from ..checks import arg, output_folder, same_bytes, whole
+from ..checks import arg, whole
 from ..errors import FastdiffError
 from ..models.build import quiet_diffusers
 from ..models.loading import get_denoiser, pipeline_spec
 from ..models.hub import fetch
 from ._state import applied, record
 
-__all__ = ["make_lora_file", "lora_file_info", "enable_lora_hotswap", "load_lora", "fuse_lora",
-           "unfuse_lora", "unload_lora", "resolve_lora", "DEFAULT_LORA_TARGETS",
-           "LORA_FILE", "TEXT_ENCODER_TARGETS"]
+__all__ = ["lora_file_info", "enable_lora_hotswap", "load_lora", "fuse_lora", "unfuse_lora",
+           "unload_lora", "resolve_lora", "check_loadable", "LORA_FILE"]
 
-# --- LoRA files: made in code, found, read from their header -------------------------------------
+# --- LoRA files: found, read from their header -------------------------------------
 
-# the attention projections every LoRA trainer of diffusers targets (train_text_to_image_lora)
-DEFAULT_LORA_TARGETS = ("to_q", "to_k", "to_v", "to_out.0")
-TEXT_ENCODER_TARGETS = ("q_proj", "k_proj", "v_proj", "out_proj")
 LORA_FILE = "pytorch_lora_weights.safetensors"   # the name diffusers saves and loads
 
 
-def _check_loadable(pipe) -> None:
+def check_loadable(pipe) -> None:
+    """Refuse a pipeline diffusers has no LoRA loader for."""
     if not hasattr(pipe, "load_lora_weights"):
         raise FastdiffError(f"{type(pipe).__name__} has no LoRA loader in diffusers (no "
                             "load_lora_weights); use an SD1.5, SDXL or SSD-1B pipeline.")
-
-
-def _lora_tensors(module: torch.nn.Module, rank: int, targets: Sequence[str],
-                  generator: torch.Generator, rank_pattern: dict[str, int] | None = None
-                  ) -> dict[str, torch.Tensor]:
-    """peft's LoRA layers injected into a meta-device copy of `module`'s architecture (no weight
-    memory, any size), then filled with seeded random A and B: the names and shapes are peft's,
-    the values small enough that the image stays an image."""
-    from accelerate import init_empty_weights
-    from peft import LoraConfig, get_peft_model_state_dict, inject_adapter_in_model
-
-    with init_empty_weights(include_buffers=False):
-        if hasattr(module, "from_config"):                  # a diffusers model
-            skeleton = type(module).from_config(module.config)
-        else:                                               # a transformers text encoder
-            skeleton = type(module)(module.config)
-    # alpha = rank per layer (scale 1), as diffusers assumes for a file without alphas
-    config = LoraConfig(r=rank, lora_alpha=rank, target_modules=list(targets),
-                        rank_pattern=dict(rank_pattern or {}),
-                        alpha_pattern=dict(rank_pattern or {}), init_lora_weights=False)
-    with init_empty_weights(include_buffers=False):
-        inject_adapter_in_model(config, skeleton)
-    values = {}
-    for name, param in skeleton.named_parameters():
-        if "lora_" not in name:
-            continue
-        fan_in = param.shape[1]
-        values[name] = torch.randn(tuple(param.shape), generator=generator) / fan_in ** 0.5
-    if not values:
-        raise FastdiffError(f"No layer of {type(module).__name__} matches {arg('targets', targets)}"
-                            f"; give names of its Linear layers, e.g. {DEFAULT_LORA_TARGETS}.")
-    return get_peft_model_state_dict(skeleton, state_dict=values)
-
-
-def make_lora_file(pipe, folder: str | Path, rank: int = 4,
-                   targets: Sequence[str] = DEFAULT_LORA_TARGETS, seed: int = 0,
-                   text_encoder: bool = False, dtype: torch.dtype = torch.float32,
-                   rank_pattern: dict[str, int] | None = None) -> Path:
-    """Write a LoRA for this pipeline's denoiser as a user's file would be: peft's layer names,
-    converted to diffusers' format and saved by the pipeline's own `save_lora_weights`
-    (safetensors, `folder/pytorch_lora_weights.safetensors`). Random weights (seeded), rank
-    `rank`, alpha = rank (scale 1, which is also what diffusers assumes for a file that does not
-    say: diffusers/utils/peft_utils.py, get_peft_kwargs). `text_encoder=True` adds a LoRA on
-    the (first) text encoder. `rank_pattern` gives some layers another rank (peft's
-    LoraConfig.rank_pattern, e.g. {"to_q": 2}): a LoRA of mixed ranks, as trainers write them.
-    Built on the meta device, so it costs no model memory; for the
-    tiny models in tests and smoke runs (on real weights, load a real LoRA by hub id).
-    A folder that holds another LoRA file, or files of someone else's, is refused.
-    Returns the folder. Introduced in 14_lora_hotswap.ipynb."""
-    from diffusers.utils import convert_state_dict_to_diffusers
-
-    _check_loadable(pipe)
-    whole("rank", rank, 1)
-    if isinstance(targets, str) or not targets or not all(isinstance(t, str) for t in targets):
-        raise FastdiffError(f"{arg('targets', targets)} cannot work: give a list of layer names, "
-                            f"e.g. {list(DEFAULT_LORA_TARGETS)}.")
-    folder = output_folder("folder", folder, (LORA_FILE,), "make_lora_file")
-    generator = torch.Generator("cpu").manual_seed(whole("seed", seed, 0))
-    if rank_pattern is not None and not (isinstance(rank_pattern, dict) and all(
-            isinstance(k, str) and isinstance(v, int) and v >= 1 for k, v in rank_pattern.items())):
-        raise FastdiffError(f"{arg('rank_pattern', rank_pattern)} cannot work: give a dict of "
-                            "layer name to rank, e.g. {'to_q': 2}.")
-    layers = {"unet_lora_layers": _lora_tensors(get_denoiser(pipe), rank, targets, generator,
-                                                rank_pattern)}
-    if text_encoder:
-        layers["text_encoder_lora_layers"] = _lora_tensors(pipe.text_encoder, rank,
-                                                           TEXT_ENCODER_TARGETS, generator)
-    layers = {k: {n: t.to(dtype) for n, t in convert_state_dict_to_diffusers(v).items()}
-              for k, v in layers.items()}
-    folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder, prefix=".lora.tmp") as tmp:
-        type(pipe).save_lora_weights(tmp, safe_serialization=True, **layers)
-        if same_bytes(folder / LORA_FILE, (Path(tmp) / LORA_FILE).read_bytes()) is False:
-            raise FastdiffError(f"{folder / LORA_FILE} holds another LoRA, left as it is: give "
-                                f"a new {arg('folder')}.")
-        os.replace(Path(tmp) / LORA_FILE, folder / LORA_FILE)  # the same bytes, or a new file
-    return folder
 
 
 def resolve_lora(source, weight_name: str | None = None) -> Path:
@@ -153,7 +68,7 @@ def resolve_lora(source, weight_name: str | None = None) -> Path:
     if path.exists() or path.parent.is_dir() and str(source).startswith((".", "/")):
         raise FastdiffError(f"{arg('lora', str(source))}: no LoRA file there ({path} does not "
                             "exist); give a folder written by save_lora_weights or "
-                            "fdh.make_lora_file.")
+                            "fdh.course.make_lora_file.")
     try:
         if weight_name is not None:
             return Path(fetch(str(source), weight_name))
@@ -199,7 +114,7 @@ def enable_lora_hotswap(pipe, target_rank: int) -> None:
     """diffusers' `pipe.enable_lora_hotswap(target_rank=...)`, before the first LoRA and before
     compiling: every LoRA loaded later must have a rank <= target_rank. Introduced in
     14_lora_hotswap.ipynb."""
-    _check_loadable(pipe)
+    check_loadable(pipe)
     whole("target_rank", target_rank, 1)
     if "lora" in applied(pipe):
         raise FastdiffError("Enable hot-swap before the first LoRA is loaded: load a fresh "
@@ -301,7 +216,7 @@ def load_lora(pipe, lora, hotswap: bool = False, adapter_name: str = "default",
     <= the target rank, no text encoder, a config peft finds compatible), else it is refused
     with what to do, before anything is loaded.
     Introduced in 14_lora_hotswap.ipynb."""
-    _check_loadable(pipe)
+    check_loadable(pipe)
     if not isinstance(hotswap, bool):
         raise FastdiffError(f"{arg('hotswap', hotswap)} cannot work: give True or False.")
     info = lora_file_info(lora, weight_name)

@@ -28,8 +28,8 @@ def sd15():
 def loras(tmp_path_factory):
     root, pipe = tmp_path_factory.mktemp("gpu-loras"), fdh.load_pipeline(
         "sd15", weights="random", device="meta", verbose=False)
-    return [fdh.make_lora_file(pipe, root / "A", rank=8, seed=1),
-            fdh.make_lora_file(pipe, root / "B", rank=4, seed=2)]
+    return [fdh.course.make_lora_file(pipe, root / "A", rank=8, seed=1),
+            fdh.course.make_lora_file(pipe, root / "B", rank=4, seed=2)]
 
 
 @pytest.fixture(scope="module")
