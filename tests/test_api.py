@@ -89,3 +89,24 @@ def test_every_public_name_has_an_example_on_the_helpers_page():
         re.search(rf"\bfdh\.{re.escape(n)}(?!\w)", s) and s.strip() != f"fdh.{n}"
         for s in snippets)]
     assert not missing, f"{missing}: no example of these in docs/helpers.md"
+
+
+def test_the_package_names_only_routes_that_exist():
+    """Every `fdh.<name>` the package's own text writes (a refusal's next step, a docstring, a
+    printed line) is a name fdh has, or `fdh.course.<name>` one the course layer has, so a
+    message never sends a participant to a call that raises AttributeError. Before, a refusal
+    of fdh.course.reference_result said `fdh.reference_numbers(model)`, and env_report printed
+    `fdh.env.FLOORS`."""
+    from fastdiff_helpers import course
+
+    modules = ("course", "models", "techniques", "measure", "results")
+    wrong = []
+    for path in sorted((ROOT / "fastdiff_helpers").rglob("*.py")):
+        text = path.read_text()
+        for m in re.finditer(r"(?<![\w.])fdh\.(\w+)(?:\.(\w+))?", text):
+            name, attr = m.groups()
+            if name == "course" and attr and attr not in course.__all__:
+                wrong.append(f"{path.relative_to(ROOT)}: fdh.course.{attr}")
+            elif name not in fdh.__all__ and name not in modules:
+                wrong.append(f"{path.relative_to(ROOT)}: fdh.{name}")
+    assert not wrong, "names the package writes that fdh does not have:\n" + "\n".join(wrong)

@@ -156,7 +156,7 @@ def lora_swap_report(pipe, loras: Sequence[Any], hotswap: bool = True, steps: in
     calls and more, up to `max_runs` (default 4 x runs), until their median is known within
     +-5 % (timing.until_steady, as fdh.benchmark): `seconds` (the median), `uncertainty` (its
     +- as a share), `samples`, and `timing`, the median as text with its +-. Every call
-    synchronises on a GPU (fdh.time_call).
+    synchronises on a GPU (measure/bench.py time_call).
 
     Returns {"rows": [...], "recompiled": bool, "cuda_graphs_rerecorded": bool}: one row per
     LoRA with how it got there, dynamo's frames compiled and compile seconds and the CUDA graphs

@@ -178,8 +178,8 @@ def reference_result(model: str, rung: str, ladder: str = "course", gpu: str | N
                 if result.step == rung:
                     return result
     raise FastdiffError(f"No committed result of {rung!r} on {LADDER_TITLES.get(ladder, ladder)}"
-                        f" for {model}" + (f" on {gpu}" if gpu else "") + ": fdh.reference_"
-                        "numbers(model) prints what is committed.")
+                        f" for {model}" + (f" on {gpu}" if gpu else "") + ": fdh.course."
+                        "reference_numbers(model) prints what is committed.")
 
 
 def reference_rate(gpu: str | None = None, root: str | os.PathLike | None = None

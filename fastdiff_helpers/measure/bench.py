@@ -79,7 +79,7 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
        then more, up to `max_runs` (default 4 x runs), until the median is known within
        +-record.STEADY (Result.latency_uncertainty, from the order-statistic interval of the
        median). A result that never got there is flagged with its uncertainty (Result.flags).
-    Every call is watched for compilation (fdh.compile_events) and for CUDA graphs (captures,
+    Every call is watched for compilation (measure/compile_events.py) and for CUDA graphs (captures,
     replays, re-records, skips and why: fdh.cudagraph_report, in compile_events["cudagraphs"]): while the last untimed call
     still compiled, up to MAX_EXTRA_WARMUP more untimed calls run (said in notes); a timed
     call that compiled is flagged (Result.compiled_during_timing). The cold start is split into

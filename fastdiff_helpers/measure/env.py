@@ -193,5 +193,6 @@ def env_report(as_text: bool = False) -> dict[str, Any] | str:
     below = report["below_floor"]
     lines.append(f"{'floor:':<{width}} " + ("; ".join(below) + " (pip install -U the package, "
                  "or expect a failure: fastdiff is tested from these versions up)" if below else
-                 "every version at or above fastdiff's floor (fdh.env.FLOORS)"))
+                 "every version at or above fastdiff's floor "
+                 "(fastdiff_helpers.measure.env.FLOORS)"))
     return "\n".join(lines)

@@ -34,7 +34,7 @@ def warm_ladder(model: str = "sdxl", weights: str = "auto", ladder: str | None =
                 bundle: str | Path | None = None) -> list[dict]:
     """Compile every compiled step of a ladder once (a fresh pipeline each, one call each),
     so the compile cache holds them all; with `out`, also write them as one portable artifact
-    file (fdh.compile_cache.save_artifacts) for other machines of the same GPU kind and
+    file (fdh.course.save_artifacts) for other machines of the same GPU kind and
     versions. Returns one row per step: load (with apply), first call, and its compile split.
 
     `part`: "denoiser" or "vae" compiles only that part, with the exact inputs the pipeline
