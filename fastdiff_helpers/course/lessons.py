@@ -5,8 +5,8 @@ Introduced in README.md ("The syllabus"). `python -m fastdiff_helpers lessons` p
 `--write` puts each notebook's label and downloads line (its first cell) and the README's
 syllabus columns in line with it. A lesson's minutes, on an H100 and on a T4, are its reading
 time (visible words at READING_WPM), the estimated GPU wait on that card (the course clock,
-course/planning/clock.py, on an H100; the plan, course/planning/plan.py, on a T4; the core notebooks as the
-core path runs them, alone and in order) and its exercises' minutes on that card, rounded up
+course/planning/clock.py, on an H100; the plan, course/planning/plan.py, on a T4; the core notebooks
+as the core path runs them, alone and in order) and its exercises' minutes on that card, rounded up
 to 5. The downloads line names the weights a lesson adds to those of the lessons before it
 (course/planning/course_downloads.py); the set-up notebook's says what the whole day downloads.
 

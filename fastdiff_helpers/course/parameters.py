@@ -59,8 +59,8 @@ class CourseSettings:
     # the most timed runs fdh.benchmark may add to settle a median (None: its default, 4 x
     # runs); smoke mode proves the code runs, so it times `runs` calls and no more
     max_runs: int | None = None
-    # whether compiles may tune on a GPU (course/planning/autotune.py): the switch as it stands; left
-    # out of the repr the parameters cell prints, as autotuning waits for the optional lesson 13
+    # whether compiles may tune on a GPU (course/planning/autotune.py): the switch as it stands;
+    # left out of the repr the parameters cell prints (autotuning waits for optional lesson 13)
     autotune: bool = field(default=False, repr=False)
     # on a GPU: the largest batch that fits at this size (course/planning/sizing.py), and the card's
     # profile key ("t4", "h100", "other"; None without a GPU)
@@ -90,8 +90,8 @@ class CourseSettings:
     def skip(self, recipe: Recipe) -> str | None:
         """Why this card skips `recipe`, said in one line before anything loads, or None where
         it runs (always off a GPU): the hardware it names (fp8 below sm89), and, for full-size
-        weights, its estimated peak at this size; decided by course/planning/sizing.py rung_verdict, as
-        the plan decides. Introduced in 16_where_the_time_goes.ipynb."""
+        weights, its estimated peak at this size; decided by course/planning/sizing.py rung_verdict,
+        as the plan decides. Introduced in 16_where_the_time_goes.ipynb."""
         if self.device != "cuda":
             return None
         status, _, why = rung_verdict(gpu_profile(), self.model, recipe, size=self.height,
@@ -139,8 +139,8 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
     tiny weights on the CPU, 2 steps, 64x64, 2 timed runs. Otherwise the model's native
     resolution and 30 steps, weights="auto" (fdh.choose_weights: on a GPU never random unasked),
     5 timed runs after 2 warm-ups. On a GPU the size, timed runs and warm-ups are sized for
-    the card (course/planning/sizing.py card_fit: the native size where it fits in half precision, fewer
-    timed runs where an image takes long) and said in one line; what you pass is kept.
+    the card (course/planning/sizing.py card_fit: the native size where it fits in half precision,
+    fewer timed runs where an image takes long) and said in one line; what you pass is kept.
     "auto" is resolved here and the choice printed; the
     tiny model gets its tiny resolution and TINY_STEPS (10) steps: the CPU story, the same in
     the notebooks, the playground and `make demo`.
@@ -222,7 +222,7 @@ def import_course_tuning(tuning: str | Path | None = None) -> list[dict]:
               f"({sum(d.get('covers', 0) for d in done)} compiled part(s) covered): "
               + ", ".join(d["path"] for d in done))
     # Nothing is said about autotuning otherwise: the core path never tunes, and a compile that
-    # would tune says so itself (course/planning/autotune.py; 13_autotuning.ipynb teaches the switch).
+    # would tune says so itself (course/planning/autotune.py; 13_autotuning teaches the switch).
     return done
 
 

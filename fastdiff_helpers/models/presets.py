@@ -6,9 +6,9 @@ error class and the other data modules (spec.py, flux.py), and no heavy library,
 `fdh.MODELS` can be read without loading torch or diffusers.
 
 The full-size configs reproduce the published architectures, so `weights="random"` has the
-real parameter counts, FLOPs, speed and memory (checked against the course's PUBLISHED_PARAMETERS, course/planning/published.py, in
-tests/test_loading.py). The tiny configs keep every class and code path but shrink widths
-and depths so a 64x64 image takes about a second on a CPU.
+real parameter counts, FLOPs, speed and memory (checked against the course's PUBLISHED_PARAMETERS,
+course/planning/published.py, in tests/test_loading.py). The tiny configs keep every class and code
+path but shrink widths and depths so a 64x64 image takes about a second on a CPU.
 """
 
 from __future__ import annotations

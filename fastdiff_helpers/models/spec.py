@@ -55,8 +55,8 @@ class ModelSpec:
     # conditional) when guidance > 1. False: guidance is an input of one call (FLUX.1-dev's
     # embedded guidance, pipeline_flux.py:847-851), or none (FLUX.1-schnell).
     cfg: bool = True
-    # The ladders written for this model, the first its default (course/planning/ladders.py LADDERS):
-    # the blog's and the course's for the four models the blog ran, "flux" for Flux.
+    # The ladders written for this model, the first its default (course/planning/ladders.py
+    # LADDERS): the blog's and the course's for the four models the blog ran, "flux" for Flux.
     ladders: tuple[str, ...] = ("blog", "course")
 
     @property

@@ -12,8 +12,8 @@ are made with it). What run_ladder does in one go, this does in pieces that add 
 - with a budget it never starts a step it expects not to finish (the estimate comes from the
   steps recorded here, or a first guess by step kind), stops at the budget otherwise (the cut
   step leaves no record) and says in one line how to continue (exit code 3);
-- tuning is data (course/compiletime/bundle.py): it imports every committed tuning bundle of this GPU
-  kind and torch build (results/*/tuning/<torch>/*.json.gz) before the first compile, keeps
+- tuning is data (course/compiletime/bundle.py): it imports every committed tuning bundle of
+  this GPU kind and torch build (results/*/tuning/<torch>/*.json.gz) before the first compile, keeps
   the model's bundle (results/<gpu>/tuning/<torch>/<model>.json.gz) growing while it compiles,
   and measures a compiled step only in a command whose compile tuned nothing: a step that
   tuned is recorded as tuning (its seconds, in the bundle and in reference.json) and measured

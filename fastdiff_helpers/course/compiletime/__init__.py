@@ -16,8 +16,8 @@
                     new process takes to its first compiled image
 
 The course's decisions about a compile are planning's: where the kernels go
-(course/planning/compile_cache.py) and whether a compile may tune (course/planning/autotune.py). What a
-notebook compiles and the wait it means (the course clock) is planning's (course/planning/clock.py).
-Imports the models, the techniques and the measurements (planning, below it, it may import
-too), nothing of results, course or runs.
+(course/planning/compile_cache.py) and whether a compile may tune (course/planning/autotune.py).
+What a notebook compiles and the wait it means (the course clock) is planning's
+(course/planning/clock.py). Imports the models, the techniques and the measurements (planning, below
+it, it may import too), nothing of results, course or runs.
 """

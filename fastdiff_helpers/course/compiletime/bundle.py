@@ -20,8 +20,8 @@ cache folder (torch 2.13):
   AutotuneCache._make_local_cache_key), read when the kernel loads.
 A bundle holds all three, stamped; import checks the stamp, then puts them into this machine's
 cache folder before the first compile, so a bare machine compiles without tuning.
-torch.compiler.save_cache_artifacts (the "mega-cache", course/compiletime/cold_start.py) lacks the GEMM
-timings, cannot be written by a killed process, and holds pickled code. A bundle (gzip'd JSON):
+torch.compiler.save_cache_artifacts (the "mega-cache", course/compiletime/cold_start.py) lacks the
+GEMM timings, cannot be written by a killed process, and holds pickled code. A bundle (gzip'd JSON):
     {"format": "fastdiff-tuning 1", "stamp": {...}, "model": "sdxl",
      "fp32_precisions": ["high"], "gemm": {op: {input key: {precision: {choice: ms}}}},
      "local": {key: ms or bool}, "best_configs": {"<xx>/<key>.best_config": {...}},

@@ -92,7 +92,8 @@ def _card(gpu: Any) -> dict[str, Any]:
         return {"key": gpu, "tflops": c["tflops"], "fp32": c["fp32_tflops"],
                 "capability": c["capability"], "profile": False}
     raise FastdiffError(f"Unknown GPU {gpu!r}: use one of {', '.join(PROFILES)} (a GPU "
-                        "profile's key, as fdh.gpu_profile takes), or a profile (fdh.gpu_profile()).")
+                        "profile's key, as fdh.gpu_profile takes), or a profile "
+                        "(fdh.gpu_profile()).")
 
 
 CARDS = tuple(PROFILES) + tuple(OTHER_CARDS)

@@ -1,7 +1,7 @@
 """`python -m fastdiff_helpers plan --gpu t4`: per notebook, on a card, what runs, what is
 swapped or skipped and why, the memory fit, the downloads and the estimated wait, decided by the
-functions the notebooks themselves call (course/planning/sizing.py card_fit and rung_verdict, Recipe's
-policy, models/fit.py), read from the course clock's record of what each cell does
+functions the notebooks themselves call (course/planning/sizing.py card_fit and rung_verdict,
+Recipe's policy, models/fit.py), read from the course clock's record of what each cell does
 (course/planning/clock_record.py, with the GPU work of clock_gpu.py). The command's arguments are
 parsed in course/runs/cli_plan.py.
 
@@ -10,8 +10,8 @@ Introduced in 00_setup.ipynb (README: preparing a workshop).
 What of a notebook runs on a card, cell by cell (card_work): the course clock's record of
 each cell's work (course/planning/clock.py cell_work) less what the card skips, so the plan's wait
 counts only what runs, and all of it (issue 51). On a card:
-- a model that fits in no size in half precision (course/planning/sizing.py card_fit) runs nothing: its
-  loads, compiles, frames, benchmarks and calls are left out;
+- a model that fits in no size in half precision (course/planning/sizing.py card_fit) runs
+  nothing: its loads, compiles, frames, benchmarks and calls are left out;
 - a compile whose recipe the card refuses (course/planning/sizing.py rung_verdict: fp8 below sm89, a
   peak that does not fit) is left out with its compiled parts' frames, one compiled benchmark
   or call of that model and one load (a ladder step is refused before it loads: models/fit.py
@@ -203,7 +203,8 @@ def plan_table(gpu: str | None = None, notebooks: Iterable[str] | None = None) -
     lines += ["", "Estimates: peaks from models/fit.py (weights exact, activations from each "
               "model's measured or published peak, plus a margin); waits of what runs on the "
               "card from the course clock (empty compile cache, autotuning off), images by "
-              "fdh.course.image_seconds (published and measured figures, course/planning/published.py); "
+              "fdh.course.image_seconds (published and measured figures, "
+              "course/planning/published.py); "
               "compiles timed on a 16-core host (a 2-core host compiles slower)."]
     return "\n".join(lines)
 

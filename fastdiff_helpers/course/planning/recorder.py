@@ -2,8 +2,8 @@
 time (each pipeline load and call, each compile, each benchmark) is appended to that file as
 JSON lines. The notebook smoke runs set it (tests/test_notebooks.py), course settings turn the
 recorder on (start_recording: it listens to the core's events, models/hooks.py, and watches the
-pipeline classes' calls and dynamo's frames), and course/planning/clock.py turns the record into what
-each notebook would do on a GPU. Off (no variable), nothing is recorded.
+pipeline classes' calls and dynamo's frames), and course/planning/clock.py turns the record into
+what each notebook would do on a GPU. Off (no variable), nothing is recorded.
 
 Introduced with the course clock (docs/workshop.md: "The course clock").
 """

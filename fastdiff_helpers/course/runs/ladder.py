@@ -1,5 +1,6 @@
-"""run_ladder(): every step of a ladder (the blog's fdh.course.LADDER, the course's fdh.course.COURSE_LADDER
-or its fdh.course.FLUX_LADDER) on a fresh pipeline, with failures isolated. Compiling ahead: warm.py.
+"""run_ladder(): every step of a ladder (the blog's fdh.course.LADDER, the course's
+fdh.course.COURSE_LADDER or its fdh.course.FLUX_LADDER) on a fresh pipeline, with failures isolated.
+Compiling ahead: warm.py.
 
 Introduced in 08_int8_quantization.ipynb (its last two steps) and 17_all_models.ipynb (every
 model), and behind `python -m fastdiff_helpers ladder`.
@@ -171,12 +172,12 @@ def run_ladder(model: str = "sdxl", weights: str = "auto", steps: int | None = N
                max_runs: int | None = None) -> list[Result]:
     """Benchmark each step of a ladder (fp32 -> ... -> int8 dynamic) on a FRESH pipeline.
 
-    ladder: "blog" (fdh.course.LADDER, the blog's recipe on today's stack, loaded with the blog's VAE
-    and scheduler, fdh.course.BLOG_LOADING; 01_baseline.ipynb lists what differs from diffusion-fast)
-    or "course" (fdh.course.COURSE_LADDER, the course's own: true fp32 baseline, TF32 and sync removal
-    as steps, the pipeline's own VAE and scheduler), for the four models the blog ran; "flux"
-    (fdh.course.LADDERS["flux"], the course's Flux ladder, 19_flux.ipynb) for Flux. None: the
-    model's own (the first of these that it takes).
+    ladder: "blog" (fdh.course.LADDER, the blog's recipe on today's stack, loaded with the blog's
+    VAE and scheduler, fdh.course.BLOG_LOADING; 01_baseline.ipynb lists what differs from
+    diffusion-fast) or "course" (fdh.course.COURSE_LADDER, the course's own: true fp32 baseline,
+    TF32 and sync removal as steps, the pipeline's own VAE and scheduler), for the four models the
+    blog ran; "flux" (fdh.course.LADDERS["flux"], the course's Flux ladder, 19_flux.ipynb) for Flux.
+    None: the model's own (the first of these that it takes).
     Each step: load_pipeline(model, weights, device) in the step's weight dtype
     (Recipe.weight_dtype: fp16 files for a half-precision step, fp32 for fp32 and TF32), the
     step's recipe adapted

@@ -38,8 +38,8 @@ def warm_ladder(model: str = "sdxl", weights: str = "auto", ladder: str | None =
     versions. Returns one row per step: load (with apply), first call, and its compile split.
 
     `part`: "denoiser" or "vae" compiles only that part, with the exact inputs the pipeline
-    gives it (techniques/compile.py compile_part), so each part's max-autotune tuning fits its own command;
-    "all" (default) makes one pipeline call. `bundle`: keep the tuning in this bundle as it
+    gives it (techniques/compile.py compile_part), so each part's max-autotune tuning fits its own
+    command; "all" (default) makes one pipeline call. `bundle`: keep the tuning in this bundle as it
     grows (TuningWatch: every 30 s, at the end, when stopped), e.g. fdh.course.bundle_path(model);
     import first what you have (fdh.course.import_tuning).
 
