@@ -35,7 +35,7 @@ from .techniques.quantization import fp8_kernel_ok, select_filter
 from .measure.bench import benchmark
 from .measure.cudagraphs import cudagraph_report, cudagraph_snapshot
 from .measure.env import env_report
-from .measure.memory import CARDS, peak_memory, weight_bytes, what_fits
+from .measure.memory import peak_memory, weight_bytes, what_fits
 from .measure.flops import count_flops, flop_floor_seconds, measure_matmul_tflops
 from .measure.quality import compare_images
 from .measure.recompiles import recompile_report
@@ -73,7 +73,7 @@ def __dir__() -> list[str]:
 # has an example of each).
 __all__ = [
     "apply", "apply_memory_saver", "benchmark", "blog_inductor_flags", "call_kwargs",
-    "capture_denoiser_inputs", "CARDS", "choose_weights", "compare_images", "compile_pipeline",
+    "capture_denoiser_inputs", "choose_weights", "compare_images", "compile_pipeline",
     "conv1x1_to_linear", "count_flops", "count_parameters", "count_syncs", "course",
     "cudagraph_report", "cudagraph_snapshot", "current_recipe", "enable_lora_hotswap",
     "encode_prompt_once", "env_report", "FastdiffError", "FEW_STEP", "few_step_file",

@@ -96,9 +96,9 @@ def test_this_machines_gpu_is_read_from_torch(monkeypatch):
 
 
 def test_cards_count_gb_as_sold():
-    """measure/memory.CARDS: "16 GB" is 16e9 bytes, not 16 GiB (issue 46)."""
-    assert fdh.CARDS["16 GB (T4, RTX 4060 Ti 16GB, RTX 4080)"] == pytest.approx(16e9 / 2**30)
-    assert all(gib < int(label.split()[0]) for label, gib in fdh.CARDS.items())
+    """course/planning/sizing.py CARDS: "16 GB" is 16e9 bytes, not 16 GiB (issue 46)."""
+    assert fdh.course.CARDS["16 GB (T4, RTX 4060 Ti 16GB, RTX 4080)"] == pytest.approx(16e9 / 2**30)
+    assert all(gib < int(label.split()[0]) for label, gib in fdh.course.CARDS.items())
 
 
 def test_the_h100s_measured_peaks_are_under_the_estimate():

@@ -45,8 +45,8 @@ def test_a_model_name_builds_its_meta_pipeline_once(monkeypatch):
     monkeypatch.setattr(fit, "build_pipeline", lambda *a, **k: built.append(a[0].key) or
                         real_build(*a, **k))
     fit.part_parameters.cache_clear()
-    rows = [fdh.what_fits("sd15", gib) for gib in fdh.CARDS.values()]
-    assert built == ["sd15"] and len(rows) == len(fdh.CARDS) > 1
+    rows = [fdh.what_fits("sd15", gib) for gib in fdh.course.CARDS.values()]
+    assert built == ["sd15"] and len(rows) == len(fdh.course.CARDS) > 1
     mine = fdh.weight_bytes("sd15", "bf16")
     mine["unet"] = 0
     assert fdh.weight_bytes("sd15", "bf16")["unet"] > 0 and built == ["sd15"]

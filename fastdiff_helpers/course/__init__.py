@@ -36,9 +36,10 @@ cold starts), runs (the long runs and the command line, `python -m fastdiff_help
 modules above import the core layers, planning and compiletime, nothing of runs.
 
 `fdh.course` is the course layer's one public name: every call that runs the course rather than
-a technique a participant takes home (the parameters cell, the reference numbers and the
-published figures they quote, the day's chart, the long runs, the clock's estimates, whether
-a compile may tune and where its kernels go, cold starts and tuning bundles) is
+a technique a participant takes home (the parameters cell, the ladders, the reference numbers
+and the published figures they quote, the day's chart, the comparisons a lesson makes, the
+long runs, the clock's estimates, whether a compile may tune and where its kernels go, cold
+starts and tuning bundles) is
 `fdh.course.<name>`, loaded on first use from its module below (_API; a module __getattr__,
 PEP 562), so `import fastdiff_helpers` and `fdh.course` run none of it.
 """
@@ -81,6 +82,7 @@ _API = {
     "reference_results": ("course.reference", "reference_results"),
     "naive_time": ("course.naive", "naive_time"),
     "gemm_shapes": ("course.planning.shapes", "gemm_shapes"),
+    "CARDS": ("course.planning.sizing", "CARDS"),
 }
 
 __all__ = sorted(_API)

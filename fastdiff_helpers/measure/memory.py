@@ -17,21 +17,12 @@ from ..errors import FastdiffError
 from ..checks import arg, real
 from ..models.dtypes import resolve_dtype, weight_name
 from ..models.fit import part_parameters
-from ..models.gpus import PROFILES
 from ..models.presets import get_spec
 from ..techniques.recipe import Recipe
 
-__all__ = ["weight_bytes", "peak_memory", "what_fits", "CARDS", "GIB"]
+__all__ = ["weight_bytes", "peak_memory", "what_fits", "GIB"]
 
 GIB = 1024 ** 3
-# the memory lesson's cards, by memory as sold: "16 GB" is 16e9 bytes, 14.9 GiB (a T4's driver
-# reports 14.76), less the CUDA context's and allocator's few hundred MiB. A workshop GPU's size is
-# its profile's (models/gpus.py; the A10G's, A100 80GB's: the L4's, H100's), the rest consumer.
-CARDS = {f"{gb} GB ({names})": gb * 1e9 / GIB for gb, names in (
-    (8, "RTX 3070, RTX 4060"), (12, "RTX 3060, RTX 4070"),
-    (PROFILES["t4"].memory_gb, "T4, RTX 4060 Ti 16GB, RTX 4080"),
-    (PROFILES["l4"].memory_gb, "A10G, L4, RTX 3090, RTX 4090"), (48, "L40S, RTX 6000 Ada"),
-    (PROFILES["h100"].memory_gb, "A100 80GB, H100"))}
 
 
 def _plain(t: torch.Tensor):
