@@ -46,44 +46,42 @@ PEP 562), so `import fastdiff_helpers` and `fdh.course` run none of it.
 
 import importlib
 
-# Each public name of the course layer, with the module (under fastdiff_helpers) that defines
-# it and its name there; `settings` is course_settings, the parameters cell's call.
-_API = {
-    "settings": ("course.parameters", "course_settings"),
-    **{n: ("course.parameters", n) for n in ("CourseSettings", "needs_gpu", "smoke_mode")},
-    **{n: ("course.reference", n) for n in ("reference_numbers", "reference_rate",
-                                             "reference_result")},
-    **{n: ("course.day", n) for n in ("day_chart", "keep_rung")},
-    "run_batch": ("course.runs.batch", "run_batch"),
-    "run_ladder": ("course.runs.ladder", "run_ladder"),
-    "warm_ladder": ("course.runs.warm", "warm_ladder"),
-    **{n: ("course.runs.launch", n) for n in ("format_summary", "launch_batch")},
-    **{n: ("course.planning.image_time", n) for n in ("image_basis", "image_seconds")},
-    "plan_table": ("course.planning.plan", "plan_table"),
-    **{n: ("course.planning.published", n) for n in ("BLOG_A100_SECONDS", "BLOG_A100_WHERE",
-                                               "FLUX_COMPILE_SECONDS", "FLUX_H100_BEST",
-                                               "FLUX_H100_SECONDS")},
-    **{n: ("course.planning.autotune", n) for n in ("autotune_enabled", "set_autotune",
-                                              "tuning_estimate")},
-    "use_course_cache": ("course.planning.compile_cache", "use_course_cache"),
-    **{n: ("course.compiletime.cold_start", n) for n in ("first_image_in_new_process",
-                                                   "load_artifacts", "save_artifacts")},
-    **{n: ("course.compiletime.bundle", n) for n in ("bundle_path", "tuning_stamp")},
-    **{n: ("course.compiletime.bundle_io", n) for n in ("export_tuning", "import_tuning",
-                                                  "show_tuning")},
-    "cpu_tuning_run": ("course.compiletime.tuning_cpu", "cpu_tuning_run"),
-    "TuningWatch": ("course.compiletime.watch", "TuningWatch"),
-    **{n: ("course.planning.ladders", n) for n in ("COURSE_LADDER", "FLUX_LADDER", "LADDER",
-                                                    "LADDERS")},
-    "cache_hooks_report": ("course.cache_hooks", "cache_hooks_report"),
-    **{n: ("course.lora_swaps", n) for n in ("lora_swap_report", "make_lora_file")},
-    "memory_savers_report": ("course.savers_report", "memory_savers_report"),
-    **{n: ("course.planning.published", n) for n in ("BLOG_LOADING", "PUBLISHED_PARAMETERS")},
-    "reference_results": ("course.reference", "reference_results"),
-    "naive_time": ("course.naive", "naive_time"),
-    "gemm_shapes": ("course.planning.shapes", "gemm_shapes"),
-    "CARDS": ("course.planning.sizing", "CARDS"),
+# The course layer's public names by the module (under fastdiff_helpers) that defines each, under
+# the same name there; `settings` alone is another name for its function (course_settings, the
+# parameters cell's call).
+_HOMES = {
+    "course.parameters": ("CourseSettings", "needs_gpu", "smoke_mode"),
+    "course.reference": ("reference_numbers", "reference_rate", "reference_result",
+                         "reference_results"),
+    "course.day": ("day_chart", "keep_rung"),
+    "course.naive": ("naive_time",),
+    "course.savers_report": ("memory_savers_report",),
+    "course.lora_swaps": ("lora_swap_report", "make_lora_file"),
+    "course.cache_hooks": ("cache_hooks_report",),
+    "course.runs.batch": ("run_batch",),
+    "course.runs.ladder": ("run_ladder",),
+    "course.runs.warm": ("warm_ladder",),
+    "course.runs.launch": ("format_summary", "launch_batch"),
+    "course.planning.ladders": ("COURSE_LADDER", "FLUX_LADDER", "LADDER", "LADDERS"),
+    "course.planning.image_time": ("image_basis", "image_seconds"),
+    "course.planning.plan": ("plan_table",),
+    "course.planning.published": ("BLOG_A100_SECONDS", "BLOG_A100_WHERE", "BLOG_LOADING",
+                                  "FLUX_COMPILE_SECONDS", "FLUX_H100_BEST", "FLUX_H100_SECONDS",
+                                  "PUBLISHED_PARAMETERS"),
+    "course.planning.sizing": ("CARDS",),
+    "course.planning.shapes": ("gemm_shapes",),
+    "course.planning.autotune": ("autotune_enabled", "set_autotune", "tuning_estimate"),
+    "course.planning.compile_cache": ("use_course_cache",),
+    "course.compiletime.cold_start": ("first_image_in_new_process", "load_artifacts",
+                                      "save_artifacts"),
+    "course.compiletime.bundle": ("bundle_path", "tuning_stamp"),
+    "course.compiletime.bundle_io": ("export_tuning", "import_tuning", "show_tuning"),
+    "course.compiletime.tuning_cpu": ("cpu_tuning_run",),
+    "course.compiletime.watch": ("TuningWatch",),
 }
+# Each name with (its module, its name there)
+_API = {"settings": ("course.parameters", "course_settings"),
+        **{name: (module, name) for module, names in _HOMES.items() for name in names}}
 
 __all__ = sorted(_API)
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ... import checks
-from ...models.fit import fits
+from ...models.fit import GIB, fits
 from ...models.gpus import PROFILES, TEMPLATE_SMS, GpuProfile
 from ...models.presets import get_spec
 from ...techniques.recipe import Recipe, RecipeError
 from .image_time import image_seconds
 
-GIB = 1024 ** 3
 # the memory lesson's cards (fdh.course.CARDS, the sizes fdh.what_fits is asked about), by memory as
 # sold: "16 GB" is 16e9 bytes, 14.9 GiB (a T4's driver reports 14.76), less the CUDA context's and
 # allocator's few hundred MiB. A workshop GPU's size is its profile's (models/gpus.py; the A10G's,
