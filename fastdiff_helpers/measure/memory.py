@@ -16,13 +16,11 @@ from torch.utils._pytree import tree_leaves
 from ..errors import FastdiffError
 from ..checks import arg, real
 from ..models.dtypes import resolve_dtype, weight_name
-from ..models.fit import part_parameters
+from ..models.fit import GIB, part_parameters
 from ..models.presets import get_spec
 from ..techniques.recipe import Recipe
 
 __all__ = ["weight_bytes", "peak_memory", "what_fits", "GIB"]
-
-GIB = 1024 ** 3
 
 
 def _plain(t: torch.Tensor):
