@@ -19,7 +19,7 @@ from .models.presets import MODELS
 from .models.pretrained import choose_weights
 from .models.gpus import gpu_profile
 from .models.fit import peak_bytes
-from .models.few_step import FEW_STEP, few_step_file
+from .models.few_step import FEW_STEP
 from .techniques import (apply, blog_inductor_flags, capture_denoiser_inputs, compile_pipeline,
                          conv1x1_to_linear, count_syncs, current_recipe, fuse_qkv, graph_breaks,
                          quantize, remove_syncs, set_attention, set_channels_last, set_precision,
@@ -27,8 +27,7 @@ from .techniques import (apply, blog_inductor_flags, capture_denoiser_inputs, co
 from .techniques.schedulers import set_scheduler, use_few_step
 from .techniques.step_cache import trace_steps
 from .techniques.codegen import to_code
-from .techniques.lora import (enable_lora_hotswap, fuse_lora, load_lora, lora_file_info,
-                              unfuse_lora, unload_lora)
+from .techniques.lora import enable_lora_hotswap, load_lora, lora_file_info
 from .techniques.memory_savers import apply_memory_saver, encode_prompt_once
 from .techniques.recipe import Recipe, RecipeError
 from .techniques.quantization import fp8_kernel_ok, select_filter
@@ -76,8 +75,8 @@ __all__ = [
     "capture_denoiser_inputs", "choose_weights", "compare_images", "compile_pipeline",
     "conv1x1_to_linear", "count_flops", "count_parameters", "count_syncs", "course",
     "cudagraph_report", "cudagraph_snapshot", "current_recipe", "enable_lora_hotswap",
-    "encode_prompt_once", "env_report", "FastdiffError", "FEW_STEP", "few_step_file",
-    "flop_floor_seconds", "format_table", "fp8_kernel_ok", "free_memory", "fuse_lora", "fuse_qkv",
+    "encode_prompt_once", "env_report", "FastdiffError", "FEW_STEP",
+    "flop_floor_seconds", "format_table", "fp8_kernel_ok", "free_memory", "fuse_qkv",
     "generate", "get_denoiser", "gpu_profile", "graph_breaks", "ladder_chart", "load_lora",
     "load_pipeline", "load_results", "lora_file_info", "measure_matmul_tflops", "memory_chart",
     "MODELS", "models_chart", "peak_bytes", "peak_memory", "pipeline_info", "playground",
@@ -85,6 +84,6 @@ __all__ = [
     "recompile_report", "remove_syncs", "Result", "save_figure", "save_results", "select_filter",
     "set_attention", "set_channels_last", "set_precision", "set_scheduler", "show_images",
     "speedup_text", "step_cache", "stop_guidance", "timing_text", "to_code", "trace_steps",
-    "unfuse_lora", "unload_lora", "use_few_step", "weight_bytes", "what_fits"]
+    "use_few_step", "weight_bytes", "what_fits"]
 
 __version__ = "0.1.0"

@@ -335,7 +335,7 @@ def test_few_step_weights_load_fused_with_their_scheduler(tmp_path):
     result = fdh.benchmark(pipe, runs=1, warmup=0, progress=False, **call)
     assert result.scheduler == "TCDScheduler" and "few-step weights fused: tcd" in result.notes
     for name, spec in fdh.FEW_STEP.items():
-        if fdh.few_step_file(name) is None:  # not in this machine's cache
+        if spec.local_file() is None:  # not in this machine's cache
             with pytest.raises(fdh.FastdiffError, match=f"hf download {spec.repo}"):
                 fdh.use_few_step(fresh("sdxl"), name)
     with pytest.raises(fdh.FastdiffError, match="LoRA for SDXL"):

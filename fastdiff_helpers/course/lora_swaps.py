@@ -21,7 +21,7 @@ import torch
 from ..checks import arg, output_folder, same_bytes, whole
 from ..errors import FastdiffError
 from ..models.loading import call_kwargs, get_denoiser, pipeline_device, pipeline_info
-from ..techniques.lora import LORA_FILE, check_loadable, load_lora, lora_file_info, unload_lora
+from ..techniques.lora import LORA_FILE, check_loadable, load_lora, lora_file_info
 from ..measure.bench import time_call
 from ..measure.compile_events import events_between, recompile_reasons, snapshot
 from ..measure.record import median_interval
@@ -186,7 +186,7 @@ def lora_swap_report(pipe, loras: Sequence[Any], hotswap: bool = True, steps: in
     for name, how, folder in plan:
         if folder is not None:
             if not hotswap:
-                unload_lora(pipe)
+                pipe.unload_lora_weights()
             load_lora(pipe, folder, hotswap=hotswap)
         seen = {k: len(v) for k, v in recompile_reasons().items()}
         before = snapshot()

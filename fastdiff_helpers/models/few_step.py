@@ -2,7 +2,8 @@
 and guidance its authors run it with. Read from each model card (sources below); loaded by
 fdh.use_few_step (techniques/schedulers.py) only where the file is already on this machine.
 
-Introduced in 09_fewer_denoiser_calls.ipynb. Imports nothing of the package but errors.
+Introduced in 09_fewer_denoiser_calls.ipynb. Imports nothing of the package but the hub's cache
+lookup.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import FastdiffError
 from .hub import cached
 
 
@@ -24,6 +24,11 @@ class FewStep:
     guidance: float  # <= 1: no classifier-free guidance (the SDXL pipeline guides above 1)
     call_kwargs: dict[str, Any] = field(default_factory=dict)
     source: str = ""
+
+    def local_file(self) -> str | None:
+        """The local path of these weights in the Hugging Face cache, or None (no network:
+        hub.cached only looks). Introduced in 09_fewer_denoiser_calls.ipynb."""
+        return cached(self.repo, self.filename)
 
 
 FEW_STEP: dict[str, FewStep] = {
@@ -49,12 +54,3 @@ FEW_STEP: dict[str, FewStep] = {
                "guidance_scale=0, eta (gamma) 0.3"),
 }
 
-
-def few_step_file(name: str) -> str | None:
-    """The local path of `name`'s weights in the Hugging Face cache, or None (no network:
-    hub.cached only looks). Introduced in
-    09_fewer_denoiser_calls.ipynb."""
-    if name not in FEW_STEP:
-        raise FastdiffError(f"Unknown few-step weights {name!r}. Use one of: "
-                            f"{', '.join(FEW_STEP)}.")
-    return cached(FEW_STEP[name].repo, FEW_STEP[name].filename)

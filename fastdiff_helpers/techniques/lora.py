@@ -1,5 +1,7 @@
-"""LoRAs on a compiled pipeline: loading one, hot-swapping another one in place without
-recompiling, fusing it into the weights; and the LoRA files themselves, found and read.
+"""LoRAs on a compiled pipeline: loading one, and hot-swapping another one in place without
+recompiling; and the LoRA files themselves, found and read. Fusing, unfusing and unloading are
+diffusers' own calls (pipe.fuse_lora(), pipe.unfuse_lora(), pipe.unload_lora_weights()): what
+they leave is read off the pipeline's peft layers here, so nothing needs to be told.
 
 diffusers' hot-swap (0.33+, PR 9453; diffusers/loaders/peft.py, load_lora_adapter): after
 `pipe.enable_lora_hotswap(target_rank=R)` the first LoRA loaded is padded to rank R and its
@@ -32,8 +34,8 @@ from ..models.loading import get_denoiser, pipeline_spec
 from ..models.hub import fetch
 from ._state import applied, record
 
-__all__ = ["lora_file_info", "enable_lora_hotswap", "load_lora", "fuse_lora", "unfuse_lora",
-           "unload_lora", "resolve_lora", "check_loadable", "LORA_FILE"]
+__all__ = ["lora_file_info", "enable_lora_hotswap", "load_lora", "resolve_lora", "check_loadable",
+           "LORA_FILE"]
 
 # --- LoRA files: found, read from their header -------------------------------------
 
@@ -108,7 +110,23 @@ def lora_file_info(source, weight_name: str | None = None) -> dict[str, Any]:
             "text_encoder": text}
 
 
-# --- LoRAs on a pipeline: load, hot-swap, fuse ---------------------------------------------------
+# --- LoRAs on a pipeline: load, hot-swap ---------------------------------------------------------
+
+def _lora_layers(pipe) -> list:
+    """The denoiser's peft LoRA layers: none before a LoRA is loaded and after diffusers'
+    pipe.unload_lora_weights(), which puts the base layers back (peft's BaseTunerLayer)."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    return [m for m in get_denoiser(pipe).modules() if isinstance(m, BaseTunerLayer)]
+
+
+def _loaded(pipe) -> dict[str, Any] | None:
+    """What load_lora recorded of the loaded LoRA, while its layers are still there: a record
+    that diffusers' own unload left behind is dropped here."""
+    if "lora" in applied(pipe) and not _lora_layers(pipe):
+        applied(pipe).pop("lora")
+    return applied(pipe).get("lora")
+
 
 def enable_lora_hotswap(pipe, target_rank: int) -> None:
     """diffusers' `pipe.enable_lora_hotswap(target_rank=...)`, before the first LoRA and before
@@ -116,7 +134,7 @@ def enable_lora_hotswap(pipe, target_rank: int) -> None:
     14_lora_hotswap.ipynb."""
     check_loadable(pipe)
     whole("target_rank", target_rank, 1)
-    if "lora" in applied(pipe):
+    if _loaded(pipe):
         raise FastdiffError("Enable hot-swap before the first LoRA is loaded: load a fresh "
                             "pipeline, call fdh.enable_lora_hotswap, then fdh.load_lora.")
     if "compile" in applied(pipe):
@@ -185,7 +203,7 @@ def _check_configs(pipe, info: dict[str, Any], adapter_name: str) -> None:
 def _check_swap(pipe, info: dict[str, Any], adapter_name: str = "default") -> None:
     """The four ways a hot-swap breaks, said before diffusers or peft would fail mid-load."""
     hot = applied(pipe).get("lora_hotswap")
-    current = applied(pipe).get("lora")
+    current = _loaded(pipe)
     if current is None:
         raise FastdiffError("hotswap=True needs a LoRA to swap out: load the first one with "
                             "fdh.load_lora(pipe, folder) (hotswap=False).")
@@ -220,12 +238,12 @@ def load_lora(pipe, lora, hotswap: bool = False, adapter_name: str = "default",
     if not isinstance(hotswap, bool):
         raise FastdiffError(f"{arg('hotswap', hotswap)} cannot work: give True or False.")
     info = lora_file_info(lora, weight_name)
-    if applied(pipe).get("lora_fused"):
-        raise FastdiffError("The loaded LoRA is fused into the weights: fdh.unfuse_lora(pipe) "
+    if any(layer.merged for layer in _lora_layers(pipe)):  # diffusers' pipe.fuse_lora()
+        raise FastdiffError("The loaded LoRA is fused into the weights: pipe.unfuse_lora() "
                             "first (peft refuses to swap a merged adapter).")
     if hotswap:
         _check_swap(pipe, info, adapter_name)
-    elif "lora" in applied(pipe) and adapter_name in pipe.get_list_adapters().get(
+    elif _loaded(pipe) and adapter_name in pipe.get_list_adapters().get(
             pipeline_spec(pipe).denoiser, []):
         raise FastdiffError(f"An adapter named {adapter_name!r} is loaded already: pass "
                             "hotswap=True to replace it in place, another adapter_name, or "
@@ -238,33 +256,4 @@ def load_lora(pipe, lora, hotswap: bool = False, adapter_name: str = "default",
     layers = applied(pipe)["lora"]["layers"] if hotswap else info["layers"]
     record(pipe, "lora", {"path": info["path"], "rank": info["rank"], "layers": layers,
                           "adapter_name": adapter_name, "hotswapped": hotswap})
-    return pipe
-
-
-def unload_lora(pipe):
-    """diffusers' `pipe.unload_lora_weights()`: the LoRA layers removed, the base model back
-    (on a compiled pipeline the next call recompiles: the modules changed).
-    Introduced in 14_lora_hotswap.ipynb."""
-    pipe.unload_lora_weights()
-    for name in ("lora", "lora_fused"):
-        applied(pipe).pop(name, None)
-    return pipe
-
-
-def fuse_lora(pipe, scale: float = 1.0):
-    """diffusers' `pipe.fuse_lora(lora_scale=scale)`: W += scale * B @ A in every LoRA layer, so
-    a call runs no LoRA matmuls (the eager speed of the base model); `unfuse_lora` undoes it.
-    Introduced in 14_lora_hotswap.ipynb."""
-    if "lora" not in applied(pipe):
-        raise FastdiffError("No LoRA loaded to fuse: fdh.load_lora(pipe, folder) first.")
-    pipe.fuse_lora(lora_scale=scale)
-    record(pipe, "lora_fused", True)
-    return pipe
-
-
-def unfuse_lora(pipe):
-    """diffusers' `pipe.unfuse_lora()`: the weights back as they were before fuse_lora.
-    Introduced in 14_lora_hotswap.ipynb."""
-    pipe.unfuse_lora()
-    record(pipe, "lora_fused", False)
     return pipe

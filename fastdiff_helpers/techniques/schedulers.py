@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import FastdiffError
-from ..models.few_step import FEW_STEP, few_step_file
+from ..models.few_step import FEW_STEP
 from ..models.loading import pipeline_info
 from ..models.presets import SCHEDULERS
 
@@ -42,7 +42,7 @@ def use_few_step(pipe, name: str, path: str | None = None) -> dict[str, Any]:
     if pipeline_info(pipe).model != "sdxl":
         raise FastdiffError(f"{name} is a LoRA for SDXL; this pipeline is "
                             f"{pipeline_info(pipe).model}: load fdh.load_pipeline('sdxl').")
-    path = path or few_step_file(name)
+    path = path or spec.local_file()
     if path is None:
         raise FastdiffError(f"{spec.repo}/{spec.filename} is not on this machine: run `hf "
                             f"download {spec.repo} {spec.filename}` where there is network.")
