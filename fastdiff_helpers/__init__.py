@@ -32,7 +32,7 @@ from .techniques.memory_savers import apply_memory_saver, encode_prompt_once
 from .techniques.recipe import Recipe, RecipeError
 from .techniques.quantization import fp8_kernel_ok, select_filter
 from .measure.bench import benchmark
-from .measure.cudagraphs import cudagraph_report, cudagraph_snapshot
+from .measure.cudagraphs import cudagraph_report
 from .measure.env import env_report
 from .measure.memory import peak_memory, weight_bytes, what_fits
 from .measure.flops import count_flops, flop_floor_seconds, measure_matmul_tflops
@@ -74,7 +74,7 @@ __all__ = [
     "apply", "apply_memory_saver", "benchmark", "blog_inductor_flags", "call_kwargs",
     "capture_denoiser_inputs", "choose_weights", "compare_images", "compile_pipeline",
     "conv1x1_to_linear", "count_flops", "count_parameters", "count_syncs", "course",
-    "cudagraph_report", "cudagraph_snapshot", "current_recipe", "enable_lora_hotswap",
+    "cudagraph_report", "current_recipe", "enable_lora_hotswap",
     "encode_prompt_once", "env_report", "FastdiffError", "FEW_STEP",
     "flop_floor_seconds", "format_table", "fp8_kernel_ok", "free_memory", "fuse_qkv",
     "generate", "get_denoiser", "gpu_profile", "graph_breaks", "ladder_chart", "load_lora",

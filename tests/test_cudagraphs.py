@@ -27,6 +27,18 @@ def test_report_on_a_cpu_says_none_captured_and_why():
     assert report["captures"] == report["replays"] == report["skips"] == 0
 
 
+def test_a_report_over_a_call_runs_it_once_and_takes_no_since_beside_it():
+    """As fdh.peak_memory takes its call: the report counts what the call did (12's cell, and
+    docs/helpers.md), so the snapshot a lesson took by hand stays inside the helper."""
+    pipe, ran = tiny(), []
+    report = fdh.cudagraph_report(pipe, call=lambda: ran.append(fdh.generate(pipe, steps=1)))
+    assert len(ran) == 1 and ran[0] is not None
+    assert report["summary"].startswith("none captured: cpu") and report["captures"] == 0
+    with pytest.raises(fdh.FastdiffError, match="a call or a since, not both"):
+        fdh.cudagraph_report(pipe, call=lambda: None, since=cudagraphs.cudagraph_snapshot())
+    assert len(ran) == 1
+
+
 def test_benchmark_records_the_report_beside_the_compile_events():
     torch._dynamo.reset()
     pipe = tiny(fdh.Recipe(attention="sdpa", compile="max-autotune", compile_vae=False))
@@ -74,9 +86,9 @@ def test_a_skip_is_counted_with_the_reason_torch_logs():
     counter it bumps and the message it logs both reach the snapshot."""
     from torch._inductor.cudagraph_utils import log_cudagraph_skip_and_bump_counter
 
-    before = fdh.cudagraph_snapshot()
+    before = cudagraphs.cudagraph_snapshot()
     log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to cpu device (arg0_1)")
-    events = cudagraphs.cudagraph_events_between(before, fdh.cudagraph_snapshot())
+    events = cudagraphs.cudagraph_events_between(before, cudagraphs.cudagraph_snapshot())
     assert events["skips"] == 1
     assert events["skip_reasons"] == ["skipping cudagraphs due to cpu device (arg0_1)"]
     assert events["captures"] == events["replays"] == 0

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
+from ..errors import FastdiffError
 from ..models.loading import get_denoiser, pipeline_device, pipeline_info
 from ..models.state import compiled_by_hand
 
@@ -103,7 +104,7 @@ class CudaGraphSnapshot:
 
 def cudagraph_snapshot(device_index: int = 0) -> CudaGraphSnapshot:
     """The process-wide CUDA-graph records of one device now (the skips: of every device),
-    for cudagraph_report(pipe, since=...). Introduced in 12_cuda_graphs.ipynb."""
+    for cudagraph_report(pipe, since=...)."""
     from torch._dynamo.utils import counters
 
     _listen()
@@ -132,13 +133,27 @@ def cudagraph_events_between(before: CudaGraphSnapshot, after: CudaGraphSnapshot
             "skip_reasons": after.reasons[len(before.reasons):]}
 
 
-def cudagraph_report(pipe, since: CudaGraphSnapshot | None = None) -> dict[str, Any]:
+def _index(device: torch.device) -> int:
+    """The CUDA device index the graphs are counted on (0 off a GPU: nothing is there)."""
+    if device.type != "cuda":
+        return 0
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def cudagraph_report(pipe, call: Callable[[], Any] | None = None,
+                     since: CudaGraphSnapshot | None = None) -> dict[str, Any]:
     """The CUDA graphs behind this pipeline: captures, replays, re-records (and those torch
     calls unexpected), functions warmed up before capture, skips with torch's reasons, and
     `summary`, one line that says what happened or why none were captured ("none captured:
-    cpu" on a CPU). Counts are process-wide on the pipeline's device, since `since` (a
-    cudagraph_snapshot()) or since the process started.
+    cpu" on a CPU). Counts are process-wide on the pipeline's device: what `call()` did (run
+    here once, as fdh.peak_memory runs its call), else since `since` (a cudagraph_snapshot():
+    fdh.benchmark's own calls), else since the process started.
     Introduced in 12_cuda_graphs.ipynb."""
+    if call is not None:
+        if since is not None:
+            raise FastdiffError("Give cudagraph_report a call or a since, not both.")
+        since = cudagraph_snapshot(_index(pipeline_device(pipe)))
+        call()
     device = pipeline_device(pipe)
     info = pipeline_info(pipe)
     # compiled through the helpers, else by hand (a notebook's plain torch.compile cell)
@@ -150,8 +165,8 @@ def cudagraph_report(pipe, since: CudaGraphSnapshot | None = None) -> dict[str, 
         report["summary"] = (f"none captured: {device.type} (CUDA graphs record work queued on "
                              f"a CUDA stream; {why})")
         return report
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    report = cudagraph_events_between(since or CudaGraphSnapshot(), cudagraph_snapshot(index))
+    report = cudagraph_events_between(since or CudaGraphSnapshot(),
+                                      cudagraph_snapshot(_index(device)))
     if not compiled:
         why = "none captured: the pipeline is not compiled"
     elif mode not in ("max-autotune", "reduce-overhead"):
