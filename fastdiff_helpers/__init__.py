@@ -39,7 +39,7 @@ from .measure.flops import count_flops, flop_floor_seconds, measure_matmul_tflop
 from .measure.quality import compare_images
 from .measure.recompiles import recompile_report
 from .measure.profile import profile
-from .results.charts import (ladder_chart, memory_chart, models_chart, quality_chart, save_figure,
+from .results.charts import (ladder_chart, memory_chart, models_chart, quality_chart,
                              show_images)
 from .results.tables import format_table
 from .results.text import speedup_text, timing_text
@@ -81,7 +81,7 @@ __all__ = [
     "load_pipeline", "load_results", "lora_file_info", "measure_matmul_tflops", "memory_chart",
     "MODELS", "models_chart", "peak_bytes", "peak_memory", "pipeline_info", "playground",
     "profile", "profile_chart", "quality_chart", "quantize", "Recipe", "RecipeError",
-    "recompile_report", "remove_syncs", "Result", "save_figure", "save_results", "select_filter",
+    "recompile_report", "remove_syncs", "Result", "save_results", "select_filter",
     "set_attention", "set_channels_last", "set_precision", "set_scheduler", "show_images",
     "speedup_text", "step_cache", "stop_guidance", "timing_text", "to_code", "trace_steps",
     "use_few_step", "weight_bytes", "what_fits"]

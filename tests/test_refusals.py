@@ -19,6 +19,7 @@ from fastdiff_helpers.errors import FastdiffError
 from fastdiff_helpers.techniques.recipe import RecipeError
 from fastdiff_helpers.course.runs.batch import read_prompts
 from fastdiff_helpers.results.store import save_result
+from fastdiff_helpers.results.charts import save_figure
 
 
 @pytest.fixture(scope="module")
@@ -315,7 +316,7 @@ def test_output_folders_and_files(tmp_path, slow_work, pipe):
             (lambda: fdh.course.use_course_cache(a_file), ("path=", "is a file")),
             (lambda: fdh.course.save_artifacts(tmp_path), ("path=", "is a folder")),
             (lambda: fdh.course.first_image_in_new_process(a_file), ("cache_dir=", "is a file")),
-            (lambda: fdh.save_figure(fdh.ladder_chart([result]), tmp_path),
+            (lambda: save_figure(fdh.ladder_chart([result]), tmp_path),
              ("path=", "is a folder"))):
         refused(fn, *words)
     assert slow_work == [] and a_file.read_text() == "x"

@@ -26,6 +26,7 @@ import tools.reference.run as ref
 from tools.reference import folder as reference_folder
 from fastdiff_helpers.course.compiletime import bundle as bundle_format, cold_start
 from fastdiff_helpers.measure.profile import load_trace
+from fastdiff_helpers.results.charts import save_figure
 from fastdiff_helpers.course.compiletime.watch import TuningWatch
 from fastdiff_helpers.results.store import Result
 from fastdiff_helpers.course.runs import demo
@@ -135,14 +136,14 @@ def test_save_figure_replaces_only_a_matplotlib_png(box):
     matplotlib.use("Agg")
     watch = Watch(box)
     fig = fdh.ladder_chart([_result()])
-    fdh.save_figure(fig, "out/ladder.png")
-    fdh.save_figure(fig, "out/ladder.png")  # its own chart: replaced
+    save_figure(fig, "out/ladder.png")
+    save_figure(fig, "out/ladder.png")  # its own chart: replaced
     watch.only_in(box / "cwd" / "out" / "ladder.png")
-    _refused(lambda: fdh.save_figure(fig, "README.md"), box / "cwd" / "README.md")
+    _refused(lambda: save_figure(fig, "README.md"), box / "cwd" / "README.md")
     Image.new("RGB", (4, 4)).save("photo.png")  # a PNG, but not a chart matplotlib wrote
     before = Path("photo.png").read_bytes()
     with pytest.raises(fdh.FastdiffError, match="not a PNG chart that matplotlib wrote"):
-        fdh.save_figure(fig, "photo.png")
+        save_figure(fig, "photo.png")
     assert Path("photo.png").read_bytes() == before
 
 

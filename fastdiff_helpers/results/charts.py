@@ -286,7 +286,9 @@ def models_chart(results_by_model: dict[str, Sequence[Result]]) -> Figure:
 
 def save_figure(fig: Figure, path: str | os.PathLike) -> Path:
     """Write the figure as PNG (dpi 120), creating folders, never over a file that is not a
-    matplotlib PNG; returns the path. run_ladder(out=...) saves its charts with it."""
+    matplotlib PNG; returns the path. run_ladder(out=...) saves its charts with it, into a
+    folder the command line was given (a notebook saves a chart with the Figure's own
+    `savefig`)."""
     path = checks.chart_file("path", path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png", dpi=120)
