@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import types
-from pathlib import Path
 
 from doc_pages import ROOT, doc_texts
 

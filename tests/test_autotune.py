@@ -8,7 +8,6 @@ notes, the records, the bundles' coverage) is the package's own code on the tiny
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import json
 import pickle
 from pathlib import Path

@@ -19,7 +19,6 @@ from PIL import Image
 import fastdiff_helpers as fdh
 from fastdiff_helpers.errors import FastdiffError
 from fastdiff_helpers.course.runs import batch as fdb
-from fastdiff_helpers.course.runs.launch import recipe_flags
 from fastdiff_helpers.course.runs.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent

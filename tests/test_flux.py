@@ -6,7 +6,6 @@ meta. (Flux also runs the tests parametrized over conftest.MODEL_KEYS.)"""
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
 
 import numpy as np
@@ -15,7 +14,6 @@ import torch
 
 import fastdiff_helpers as fdh
 from fastdiff_helpers.models.build import build_component
-from fastdiff_helpers.techniques import flux as flux_rules
 from fastdiff_helpers.techniques import quantization
 from fastdiff_helpers.techniques.recipe import RecipeError
 

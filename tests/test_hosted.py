@@ -14,7 +14,6 @@ import ast
 import json
 import os
 import re
-import runpy
 import shutil
 import subprocess
 import sys

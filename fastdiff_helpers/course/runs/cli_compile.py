@@ -9,11 +9,9 @@ Introduced in 05_cold_start.ipynb (warm, tuning).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from ... import checks
-from ...errors import FastdiffError
 from ...techniques.compile import PARTS
 from ..planning.compile_cache import use_course_cache
 from ..planning.ladders import LADDERS
