@@ -96,6 +96,8 @@ def test_each_lora_changes_the_image_and_unloading_restores_it(loras, references
     pipe.unload_lora_weights()  # diffusers' own call: fdh reads what it left off the pipeline
     assert np.abs(image(pipe) - references["none"]).max() == 0
     # nothing is left to swap out, though fdh.load_lora loaded A and was not told of the unload
+    with pytest.raises(FastdiffError, match="No LoRA loaded"):  # the course's report
+        fdh.course.lora_swap_report(pipe, [loras["B"]])
     with pytest.raises(FastdiffError, match="needs a LoRA to swap out"):
         fdh.load_lora(pipe, loras["B"], hotswap=True)
     fdh.load_lora(pipe, loras["B"])  # the adapter name "default" is free again

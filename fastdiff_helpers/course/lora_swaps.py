@@ -20,8 +20,8 @@ import torch
 
 from ..checks import arg, output_folder, same_bytes, whole
 from ..errors import FastdiffError
-from ..models.loading import call_kwargs, get_denoiser, pipeline_device, pipeline_info
-from ..techniques.lora import LORA_FILE, check_loadable, load_lora, lora_file_info
+from ..models.loading import call_kwargs, get_denoiser, pipeline_device
+from ..techniques.lora import LORA_FILE, check_loadable, load_lora, loaded_lora, lora_file_info
 from ..measure.bench import time_call
 from ..measure.compile_events import events_between, recompile_reasons, snapshot
 from ..measure.record import median_interval
@@ -164,8 +164,7 @@ def lora_swap_report(pipe, loras: Sequence[Any], hotswap: bool = True, steps: in
     (0 when steady), the timings above, notes, the recompile reasons new since the LoRA before,
     and the first call's image (float in [0, 1] as "image", 8-bit as "pil", as a pipeline
     returns it). Introduced in 14_lora_hotswap.ipynb."""
-    applied = pipeline_info(pipe).applied  # what the techniques applied to it
-    if "lora" not in applied:
+    if loaded_lora(pipe) is None:  # read against the pipeline's LoRA layers
         raise FastdiffError("No LoRA loaded: load the first one with fdh.load_lora(pipe, folder)"
                             " (after fdh.enable_lora_hotswap for hot-swaps), compile, then "
                             "report.")
@@ -179,7 +178,7 @@ def lora_swap_report(pipe, loras: Sequence[Any], hotswap: bool = True, steps: in
         raise FastdiffError(f"{arg('max_runs', max_runs)} is below {arg('runs', runs)}: give "
                             "max_runs >= runs (or leave it out: 4 x runs).")
     files = [lora_file_info(lora)["path"] for lora in loras]  # each one readable, before a call
-    plan = [(applied["lora"]["path"], "loaded first", None)]
+    plan = [(loaded_lora(pipe)["path"], "loaded first", None)]
     plan += [(f, "hot-swap" if hotswap else "unload + load", f) for f in files]
     device = pipeline_device(pipe)
     rows = []

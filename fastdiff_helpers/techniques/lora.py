@@ -34,8 +34,8 @@ from ..models.loading import get_denoiser, pipeline_spec
 from ..models.hub import fetch
 from ._state import applied, record
 
-__all__ = ["lora_file_info", "enable_lora_hotswap", "load_lora", "resolve_lora", "check_loadable",
-           "LORA_FILE"]
+__all__ = ["lora_file_info", "enable_lora_hotswap", "load_lora", "loaded_lora", "resolve_lora",
+           "check_loadable", "LORA_FILE"]
 
 # --- LoRA files: found, read from their header -------------------------------------
 
@@ -113,14 +113,17 @@ def lora_file_info(source, weight_name: str | None = None) -> dict[str, Any]:
 # --- LoRAs on a pipeline: load, hot-swap ---------------------------------------------------------
 
 def _lora_layers(pipe) -> list:
-    """The denoiser's peft LoRA layers: none before a LoRA is loaded and after diffusers'
-    pipe.unload_lora_weights(), which puts the base layers back (peft's BaseTunerLayer)."""
+    """The denoiser's peft LoRA layers (peft's BaseTunerLayer): none before a LoRA is loaded
+    and after diffusers' pipe.unload_lora_weights(), which puts the base layers back
+    (diffusers/loaders/peft.py:718 unload_lora, utils/peft_utils.py:35
+    recurse_remove_peft_layers). A fused one is `merged` (peft/tuners/tuners_utils.py:1970:
+    merged_adapters not empty, which diffusers' pipe.fuse_lora() fills)."""
     from peft.tuners.tuners_utils import BaseTunerLayer
 
     return [m for m in get_denoiser(pipe).modules() if isinstance(m, BaseTunerLayer)]
 
 
-def _loaded(pipe) -> dict[str, Any] | None:
+def loaded_lora(pipe) -> dict[str, Any] | None:
     """What load_lora recorded of the loaded LoRA, while its layers are still there: a record
     that diffusers' own unload left behind is dropped here."""
     if "lora" in applied(pipe) and not _lora_layers(pipe):
@@ -134,7 +137,7 @@ def enable_lora_hotswap(pipe, target_rank: int) -> None:
     14_lora_hotswap.ipynb."""
     check_loadable(pipe)
     whole("target_rank", target_rank, 1)
-    if _loaded(pipe):
+    if loaded_lora(pipe):
         raise FastdiffError("Enable hot-swap before the first LoRA is loaded: load a fresh "
                             "pipeline, call fdh.enable_lora_hotswap, then fdh.load_lora.")
     if "compile" in applied(pipe):
@@ -203,7 +206,7 @@ def _check_configs(pipe, info: dict[str, Any], adapter_name: str) -> None:
 def _check_swap(pipe, info: dict[str, Any], adapter_name: str = "default") -> None:
     """The four ways a hot-swap breaks, said before diffusers or peft would fail mid-load."""
     hot = applied(pipe).get("lora_hotswap")
-    current = _loaded(pipe)
+    current = loaded_lora(pipe)
     if current is None:
         raise FastdiffError("hotswap=True needs a LoRA to swap out: load the first one with "
                             "fdh.load_lora(pipe, folder) (hotswap=False).")
@@ -243,7 +246,7 @@ def load_lora(pipe, lora, hotswap: bool = False, adapter_name: str = "default",
                             "first (peft refuses to swap a merged adapter).")
     if hotswap:
         _check_swap(pipe, info, adapter_name)
-    elif _loaded(pipe) and adapter_name in pipe.get_list_adapters().get(
+    elif loaded_lora(pipe) and adapter_name in pipe.get_list_adapters().get(
             pipeline_spec(pipe).denoiser, []):
         raise FastdiffError(f"An adapter named {adapter_name!r} is loaded already: pass "
                             "hotswap=True to replace it in place, another adapter_name, or "
