@@ -28,7 +28,7 @@ from .techniques.schedulers import set_scheduler, use_few_step
 from .techniques.step_cache import trace_steps
 from .techniques.codegen import to_code
 from .techniques.lora import enable_lora_hotswap, load_lora, lora_file_info
-from .techniques.memory_savers import apply_memory_saver, encode_prompt_once
+from .techniques.memory_savers import apply_memory_saver
 from .techniques.recipe import Recipe, RecipeError
 from .techniques.quantization import fp8_kernel_ok, select_filter
 from .measure.bench import benchmark
@@ -75,7 +75,7 @@ __all__ = [
     "capture_denoiser_inputs", "choose_weights", "compare_images", "compile_pipeline",
     "conv1x1_to_linear", "count_flops", "count_parameters", "count_syncs", "course",
     "cudagraph_report", "current_recipe", "enable_lora_hotswap",
-    "encode_prompt_once", "env_report", "FastdiffError", "FEW_STEP",
+    "env_report", "FastdiffError", "FEW_STEP",
     "flop_floor_seconds", "format_table", "fp8_kernel_ok", "free_memory", "fuse_qkv",
     "generate", "get_denoiser", "gpu_profile", "graph_breaks", "ladder_chart", "load_lora",
     "load_pipeline", "load_results", "lora_file_info", "measure_matmul_tflops", "memory_chart",

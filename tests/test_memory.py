@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.techniques.memory_savers import OFFLOADS
+from fastdiff_helpers.techniques.memory_savers import OFFLOADS, encode_prompt_once
 from fastdiff_helpers.errors import FastdiffError
 from fastdiff_helpers.measure.memory import GIB, _LiveBytes
 
@@ -224,7 +224,7 @@ def test_cached_embeddings_give_the_same_image_without_encoders(model):
                   generator=torch.Generator("cpu").manual_seed(0))
     assert np.abs(pipe(**kwargs).images - before).max() == 0
     with pytest.raises(FastdiffError, match="gone"):
-        fdh.encode_prompt_once(pipe, "a fox")
+        encode_prompt_once(pipe, "a fox")
 
 
 def test_a_saver_that_does_nothing_at_this_size_says_so():

@@ -85,7 +85,7 @@ def _check(pipe, saver: str) -> None:
 def apply_memory_saver(pipe, saver: str, prompt: str | None = None) -> dict[str, Any] | None:
     """Turn on one of MEMORY_SAVERS (see the module docstring). "text-encoders-freed" needs the
     `prompt` it will run with: it returns the embeddings to pass to the pipeline in its place
-    (fdh.encode_prompt_once), after deleting the text encoders. Returns None otherwise.
+    (encode_prompt_once), after deleting the text encoders. Returns None otherwise.
     Introduced in 11_fitting_your_gpu.ipynb."""
     _check(pipe, saver)
     out = None
