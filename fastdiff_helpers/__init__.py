@@ -20,9 +20,9 @@ from .models.pretrained import choose_weights
 from .models.gpus import gpu_profile
 from .models.fit import peak_bytes
 from .models.few_step import FEW_STEP
-from .techniques import (apply, blog_inductor_flags, capture_denoiser_inputs, compile_pipeline,
-                         conv1x1_to_linear, count_syncs, current_recipe, fuse_qkv, graph_breaks,
-                         quantize, remove_syncs, set_attention, set_channels_last, set_precision,
+from .techniques import (apply, capture_denoiser_inputs, compile_pipeline, conv1x1_to_linear,
+                         count_syncs, current_recipe, fuse_qkv, graph_breaks, quantize,
+                         remove_syncs, set_attention, set_channels_last, set_precision,
                          step_cache, stop_guidance)
 from .techniques.schedulers import set_scheduler, use_few_step
 from .techniques.step_cache import trace_steps
@@ -71,7 +71,7 @@ def __dir__() -> list[str]:
 # public name is listed here, each is called or documented as fdh.<name>, and docs/helpers.md
 # has an example of each).
 __all__ = [
-    "apply", "apply_memory_saver", "benchmark", "blog_inductor_flags", "call_kwargs",
+    "apply", "apply_memory_saver", "benchmark", "call_kwargs",
     "capture_denoiser_inputs", "choose_weights", "compare_images", "compile_pipeline",
     "conv1x1_to_linear", "count_flops", "count_parameters", "count_syncs", "course",
     "cudagraph_report", "current_recipe", "enable_lora_hotswap",

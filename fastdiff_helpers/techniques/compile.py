@@ -37,8 +37,9 @@ EXTENDED_BLOCKS = {"unet": ("BasicTransformerBlock", "ResnetBlock2D"),
 
 
 def blog_inductor_flags(quantizing: bool = False) -> dict[str, Any]:
-    """The blog's inductor flags that this torch has, plus the int8 one when quantizing.
-    Introduced in 13_autotuning.ipynb."""
+    """The blog's inductor flags that this torch has, plus the int8 one when quantizing: what
+    compile_pipeline(inductor_flags=True) passes, and fdh.to_code writes in its options= (13
+    prints that code)."""
     import torch._inductor.config as inductor_config
 
     flags = dict(INDUCTOR_FLAGS, **(QUANT_INDUCTOR_FLAGS if quantizing else {}))
