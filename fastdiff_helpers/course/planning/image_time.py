@@ -96,14 +96,15 @@ def _card(gpu: Any) -> dict[str, Any]:
                         "(fdh.gpu_profile()).")
 
 
-CARDS = tuple(PROFILES) + tuple(OTHER_CARDS)
+# the cards an image time is estimated for, by key, in order (sizing.py CARDS: memory sizes)
+CARD_KEYS = tuple(PROFILES) + tuple(OTHER_CARDS)
 
 
 def _nearest(card: dict, candidates) -> str | None:
     """The candidate card nearest `card` by datasheet tensor TFLOPS (a profile first on ties)."""
     others = [k for k in candidates if k != card["key"]]
     return min(others, key=lambda k: (abs(math.log(_card(k)["tflops"] / card["tflops"])),
-                                      not _card(k)["profile"], CARDS.index(k)), default=None)
+                                      not _card(k)["profile"], CARD_KEYS.index(k)), default=None)
 
 
 # --- what was measured -----------------------------------------------------------------------
@@ -169,7 +170,7 @@ def _sdpa(key: str, model: str) -> tuple[float, str]:
             known = {"sdxl"}  # the hub: derived first, the others from it
         source = min(known, key=lambda m: abs(math.log(FLOPS[m][0] / FLOPS[model][0])))
         base, _ = _sdpa(key, source)
-        both = [c for c in CARDS if (c, model, "sdpa") in ANCHORS
+        both = [c for c in CARD_KEYS if (c, model, "sdpa") in ANCHORS
                 and (c, source, "sdpa") in ANCHORS]
         compiled = [c for c in both if {(c, model), (c, source)} <= _measured_ratio("compiled")
                     .keys()]
@@ -236,7 +237,7 @@ def estimate(gpu: Any, model: str, path: str, recipe: Recipe | None = None
     """(seconds of one image on `gpu` by `path`, what it rests on) at the native size and the
     course's steps, batch 1."""
     card, key = _card(gpu), _model(model)
-    if card["key"] not in CARDS:  # a card of no profile: the profile nearest in TFLOPS
+    if card["key"] not in CARD_KEYS:  # a card of no profile: the profile nearest in TFLOPS
         near = _nearest(card, PROFILES)
         seconds, why = estimate(near, model, path, recipe)
         return seconds * _card(near)["tflops"] / card["tflops"], f"scaled from {near}: {why}"
