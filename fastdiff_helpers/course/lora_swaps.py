@@ -164,7 +164,8 @@ def lora_swap_report(pipe, loras: Sequence[Any], hotswap: bool = True, steps: in
     (0 when steady), the timings above, notes, the recompile reasons new since the LoRA before,
     and the first call's image (float in [0, 1] as "image", 8-bit as "pil", as a pipeline
     returns it). Introduced in 14_lora_hotswap.ipynb."""
-    if loaded_lora(pipe) is None:  # read against the pipeline's LoRA layers
+    first = loaded_lora(pipe)  # read against the pipeline's LoRA layers
+    if first is None:
         raise FastdiffError("No LoRA loaded: load the first one with fdh.load_lora(pipe, folder)"
                             " (after fdh.enable_lora_hotswap for hot-swaps), compile, then "
                             "report.")
@@ -178,7 +179,7 @@ def lora_swap_report(pipe, loras: Sequence[Any], hotswap: bool = True, steps: in
         raise FastdiffError(f"{arg('max_runs', max_runs)} is below {arg('runs', runs)}: give "
                             "max_runs >= runs (or leave it out: 4 x runs).")
     files = [lora_file_info(lora)["path"] for lora in loras]  # each one readable, before a call
-    plan = [(loaded_lora(pipe)["path"], "loaded first", None)]
+    plan = [(first["path"], "loaded first", None)]
     plan += [(f, "hot-swap" if hotswap else "unload + load", f) for f in files]
     device = pipeline_device(pipe)
     rows = []

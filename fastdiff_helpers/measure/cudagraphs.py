@@ -149,12 +149,12 @@ def cudagraph_report(pipe, call: Callable[[], Any] | None = None,
     here once, as fdh.peak_memory runs its call), else since `since` (a cudagraph_snapshot():
     fdh.benchmark's own calls), else since the process started.
     Introduced in 12_cuda_graphs.ipynb."""
+    device = pipeline_device(pipe)
     if call is not None:
         if since is not None:
             raise FastdiffError("Give cudagraph_report a call or a since, not both.")
-        since = cudagraph_snapshot(_index(pipeline_device(pipe)))
+        since = cudagraph_snapshot(_index(device))
         call()
-    device = pipeline_device(pipe)
     info = pipeline_info(pipe)
     # compiled through the helpers, else by hand (a notebook's plain torch.compile cell)
     compiled = info.applied.get("compile") or compiled_by_hand(get_denoiser(pipe))

@@ -53,4 +53,3 @@ FEW_STEP: dict[str, FewStep] = {
         source="h1t TCD model cards and diffusers' TCD-LoRA guide: TCDScheduler, 4 steps, "
                "guidance_scale=0, eta (gamma) 0.3"),
 }
-
