@@ -42,7 +42,6 @@ from .measure.profile import profile
 from .results.charts import (ladder_chart, memory_chart, models_chart, quality_chart,
                              show_images)
 from .results.tables import format_table
-from .results.text import speedup_text, timing_text
 from .results.profile_chart import profile_chart
 from .results.store import Result, load_results, save_results
 
@@ -83,7 +82,7 @@ __all__ = [
     "profile", "profile_chart", "quality_chart", "quantize", "Recipe", "RecipeError",
     "recompile_report", "remove_syncs", "Result", "save_results", "select_filter",
     "set_attention", "set_channels_last", "set_precision", "set_scheduler", "show_images",
-    "speedup_text", "step_cache", "stop_guidance", "timing_text", "to_code", "trace_steps",
+    "step_cache", "stop_guidance", "to_code", "trace_steps",
     "use_few_step", "weight_bytes", "what_fits"]
 
 __version__ = "0.1.0"

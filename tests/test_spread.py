@@ -91,17 +91,17 @@ def test_until_steady_adds_runs_until_the_median_is_known_then_stops():
 
 
 def test_timings_and_speedups_are_quoted_with_their_uncertainty():
-    """A median is printed with its +- (format_table's column, fdh.timing_text) and a speed-up
-    with the range the two medians' intervals allow (fdh.speedup_text), so a table or a
+    """A median is printed with its +- (format_table's column, Result.timing_text) and a speed-up
+    with the range the two medians' intervals allow (Result.speedup_over), so a table or a
     notebook line never quotes a bare time (issue 35)."""
     busy, steady = result("fp32", BUSY), result("bf16", STEADY)
     table = format_table([busy, steady]).splitlines()
     assert table[0].split()[:3] == ["step", "seconds", "+-"]
     assert table[2].split()[1:3] == ["3.10", "+-229%"] and table[3].split()[1:3] == ["0.500", "+-4%"]
-    assert fdh.timing_text(steady) == "0.500 s +-4% (median of 5)"
-    assert fdh.timing_text(result("x", [1.0])) == "1.00 s (one run: no +-)"
-    assert fdh.timing_text(result("x", [1.0, 1.0])) == ("1.00 s +-0% (median of 2, an "
-                                                       "interval of 50% only)")
+    assert steady.timing_text() == "0.500 s +-4% (median of 5)"
+    assert result("x", [1.0]).timing_text() == "1.00 s (one run: no +-)"
+    assert result("x", [1.0, 1.0]).timing_text() == ("1.00 s +-0% (median of 2, an "
+                                                        "interval of 50% only)")
     # 3.10 / 0.50; the range: 2.57 / 0.52 to 10.21 / 0.49 (each median's (min, max) at 5 runs)
-    assert fdh.speedup_text(busy, steady) == "6.20x (4.94-20.84x, from the medians' intervals)"
-    assert fdh.speedup_text(busy, result("x", [1.0])).endswith("(one run on a side: no range)")
+    assert steady.speedup_over(busy) == "6.20x (4.94-20.84x, from the medians' intervals)"
+    assert result("x", [1.0]).speedup_over(busy).endswith("(one run on a side: no range)")

@@ -21,7 +21,8 @@ from ..measure.quality import compare_images
 from .planning.published import BLOG_A100_SECONDS
 from ..results.charts import ChartFigure
 from ..results.store import Result, load_results, save_result
-from ..results.text import psnr_text, seconds_text
+from ..measure.record import seconds_text
+from ..results.text import psnr_text
 from .planning.ladders import COURSE_LADDER
 from ..techniques.recipe import Recipe
 

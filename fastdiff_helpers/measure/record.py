@@ -72,6 +72,21 @@ class ResultsFormatError(ValueError):
     """A results file holds a record that is not a valid Result (names file and line)."""
 
 
+def seconds_text(x: float | None) -> str:
+    """3 significant figures, the unit left to the caller ('-' for nothing measured): how the
+    course writes a time, in a Result's own lines and in results/' tables and charts."""
+    if x is None:
+        return "-"
+    return f"{x:.1f}" if x >= 10 else f"{x:.2f}" if x >= 1 else f"{x:.3f}"
+
+
+def uncertainty_text(result) -> str:
+    """'+-4%': how far a Result's median may be off (Result.latency_uncertainty), '-' without
+    two runs."""
+    u = getattr(result, "latency_uncertainty", None)
+    return "-" if u is None else f"+-{u:.0%}"
+
+
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -222,6 +237,27 @@ class Result:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    def timing_text(self) -> str:
+        """'0.123 s +-4% (median of 5)': the median with how far it may be off, and the
+        coverage of that interval where it is below 90 % (2 runs: 50 %); one run says so.
+        Introduced in 05_cold_start.ipynb."""
+        u = uncertainty_text(self)
+        if u == "-":
+            return f"{seconds_text(self.latency_s)} s (one run: no +-)"
+        coverage = self.latency_interval_s[2]
+        sure = "" if coverage >= 0.9 else f", an interval of {coverage:.0%} only"
+        return f"{seconds_text(self.latency_s)} s {u} (median of {len(self.latency_samples)}{sure})"
+
+    def speedup_over(self, before: Result) -> str:
+        """How many times faster this ran than `before`, with the range the two medians'
+        intervals allow (latency_interval_s): '2.31x (2.05-2.60x, from the medians'
+        intervals)'; a side with one run gives no range. Introduced in 04_torch_compile.ipynb."""
+        ratio = f"{before.latency_s / self.latency_s:.2f}x"
+        a, b = before.latency_interval_s, self.latency_interval_s
+        if a is None or b is None:
+            return ratio + " (one run on a side: no range)"
+        return f"{ratio} ({a[0] / b[1]:.2f}-{a[1] / b[0]:.2f}x, from the medians' intervals)"
 
     def summary(self) -> str:
         """One line, e.g. 'sdxl bf16: 4.63 s (median of 5, +-1%, IQR 0.01 s), cold start 12.3 s, peak 9.1 GiB'."""

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..measure.record import Result
-from .text import denoising_label, memory_text, psnr_text, seconds_text, uncertainty_text
+from ..measure.record import Result, seconds_text, uncertainty_text
+from .text import denoising_label, memory_text, psnr_text
 
 __all__ = ["format_table"]
 

@@ -26,11 +26,10 @@ from ..planning.tuning_state import covered_by
 from ..planning.compile_cache import use_course_cache
 from ..planning.ladders import LADDERS
 from ...measure.flops import measure_matmul_tflops
-from ...measure.record import Result
+from ...measure.record import Result, seconds_text
 from ..planning.clock import ladder_estimate
 from ..parameters import course_settings
 from ..planning.published import BLOG_A100_SECONDS, BLOG_A100_WHERE
-from ...results.text import seconds_text
 from .ladder import run_ladder
 
 # --- What make demo says after its ladder --------------------------------------------------------
