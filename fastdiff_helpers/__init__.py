@@ -39,10 +39,9 @@ from .measure.flops import count_flops, flop_floor_seconds, measure_matmul_tflop
 from .measure.quality import compare_images
 from .measure.recompiles import recompile_report
 from .measure.profile import profile
-from .results.charts import (ladder_chart, memory_chart, models_chart, quality_chart,
-                             show_images)
+from .results.charts import (ladder_chart, memory_chart, models_chart, profile_chart,
+                             quality_chart, show_images)
 from .results.tables import format_table
-from .results.profile_chart import profile_chart
 from .results.store import Result, load_results, save_results
 
 # The course layer is one name, `fdh.course` (course/__init__.py lists what it holds, each loaded

@@ -2,10 +2,10 @@
 
     store   the JSONL store of Results (save, load, rewrite; the reference results)
     tables  format_table: a table of Results, one row each, as the notebooks print it
-    charts  the ladder, memory, quality-vs-speed and models charts; images side by side
-    profile_chart  fdh.profile's stages and kinds of work, one bar per pipeline
-    text    how the course writes its numbers (seconds and their +-, speed-ups with their
-            range, memory, PSNR)
+    charts  the ladder, memory, quality-vs-speed and models charts; images side by side;
+            fdh.profile's stages and kinds of work, one bar per pipeline (profile_chart)
+    text    how the course writes its numbers (memory, PSNR, the denoising a run used;
+            seconds and speed-ups are the Result's own: measure/record.py)
 
 Imports the layers below it (models, techniques, measure), nothing of course or runs.
 """
