@@ -3,7 +3,7 @@ swapped or skipped and why, the memory fit, the downloads and the estimated wait
 functions the notebooks themselves call (course/planning/sizing.py card_fit and rung_verdict,
 Recipe's policy, models/fit.py), read from the course clock's record of what each cell does
 (course/planning/clock_record.py, with the GPU work of clock_gpu.py). The command's arguments are
-parsed in course/runs/cli_plan.py.
+parsed in course/runs/cli.py.
 
 Introduced in 00_setup.ipynb (README: preparing a workshop).
 

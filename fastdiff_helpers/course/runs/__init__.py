@@ -7,10 +7,9 @@
     demo              `make demo`: the blog's ladder (on a GPU without autotuning, the
                       course's) with the course's settings, said before and explained after
                       (each step, from what was measured)
-    cli               `python -m fastdiff_helpers ...`: the command line over all of these
+    cli               `python -m fastdiff_helpers ...`: the command line over all of these,
+                      the plan and download commands too
     cli_compile       its compile commands: warm (a part at a time), tuning, clock
-    cli_download      its download command: the course's weights fetched ahead of a workshop
-    cli_plan          its plan command's arguments (the plan itself: course/planning/plan.py)
 
 Imports every layer below it; the course's settings too (the demo runs with them). The
 reference run, this project's own GPU measurements, is tools/reference/, outside the package.

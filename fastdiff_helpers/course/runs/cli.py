@@ -1,6 +1,10 @@
 """The command line: `python -m fastdiff_helpers demo | ladder | bench | batch | warm | tuning
-| download | env | plan | lessons` (also `fastdiff ...`); warm and tuning are in
-cli_compile.py, download in cli_download.py, plan in cli_plan.py.
+| download | env | plan | lessons` (also `fastdiff ...`); warm, tuning and clock are in
+cli_compile.py. `download` fetches the weights the course (or the notebooks named) loads ahead
+of a workshop, in the dtypes its cells run them in, sizes said first and the disk checked: each
+repository by huggingface_hub's own snapshot_download (its progress bars), restricted to the
+files from_pretrained loads in that dtype (models/hub.py allow_patterns), the configs,
+tokenizers and scheduler beside them. `plan` prints course/planning/plan.py's plan.
 
 Introduced in 00_setup.ipynb (env) and 17_all_models.ipynb (ladder). The CLI only composes
 the package's functions; invalid input prints one line on stderr and exits with code 2.
@@ -15,6 +19,10 @@ from typing import Sequence
 
 from ...errors import FastdiffError
 from ... import checks
+from ...models.downloads import GB, check_disk, repo_folders, wanted_variant
+from ...models.gpus import PROFILES, gpu_profile
+from ...models.hub import (allow_patterns, check_cache_folder, check_online, fetch, gate_todo,
+                          hub_errors, needs_access)
 from ...models.loading import default_device, load_pipeline
 from ...models.presets import DEFAULT_PROMPT, MODELS, SCHEDULERS, VAES, size_multiple
 from ...models.pretrained import WEIGHTS, resolve_weights
@@ -22,6 +30,8 @@ from ...techniques import apply
 from ..planning.autotune import course_tuning, set_autotune
 from ...techniques.recipe import RecipeError
 from ..planning.ladders import LADDERS
+from ..planning.course_downloads import course_downloads, for_card, table
+from ..planning.plan import notebooks_by_number, plan_summary, plan_table
 from ...measure.bench import benchmark
 from ...measure.env import env_report
 from ...results.store import RESULTS_FOLDER, save_result
@@ -32,8 +42,6 @@ from . import demo
 from .ladder import resolve_ladder, run_ladder
 from .launch import add_recipe_flags, batch_from_args, recipe_from_args
 from .cli_compile import COMPILE_COMMANDS, UsageError, add_compile_commands
-from .cli_plan import add_plan_command, run_plan
-from . import cli_download
 
 __all__ = ["main", "build_parser"]
 
@@ -131,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     _recipe_flags(bench)
 
     add_compile_commands(sub, _common, steps)
-    cli_download.add_download_command(sub)
+    add_download_command(sub)
 
     batch = sub.add_parser("batch", help="one image per line of a prompts file, in this process "
                            "or split over torchrun's / accelerate launch's processes")
@@ -222,7 +230,7 @@ def _main(argv: Sequence[str] | None) -> int:
                 print(f"fastdiff: wrote {path}")
             return 0
         if args.command == "download":
-            return cli_download.run(args)
+            return download(args.notebooks, args.models, args.dry_run, args.gpu)
         if args.command not in ("tuning", "clock"):
             _check_counts(args)
         if getattr(args, "autotune", False):
@@ -273,3 +281,76 @@ def refused(exc: Exception) -> int:
     message = " ".join(str(exc).split())
     print(f"fastdiff: error: {message}", file=sys.stderr)
     return 2
+
+
+# -- plan and download ----------------------------------------------------------------------
+
+def add_plan_command(sub) -> None:
+    """`plan [--gpu KEY] [--notebooks NN ...]` on the command line."""
+    cmd = sub.add_parser("plan", help="per notebook, on a card: what runs, what is swapped or "
+                         "skipped and why, memory fit and the estimated wait")
+    cmd.add_argument("--gpu", choices=list(PROFILES), default=None,
+                     help="the card to plan for (default: this machine's GPU)")
+    cmd.add_argument("--notebooks", nargs="+", default=None, metavar="NN",
+                     help="only these notebooks, by number (00 05 ...)")
+    cmd.add_argument("--summary", action="store_true",
+                     help="one row per workshop card (T4, L4, A100 40GB, H100): the README's table")
+
+
+def run_plan(args) -> int:
+    if args.summary:
+        print(plan_summary())
+        return 0
+    print(plan_table(args.gpu, notebooks_by_number(args.notebooks)))
+    return 0
+
+
+def add_download_command(sub) -> None:
+    p = sub.add_parser("download", help="fetch the weights the course (or the notebooks "
+                       "named) loads, in the dtypes it runs them in, ahead of a workshop")
+    p.add_argument("--notebooks", nargs="+", default=None, metavar="NN",
+                   help="only what these notebooks need (numbers or names; default all)")
+    p.add_argument("--models", nargs="+", default=None, choices=sorted(MODELS) + list(VAES),
+                   help="only these models")
+    p.add_argument("--gpu", choices=list(PROFILES), default=None,
+                   help="leave out the files of what does not fit this card (as the plan says)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print what would come down, and the GB, without downloading")
+
+
+def download(notebooks=None, models=None, dry_run: bool = False, gpu: str | None = None) -> int:
+    """Fetch (or with dry_run, list) what `notebooks` need, only `models` if given; for a card
+    (`gpu`, a profile key), not the files of a model in a precision that does not fit it (the
+    notebooks skip those cells there: models/fit.py, the plan's rule). Offline mode and the
+    cache folder are checked first, before any network call."""
+    if not dry_run:
+        check_online()
+        check_cache_folder()
+    rows = course_downloads(notebooks)
+    if models is not None:
+        rows = [r for r in rows if r[0] in models]
+    if gpu is not None:
+        rows, left = for_card(rows, gpu_profile(gpu))
+        for line in left:
+            print(line)
+    if not rows:
+        raise FastdiffError("Nothing to download for these notebooks and models.")
+    print(table(rows))
+    if dry_run:
+        return 0
+    plans = []
+    try:  # the repository being asked when the hub refuses is hub_id's
+        for model, files, _, _ in rows:
+            hub_id, parts = repo_folders(model)
+            plans.append((model, files, hub_id,
+                          *allow_patterns(hub_id, parts, wanted_variant(hub_id, files))))
+        total = sum(p[-1] for p in plans)
+        print(f"fastdiff: {total / GB:.1f} GB to download {check_disk(total, 'This download')}")
+        for model, files, hub_id, patterns, todo in plans:
+            print(f"fastdiff: {model} ({hub_id}), its {files} files: {todo / GB:.1f} GB")
+            fetch(hub_id, patterns=patterns)
+    except hub_errors().RepositoryNotFoundError as exc:  # GatedRepoError is one (errors.py)
+        why = needs_access(hub_id, f"the hub refused the download: {type(exc).__name__}")
+        raise FastdiffError(f"{why}. To get access: {gate_todo(hub_id)}; then run the command "
+                            "again.") from None
+    return 0
