@@ -171,11 +171,11 @@ def test_no_core_cell_waits_more_than_three_minutes_on_an_h100():
 
 def test_a_cells_estimated_wait_is_the_clocks_on_an_h100_and_the_plans_on_a_t4():
     """A core lesson that says how long the next code cell waits says it for both cards the
-    labels name, as lesson_plan.wait_words writes the course clock's estimate (H100) and the
+    labels name, as lessons.wait_words writes the course clock's estimate (H100) and the
     plan's (T4) of that cell (issue 59, defect 15: five said an H100 figure alone, typed)."""
     import nbformat
 
-    from fastdiff_helpers.course.lesson_plan import cell_waits, wait_words
+    from fastdiff_helpers.course.lessons import cell_waits, wait_words
 
     wait = r"(?:under a minute|[\d.]+ min)"
     said = re.compile(rf"est\. {wait} on an H100(?:, {wait} on a T4)?")

@@ -11,8 +11,8 @@ participant takes home; the core imports nothing from here.
     playground        fdh.playground(): the ipywidgets panel to try recipes and compare runs
                       (its controls, phases and small formatters first)
     lessons           the course as a workshop day: each notebook's track, visible words and
-                      minutes, the core path (README's syllabus, `lessons --write`)
-    lesson_plan       what a lesson waits for on an H100 and a T4, and what it downloads
+                      minutes, the core path (README's syllabus, `lessons --write`); what a
+                      lesson waits for on an H100 and a T4, and what it downloads
     hosted            what every notebook's first cell runs where the course is not installed
                       (Colab, Kaggle, any Jupyter): the host's limits, the install with the
                       host's torch and Jupyter held, whether to restart; the cell itself
