@@ -41,3 +41,18 @@ def test_count_flops_as_the_first_call_is_quiet_too():
     for noise in ("site-packages/torchao/_C", "is an Enum subclass", "Unable to import `torchao`"):
         assert noise not in out.stderr, noise
     assert out.stdout.split() == ["31"]  # PNDM, SD1.5's own scheduler: steps + 1 denoiser calls
+
+
+def test_a_meta_build_as_the_first_import_of_diffusers_is_quiet_too():
+    """The plan and `download` (and fdh.weight_bytes) build full-size pipelines on the meta
+    device (models/build.py), which imported diffusers before silencing the known noise: a
+    participant's `python -m fastdiff_helpers plan --gpu t4` printed torchao's and
+    transformers' lines on stderr (seven of them with this requirements.txt)."""
+    code = "import fastdiff_helpers as fdh; print(sum(fdh.weight_bytes('sd15', 'fp32').values()))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    for noise in ("site-packages/torchao/_C", "is an Enum subclass", "Unable to import `torchao`",
+                  "requires torchvision"):
+        assert noise not in out.stderr, noise
+    from fastdiff_helpers.course.planning.published import PUBLISHED_PARAMETERS
+
+    assert int(out.stdout) == 4 * sum(PUBLISHED_PARAMETERS["sd15"].values())  # fp32: 4 bytes each

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from .noise import quiet_known_noise
 from .presets import Component, ModelSpec
 
 # --- tokenizers built in code (no download) ----------------------------------------------
@@ -45,6 +46,9 @@ def t5_tokenizer(model_max_length: int = 120):
 # --- components built in code ------------------------------------------------------------
 
 def _component_class(comp: Component):
+    # before diffusers or transformers (and torchao through diffusers) is first imported: a
+    # build on the meta device (fdh.weight_bytes, the plan, `download`) may be the first
+    quiet_known_noise()
     if comp.library == "diffusers":
         import diffusers
         return getattr(diffusers, comp.class_name)
@@ -149,6 +153,7 @@ def build_scheduler(comp: Component):
 
 
 def build_pipeline(spec: ModelSpec, size: str, device: str, dtype: torch.dtype, seed: int):
+    quiet_known_noise()  # as _component_class
     import diffusers
 
     comps = spec.full if size == "full" else spec.tiny
