@@ -10,10 +10,11 @@ import json
 from pathlib import Path
 
 from fastdiff_helpers import checks
+from fastdiff_helpers.measure.record import seconds_text
 from fastdiff_helpers.course.planning.published import BLOG_SOURCE, published_ladder
 from fastdiff_helpers.course.planning.ladders import LADDERS
 from fastdiff_helpers.results.store import Result, load_results
-from fastdiff_helpers.results.text import memory_text, psnr_text, seconds_text
+from fastdiff_helpers.results.text import memory_text, psnr_text
 
 __all__ = ["write_results_readme", "check_results_readme", "STATE", "COMMAND"]
 
