@@ -320,6 +320,7 @@ def test_every_command_runs_as_written(where, command, scratch, monkeypatch):
     import torch
 
     from fastdiff_helpers.course.runs.ladder import resolve_ladder
+    from fastdiff_helpers.models.noise import KNOWN_LOG_NOISE
 
     if _gpu_only(command) and not torch.cuda.is_available():
         pytest.skip(f"needs a CUDA GPU ({_gpu_only(command)})")
@@ -335,6 +336,10 @@ def test_every_command_runs_as_written(where, command, scratch, monkeypatch):
         return
     done = _run(command, scratch)
     assert done.returncode == 0, (where, command, done.stdout[-2000:], done.stderr[-3000:])
+    # the libraries' known harmless messages stay silenced (models/noise.py): `clock`, `plan`
+    # and `download` printed torchao's, torch's and transformers' lines before
+    shown = [p for _, p, _ in KNOWN_LOG_NOISE if re.search(p, done.stderr)]
+    assert not shown, (command, shown, done.stderr[-2000:])
     if key:
         RAN[key] = (command, run[1])
     if command.startswith("make demo"):

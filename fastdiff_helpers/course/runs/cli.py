@@ -24,6 +24,7 @@ from ...models.gpus import PROFILES, gpu_profile
 from ...models.hub import (allow_patterns, check_cache_folder, check_online, fetch, gate_todo,
                           hub_errors, needs_access)
 from ...models.loading import default_device, load_pipeline
+from ...models.noise import quiet_known_noise
 from ...models.presets import DEFAULT_PROMPT, MODELS, SCHEDULERS, VAES, size_multiple
 from ...models.pretrained import WEIGHTS, resolve_weights
 from ...techniques import apply
@@ -215,6 +216,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    # every command may import diffusers or torchao first (the clock through diffusers'
+    # quantizers): the known harmless messages are silenced before, as in a notebook
+    quiet_known_noise()
     try:
         args = build_parser().parse_args(argv)
         course_hooks()  # as in a notebook: a launched batch records its calls too
