@@ -423,3 +423,59 @@ def test_the_reference_run_lives_outside_the_package(capsys):
     assert Path(ref.__file__).parent == ROOT / "tools" / "reference"
     assert main(["reference", "--model", "sdxl"]) == 2
     assert "invalid choice: 'reference'" in capsys.readouterr().err
+
+
+def test_a_compiled_steps_first_guess_follows_its_compile_mode(tmp_path):
+    """Issue 61: the first guess for a full-size compiled step was 540 s, set when compiled
+    steps still autotuned, so an H100 slot's 470 s budget refused the course's '+ compile'
+    (results/h100-80gb-hbm3/slot-2026-11-27.md). A default-mode compile guesses 180 s; only a
+    compile that may tune keeps 540 s."""
+    from fastdiff_helpers.course.planning.autotune import set_autotune
+    from fastdiff_helpers.course.planning.ladders import LADDERS
+
+    recipes = dict(LADDERS["course"])
+    folder = reference_folder.Folder(tmp_path, "course")
+    kind = reference_folder.step_kind
+    assert kind(recipes["bf16"]) == "eager"
+    try:
+        set_autotune(False)
+        compiled = recipes["+ compile"].for_device("cuda")[0]
+        assert kind(compiled) == kind(recipes["+ autotune"].for_device("cuda")[0]) == "compiled"
+        guess, source = reference_folder.estimate(folder, "+ compile", True, False, kind(compiled))
+        assert guess == 180.0 < 470 and "a compiled step (full-size weights)" in source
+        set_autotune(True)
+        tuning = recipes["+ autotune"].for_device("cuda")[0]
+        assert kind(tuning) == "tuned" and kind(compiled) == "compiled"
+        guess, source = reference_folder.estimate(folder, "+ autotune", True, False, kind(tuning))
+        assert guess == 540.0 and "may tune" in source
+    finally:
+        set_autotune(None)
+
+
+def test_only_measures_the_steps_named_and_the_fp32_step_fills_in_their_quality(fake, tmp_path):
+    """Issue 61: a GPU slot measures first the steps the tree has no figure for (--only), and
+    the fp32 step measured later gives them their quality from their saved images."""
+    from tools.reference.__main__ import build_parser
+
+    out = tmp_path / "results" / "cpu" / "sdxl"
+    with pytest.raises(fdh.FastdiffError, match="'nope'.*no such step"):
+        _run(out, only=["nope"])
+    assert not out.exists()  # refused before any work
+    first = _run(out, only=["+ SDPA", "bf16"])
+    assert fake.calls == ["+ SDPA", "bf16"] and first.ran == ["+ SDPA", "bf16"]
+    assert "holds 2 of the 6 steps" in first.message and "not asked for: fp32, + compile" in \
+        first.message
+    records = {r.step: r for r in load_results(out / "results.jsonl")}
+    assert set(records) == {"bf16", "+ SDPA"}
+    assert all(r.quality is None and any(n.startswith("no quality figure") for n in r.notes)
+               for r in records.values())
+    _run(out, only=["fp32"])
+    records = {r.step: r for r in load_results(out / "results.jsonl")}
+    assert list(records) == ["fp32", "bf16", "+ SDPA"]  # in ladder order
+    # flat grays 101 and 102 against 100, read back from their PNGs
+    assert records["bf16"].quality["psnr"] == pytest.approx(20 * np.log10(255), abs=1e-6)
+    assert records["+ SDPA"].quality["psnr"] == pytest.approx(20 * np.log10(255 / 2), abs=1e-6)
+    assert not any(n.startswith("no quality figure") for n in records["bf16"].notes)
+    assert any("quality filled in" in n for n in records["bf16"].notes)
+    args = build_parser().parse_args(["--only", "+ compile", "--only", "fp32"])
+    assert args.only == ["+ compile", "fp32"]

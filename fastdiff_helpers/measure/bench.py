@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import statistics
 import time
 from typing import Any, Callable
 
@@ -83,7 +84,9 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     replays, re-records, skips and why: fdh.cudagraph_report, in compile_events["cudagraphs"]): while the last untimed call
     still compiled, up to MAX_EXTRA_WARMUP more untimed calls run (said in notes); a timed
     call that compiled is flagged (Result.compiled_during_timing). The cold start is split into
-    compile (dynamo, inductor, autotuning where torch records it) and the call itself
+    compile (dynamo, inductor, autotuning where torch records it) and the call itself, and
+    part by part (how much longer each stage's first call took than its warm median: a
+    compiled UNet's compile shows in denoising, a compiled VAE decode's in vae_decode)
     (Result.cold_start_split).
     Every call uses a fresh generator seeded with `seed`, so every call makes the same image.
     Per call, stage times (text_encoding, denoising, vae_decode; medians in stages, every
@@ -147,6 +150,7 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
         with _stage_marks(pipe, device) as marks:
             with _ticking(bar):  # a compile takes minutes: the bar's clock keeps moving
                 (image, cold), compiles["cold"] = counted(lambda: time_call(call, device))
+            cold_stages = marks.read()  # each part's first call, its compile inside
             bar.update(1)
             bar.set_description("warm-up")
             last = compiles["cold"]
@@ -210,6 +214,10 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     cold_split = {key: cold_events[key] for key in ("compile_s", "dynamo_s", "inductor_s",
                                                     "autotune_s")}
     cold_split["call_s"] = max(cold - cold_events["compile_s"], 0.0)
+    # each stage's first call less its warm median: where the cold start went, part by part
+    cold_split["stages_over_warm_s"] = {
+        stage: max(seconds - statistics.median(stage_samples[stage]), 0.0)
+        for stage, seconds in cold_stages.items() if stage_samples.get(stage)}
     reserved = None
     if device.type == "cuda":
         peak, kind = torch.cuda.max_memory_allocated(device), "cuda_max_allocated"

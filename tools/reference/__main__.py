@@ -43,6 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     ref.add_argument("--no-tuning", action="store_true",
                      help="neither import nor write tuning bundles, and measure a compiled "
                           "step even when its compile tuned")
+    ref.add_argument("--only", action="append", default=None, metavar="STEP",
+                     help="measure this step of the ladder (repeat for more, in the order "
+                          "given) and no other; a later --only of the first step fills in the "
+                          "others' quality")
     return ref
 
 
@@ -66,7 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 height=args.height, width=args.width, device=args.device, seed=args.seed,
                 prompt=args.prompt, retry_failed=args.retry_failed,
                 ignore_estimate=args.ignore_estimate, progress=not args.no_progress,
-                command=f"{COMMAND} " + shlex.join(words), tuning=not args.no_tuning)
+                command=f"{COMMAND} " + shlex.join(words), tuning=not args.no_tuning,
+                only=args.only)
             return outcome.exit_code
         except INPUT_ERRORS as exc:
             return refused(exc)

@@ -24,12 +24,27 @@ from .readme import STATE, check_results_readme
 from fastdiff_helpers.results.store import Result, load_results
 
 # A first guess of one step's wall time (load, apply, compile, warm-ups, timed runs) when the
-# folder records nothing of that kind yet: (tiny weights?, compiled?) -> seconds. Tiny: the
-# 2-core CPU machine took 5-20 s an eager step and 60-120 s a compiled one. Full size: SDXL on
-# the H100 took 25-45 s an eager step (results/h100-80gb-hbm3/sdxl) and did not finish its first
-# max-autotune call in 540 s (gpu-tests.md), so the compiled guess is that.
-FIRST_GUESS_S = {(True, False): 30.0, (True, True): 150.0, (False, False): 120.0,
-                 (False, True): 540.0}
+# folder records nothing of that kind yet: (tiny weights?, kind) -> seconds, kind "eager",
+# "compiled" (default or reduce-overhead mode: nothing tuned) or "tuned" (a compile that may
+# autotune). Tiny: the 2-core CPU machine took 5-20 s an eager step and 60-120 s a compiled one.
+# Full size: SDXL on the H100 took 25-45 s an eager step (results/h100-80gb-hbm3/sdxl); a
+# default-mode compile of its UNet is about a minute (results/h200/slot-2026-11-26.md:
+# GraphLowering.run 53.3 s, tracing 9.9 s), so with the load, the VAE decode's compile and
+# up to 20 timed runs about 3 minutes; its first max-autotune call did not finish in 540 s
+# (gpu-tests.md), so a tuning compile's guess is that.
+FIRST_GUESS_S = {(True, "eager"): 30.0, (True, "compiled"): 150.0, (True, "tuned"): 150.0,
+                 (False, "eager"): 120.0, (False, "compiled"): 180.0, (False, "tuned"): 540.0}
+
+
+def step_kind(recipe) -> str:
+    """"eager", "compiled" (nothing tuned) or "tuned": how this process compiles `recipe`
+    (autotuning is on only where asked: course/planning/autotune.py)."""
+    if recipe.compile is None:
+        return "eager"
+    from fastdiff_helpers.course.planning.autotune import autotune_enabled, tunes
+
+    return "tuned" if autotune_enabled() and tunes(recipe.compile, recipe.inductor_flags) \
+        else "compiled"
 
 
 def results_root(out: Path) -> Path | None:
@@ -131,19 +146,23 @@ def baseline_image(folder: Folder):
         return image.convert("RGB")
 
 
-def estimate(folder: Folder, name: str, compiled: bool, tiny: bool) -> tuple[float, str]:
-    """Expected wall seconds of a step, and where the figure comes from."""
+def estimate(folder: Folder, name: str, compiled: bool, tiny: bool,
+             kind: str | None = None) -> tuple[float, str]:
+    """Expected wall seconds of a step, and where the figure comes from (`kind`: step_kind's,
+    for the first guess; default "compiled" or "eager" as `compiled` says)."""
     attempts = folder.state.get("attempts", [])
     done = [a["seconds"] for a in attempts
             if a.get("finished") is True and a.get("compiled") == compiled and a.get("seconds")]
     done += [r.wall_s for r in folder.records.values()
              if r.wall_s and compiled_record(r) == compiled]
-    kind = "compiled" if compiled else "eager"
+    recorded = "compiled" if compiled else "eager"
     if done:
-        seconds, source = max(done), f"the longest {kind} step recorded here"
+        seconds, source = max(done), f"the longest {recorded} step recorded here"
     else:
-        seconds = FIRST_GUESS_S[(tiny, compiled)]
-        source = (f"a first guess for {'an' if kind == 'eager' else 'a'} {kind} step "
+        first = kind or recorded
+        seconds = FIRST_GUESS_S[(tiny, first)]
+        source = (f"a first guess for {'an' if first == 'eager' else 'a'} "
+                  f"{'compiled step that may tune' if first == 'tuned' else first + ' step'} "
                   f"({'tiny' if tiny else 'full-size'} weights)")
     cut = [a["seconds"] for a in attempts
            if a.get("step") == name and a.get("finished") is False and a.get("seconds")]

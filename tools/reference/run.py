@@ -47,7 +47,7 @@ from .readme import COMMAND, write_results_readme
 from fastdiff_helpers.results.store import RESULTS_FOLDER, rewrite_results
 from fastdiff_helpers.course.runs.ladder import _setup, measure_step, resolve_ladder
 from .folder import (baseline_image, matmul_rate, check_same_run, is_compiled, cuts_in_a_row, estimate,
-                               record_tuning, results_root, tuning_bundle,
+                               record_tuning, results_root, step_kind, tuning_bundle,
                                Folder, slug)
 from fastdiff_helpers.measure.env import gpu_folder
 from fastdiff_helpers.measure.record import utc_now
@@ -97,7 +97,8 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
                   width: int | None = None, device: str | None = None, seed: int = 0,
                   prompt: str | None = None, retry_failed: bool = False,
                   ignore_estimate: bool = False, progress: bool = True,
-                  command: str | None = None, tuning: bool = True) -> ReferenceOutcome:
+                  command: str | None = None, tuning: bool = True,
+                  only: list[str] | None = None) -> ReferenceOutcome:
     """Measure the steps of `ladder` that `out` does not hold yet, in order, within `budget_s`
     seconds (None: no budget). `out` is results/<gpu>/<model> (default: that, under the current
     folder, <gpu> from gpu_folder()): the README.md written after each step goes to its
@@ -107,7 +108,10 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
     estimate exceeds what is left (it is still stopped at the budget): for a compile cache
     warmed since the last attempt. `command` is how to run this again (for the last line).
     `tuning=False`: no bundle imported or written, and a compiled step that tuned is measured
-    anyway (its cold start then includes the tuning).
+    anyway (its cold start then includes the tuning). `only`: these steps of the ladder and
+    no other, in the order given (a GPU slot measures the steps it has no figure for first);
+    when the ladder's first step is measured after others, their quality is filled in from
+    their saved images.
 
     Returns a ReferenceOutcome; the CLI exits with its exit_code (EXIT_BUDGET: steps left)."""
     ladder = resolve_ladder(model, ladder)  # None: the model's own ("flux" for Flux)
@@ -135,8 +139,14 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
         f"--model {spec.key} --ladder {ladder} --weights {weights} --out {out}"
         + (f" --budget-s {budget_s:g}" if budget_s else ""))
 
+    unknown = [n for n in only or [] if n not in folder.names]
+    if unknown:
+        raise FastdiffError(f"--only {', '.join(map(repr, unknown))}: the {ladder} ladder has "
+                            f"no such step; its steps are {', '.join(map(repr, folder.names))}.")
     plan = [(i, n, r) for i, (n, r) in enumerate(LADDERS[ladder])
             if n not in folder.records or (retry_failed and folder.records[n].error)]
+    if only:
+        plan = sorted((p for p in plan if p[1] in only), key=lambda p: only.index(p[1]))
     failed = [n for n, r in folder.records.items() if r.error and n not in [p[1] for p in plan]]
     if not plan:
         message = (f"fastdiff: nothing to do: {out} holds all {len(folder.names)} steps of the "
@@ -168,8 +178,9 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
         untuned: list[str] = []  # autotuning steps left for a command that may tune
         for n, (idx, name, recipe) in enumerate(plan, start=1):
             left = None if budget_s is None else budget_s - (time.monotonic() - started)
-            compiled = is_compiled(recipe.for_device(device)[0])
-            guess, source = estimate(folder, name, compiled, tiny)
+            adapted = recipe.for_device(device)[0]
+            compiled = is_compiled(adapted)
+            guess, source = estimate(folder, name, compiled, tiny, step_kind(adapted))
             cuts = cuts_in_a_row(folder, name)
             stuck = cuts_in_a_row(folder, name, without_progress=True)
             # The first step of a run has the whole budget (less the setup's second or two). A
@@ -262,9 +273,11 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
                 if idx == 0:
                     baseline = result.image
                     result.quality = compare_images(result.image, baseline)
+                    fill_quality(folder, baseline)
                 elif baseline is None:
                     result.notes.append(f"no quality figure: the folder has no {folder.names[0]} "
-                                        "image to compare with (that step failed)")
+                                        "image to compare with (that step failed, or is not "
+                                        "measured yet: measuring it fills this in)")
                     result.quality = None
                 image_path = out / "images" / f"{idx}_{slug(name)}.png"
                 image_path.parent.mkdir(parents=True, exist_ok=True)
@@ -297,10 +310,30 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
                        f"now); left for a command with --autotune: {', '.join(untuned)}{table}")
             print(message)
             return ReferenceOutcome("complete", ran, left_steps, message)
-        message = (f"fastdiff: {out} holds all {len(folder.names)} steps of the {ladder} ladder "
-                   f"({len(ran)} measured now){table}")
+        if left_steps:  # --only left these out
+            message = (f"fastdiff: {out} holds {len(folder.records)} of the {len(folder.names)} "
+                       f"steps of the {ladder} ladder ({len(ran)} measured now); not asked for: "
+                       f"{', '.join(left_steps)}{table}")
+        else:
+            message = (f"fastdiff: {out} holds all {len(folder.names)} steps of the {ladder} "
+                       f"ladder ({len(ran)} measured now){table}")
         print(message)
         return ReferenceOutcome("complete", ran, left_steps, message)
+
+
+def fill_quality(folder: Folder, baseline) -> None:
+    """Quality, against the fp32 image just measured, of the records made before it (--only
+    ran them first): each from its saved image, as the slow test checks every record's."""
+    from PIL import Image
+
+    for record in folder.records.values():
+        if (record.error is None and record.quality is None and record.image_path
+                and (folder.out / record.image_path).exists()):  # only 0_* is committed
+            with Image.open(folder.out / record.image_path) as image:
+                record.quality = compare_images(image.convert("RGB"), baseline)
+            record.notes = [n for n in record.notes if not n.startswith("no quality figure")]
+            record.notes.append(f"quality filled in when {folder.names[0]!r} was measured "
+                                "after this step (from its saved image)")
 
 
 def draw(folder: Folder, model: str, weights: str) -> None:
