@@ -96,6 +96,33 @@ def test_fastdiff_filter_skips_small_and_few_token_linears():
         fdh.quantize(fdh.set_precision(fresh("sd15"), "bf16"), "int8-dynamic", "fastdiff")
 
 
+@pytest.mark.parametrize("model", ["sd15", "sdxl", "pixart"])
+def test_fastdiff_filter_leaves_out_every_linear_fed_one_row_per_image(model):
+    """Issue 61: compiled int8 dynamic runs torch._int_mm, which CUDA refuses for 16 rows or
+    fewer, and SDXL's '+ int8 dynamic' failed on the H200 ('self.size(0) needs to be greater
+    than 16, but got 2') with each ResNet block's time_emb_proj selected. Every linear of the
+    model's own structure fed one row per image (the batch of 2, with guidance), at two sizes,
+    is one the filter's name rule leaves out, whatever its size."""
+    pipe = fresh(model)
+    rows: dict[str, set[int]] = {}
+    hooks = [m.register_forward_pre_hook(
+        lambda mod, args, name=name: rows.setdefault(name, set()).add(
+            args[0].numel() // args[0].shape[-1]))
+        for name, m in get_denoiser(pipe).named_modules() if isinstance(m, torch.nn.Linear)]
+    for size in (64, 128):
+        kwargs = fdh.call_kwargs(pipe, steps=2, height=size, width=size)
+        kwargs["output_type"] = "latent"
+        with torch.inference_mode():
+            pipe(**kwargs)
+    for hook in hooks:
+        hook.remove()
+    one_row = {name for name, seen in rows.items() if seen == {2}}
+    assert one_row, rows  # the timestep's projections at least
+    big = torch.nn.Linear(1280, 1280, device="meta")  # a real model's size, past the size rule
+    assert not any(fdh.techniques.fastdiff_filter(big, name) for name in one_row), one_row
+    assert fdh.techniques.fastdiff_filter(big, "mid_block.attentions.0.proj_in")
+
+
 def test_conv1x1_swap_counts_and_is_safe_twice():
     pipe = fresh("sd15")
     fdh.conv1x1_to_linear(pipe, "all")
