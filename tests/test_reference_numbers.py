@@ -113,7 +113,9 @@ def test_one_ladder_alone(capsys):
     fdh.course.reference_numbers("sdxl", steps=["fp32, TF32 off", "bf16"], ladder="course")
     out = capsys.readouterr().out
     assert "Published" not in out and "the blog's ladder" not in out
-    assert out.count("Measured by this project") == 1 and "+ SDPA" not in out
+    # one table per GPU that ran the course's ladder (the H100's eager rungs, the H200's slot)
+    assert out.count("Measured by this project") == 2 and "+ SDPA" not in out
+    assert "(results/h100-80gb-hbm3/sdxl-course)" in out and "(results/h200/sdxl-course)" in out
     with pytest.raises(fdh.FastdiffError, match="rung names"):
         fdh.course.reference_numbers("sdxl", steps=["+ int8, eager"], ladder="course")
     with pytest.raises(fdh.FastdiffError, match="ladders"):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import statistics
 import time
 from typing import Any, Callable
 

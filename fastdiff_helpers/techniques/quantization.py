@@ -35,16 +35,6 @@ def blog_filter(module, fqn: str = "") -> bool:
             and (module.in_features, module.out_features) not in BLOG_EXCLUDED_SHAPES)
 
 
-# Linears fed one row per image (the timestep, size and caption embeddings, and each ResNet
-# block's projection of the timestep embedding), and cross-attention K/V, which see only the
-# 77 or 120 text tokens. The one-row ones must stay out of int8 dynamic: compiled, it runs
-# torch._int_mm, and CUDA's refuses 16 rows or fewer (aten/src/ATen/native/cuda/Blas.cpp,
-# _int_mm_out_cuda: TORCH_CHECK(self.size(0) > 16, ...)); SDXL's '+ int8 dynamic' failed so on
-# the H200 (results/h200/sdxl-course) while time_emb_proj was selected.
-FEW_TOKENS = ("time_embedding", "add_embedding", "time_emb_proj", "adaln_single",
-              "caption_projection", "attn2.to_k", "attn2.to_v", "attn2.to_kv")
-
-
 def fastdiff_filter(module, fqn: str) -> bool:
     """The course's own int8 filter (not the blog's): only big linears that see many tokens,
     since dynamic int8 pays only where the matmul amortises quantizing its activations."""
@@ -52,7 +42,15 @@ def fastdiff_filter(module, fqn: str) -> bool:
         return False
     if module.in_features <= 16 or module.out_features <= 16:
         return False
-    if any(part in fqn for part in FEW_TOKENS):
+    # Linears fed one row per image (the timestep, size and caption embeddings, and each ResNet
+    # block's projection of the timestep embedding), and cross-attention K/V, which see only
+    # the 77 or 120 text tokens. The one-row ones must stay out of int8 dynamic: compiled, it
+    # runs torch._int_mm, which CUDA refuses for 16 rows or fewer (aten/src/ATen/native/cuda/
+    # Blas.cpp, _int_mm_out_cuda); SDXL's '+ int8 dynamic' failed so on the H200
+    # (results/h200/slot-2026-11-29.md) while time_emb_proj was selected.
+    few_tokens = ("time_embedding", "add_embedding", "time_emb_proj", "adaln_single",
+                  "caption_projection", "attn2.to_k", "attn2.to_v", "attn2.to_kv")
+    if any(part in fqn for part in few_tokens):
         return False
     return module.in_features * module.out_features >= 1024 * 1024
 

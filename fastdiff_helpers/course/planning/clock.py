@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ...errors import FastdiffError
-from .autotune import (GRAPH_OPS, REGIONAL_S, SECONDS_PER_OP, SHAPE_S,
-                                   WITHOUT_TUNING, graph_ops_of)
+from .autotune import (GRAPH_OPS, REGIONAL_S, SHAPE_S, VAE_OPS, WITHOUT_TUNING,
+                       graph_ops_of, graph_seconds)
 from ...models.gpus import PROFILES, TEMPLATE_SMS
 from .shapes import gemm_shapes
 from .image_time import kind_seconds
@@ -32,10 +32,11 @@ from .clock_record import RECORDED
 __all__ = ["summarize", "estimate", "course_table", "cell_work", "image_s"]
 
 # --- the constants (H100 SXM, the course's native sizes, 30 steps) --------------------------
-# a cache hit: dynamo traces the graph again; SDXL's UNet traced in 9.9 s on the H200
-# (results/h200/slot-2026-11-26.md, dynamo's compile times)
-CACHE_HIT_S = 9.9
-CACHE_HIT_PER_OP = CACHE_HIT_S / GRAPH_OPS["sdxl", "denoiser"]
+# a cache hit: dynamo traces the graph again and inductor loads it; SDXL's UNet and VAE decode
+# took 14.2 s so on the H200 ('+ no sync' after '+ fused QKV', the same graphs: 12.4 s of
+# dynamo, 1.9 s of inductor; results/h200/sdxl-course/results.jsonl, slot-2026-11-29.md)
+CACHE_HIT_S = 14.2
+CACHE_HIT_PER_OP = CACHE_HIT_S / (GRAPH_OPS["sdxl", "denoiser"] + VAE_OPS)
 ops = graph_ops_of  # a graph's compile and a cache hit's tracing scale with its ops
 # load + apply of a full-size pipeline on the H100 (results/h100-80gb-hbm3/sdxl/results.jsonl,
 # load_s): 17.3 s the first in a process, 0.9-1.1 s after
@@ -129,13 +130,13 @@ def estimate(notebooks: Iterable[str] | None = None, autotune: bool = False,
              gpu: Any = "h100") -> dict[str, Any]:
     """The estimated GPU wait of `notebooks` (default: all, in order), run top to bottom in one
     compile cache on `gpu` (a profile key or GpuProfile; `sms` SMs): per notebook and cell,
-    compile seconds (as the H100's 16-core host compiles), tuning seconds, image seconds
+    compile seconds (as a 16-core host compiles: the H200's, measured), tuning seconds, image seconds
     (loads, benchmarks, calls; fdh.course.image_seconds on `gpu`), and the longest cell.
 
     A compile's graphs are compiled by the first call after it (the frames dynamo compiles,
     counted in the cell they happen in): a graph of a recipe compiled earlier in the course is
-    a cache hit (CACHE_HIT_S), a new one costs DEFAULT_GRAPH_S (REGIONAL_S / 2 a block kind for
-    a regional compile), and frames beyond the compiled parts are recompiles (new shapes,
+    a cache hit (CACHE_HIT_S), a new one costs autotune.graph_seconds (REGIONAL_S / 2 a block
+    kind for a regional compile), and frames beyond the compiled parts are recompiles (new shapes,
     guards), each a new graph. A compile that would tune runs its default-mode equivalent
     (the autotune rule) unless `autotune` (the learner switched it on) or `committed` (recipe
     ids a tuning bundle covers: read, not tuned); tuning costs the model's GEMM/conv shapes at
@@ -160,8 +161,7 @@ def estimate(notebooks: Iterable[str] | None = None, autotune: bool = False,
                 if vae:  # the decode's graph depends on fewer of the recipe's fields
                     keys.append((model, "vae", _vae_part(recipe), ran))
                 for key in keys:
-                    size = ops(model, key[1])
-                    pending.append((key in seen, size, scope))
+                    pending.append((key in seen, model, key[1], scope))
                     seen.add(key)
                 steps.append(len(keys))
                 last_model = model
@@ -173,14 +173,14 @@ def estimate(notebooks: Iterable[str] | None = None, autotune: bool = False,
             frames, graphs, hits = work.get("frames", 0), 0, 0
             costs: list[float] = []  # each compiled part first called here, in order
             while frames and pending:  # the compiled parts, first called here, one frame each
-                hit, size, scope = pending.pop(0)
+                hit, part_model, part, scope = pending.pop(0)
                 frames -= 1
                 hits, graphs = hits + hit, graphs + (not hit)
-                costs.append(size * CACHE_HIT_PER_OP if hit else
-                             REGIONAL_S / 2 if scope != "full" else size * SECONDS_PER_OP)
+                costs.append(ops(part_model, part) * CACHE_HIT_PER_OP if hit else
+                             REGIONAL_S / 2 if scope != "full" else graph_seconds(part_model, part))
             # recompiles (new shapes, guards: new graphs), of the cell's or notebook's denoiser
             model = next((m for m, *_ in work.get("compiles", [])), last_model)
-            costs += [ops(model, "denoiser") * SECONDS_PER_OP] * frames
+            costs += [graph_seconds(model, "denoiser")] * frames
             graphs += frames
             compile_s = sum(costs)
             load_s = 0.0
