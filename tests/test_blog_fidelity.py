@@ -56,8 +56,11 @@ def test_blog_filter_selects_exactly_what_diffusion_fast_selects(model, fused_me
     int8 = quantization.select_filter("int8-dynamic", "blog")  # what quantize() really uses
     ours = {n for n, m in denoiser.named_modules() if int8(m, n)}
     theirs = {n for n, m in denoiser.named_modules() if diffusion_fast_selects(m)}
-    assert ours == theirs
-    assert len(ours) > 100
+    # but the linears fed one row per image, which CUDA's compiled int8 matmul refuses (the
+    # int8 kernel rule, issue 61): the timestep and size embeddings, each time_emb_proj
+    one_row = ("time_embedding", "add_embedding", "time_emb_proj", "adaln_single")
+    assert ours == {n for n in theirs if not any(p in n for p in one_row)}
+    assert theirs - ours and len(ours) > 80
 
 
 def test_blog_filter_on_fused_sdxl_keeps_what_the_blog_kept(fused_meta):

@@ -22,8 +22,10 @@ from .recipe import (ACCELERATE_COPIES, COMPILE_MODES, SCOPES, Recipe, RecipeErr
                      compile_mode_for)
 from .step_cache import StepPlan, compile_plan, step_plan
 
-# The blog's four inductor settings, and the one it added for int8 dynamic quantization that
-# torch still reads. diffusion-fast also set use_mixed_mm, which torch 2.13 ignores
+# The blog's four inductor settings, and the one it added for int8 dynamic quantization, kept
+# as the blog set it although torch 2.13 no longer acts on it (its one reader,
+# check_shape_cuda_and_fused_int_mm_mul_enabled in torch/_inductor/fx_passes/post_grad.py, is
+# registered with no pattern). diffusion-fast also set use_mixed_mm, which torch 2.13 ignores
 # (torch/_inductor/config.py: "DEPRECATED. This setting is ignored."), so it is not set here.
 INDUCTOR_FLAGS = {"conv_1x1_as_mm": True, "coordinate_descent_tuning": True,
                   "epilogue_fusion": False, "coordinate_descent_check_all_directions": True}
@@ -148,7 +150,7 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
     if inductor_flags:
         # passed per compile, never set process-wide: a later compile without them (another
         # recipe, the playground) runs without them, as its record says
-        # the int8 flag (force_fuse_int_mm_with_mul) fuses torch._int_mm only: not for fp8
+        # the int8 flag (force_fuse_int_mm_with_mul) named torch._int_mm only: not for fp8
         flags = blog_inductor_flags(applied(pipe).get("quantize", {}).get("kind", "")
                                     .startswith("int8"))
         record(pipe, "inductor_flags", flags)

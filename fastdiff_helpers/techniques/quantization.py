@@ -55,12 +55,22 @@ def fastdiff_filter(module, fqn: str) -> bool:
     return module.in_features * module.out_features >= 1024 * 1024
 
 
-def int8_kernel_ok(module) -> bool:
-    """Whether the int8 matmul kernels take this linear. torchao's safe_int_mm
-    (torchao/kernel/intmm.py) runs cuBLAS int8 only when both the inner size (in_features) and
-    the output size (out_features) are non-zero multiples of 8; otherwise it copies both
-    operands to the CPU and multiplies there, a device-to-host sync on every call."""
-    return module.in_features % 8 == 0 and module.out_features % 8 == 0
+def int8_kernel_ok(module, fqn: str = "") -> bool:
+    """Whether the int8 matmul kernels take this linear (`fqn`: its name in the denoiser).
+    torchao's safe_int_mm (torchao/kernel/intmm.py) runs cuBLAS int8 only when both the inner
+    size (in_features) and the output size (out_features) are non-zero multiples of 8;
+    otherwise it copies both operands to the CPU and multiplies there, a device-to-host sync
+    on every call. And no linear fed one row per image (the timestep, size and pooled-text
+    embeddings, each ResNet block's time_emb_proj, the adaLN modulations): compiled, the int8
+    matmul is torch._int_mm, which CUDA refuses for 16 rows or fewer (aten/src/ATen/native/
+    cuda/Blas.cpp, _int_mm_out_cuda); SDXL's '+ int8 dynamic' failed so on the H200
+    (results/h200/slot-2026-11-29.md). The names are the diffusers models' own (pinned in
+    tests/test_techniques.py by the rows each linear is fed)."""
+    one_row = ("time_embedding", "add_embedding", "time_emb_proj", "adaln_single",
+               "time_text_embed", "norm1.linear", "norm1_context.linear", "norm.linear",
+               "norm_out.linear")
+    return (module.in_features % 8 == 0 and module.out_features % 8 == 0
+            and not any(part in fqn for part in one_row))
 
 
 def fp8_kernel_ok(module) -> bool:
@@ -139,10 +149,11 @@ def select_filter(kind: str, quant_filter: str | Callable) -> Callable:
     Introduced in 08_int8_quantization.ipynb."""
     base = {"blog": blog_filter, "fastdiff": fastdiff_filter, "flux": flux_filter,
             "all": lambda m, fqn="": isinstance(m, torch.nn.Linear)}.get(quant_filter, quant_filter)
-    kernel_ok = {"int8-dynamic": int8_kernel_ok, **dict.fromkeys(FP8, fp8_kernel_ok)}.get(kind)
-    if kernel_ok is None:
-        return base
-    return lambda m, fqn="": base(m, fqn) and kernel_ok(m)
+    if kind == "int8-dynamic":
+        return lambda m, fqn="": base(m, fqn) and int8_kernel_ok(m, fqn)
+    if kind in FP8:
+        return lambda m, fqn="": base(m, fqn) and fp8_kernel_ok(m)
+    return base
 
 
 def _quantized(module) -> int:
@@ -243,7 +254,7 @@ def code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
         filt = "all_linears"
     if r.quantize == "int8-dynamic":
         lines += ["# only linears the int8 kernels take", int8_kernel_ok]
-        lines.append(f"int8_filter = lambda m, fqn: {filt}(m, fqn) and int8_kernel_ok(m)")
+        lines.append(f"int8_filter = lambda m, fqn: {filt}(m, fqn) and int8_kernel_ok(m, fqn)")
         filt = "int8_filter"
     elif r.quantize in ("fp8-dynamic", "fp8-dynamic-row"):
         lines += ["# only linears torch's fp8 matmul takes", fp8_kernel_ok]
