@@ -27,11 +27,10 @@ from fastdiff_helpers.results.store import Result, load_results
 # folder records nothing of that kind yet: (tiny weights?, kind) -> seconds, kind "eager",
 # "compiled" (default or reduce-overhead mode: nothing tuned) or "tuned" (a compile that may
 # autotune). Tiny: the 2-core CPU machine took 5-20 s an eager step and 60-120 s a compiled one.
-# Full size: SDXL on the H100 took 25-45 s an eager step (results/h100-80gb-hbm3/sdxl); a
-# default-mode compile of its UNet is about a minute (results/h200/slot-2026-11-26.md:
-# GraphLowering.run 53.3 s, tracing 9.9 s), so with the load, the VAE decode's compile and
-# up to 20 timed runs about 3 minutes; its first max-autotune call did not finish in 540 s
-# (gpu-tests.md), so a tuning compile's guess is that.
+# Full size: SDXL on the H100 took 25-45 s an eager step (results/h100-80gb-hbm3/sdxl); its
+# first compiled step in reduce-overhead mode took 142.8 s on the H200, 110.8 s of it
+# compiling (results/h200/slot-2026-11-29.md); its first max-autotune call did not finish in
+# 540 s (gpu-tests.md), so a tuning compile's guess is that.
 FIRST_GUESS_S = {(True, "eager"): 30.0, (True, "compiled"): 150.0, (True, "tuned"): 150.0,
                  (False, "eager"): 120.0, (False, "compiled"): 180.0, (False, "tuned"): 540.0}
 
