@@ -479,3 +479,47 @@ def test_only_measures_the_steps_named_and_the_fp32_step_fills_in_their_quality(
     assert any("quality filled in" in n for n in records["bf16"].notes)
     args = build_parser().parse_args(["--only", "+ compile", "--only", "fp32"])
     assert args.only == ["+ compile", "fp32"]
+
+
+def test_gpu_bring_commits_one_commands_results_before_the_next(tmp_path):
+    """Issue 61: between two commands of a GPU slot, tools/gpu_bring.sh unpacks the returned
+    results.tgz (only results/<gpu>/ and the README) and the logs into the tree, and commits."""
+    import shutil
+    import tarfile
+
+    repo = tmp_path / "repo"
+    (repo / "tools").mkdir(parents=True)
+    shutil.copy(ROOT / "tools" / "gpu_bring.sh", repo / "tools")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git[:3] + ["init", "-q"], check=True)
+    (repo / "results" / "h100").mkdir(parents=True)
+    (repo / "results" / "h100" / "keep.txt").write_text("mine\n")
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-qm", "start"], check=True)
+    device = tmp_path / "device"  # what the machine had under results/, tarred by gpu_slot.sh
+    (device / "results" / "h200" / "sdxl-course").mkdir(parents=True)
+    (device / "results" / "h200" / "sdxl-course" / "results.jsonl").write_text("{}\n")
+    (device / "results" / "h100").mkdir()
+    (device / "results" / "h100" / "keep.txt").write_text("stale copy\n")
+    (device / "results" / "README.md").write_text("# table\n")
+    back = tmp_path / "back"
+    back.mkdir()
+    with tarfile.open(back / "results.tgz", "w:gz") as tar:
+        tar.add(device / "results", arcname="results")
+    (back / "reference-sdxl-course.log").write_text("log\n")
+    done = subprocess.run(["bash", str(repo / "tools" / "gpu_bring.sh"), str(back),
+                           "results/h200/sdxl-course", "slot, command 1"],
+                          capture_output=True, text=True, env={**os.environ,
+                          "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                          "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+    assert done.returncode == 0, done.stderr
+    assert "slot, command 1" in done.stdout
+    files = subprocess.run(git[:3] + ["show", "--name-only", "--format=", "HEAD"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert sorted(files) == ["results/README.md",
+                             "results/h200/sdxl-course/reference-sdxl-course.log",
+                             "results/h200/sdxl-course/results.jsonl"]
+    assert (repo / "results" / "h100" / "keep.txt").read_text() == "mine\n"  # other GPUs kept
+    refused = subprocess.run(["bash", str(repo / "tools" / "gpu_bring.sh"), str(back), "out/x",
+                              "m"], capture_output=True, text=True)
+    assert refused.returncode == 2 and "results/<gpu>/<folder>" in refused.stderr

@@ -22,6 +22,9 @@
 # the bundle could not be written; import_matching takes it first): commit them before the
 # next command starts.
 #
+# Between two commands, here: tools/gpu_bring.sh FILES_AT results/<gpu>/<folder> "message"
+# unpacks what came back into the tree and commits it, before the next command starts.
+#
 # Every subcommand installs first if this machine has not been set up yet, so each command stands
 # alone when the machine was given back in between. What it measured is copied under $OUT (the
 # device tool brings that folder back): the machine's pip freeze, logs, junit XML, and a tarball
