@@ -90,7 +90,7 @@ def _table(folder: Path, records: list[Result]) -> list[str]:
                  f"`{folder.parent.name}/tuning/{env.get('torch', '?')}/` imported, that "
                  "tuned nothing (the reference run measures a compiled step only then); "
                  "tuning, once: the seconds of the commands that tuned it, summed"
-                 + ("." if tuning else " (no tuning bundle here yet)."))
+                 + ("." if tuning else " (no step here has tuned yet)."))
     if first.weights in ("random", "tiny"):
         lines.append(f"{first.weights.capitalize()} weights: the PSNR column shows how far "
                      f"each step moves the numbers from the {base_name} image, never image "
