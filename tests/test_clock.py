@@ -274,3 +274,28 @@ def test_a_refresh_from_one_notebooks_log_keeps_the_others(tmp_path):
     assert namespace["RECORDED"]["01_baseline.ipynb"] == \
         clock_record.RECORDED["01_baseline.ipynb"]
     assert set(namespace["RECORDED"]) == {"00_setup.ipynb", "01_baseline.ipynb"}
+
+
+def test_sync_removal_is_a_cache_hit_where_nothing_moves(monkeypatch):
+    """Issue 61: on the H200, SDXL's '+ no sync' after '+ fused QKV' compiled in 14.2 s, a cache
+    hit (its scheduler keeps the schedule on the CPU already: nothing moves). SD1.5's PNDM
+    schedule moves, so there no_sync is a recipe of new graphs."""
+    def record(model):
+        fused = json.dumps({"compile": "reduce-overhead", "fuse_qkv": True}, sort_keys=True)
+        no_sync = json.dumps({"compile": "reduce-overhead", "fuse_qkv": True, "no_sync": True},
+                             sort_keys=True)
+        return {f"{model}.ipynb": {
+            "fused": {"loads": [model], "compiles": [[model, "reduce-overhead", "full", True,
+                                                      False, fused]], "frames": 2,
+                      "benchmarks": [], "calls": []},
+            "no-sync": {"loads": [model], "compiles": [[model, "reduce-overhead", "full", True,
+                                                        False, no_sync]], "frames": 2,
+                        "benchmarks": [], "calls": []}}}
+
+    monkeypatch.setattr(clock, "GPU_WORK", {})
+    monkeypatch.setattr(clock, "RECORDED", {**record("sdxl"), **record("sd15")})
+    run = clock.estimate()["notebooks"]
+    sdxl, sd15 = run["sdxl.ipynb"]["cells"]["no-sync"], run["sd15.ipynb"]["cells"]["no-sync"]
+    assert (sdxl["graphs"], sdxl["cache_hits"]) == (0, 2)
+    assert sdxl["compile_s"] == pytest.approx(14.2)
+    assert (sd15["graphs"], sd15["cache_hits"]) == (1, 1)  # the UNet new, the VAE decode a hit

@@ -52,15 +52,20 @@ def upload_timestep_without_sync(denoiser) -> None:
 def no_sync_plan(pipe) -> tuple[bool, str]:
     """(move the schedule to the CPU?, why), decided from the pipeline and scheduler classes
     as diffusers 0.42 runs them."""
-    scheduler = type(pipe.scheduler).__name__
-    if type(pipe).__name__.startswith("PixArt"):
+    return schedule_moves(type(pipe).__name__, type(pipe.scheduler).__name__)
+
+
+def schedule_moves(pipeline: str, scheduler: str) -> tuple[bool, str]:
+    """no_sync_plan by the two class names (the course clock asks it of a model's own
+    pipeline and scheduler: where nothing moves, no_sync changes no compiled graph)."""
+    if pipeline.startswith("PixArt"):
         # pipeline_pixart_alpha.py:926-927 copies a CPU timestep to the GPU with a blocking
         # .to() before the denoiser (and any hook) sees it: a CPU schedule adds a sync a step.
         return False, (f"nothing to do: PixArt's pipeline copies a CPU timestep to the GPU "
                        f"with a blocking .to() each step, so a CPU schedule would add syncs; "
                        f"its {scheduler} already keeps sigmas on the CPU and the pipeline sets "
                        "the begin index")
-    if scheduler == "FlowMatchEulerDiscreteScheduler" and type(pipe).__name__ == "FluxPipeline":
+    if scheduler == "FlowMatchEulerDiscreteScheduler" and pipeline == "FluxPipeline":
         # scheduling_flow_match_euler_discrete.py:372 puts the sigmas on the pipeline's device
         # and step() indexes them with its own counter (:508, :523); FluxPipeline sets the
         # begin index (pipeline_flux.py:888), so no step looks its index up on the host
@@ -174,7 +179,7 @@ def _loop_marks(pipe, call: dict, caught: list) -> tuple[list[int], list[int]]:
 def code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
     """Sync removal as plain code (fdh.to_code): the plan and the two fixes, from their source."""
     return {"no_sync_plan": ["# sync removal: only where diffusers 0.42 leaves a sync in the loop",
-                             no_sync_plan],
+                             schedule_moves, no_sync_plan],
             "no_sync": [keep_scheduler_on_cpu, upload_timestep_without_sync,
                         "move, why = no_sync_plan(pipe)", "print('no_sync:', why)",
                         "if move:", "    keep_scheduler_on_cpu(pipe)",

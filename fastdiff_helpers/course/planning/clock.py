@@ -23,6 +23,8 @@ from ...errors import FastdiffError
 from .autotune import (GRAPH_OPS, REGIONAL_S, SHAPE_S, VAE_OPS, WITHOUT_TUNING,
                        graph_ops_of, graph_seconds)
 from ...models.gpus import PROFILES, TEMPLATE_SMS
+from ...models.presets import get_spec
+from ...techniques.syncs import schedule_moves
 from .shapes import gemm_shapes
 from .image_time import kind_seconds
 from . import clock_gpu
@@ -93,6 +95,22 @@ VAE_FIELDS = ("dtype", "tf32", "attention", "channels_last", "fullgraph", "dynam
               "inductor_flags", "fuse_qkv", "quantize", "quant_filter", "conv1x1_to_linear")
 
 
+def _denoiser_part(model: str, recipe: str) -> str:
+    """The recipe as the denoiser's graph sees it: sync removal changes no graph where the
+    model's own pipeline and scheduler have nothing to move (techniques/syncs.py,
+    schedule_moves): SDXL's '+ no sync' after '+ fused QKV' compiled as a cache hit on the
+    H200, 14.2 s (results/h200/slot-2026-11-29.md)."""
+    try:
+        fields = json.loads(recipe)
+    except (json.JSONDecodeError, TypeError):
+        return recipe
+    spec = get_spec(model)
+    if fields.get("no_sync") and not schedule_moves(spec.pipeline_class,
+                                                    spec.scheduler.class_name)[0]:
+        fields.pop("no_sync")
+    return json.dumps(fields, sort_keys=True)
+
+
 def _vae_part(recipe: str) -> str:
     try:
         fields = json.loads(recipe)
@@ -157,7 +175,7 @@ def estimate(notebooks: Iterable[str] | None = None, autotune: bool = False,
             for model, mode, scope, vae, tunes, recipe in work.get("compiles", []):
                 run_tuned = tunes and (autotune or recipe in committed)
                 ran = mode if run_tuned else WITHOUT_TUNING.get(mode, mode)
-                keys = [(model, "denoiser", recipe, ran, scope)]
+                keys = [(model, "denoiser", _denoiser_part(model, recipe), ran, scope)]
                 if vae:  # the decode's graph depends on fewer of the recipe's fields
                     keys.append((model, "vae", _vae_part(recipe), ran))
                 for key in keys:
