@@ -398,11 +398,16 @@ def test_int8_quantizes_exactly_the_linears_the_filter_selects():
 
 
 def test_int8_all_quantizes_every_linear_of_denoiser_and_vae_only():
+    """Every linear but those fed one row per image (the timestep and size embeddings, each
+    time_emb_proj: CUDA's compiled int8 matmul refuses them, issue 61), which stay bf16."""
     with pytest.warns(UserWarning, match="without torch.compile"):
         pipe = fdh.apply(fresh("sdxl"), fdh.Recipe(dtype="bf16", attention="sdpa",
                                                    quantize="int8-dynamic", quant_filter="all"))
     layers = linears(pipe)
-    assert len(layers) > 50 and all(int8_payload(m.weight) for m in layers.values())
+    one_row = {n for n in layers if any(p in n for p in ("time_embedding", "add_embedding",
+                                                         "time_emb_proj"))}
+    assert len(layers) - len(one_row) > 50 and one_row
+    assert all(int8_payload(m.weight) == (n not in one_row) for n, m in layers.items())
     text = [m for m in pipe.text_encoder.modules() if isinstance(m, torch.nn.Linear)]
     assert text and not any(int8_payload(m.weight) for m in text)
 

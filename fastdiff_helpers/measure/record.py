@@ -139,7 +139,7 @@ class Result:
     # compilation seen by benchmark(): frames compiled in the cold start ("cold": events dict),
     # per warm-up and per timed call ("warmup", "timed": frame counts), extra warm-up calls
     compile_events: dict = field(default_factory=dict)
-    cold_start_split: dict = field(default_factory=dict)  # compile_s, dynamo_s, ..., stages_over_warm_s
+    cold_start_split: dict = field(default_factory=dict)  # compile_s, dynamo_s, ..., denoising_over_warm_s
     load_s: float | None = None  # load_pipeline + apply, where run_ladder measured it
     # the reference run (tools/reference/run.py), within schema 1 (older records load with None): the
     # device's dense matmul rate measured for the folder (bf16 on CUDA, fp32 on a CPU), and the
