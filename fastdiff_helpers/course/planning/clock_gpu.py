@@ -170,8 +170,8 @@ GPU_WORK: dict[str, dict[str, dict[str, Any]]] = {
         "nb06-09": merge(calls=[["sd15", "half"]]),
         "nb06-12": merge(*(run("sd15", COURSE[s]) for s in ("+ fused QKV", "+ no sync"))),
     },
-    "08_int8_quantization.ipynb": {"nb07-15": ladder(M, "course", ["+ no sync"]),
-                                   "int8-rung": ladder(M, "course", ["+ int8 dynamic"])},
+    "08_int8_quantization.ipynb": {"nb07-15": ladder(M, "course",
+                                                     ["+ no sync", "+ int8 dynamic"])},
     "15_fp8_hopper.ipynb": {
         "nb15-12": ladder(M, "course", ["+ no sync", "+ int8 dynamic", "+ fp8 dynamic"]),
         # a stock bf16 pipeline timed eager, quantized to fp8 by hand, timed again
