@@ -16,9 +16,6 @@ from .errors import FastdiffError
 from .models.loading import (call_kwargs, count_parameters, free_memory, generate, get_denoiser,
                              load_pipeline, pipeline_info)
 from .models.presets import MODELS
-from .models.pretrained import choose_weights
-from .models.gpus import gpu_profile
-from .models.fit import peak_bytes
 from .models.few_step import FEW_STEP
 from .techniques import (apply, capture_denoiser_inputs, compile_pipeline, conv1x1_to_linear,
                          count_syncs, current_recipe, fuse_qkv, graph_breaks, quantize,
@@ -37,7 +34,6 @@ from .measure.env import env_report
 from .measure.memory import peak_memory, weight_bytes, what_fits
 from .measure.flops import count_flops, flop_floor_seconds, measure_matmul_tflops
 from .measure.quality import compare_images
-from .measure.recompiles import recompile_report
 from .measure.profile import profile
 from .results.charts import (ladder_chart, memory_chart, models_chart, profile_chart,
                              quality_chart, show_images)
@@ -70,16 +66,16 @@ def __dir__() -> list[str]:
 # has an example of each).
 __all__ = [
     "apply", "apply_memory_saver", "benchmark", "call_kwargs",
-    "capture_denoiser_inputs", "choose_weights", "compare_images", "compile_pipeline",
+    "capture_denoiser_inputs", "compare_images", "compile_pipeline",
     "conv1x1_to_linear", "count_flops", "count_parameters", "count_syncs", "course",
     "cudagraph_report", "current_recipe", "enable_lora_hotswap",
     "env_report", "FastdiffError", "FEW_STEP",
     "flop_floor_seconds", "format_table", "fp8_kernel_ok", "free_memory", "fuse_qkv",
-    "generate", "get_denoiser", "gpu_profile", "graph_breaks", "ladder_chart", "load_lora",
+    "generate", "get_denoiser", "graph_breaks", "ladder_chart", "load_lora",
     "load_pipeline", "load_results", "lora_file_info", "measure_matmul_tflops", "memory_chart",
-    "MODELS", "models_chart", "peak_bytes", "peak_memory", "pipeline_info", "playground",
+    "MODELS", "models_chart", "peak_memory", "pipeline_info", "playground",
     "profile", "profile_chart", "quality_chart", "quantize", "Recipe", "RecipeError",
-    "recompile_report", "remove_syncs", "Result", "save_results", "select_filter",
+    "remove_syncs", "Result", "save_results", "select_filter",
     "set_attention", "set_channels_last", "set_precision", "set_scheduler", "show_images",
     "step_cache", "stop_guidance", "to_code", "trace_steps",
     "use_few_step", "weight_bytes", "what_fits"]

@@ -87,7 +87,7 @@ def test_a_recompile_inside_the_timed_calls_is_flagged(monkeypatch):
 
 def test_recompile_report_names_the_size_change_and_the_weight_swap():
     pipe = eager_compiled()
-    rows = fdh.recompile_report(pipe, sizes=[64, 64, 96], swap_weight=True, verbose=False)
+    rows = fdh.course.recompile_report(pipe, sizes=[64, 64, 96], swap_weight=True, verbose=False)
     assert [r["call"] for r in rows[:3]] == ["64x64", "64x64", "96x96"]
     assert rows[0]["frames_compiled"] >= 1 and rows[1]["frames_compiled"] == 0
     assert rows[2]["frames_compiled"] >= 1 and any("size" in x for x in rows[2]["reasons"])

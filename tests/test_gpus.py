@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.models import fit, gpus
+from fastdiff_helpers.course.planning import gpus
+from fastdiff_helpers.models import fit
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = list(gpus.PROFILES.values())
@@ -80,11 +81,11 @@ def test_measured_memory_is_the_results_env():
 
 def test_this_machines_gpu_is_read_from_torch(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert fdh.gpu_profile() is None
+    assert fdh.course.gpu_profile() is None
     t4 = gpus.PROFILES["t4"]
     _fake_cuda(monkeypatch, t4)
-    assert fdh.gpu_profile() == gpus.from_properties(t4.properties())
-    assert fdh.gpu_profile().key == "t4" and fdh.gpu_profile().sms == 40
+    assert fdh.course.gpu_profile() == gpus.from_properties(t4.properties())
+    assert fdh.course.gpu_profile().key == "t4" and fdh.course.gpu_profile().sms == 40
     pcie = type("P", (), dict(name="NVIDIA A100 80GB PCIe", major=8, minor=0,
                               total_memory=85_000_000_000, multi_processor_count=108))
     assert gpus.from_properties(pcie).key == "a100-80"
@@ -92,7 +93,7 @@ def test_this_machines_gpu_is_read_from_torch(monkeypatch):
                                total_memory=25_000_000_000, multi_processor_count=128))
     assert gpus.from_properties(other).key == "other" and gpus.from_properties(other).fp8
     with pytest.raises(fdh.FastdiffError, match="t4, l4"):
-        fdh.gpu_profile("v100")
+        fdh.course.gpu_profile("v100")
 
 
 def test_cards_count_gb_as_sold():

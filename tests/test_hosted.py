@@ -85,7 +85,7 @@ def test_colab_opens_each_notebook_on_the_cheapest_card_its_plan_runs_it_on():
     """A T4 (Colab's free card) unless the plan skips the lesson there: 12 (fp8 needs
     compute capability 8.9) asks for an L4; 18 (Flux, an est. 37.9 GiB peak) for an A100, as
     an L4's 22.4 GiB does not hold it either."""
-    from fastdiff_helpers.models.gpus import PROFILES
+    from fastdiff_helpers.course.planning.gpus import PROFILES
     from fastdiff_helpers.course.planning.plan import plan
 
     gpus = opening.colab_gpus()
@@ -114,7 +114,7 @@ def test_the_readme_has_both_badges_for_every_notebook():
 
 
 def test_the_pages_t4_table_is_the_plans():
-    from fastdiff_helpers.models.gpus import PROFILES
+    from fastdiff_helpers.course.planning.gpus import PROFILES
     from fastdiff_helpers.course.planning.plan import plan
 
     page = (ROOT / "docs" / "hosted.md").read_text(encoding="utf-8")

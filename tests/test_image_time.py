@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.models.gpus import PROFILES as GPU_PROFILES
+from fastdiff_helpers.course.planning.gpus import PROFILES as GPU_PROFILES
 from fastdiff_helpers.course.planning import clock
 from fastdiff_helpers.course.planning import image_time as it
 from fastdiff_helpers.course.planning.published import OTHER_CARDS, PUBLISHED, SOURCES
-from fastdiff_helpers.models.gpus import GpuProfile
+from fastdiff_helpers.course.planning.gpus import GpuProfile
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOG_MODELS = ("sdxl", "sd15", "ssd1b", "pixart")

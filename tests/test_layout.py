@@ -86,10 +86,9 @@ def test_no_import_circle():
 # and Flux.1 (flux); presets gathers them into fdh.MODELS.
 FLOOR_DATA = {"models.presets": {"fastdiff_helpers.models.spec", "fastdiff_helpers.models.flux"},
               "models.flux": {"fastdiff_helpers.models.spec"},
-              # the recipe's hardware thresholds are the GPU profiles' (one rule, issue 46), its
-              # dtype names the one dtype vocabulary's (issue 52), itself on the profiles alone
-              "techniques.recipe": {"fastdiff_helpers.models.gpus", "fastdiff_helpers.models.dtypes"},
-              "models.dtypes": {"fastdiff_helpers.models.gpus"}}
+              # the recipe's dtype names and hardware thresholds are the one dtype vocabulary's
+              # (issues 46, 52), which the course's GPU profiles read too
+              "techniques.recipe": {"fastdiff_helpers.models.dtypes"}}
 
 
 def test_lower_floors_import_nothing_of_the_package():
@@ -97,7 +96,7 @@ def test_lower_floors_import_nothing_of_the_package():
     (errors.py, which imports nothing) and, for the model data, the other data floors."""
     for name in ("models.presets", "models.spec", "models.flux", "techniques.recipe",
                  "measure.record", "measure.quality", "measure.env", "errors", "results.text",
-                 "models.noise", "measure.compile_events", "models.gpus",
+                 "models.noise", "measure.compile_events",
                  "course.planning.published",
                  "models.dtypes"):
         imported = {t for t, _, _ in _imports(f"fastdiff_helpers.{name}")}

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.models.gpus import PROFILES as GPU_PROFILES
+from fastdiff_helpers.course.planning.gpus import PROFILES as GPU_PROFILES
 from fastdiff_helpers.models.build import build_component
 from conftest import MODEL_KEYS
 
@@ -248,7 +248,7 @@ def test_a_bf16_load_on_a_card_is_the_dtype_apply_runs(card, monkeypatch):
     bf16's 8 mantissa bits first). The capability read from the GPU when not given."""
     from fastdiff_helpers.models.dtypes import load_dtype
 
-    profile = fdh.gpu_profile(card)
+    profile = fdh.course.gpu_profile(card)
     recipe = fdh.Recipe(dtype="bf16").for_device("cuda", profile.capability)[0]
     loaded = load_dtype(torch.bfloat16, "cuda", profile.capability)
     assert loaded == {"bf16": torch.bfloat16, "fp16": torch.float16}[recipe.weight_dtype]

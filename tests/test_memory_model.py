@@ -1,4 +1,4 @@
-"""fdh.peak_bytes' activations from each model's measured or published peak (issue 51), and its
+"""fdh.course.peak_bytes' activations from each model's measured or published peak (issue 51), and its
 checks of the input."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.models.gpus import PROFILES as GPU_PROFILES
-from fastdiff_helpers.course.planning import sizing
+from fastdiff_helpers.course.planning.gpus import PROFILES as GPU_PROFILES
+from fastdiff_helpers.course.planning import gpus, sizing
 from fastdiff_helpers.models import fit
 from fastdiff_helpers.course.planning.published import PEAKS_GIB
 from fastdiff_helpers.course.planning.sizing import card_fit
@@ -50,18 +50,18 @@ def test_every_measured_or_published_peak_is_under_the_estimate_and_near_it():
 def test_ssd1b_in_fp32_fits_a_t4():
     """diffusion-fast published SSD-1B's fp32 peak at 12.19 GiB (max_memory_allocated); with
     the margin and the CUDA context it fits the T4's 14.8 GiB, and the T4 runs its fp32 rungs."""
-    assert fit.fits(T4, "ssd1b", "fp32")[0]
+    assert gpus.fits(T4, "ssd1b", "fp32")[0]
     assert sizing.card_fit(T4, "ssd1b").fp32_fits
-    assert not fit.fits(T4, "sdxl", "fp32")[0]
+    assert not gpus.fits(T4, "sdxl", "fp32")[0]
 
 
 @pytest.mark.parametrize("call, said", [
-    (lambda: fdh.peak_bytes("sdxl", "fp64"), "dtype='fp64' cannot work: use one of fp32, tf32"),
-    (lambda: fdh.peak_bytes("sdxl", "bf16", -1024), "height=-1024 cannot work"),
-    (lambda: fdh.peak_bytes("sdxl", "bf16", 1024, 0), "width=0 cannot work"),
-    (lambda: fdh.peak_bytes("sdxl", "bf16", 1001), "height=1001 cannot work: this model needs"),
-    (lambda: fdh.peak_bytes("sdxl", "bf16", batch=0), "batch=0 cannot work"),
-    (lambda: fdh.peak_bytes("sdxl", "bf16", batch=-2), "batch=-2 cannot work"),
+    (lambda: fdh.course.peak_bytes("sdxl", "fp64"), "dtype='fp64' cannot work: use one of fp32, tf32"),
+    (lambda: fdh.course.peak_bytes("sdxl", "bf16", -1024), "height=-1024 cannot work"),
+    (lambda: fdh.course.peak_bytes("sdxl", "bf16", 1024, 0), "width=0 cannot work"),
+    (lambda: fdh.course.peak_bytes("sdxl", "bf16", 1001), "height=1001 cannot work: this model needs"),
+    (lambda: fdh.course.peak_bytes("sdxl", "bf16", batch=0), "batch=0 cannot work"),
+    (lambda: fdh.course.peak_bytes("sdxl", "bf16", batch=-2), "batch=-2 cannot work"),
     (lambda: card_fit(T4, "sdxl", 0), "size=0 cannot work"),
     (lambda: card_fit(T4, "sdxl", -512), "size=-512 cannot work"),
 ])

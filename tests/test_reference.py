@@ -149,7 +149,7 @@ def test_runs_every_step_once_and_quality_is_against_the_folders_fp32_image(fake
 
     # a new process resuming after records were dropped: its baseline is the fp32 file
     kept = records[:4]
-    fdh.results.store.rewrite_results(kept, out / "results.jsonl")
+    reference_folder.rewrite_results(kept, out / "results.jsonl")
     resumed = _run(out)
     assert resumed.ran == BLOG[4:]
     baseline = fake.baselines[-1]

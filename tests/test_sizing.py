@@ -14,7 +14,8 @@ import torch
 import fastdiff_helpers as fdh
 from fastdiff_helpers.course.runs.cli import main
 from fastdiff_helpers.course.planning import sizing
-from fastdiff_helpers.models import fit, gpus
+from fastdiff_helpers.course.planning import gpus
+from fastdiff_helpers.models import fit
 from fastdiff_helpers.course.planning import plan as plan_mod
 from fastdiff_helpers.course.planning import clock
 

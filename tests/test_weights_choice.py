@@ -77,7 +77,7 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr("fastdiff_helpers.course.parameters.import_course_tuning", lambda t=None: [])
     # course_settings sizes the course for the card (course/planning/sizing.py): an H100's properties
-    props = fdh.gpu_profile("h100").properties()
+    props = fdh.course.gpu_profile("h100").properties()
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a, **k: props)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, **k: (9, 0))
 
@@ -95,8 +95,8 @@ def test_a_gated_repository_without_access_is_not_reachable_and_says_how_to_get_
     assert not ok and "gated: needs access" in why and "reachable" not in why
     assert "no Hugging Face token on this machine" in why
     assert ("auth_check", FLUX) in hub.asked
-    assert fdh.choose_weights(fdh.MODELS["flux"], None, "cpu")[0] == "tiny"
-    weights, why = fdh.choose_weights(fdh.MODELS["flux"], None, "cuda")
+    assert fdh.course.choose_weights(fdh.MODELS["flux"], None, "cpu")[0] == "tiny"
+    weights, why = fdh.course.choose_weights(fdh.MODELS["flux"], None, "cuda")
     assert weights == "none" and "gated: needs access" in why
     for said in (f"https://huggingface.co/{FLUX}", "hf auth login", "HF_TOKEN",
                  "wait for its authors to approve"):  # "manual": the authors approve
@@ -139,7 +139,7 @@ def test_a_gated_repository_with_access_is_reachable(hub):
     ok, why = pretrained.pretrained_status(fdh.MODELS["flux"])
     assert ok and "reachable" in why and "the token here has access" in why
     assert hub.asked == [("model_info", FLUX), ("auth_check", FLUX)]
-    assert fdh.choose_weights(fdh.MODELS["flux"], None, "cuda")[0] == "pretrained"
+    assert fdh.course.choose_weights(fdh.MODELS["flux"], None, "cuda")[0] == "pretrained"
 
 
 def test_an_access_check_that_never_answers_counts_as_unreachable(hub, monkeypatch):
@@ -200,7 +200,7 @@ def test_auto_on_a_gpu_without_weights_stops_and_says_what_to_do(hub, fake_gpu, 
     # on the CPU the tiny model stays the quiet default, and nothing is carried
     cpu = fdh.course.settings("sdxl", smoke=True)
     assert cpu.weights == "tiny" and cpu.device == "cpu"
-    assert fdh.choose_weights(fdh.MODELS["sdxl"], None, "cpu")[0] == "tiny"
+    assert fdh.course.choose_weights(fdh.MODELS["sdxl"], None, "cpu")[0] == "tiny"
     assert not weights_choice.weights_file().exists()
 
 
@@ -259,8 +259,8 @@ def test_the_carried_choice_is_read_back_by_another_process(hub, fake_gpu, tmp_p
             "from fastdiff_helpers.models.hooks import auto_weights\n"
             "from fastdiff_helpers.course.weights import carried_rule\n"
             "auto_weights(carried_rule)\n"  # what course settings do in every notebook
-            "print(fdh.choose_weights(fdh.MODELS['sdxl'], None, 'cuda')[0])\n"
-            "print(fdh.choose_weights(fdh.MODELS['sd15'], None, 'cuda')[0])\n")
+            "print(fdh.course.choose_weights(fdh.MODELS['sdxl'], None, 'cuda')[0])\n"
+            "print(fdh.course.choose_weights(fdh.MODELS['sd15'], None, 'cuda')[0])\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1",
                HF_HUB_CACHE=str(tmp_path / "empty-cache"))
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,

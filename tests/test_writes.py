@@ -113,7 +113,7 @@ def test_save_results_appends_only_to_a_results_file(box):
         fdh.save_results([_result()], notes)
     assert notes.read_text() == THEIRS.rstrip("\n")
     _refused(lambda: fdh.save_results([_result()], "README.md"), box / "cwd" / "README.md")
-    _refused(lambda: fdh.results.store.rewrite_results([_result()], "README.md"),
+    _refused(lambda: reference_folder.rewrite_results([_result()], "README.md"),
              box / "cwd" / "README.md")
 
 

@@ -6,7 +6,8 @@ participant takes home; the core imports nothing from here.
                       every ladder committed under results/, with each rung's TF32 and VAE
     day               the day's result: the rungs the core lessons kept (fdh.course.keep_rung) and
                       one chart of them at the end of the last (fdh.course.day_chart)
-    weights           the weights a parameters cell chose on a GPU, carried to later notebooks
+    weights           the weights a parameters cell chose on a GPU, carried to later notebooks;
+                      what weights="auto" picks (fdh.course.choose_weights)
     written_for       the library versions the course's code was written for
     playground        fdh.playground(): the ipywidgets panel to try recipes and compare runs
                       (its controls, phases and small formatters first)
@@ -26,6 +27,8 @@ participant takes home; the core imports nothing from here.
     cache_hooks       a lesson's comparison: diffusers' cache hooks (FirstBlockCache,
                       TaylorSeer) against the course's step cache on Flux: what runs, host
                       reads, what dynamo compiles (fdh.course.cache_hooks_report)
+    recompiles        05's lesson: what a compiled pipeline recompiles for when the image
+                      size or a weight changes (fdh.course.recompile_report)
     naive             naive_time: the classic timing mistake 01 shows, wrong on purpose
     nbclean           git's clean filter for the notebooks (committed without outputs, which
                       the files keep) and `make lab`'s post-save hook
@@ -55,9 +58,12 @@ _HOMES = {
                          "reference_results"),
     "course.day": ("day_chart", "keep_rung"),
     "course.naive": ("naive_time",),
+    # what weights="auto" picks here, and why (models/pretrained.py: load_pipeline's own rule)
+    "course.weights": ("choose_weights",),
     "course.savers_report": ("memory_savers_report",),
     "course.lora_swaps": ("lora_swap_report", "make_lora_file"),
     "course.cache_hooks": ("cache_hooks_report",),
+    "course.recompiles": ("recompile_report",),
     "course.runs.batch": ("run_batch",),
     "course.runs.ladder": ("run_ladder",),
     "course.runs.warm": ("warm_ladder",),
@@ -69,6 +75,8 @@ _HOMES = {
                                   "FLUX_COMPILE_SECONDS", "FLUX_H100_BEST", "FLUX_H100_SECONDS",
                                   "PUBLISHED_PARAMETERS"),
     "course.planning.sizing": ("CARDS",),
+    # a card, and a model's estimated peak on it (models/fit.py: the core's load refusal reads it)
+    "course.planning.gpus": ("gpu_profile", "peak_bytes"),
     "course.planning.shapes": ("gemm_shapes",),
     "course.planning.autotune": ("autotune_enabled", "set_autotune", "tuning_estimate"),
     "course.planning.compile_cache": ("use_course_cache",),

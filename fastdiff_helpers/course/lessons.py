@@ -27,7 +27,7 @@ from typing import Iterable
 
 from ..errors import FastdiffError
 from ..models.downloads import download_bytes, files_dtype
-from ..models.gpus import PROFILES
+from .planning.gpus import PROFILES
 from . import hosted
 from .opening import badges, cell_text, colab_gpu, with_first_cell
 from .planning import clock

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 
-from ..models.gpus import PROFILES
+from .planning.gpus import PROFILES
 from .planning.plan import plan
 from . import hosted
 

@@ -15,7 +15,7 @@ from ..errors import FastdiffError
 from .. import checks
 from ..models.noise import quiet_known_noise
 from ..models.presets import get_spec
-from ..models.gpus import gpu_profile
+from .planning.gpus import gpu_profile
 from ..models.hooks import auto_weights
 from ..models.pretrained import check_weights
 from .planning.autotune import autotune_enabled, course_tuning, set_autotune
@@ -137,7 +137,7 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
                     tuning: str | Path | None = None) -> CourseSettings:
     """The parameters cell of every notebook. Smoke mode (FASTDIFF_SMOKE=1 or smoke=True):
     tiny weights on the CPU, 2 steps, 64x64, 2 timed runs. Otherwise the model's native
-    resolution and 30 steps, weights="auto" (fdh.choose_weights: on a GPU never random unasked),
+    resolution and 30 steps, weights="auto" (fdh.course.choose_weights: on a GPU never random unasked),
     5 timed runs after 2 warm-ups. On a GPU the size, timed runs and warm-ups are sized for
     the card (course/planning/sizing.py card_fit: the native size where it fits in half precision,
     fewer timed runs where an image takes long) and said in one line; what you pass is kept.

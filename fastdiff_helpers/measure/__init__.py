@@ -6,7 +6,6 @@ techniques.
     timing          what benchmark() times with: stage marks, progress bar, steadiness
     env             env_report(): versions, device, GPU and numeric flags behind a timing
     compile_events  what torch.compile did during a call (frames, cache hits, seconds)
-    recompiles      what a compiled pipeline recompiles for (resolution, a weight)
     cudagraphs      CUDA graphs captured, replayed, re-recorded, skipped (and why)
     flops           FLOPs per image, counted from the architecture; the matmul rate
     quality         image quality against the baseline: PSNR, SSIM, max abs error, NaN
@@ -16,5 +15,5 @@ techniques.
 
 Imports the models and the techniques (a Result records the recipe a pipeline runs), nothing
 of results or the course layer. The course's own comparisons built on these (memory savers,
-LoRA swaps, cache hooks) are course/; what compiling leaves behind, course/compiletime/.
+LoRA swaps, cache hooks, recompiles) are course/; what compiling leaves behind, course/compiletime/.
 """

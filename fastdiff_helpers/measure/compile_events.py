@@ -74,23 +74,6 @@ def tuned(events: dict[str, Any]) -> bool:
     return bool(events.get("autotunes") or events.get("coordesc_benches"))
 
 
-def compile_times(top: int = 15) -> dict[str, list[float]]:
-    """Seconds per dynamo_timed phase so far in this process: {phase: [times, total s]}, the
-    largest first (safe to read from another thread)."""
-    from torch._dynamo.utils import compilation_time_metrics
-
-    for _ in range(3):  # the main thread may add a phase while this thread reads
-        try:
-            items = [(k, list(v)) for k, v in list(compilation_time_metrics.items())]
-            break
-        except RuntimeError:
-            continue
-    else:
-        return {}
-    rows = sorted(((k, [len(v), round(sum(v), 3)]) for k, v in items), key=lambda kv: -kv[1][1])
-    return dict(rows[:top])
-
-
 def compiled(events: dict[str, Any]) -> bool:
     return events["frames"] > 0
 

@@ -13,11 +13,10 @@
                 their bytes (download_bytes), said and the disk checked before it starts
     loading     load_pipeline (one path for the three weight sources), the pipeline's record
                 (pipeline_info), the arguments of a call (call_kwargs), free_memory
-    dtypes      the one dtype vocabulary: names, torch dtypes, bytes, fp32 or half, load_dtype
-    gpus        the GPUs workshops get, as data: memory, SMs, compute capability, and
-                what each can do (bf16 graphs, flash attention, fp8, GEMM templates)
+    dtypes      the one dtype vocabulary: names, torch dtypes, bytes, fp32 or half, load_dtype;
+                the compute capability bf16 graphs, flash attention and fp8 matmuls need
     fit         the one parameter count per model part; a model's estimated GPU peak in a dtype,
-                size and batch, against a card; a load refused where it cannot fit
+                size and batch; a load refused where it cannot fit
     meta        meta-device copies of a pipeline's parts and their inputs: what the FLOP
                 count and the GEMM-shape count (what max-autotune benchmarks) run
     few_step    few-step distilled SDXL weights: hub files, the scheduler and steps each needs

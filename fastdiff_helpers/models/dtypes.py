@@ -1,6 +1,8 @@
 """The package's one dtype vocabulary: the weight dtypes a pipeline loads in, by name, a
 Recipe's dtype names ("tf32" is fp32 weights with TF32 math), bytes per element, "fp32" or
-"half", and the dtype a load on a device uses. Every other module asks these.
+"half", and the dtype a load on a device uses; the compute capability bf16, flash attention and
+fp8 matmuls need (the recipe's refusals and the course's GPU profiles read them). Every other
+module asks these.
 """
 
 from __future__ import annotations
@@ -8,7 +10,20 @@ from __future__ import annotations
 import torch
 
 from ..errors import FastdiffError
-from .gpus import BF16_FROM
+
+# What a card's compute capability lets run, each with the line that decides it on a real card:
+# - bf16 graphs: inductor skips (SkipFrame "BF16 is not supported", honoured under fullgraph) a
+#   graph with bf16 inputs or outputs unless torch.cuda.is_bf16_supported(including_emulation=
+#   False) (torch/_inductor/compile_fx.py _check_triton_bf16_support), which asks
+#   get_device_properties(device).major >= 8 (torch/cuda/__init__.py is_bf16_supported).
+BF16_FROM = (8, 0)
+# - flash attention: aten/src/ATen/native/transformers/cuda/sdp_utils.cpp
+#   check_flash_attention_hardware_support, check_sm_version<sm80, sm121>; memory-efficient
+#   attention check_sm_version<sm50, sm121> (C++, not in the wheel: read in pytorch's source)
+FLASH_FROM = (8, 0)
+# - fp8 matmuls: torchao's float8 kernels need sm89 (torchao/utils.py is_sm_at_least_89), as does
+#   torch._scaled_mm; the course's refusal (techniques/recipe.py Recipe.check_device) says so
+FP8_FROM = (8, 9)
 
 # the weight dtypes a pipeline loads in, and a Recipe's dtype names (techniques/recipe.py)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}

@@ -16,7 +16,6 @@ from .. import checks
 from ..errors import FastdiffError
 from .build import build_component, build_pipeline
 from .dtypes import RECIPE_DTYPES, element_bytes, fp32_or_half
-from .gpus import GpuProfile
 from .presets import VAES, get_spec
 
 GIB = 1024 ** 3
@@ -76,13 +75,6 @@ def peak_bytes(model: str, dtype: str, height: int | None = None, width: int | N
     acts = (ACT_BYTES[key, fp32_or_half(act_dtype)]
             * height * width / spec.resolution ** 2 * batch)
     return int((weight_bytes_of(spec.key, dtype) + acts) * (1 + MARGIN) + CONTEXT_BYTES)
-
-
-def fits(profile: GpuProfile, model: str, dtype: str, height: int | None = None,
-         width: int | None = None, batch: int = 1) -> tuple[bool, str]:
-    """(fits, what it needs against what the card has), e.g. "est. 11.9 of 14.8 GiB"."""
-    need = peak_bytes(model, dtype, height, width, batch)
-    return need <= profile.total_bytes, f"est. {need / GIB:.1f} of {profile.gib:.1f} GiB"
 
 
 def check_fits(model: str, dtype: str, device: str) -> None:

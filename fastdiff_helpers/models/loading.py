@@ -77,7 +77,7 @@ def load_pipeline(model: str | ModelSpec = "sdxl", weights: str = "auto", device
     weights: "pretrained" (hub id, or `path`, safetensors only), "random" (full-size
     architecture, seeded random weights, built on the meta device and initialised on
     `device`; device="meta" allocates nothing), "tiny" (small configs for CPUs) or "auto"
-    (prints its choice: fdh.choose_weights; on a CPU pretrained if available, else tiny; on
+    (prints its choice: fdh.course.choose_weights; on a CPU pretrained if available, else tiny; on
     a GPU the choice a parameters cell carried, else pretrained, else a FastdiffError saying
     what to do: never random weights unasked).
     dtype: the weights' dtype. Pretrained weights come in it: a half-precision load (bf16,

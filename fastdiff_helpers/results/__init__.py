@@ -1,6 +1,6 @@
 """results: what is kept of a measurement and how it is shown.
 
-    store   the JSONL store of Results (save, load, rewrite; the reference results)
+    store   the JSONL store of Results (save, load; a run's folder of records and images)
     tables  format_table: a table of Results, one row each, as the notebooks print it
     charts  the ladder, memory, quality-vs-speed and models charts; images side by side;
             fdh.profile's stages and kinds of work, one bar per pipeline (profile_chart)

@@ -21,7 +21,7 @@ from .. import checks
 from ..measure.record import SCHEMA_VERSION, Result, ResultsFormatError  # noqa: F401 (public here)
 
 __all__ = ["SCHEMA_VERSION", "Result", "ResultsFormatError", "save_results", "load_results",
-           "save_result", "rewrite_results"]
+           "save_result"]
 
 
 def _repair_tail(path: Path) -> None:
@@ -105,31 +105,6 @@ def save_results(results: Result | Iterable[Result], path: str | os.PathLike) ->
             os.fsync(fd)
     finally:
         os.close(fd)
-    return path
-
-
-def rewrite_results(results: Iterable[Result], path: str | os.PathLike) -> Path:
-    """Replace the JSONL file at `path` with exactly these records, atomically: written to a
-    temporary file beside it, fsynced, then renamed over it, so a kill at any moment leaves
-    either the old file or the new one, never a mix. Used by the reference run."""
-    path = checks.output_file("path", path, ours=is_results_file, what=RESULTS_FILE)
-    records = list(results)
-    for r in records:
-        if not isinstance(r, Result):
-            raise TypeError(f"rewrite_results takes Result objects, got {type(r).__name__}")
-    data = b"".join((json.dumps(r.to_dict(), sort_keys=True, allow_nan=False) + "\n")
-                    .encode("utf-8") for r in records)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
     return path
 
 

@@ -1,8 +1,9 @@
 """Recipe: the toggles of the course, validated on construction, and BASELINE, the course's
 true fp32 baseline. The ladders built from recipes are in ladders.py.
 
-Introduced in 01_baseline.ipynb. Imports nothing of the package but errors.py, the dtype
-names (models/dtypes.py) and the GPU profiles' thresholds (models/gpus.py) (techniques import it; the code writer, fdh.to_code(recipe), lives above them in codegen.py).
+Introduced in 01_baseline.ipynb. Imports nothing of the package but errors.py and the dtype
+names and capability thresholds (models/dtypes.py). The techniques import it; the code writer,
+fdh.to_code(recipe), lives above them in codegen.py.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from typing import Any, Callable
 import torch
 
 from ..errors import FastdiffError
-from ..models.dtypes import RECIPE_DTYPES as DTYPES, fp32_or_half, weight_name
-from ..models.gpus import BF16_FROM, FLASH_FROM, FP8_FROM
+from ..models.dtypes import (BF16_FROM, FLASH_FROM, FP8_FROM, RECIPE_DTYPES as DTYPES,
+                             fp32_or_half, weight_name)
 
 ATTENTION = ("classic", "sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-math", "sdpa-cudnn")
 COMPILE_MODES = (None, "default", "max-autotune", "max-autotune-no-cudagraphs",

@@ -1,6 +1,6 @@
 """GPU checks for issue 46 (any workshop GPU): on whatever card this is, the profile the course
 plans with is what torch sees, a bf16 load is the dtype fdh.apply runs, and the estimated peak
-(fdh.peak_bytes, calibrated on SDXL on one H100) is above the measured one for each model the
+(fdh.course.peak_bytes, calibrated on SDXL on one H100) is above the measured one for each model the
 course runs in half precision at the size course_settings picks. `pytest tests/gpu -m gpu -k
 card`; prints each measured peak against its estimate (the calibration a T4 or L4 slot should
 bring back). Skipped without CUDA. Random weights, 2 steps: the peak does not grow with steps."""
@@ -10,14 +10,14 @@ import torch
 
 import fastdiff_helpers as fdh
 from fastdiff_helpers.course.planning.sizing import card_fit
-from fastdiff_helpers.models.gpus import TEMPLATE_SMS
+from fastdiff_helpers.course.planning.gpus import TEMPLATE_SMS
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 
 def test_the_profile_is_what_torch_sees():
-    profile, props = fdh.gpu_profile(), torch.cuda.get_device_properties(0)
+    profile, props = fdh.course.gpu_profile(), torch.cuda.get_device_properties(0)
     assert profile.capability == (props.major, props.minor)
     assert profile.sms == props.multi_processor_count
     assert profile.total_bytes == props.total_memory
@@ -37,11 +37,11 @@ def test_a_bf16_load_is_the_dtype_apply_runs():
 
 @pytest.mark.parametrize("model", ["sd15", "ssd1b", "sdxl", "pixart"])
 def test_the_estimated_peak_is_above_the_measured_one(model):
-    profile = fdh.gpu_profile()
+    profile = fdh.course.gpu_profile()
     size = card_fit(profile, model).size
     if size is None:
         pytest.skip(f"{model} does not fit {profile.name} in {profile.half}")
-    estimate = fdh.peak_bytes(model, profile.half, size, size)
+    estimate = fdh.course.peak_bytes(model, profile.half, size, size)
     pipe = fdh.apply(fdh.load_pipeline(model, weights="random", device="cuda", dtype=profile.half,
                                        verbose=False), fdh.Recipe(dtype=profile.half))
     measured = fdh.peak_memory(pipe, lambda: fdh.generate(pipe, steps=2, height=size, width=size))

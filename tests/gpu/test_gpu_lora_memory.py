@@ -10,7 +10,7 @@ import torch
 import fastdiff_helpers as fdh
 from fastdiff_helpers.techniques.memory_savers import OFFLOADS
 from fastdiff_helpers.course.lora_swaps import count_cuda_graph_recordings
-from fastdiff_helpers.measure.recompiles import _swap_a_weight
+from fastdiff_helpers.course.recompiles import _swap_a_weight
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

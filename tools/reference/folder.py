@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from fastdiff_helpers import checks
 from fastdiff_helpers.checks import write_atomic
 from fastdiff_helpers.errors import FastdiffError
 from fastdiff_helpers.course.planning.ladders import LADDERS
@@ -21,7 +22,7 @@ from fastdiff_helpers.measure.env import device_name
 from fastdiff_helpers.measure.record import utc_now
 from fastdiff_helpers.measure.flops import measure_matmul_tflops
 from .readme import STATE, check_results_readme
-from fastdiff_helpers.results.store import Result, load_results
+from fastdiff_helpers.results.store import RESULTS_FILE, Result, is_results_file, load_results
 
 # A first guess of one step's wall time (load, apply, compile, warm-ups, timed runs) when the
 # folder records nothing of that kind yet: (tiny weights?, kind) -> seconds, kind "eager",
@@ -68,6 +69,15 @@ def tuning_bundle(out: Path, root: Path | None, model: str) -> Path:
 
 def write_json(path: Path, data: dict) -> None:
     write_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def rewrite_results(results: list[Result], path: Path) -> Path:
+    """Replace a results.jsonl with exactly these records, whole or not at all (write_atomic):
+    how the reference run keeps its steps in the ladder's order."""
+    path = checks.output_file("path", path, ours=is_results_file, what=RESULTS_FILE)
+    write_atomic(path, "".join(json.dumps(r.to_dict(), sort_keys=True, allow_nan=False) + "\n"
+                               for r in results))
+    return path
 
 
 def slug(name: str) -> str:

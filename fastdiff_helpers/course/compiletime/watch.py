@@ -35,13 +35,31 @@ from typing import Any, Callable
 from ... import checks
 from ..planning.compile_cache import use_course_cache
 from ..planning.tuning_state import STATE
-from ...measure.compile_events import compile_times, events_between, snapshot
+from ...measure.compile_events import events_between, snapshot
 from ...measure.record import utc_now
 from .bundle import check_bundle_path
 from .bundle_cache import read_best_configs
 from .bundle_io import export_tuning
 
 __all__ = ["TuningWatch", "progress_path", "install_hooks"]
+
+
+def compile_times(top: int = 15) -> dict[str, list[float]]:
+    """Seconds per dynamo_timed phase so far in this process: {phase: [times, total s]}, the
+    largest first (safe to read from another thread)."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    for _ in range(3):  # the main thread may add a phase while this thread reads
+        try:
+            items = [(k, list(v)) for k, v in list(compilation_time_metrics.items())]
+            break
+        except RuntimeError:
+            continue
+    else:
+        return {}
+    rows = sorted(((k, [len(v), round(sum(v), 3)]) for k, v in items), key=lambda kv: -kv[1][1])
+    return dict(rows[:top])
+
 
 # --- The hooks a TuningWatch puts into torch -----------------------------------------------------
 

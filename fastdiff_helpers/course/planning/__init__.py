@@ -1,6 +1,9 @@
 """planning: the course's ladders, and what a card will do with them, estimated before
 anything runs.
 
+    gpus              the GPUs workshops get, as data (fdh.course.gpu_profile): memory, SMs,
+                      compute capability, what each can do; whether a model fits one (fits,
+                      from the estimated peak, fdh.course.peak_bytes)
     ladders           the course's ladders of recipes: the blog's LADDER, the COURSE_LADDER,
                       the FLUX_LADDER (LADDERS holds the three)
     compile_cache     the course's one folder for compiled kernels and graphs

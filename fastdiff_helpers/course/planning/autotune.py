@@ -27,7 +27,7 @@ import torch
 
 from ... import checks
 from ...models.loading import family_of, get_denoiser, pipeline_info
-from ...models.gpus import PROFILES, TEMPLATE_SMS
+from .gpus import PROFILES, TEMPLATE_SMS
 from .shapes import gemm_shapes
 from ...models.presets import get_spec
 from .compile_cache import use_course_cache

@@ -22,7 +22,7 @@ from typing import Any, Iterable
 from ...errors import FastdiffError
 from .autotune import (GRAPH_OPS, REGIONAL_S, SHAPE_S, VAE_OPS, WITHOUT_TUNING,
                        graph_ops_of, graph_seconds)
-from ...models.gpus import PROFILES, TEMPLATE_SMS
+from .gpus import PROFILES, TEMPLATE_SMS
 from ...models.presets import get_spec
 from ...techniques.syncs import schedule_moves
 from .shapes import gemm_shapes

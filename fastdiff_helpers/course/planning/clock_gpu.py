@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from ...models.dtypes import fp32_or_half
-from ...models.gpus import PROFILES
+from .gpus import PROFILES
 from .autotune import is_tuning_step, tunes
 from .ladders import LADDERS
 from ...techniques.recipe import Recipe, recipe_id

@@ -13,7 +13,7 @@ from typing import Iterable
 from ...errors import FastdiffError
 from ...models.dtypes import fp32_or_half
 from ...models.downloads import download_bytes, files_dtype
-from ...models.fit import fits
+from .gpus import fits
 from ...models.presets import MODELS
 from .published import BLOG_LOADING
 from .clock import cell_work  # the clock's own reading: the record, GPU cells in place

@@ -36,7 +36,7 @@ from typing import Any
 from ... import checks
 from ...errors import FastdiffError
 from ...models.dtypes import fp32_or_half
-from ...models.gpus import PROFILES, GpuProfile
+from .gpus import PROFILES, GpuProfile
 from ...models.presets import get_spec
 from .ladders import LADDERS
 from ...techniques.recipe import KNOBS, Recipe
@@ -92,8 +92,8 @@ def _card(gpu: Any) -> dict[str, Any]:
         return {"key": gpu, "tflops": c["tflops"], "fp32": c["fp32_tflops"],
                 "capability": c["capability"], "profile": False}
     raise FastdiffError(f"Unknown GPU {gpu!r}: use one of {', '.join(PROFILES)} (a GPU "
-                        "profile's key, as fdh.gpu_profile takes), or a profile "
-                        "(fdh.gpu_profile()).")
+                        "profile's key, as fdh.course.gpu_profile takes), or a profile "
+                        "(fdh.course.gpu_profile()).")
 
 
 # the cards an image time is estimated for, by key, in order (sizing.py CARDS: memory sizes)

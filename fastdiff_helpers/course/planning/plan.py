@@ -29,8 +29,7 @@ from functools import lru_cache
 
 from ...errors import FastdiffError
 from ...models.dtypes import fp32_or_half
-from ...models.fit import fits
-from ...models.gpus import gpu_profile, GpuProfile, PROFILES
+from .gpus import gpu_profile, fits, GpuProfile, PROFILES
 from ...techniques.recipe import Recipe
 from . import clock
 from .clock_record import RECORDED

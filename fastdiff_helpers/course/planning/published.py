@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Published:
-    card: str  # the GPU profile key it stands for (models/gpus.py), or a card in OTHER_CARDS
+    card: str  # the GPU profile key it stands for (planning/gpus.py), or a card in OTHER_CARDS
     device: str  # the device as the source names it
     model: str
     path: str
@@ -150,7 +150,7 @@ PUBLISHED: list[Published] = [
     Published("a100-80", "A100 (memory size not stated)", "sd15", "compiled", 44.03, "it/s", 50,
               TORCH2_DOC, "44.03", _TORCH2_SET, "check"),
     Published("a10g", "A10 (GA102, 72 SMs; the A10G is AWS' GA102 with 80, and no tensor "
-              "figure of its own: models/gpus.py uses the A10's 125 TFLOPS)", "sdxl", "sdpa",
+              "figure of its own: planning/gpus.py uses the A10's 125 TFLOPS)", "sdxl", "sdpa",
               9.399, "s", 30, TRT_CARD, "9399 ms", _TRT_SET),
     Published("a100-80", "A100 (memory size not stated)", "sdxl", "sdpa", 3.704, "s", 30,
               TRT_CARD, "3704 ms", _TRT_SET, "check"),

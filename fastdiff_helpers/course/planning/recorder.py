@@ -17,7 +17,7 @@ import os
 from typing import Any, Iterator
 
 from ...models.dtypes import fp32_or_half
-from ...models.gpus import PROFILES
+from .gpus import PROFILES
 from ...models.hooks import listening
 from ...models.loading import pipeline_info
 from ...models.state import PipelineState, compiled_by_hand

@@ -1,6 +1,6 @@
 """The course sized for the card it runs on: one policy that course_settings, run_ladder and
-`python -m fastdiff_helpers plan` all ask. For a card (fdh.gpu_profile) and a model: the size,
-steps, timed runs and largest batch that fit; for a recipe, whether it runs as written, runs
+`python -m fastdiff_helpers plan` all ask. For a card (fdh.course.gpu_profile) and a model: the
+size, steps, timed runs and largest batch that fit; for a recipe, whether it runs as written, runs
 swapped (bf16 as fp16 below sm80), or is skipped, with the reason, before anything loads.
 
 Introduced in 00_setup.ipynb."""
@@ -10,16 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ... import checks
-from ...models.fit import GIB, fits
-from ...models.gpus import PROFILES, TEMPLATE_SMS, GpuProfile
+from ...models.fit import GIB
+from .gpus import PROFILES, TEMPLATE_SMS, GpuProfile, fits
 from ...models.presets import get_spec
 from ...techniques.recipe import Recipe, RecipeError
 from .image_time import image_seconds
 
 # the memory lesson's cards (fdh.course.CARDS, the sizes fdh.what_fits is asked about), by memory as
 # sold: "16 GB" is 16e9 bytes, 14.9 GiB (a T4's driver reports 14.76), less the CUDA context's and
-# allocator's few hundred MiB. A workshop GPU's size is its profile's (models/gpus.py; the A10G's,
-# A100 80GB's: the L4's, H100's), the rest consumer.
+# allocator's few hundred MiB. A workshop GPU's size is its profile's (planning/gpus.py; the
+# A10G's, A100 80GB's: the L4's, H100's), the rest consumer.
 CARDS = {f"{gb} GB ({names})": gb * 1e9 / GIB for gb, names in (
     (8, "RTX 3070, RTX 4060"), (12, "RTX 3060, RTX 4070"),
     (PROFILES["t4"].memory_gb, "T4, RTX 4060 Ti 16GB, RTX 4080"),

@@ -20,7 +20,7 @@ from typing import Sequence
 from ...errors import FastdiffError
 from ... import checks
 from ...models.downloads import GB, check_disk, repo_folders, wanted_variant
-from ...models.gpus import PROFILES, gpu_profile
+from ..planning.gpus import PROFILES, gpu_profile
 from ...models.hub import (allow_patterns, check_cache_folder, check_online, fetch, gate_todo,
                           hub_errors, needs_access)
 from ...models.loading import default_device, load_pipeline

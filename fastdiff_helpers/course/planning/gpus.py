@@ -1,10 +1,12 @@
-"""The GPUs workshops get, as data: memory, SMs, compute capability, and what each can do for
-the course (bf16 graphs, flash attention, fp8, max-autotune's GEMM templates), each decided by
-the same rule as the library line that decides it on the card itself (tests/test_gpus.py pins
-every rule against that line with the card's properties faked).
+"""The GPUs workshops get, as data, for planning the day: memory, SMs, compute capability, and
+what each can do for the course (bf16 graphs, flash attention, fp8, max-autotune's GEMM
+templates), each decided by the same rule as the library line that decides it on the card
+itself (tests/test_gpus.py pins every rule against that line with the card's properties faked);
+and whether a model fits a card (fits, from models/fit.py's estimate).
 
-Introduced in 00_setup.ipynb. `fdh.gpu_profile()` is this machine's GPU (None without one),
-`fdh.gpu_profile("t4")` a card you plan for (`python -m fastdiff_helpers plan --gpu t4`)."""
+Introduced in 00_setup.ipynb. `fdh.course.gpu_profile()` is this machine's GPU (None without
+one), `fdh.course.gpu_profile("t4")` a card you plan for (`python -m fastdiff_helpers plan --gpu
+t4`)."""
 
 from __future__ import annotations
 
@@ -13,23 +15,14 @@ from types import SimpleNamespace
 
 import torch
 
-from ..errors import FastdiffError
+from ...errors import FastdiffError
+from ...models.dtypes import BF16_FROM, FLASH_FROM, FP8_FROM
+from ...models.fit import GIB, peak_bytes
 
 GB = 10 ** 9
 
-# Each decision's rule, with the line that decides it on a real card:
-# - bf16 graphs: inductor skips (SkipFrame "BF16 is not supported", honoured under fullgraph) a
-#   graph with bf16 inputs or outputs unless torch.cuda.is_bf16_supported(including_emulation=
-#   False) (torch/_inductor/compile_fx.py _check_triton_bf16_support), which asks
-#   get_device_properties(device).major >= 8 (torch/cuda/__init__.py is_bf16_supported).
-BF16_FROM = (8, 0)
-# - flash attention: aten/src/ATen/native/transformers/cuda/sdp_utils.cpp
-#   check_flash_attention_hardware_support, check_sm_version<sm80, sm121>; memory-efficient
-#   attention check_sm_version<sm50, sm121> (C++, not in the wheel: read in pytorch's source)
-FLASH_FROM = (8, 0)
-# - fp8 matmuls: torchao's float8 kernels need sm89 (torchao/utils.py is_sm_at_least_89), as does
-#   torch._scaled_mm; the course's refusal (techniques/recipe.py Recipe.check_device) says so
-FP8_FROM = (8, 9)
+# Each decision's rule, with the line that decides it on a real card: bf16 graphs, flash
+# attention and fp8 matmuls are the core's (models/dtypes.py, where the recipe reads them too);
 # - max-autotune's GEMM/conv templates: torch/_inductor/utils.py is_big_gpu, `min_sms = 16 if
 #   device.type == "xpu" else 68  # 3080` ("Not enough SMs to use max_autotune_gemm mode");
 #   below it max-autotune tunes no matmul. The package's one statement of the rule.
@@ -157,3 +150,10 @@ def from_properties(props) -> GpuProfile:
         key, tflops, fp32 = known.key, known.tflops, known.fp32_tflops
     return GpuProfile(key, name, round(total / GB), total, "this GPU",
                       int(props.multi_processor_count), capability, tflops, fp32)
+
+
+def fits(profile: GpuProfile, model: str, dtype: str, height: int | None = None,
+         width: int | None = None, batch: int = 1) -> tuple[bool, str]:
+    """(fits, what it needs against what the card has), e.g. "est. 11.9 of 14.8 GiB"."""
+    need = peak_bytes(model, dtype, height, width, batch)
+    return need <= profile.total_bytes, f"est. {need / GIB:.1f} of {profile.gib:.1f} GiB"

@@ -12,7 +12,7 @@ import torch
 from ..errors import FastdiffError
 from ..checks import arg
 from ..models.loading import call_kwargs, get_denoiser
-from .compile_events import events_between, recompile_reasons, snapshot
+from ..measure.compile_events import events_between, recompile_reasons, snapshot
 
 __all__ = ["recompile_report"]
 
