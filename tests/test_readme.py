@@ -280,6 +280,7 @@ def cli_run(command: str, monkeypatch) -> tuple[dict, str | None] | None:
 
 
 RAN: dict[str, tuple[str, str | None]] = {}  # a run's arguments -> (the line, its --out)
+LADDERS_RAN: set[tuple[str, str]] = set()  # (ladder, model) of the ladder lines run so far
 
 
 def check_blog_ladder(scratch: Path, out: str, model: str) -> None:
@@ -350,6 +351,7 @@ def test_every_command_runs_as_written(where, command, scratch, monkeypatch):
         assert [c for _, c in readme_commands() if "fastdiff_helpers demo" in c]
     if run and run[0]["command"] == "ladder":
         ladder = resolve_ladder(run[0]["model"], run[0]["ladder"])
+        LADDERS_RAN.add((ladder, run[0]["model"]))
         if ladder == "blog":
             check_blog_ladder(scratch, run[1], run[0]["model"])
         elif ladder == "course":
@@ -365,8 +367,14 @@ def test_the_python_block_runs_as_written(scratch):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "psnr" in done.stdout and (scratch / "out" / "run.png").is_file()
     # the recipe written out is the blog's last step, loaded as the blog's ladder loads it, so
-    # after the README's demo line it compiles nothing new (make test's shared cache)
+    # after the README's ladder line it compiles nothing new (make test's shared cache): every
+    # graph of its first call is a cache hit (when the ladder line ran first, as in make test)
     assert "the blog's last step: True" in done.stdout
+    from fastdiff_helpers.results.store import load_results
+
+    cold = load_results(scratch / "out" / "run.jsonl")[1].compile_events["cold"]
+    if ("blog", "sdxl") in LADDERS_RAN:
+        assert cold["graph_cache_hits"] > 0 and cold["graph_cache_misses"] == 0, cold
     import torch
 
     if not torch.cuda.is_available():
