@@ -106,6 +106,28 @@ def test_course_cache_folder_is_said_and_overridable(tmp_path, monkeypatch, caps
     assert fdh.course.use_course_cache() == mine  # the user's own setting wins
 
 
+def test_the_courses_tuning_decision_moves_the_folder_and_the_core_alone_leaves_it(
+        tmp_path, monkeypatch, capsys):
+    """What docs/helpers.md and 05 say: fdh.apply with the course's tuning= points inductor at
+    the course's folder and says so; the core alone (fdh.apply(pipe, recipe), a participant's
+    own code) leaves torch's default folder in place and says nothing."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())  # as importing torch sets it
+    monkeypatch.setenv("FASTDIFF_CACHE_DIR", str(tmp_path / "course"))
+    monkeypatch.setattr(compile_cache, "_said", set())  # as in a new process
+    monkeypatch.setattr(compile_cache, "_ours", {})
+    recipe = fdh.Recipe(compile="default")  # compiles at the first call, not here
+    fdh.apply(fdh.load_pipeline("sd15", weights="tiny", device="cpu", verbose=False), recipe)
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == default_cache_dir()
+    assert "torch.compile cache" not in capsys.readouterr().out
+    settings = fdh.course.settings("sd15", smoke=True)
+    fdh.apply(fdh.load_pipeline("sd15", weights="tiny", device="cpu", verbose=False), recipe,
+              tuning=settings.tuning)
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "course")
+    assert f"torch.compile cache in {tmp_path / 'course'}" in capsys.readouterr().out
+
+
 def test_the_course_folder_is_not_taken_for_yours_and_a_path_you_give_stays(tmp_path,
                                                                             monkeypatch, capsys):
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)

@@ -2,8 +2,10 @@
 
 Introduced in 05_cold_start.ipynb. inductor keeps compiled kernels and graphs in
 TORCHINDUCTOR_CACHE_DIR (torch/_inductor/runtime/cache_dir_utils.py reads it on every use);
-compile_pipeline points it at the course's folder before compiling. Carrying a cache to
-another machine: course/compiletime/cold_start.py.
+the course's tuning decision (autotune.py course_tuning, which the lessons and the command
+line pass to fdh.apply and fdh.compile_pipeline as tuning=) points it at the course's folder
+before compiling. Without it the core leaves the folder to torch. Carrying a cache to another
+machine: course/compiletime/cold_start.py.
 """
 
 from __future__ import annotations
@@ -43,9 +45,10 @@ def use_course_cache(path: str | os.PathLike | None = None, verbose: bool = True
     """Point inductor's cache at one folder for the whole course and say where it is.
 
     Your own TORCHINDUCTOR_CACHE_DIR wins unless `path` is given (inductor's default folder,
-    which inductor writes into the variable itself, does not count as yours). Called by
-    fdh.compile_pipeline before compiling, so the first compile of a process says where its
-    kernels go; call it yourself to choose another folder.
+    which inductor writes into the variable itself, does not count as yours). Called by the
+    course's tuning decision before compiling (fdh.course.settings(...).tuning, passed to
+    fdh.apply and fdh.compile_pipeline as tuning=), so the first compile of a process says
+    where its kernels go; call it yourself to choose another folder.
     Introduced in 04_torch_compile.ipynb."""
     if path is not None:
         checks.output_folder("path", path)
