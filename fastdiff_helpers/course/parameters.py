@@ -5,7 +5,7 @@ Introduced in 00_setup.ipynb."""
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -118,9 +118,6 @@ class CourseSettings:
         if self.gpu is None or self.weights == "tiny":
             return list(sizes)
         return fitting_sizes(gpu_profile(), self.model, sizes)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def course_hooks() -> None:
