@@ -25,7 +25,7 @@ from ..techniques.step_cache import guided_steps
 from .flops import count_flops, denoiser_calls
 from .quality import compare_images
 from .record import Result
-from .timing import (_peak_rss_bytes, _stage_marks, _ticking, profile_ops, progress_bar,
+from .timing import (StageMarks, _peak_rss_bytes, _ticking, marked, profile_ops, progress_bar,
                      steady_note, until_steady)
 
 __all__ = ["benchmark", "time_call", "synchronize", "TunedNotMeasured"]
@@ -146,7 +146,7 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
 
     tell("benchmark", pipe=pipe, profile=profile)  # the listeners' (models/hooks.py)
     try:
-        with _stage_marks(pipe, device) as marks:
+        with marked(pipe, StageMarks(device)) as marks:
             with _ticking(bar):  # a compile takes minutes: the bar's clock keeps moving
                 (image, cold), compiles["cold"] = counted(lambda: time_call(call, device))
             cold_stages = marks.read()  # each part's first call, its compile inside
@@ -185,7 +185,7 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
 
             def timed_run() -> float:
                 nonlocal image
-                marks.reset()  # forget the marks of the untimed calls
+                marks.spans.clear()  # forget the marks of the untimed calls
                 (image, seconds), events = counted(lambda: time_call(call, device))
                 compiles["timed"].append(events["frames"])
                 for stage, value in marks.read().items():

@@ -17,14 +17,11 @@ between ops on a CPU, and on a GPU the time the device sat idle (launch gaps, sy
 
 from __future__ import annotations
 
-import functools
 import json
 import statistics
-import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
@@ -32,14 +29,13 @@ from .. import checks
 from ..errors import FastdiffError
 from ..models.loading import call_kwargs, pipeline_device
 from ..models.presets import DEFAULT_PROMPT
-from .timing import _no_stderr
+from .timing import STAGE_PREFIX, StageMarks, _no_stderr, marked
 
 __all__ = ["profile", "Profile", "KINDS", "kind_of"]
 
 # --- The kinds of work, by op and kernel name ----------------------------------------------------
 
 HOST = "host-side gaps and syncs"
-STAGE_PREFIX = "fastdiff: "  # the stage ranges fdh.profile adds to the trace (not work)
 KINDS = ("matmul", "convolution", "attention", "normalisation", "elementwise",
          "casts and copies", "fused by inductor", "other ops", HOST)
 
@@ -235,104 +231,11 @@ class Profile:
         return self.table()
 
 
-class _StageMarks:
-    """Stage boundaries of one call: a timestamp (CUDA event or perf_counter) and a
-    record_function range for each stage."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
-        self.spans: list[list[Any]] = []  # [name, start, end, range]
-
-    def now(self) -> Any:
-        if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            return event
-        return time.perf_counter()
-
-    def open(self, name: str, at: Any = None) -> None:
-        """Open a stage; `at`: the stamp the stage before closed at, so that they tile."""
-        rf = torch.profiler.record_function(STAGE_PREFIX + name)
-        rf.__enter__()
-        self.spans.append([name, self.now() if at is None else at, None, rf])
-
-    def close(self) -> Any:
-        """Close the open stage, if any; its end stamp (None when none was open)."""
-        if self.spans and self.spans[-1][2] is None:
-            self.spans[-1][2] = self.now()
-            self.spans[-1][3].__exit__(None, None, None)
-            return self.spans[-1][2]
-        return None
-
-    def seconds(self, a: Any, b: Any) -> float:
-        if self.cuda:
-            b.synchronize()
-            return a.elapsed_time(b) / 1000
-        return b - a
-
-
-@contextmanager
-def _marked(pipe, marks: _StageMarks) -> Iterator[None]:
-    """Wrap pipe.encode_prompt, pipe.scheduler.step and pipe.vae.decode as instance
-    attributes (restored on exit), like benchmark()'s stage marks: wrappers around the calls,
-    so a compiled denoiser or VAE is left as it is. functools.wraps keeps the signature a
-    pipeline inspects (scheduler.step's eta and generator)."""
-    saved = []
-    steps_done = [0]
-
-    def wrap(owner, attr, before, after):
-        original = getattr(owner, attr)
-
-        @functools.wraps(original)
-        def wrapper(*args, **kwargs):
-            before()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                after()
-
-        saved.append((owner, attr, attr in owner.__dict__, owner.__dict__.get(attr)))
-        setattr(owner, attr, wrapper)
-
-    def encode_start():
-        if not marks.spans:
-            marks.open("text encoders")
-
-    def encode_end():
-        # the denoising loop starts where the encoders end, as benchmark()'s "denoising"
-        ended = marks.close()
-        if not any(s[0].startswith("step ") for s in marks.spans):
-            marks.open("step 1", ended)
-
-    def step_end():
-        # the last step stays open to the VAE decode's start (or the call's end): the loop's
-        # tail (progress bar, callbacks, unscaling the latents) is denoising to fdh.benchmark
-        steps_done[0] += 1
-        if steps_done[0] < len(pipe.scheduler.timesteps):
-            marks.open(f"step {steps_done[0] + 1}", marks.close())
-
-    def decode_start():
-        marks.open("VAE decode", marks.close())
-
-    wrap(pipe, "encode_prompt", encode_start, encode_end)
-    wrap(pipe.scheduler, "step", lambda: None, step_end)
-    wrap(pipe.vae, "decode", decode_start, marks.close)
-    try:
-        yield
-    finally:
-        marks.close()
-        for owner, attr, had_own, value in reversed(saved):
-            if had_own:
-                setattr(owner, attr, value)
-            else:
-                delattr(owner, attr)
-
-
-def _marked_call(pipe, call, device: torch.device) -> tuple[_StageMarks, Any, Any]:
+def _marked_call(pipe, call, device: torch.device) -> tuple[StageMarks, Any, Any]:
     """One call with its stage marks; read them with _read_marks (after a profiler stops, so
     its waits on the CUDA events are not in the trace)."""
-    marks = _StageMarks(device)
-    with _marked(pipe, marks):  # no inference_mode: the pipeline's own no_grad, as benchmark
+    marks = StageMarks(device, steps=True, ranges=True)
+    with marked(pipe, marks):  # no inference_mode: the pipeline's own no_grad, as benchmark
         if marks.cuda:
             torch.cuda.synchronize(device)
         start = marks.now()
@@ -342,16 +245,13 @@ def _marked_call(pipe, call, device: torch.device) -> tuple[_StageMarks, Any, An
     return marks, start, end
 
 
-def _read_marks(marks: _StageMarks, start: Any, end: Any) -> tuple[float, dict[str, float],
+def _read_marks(marks: StageMarks, start: Any, end: Any) -> tuple[float, dict[str, float],
                                                                    float | None]:
     """(wall seconds, seconds per stage, denoising seconds) of one marked call."""
     wall = marks.seconds(start, end)
     stages = {name: marks.seconds(a, b) for name, a, b, _ in marks.spans if b is not None}
     stages["other"] = max(wall - sum(stages.values()), 0.0)
-    first = next((s for s in marks.spans if s[0].startswith("step ")), None)
-    decode = next((s for s in marks.spans if s[0] == "VAE decode"), None)
-    denoising = marks.seconds(first[1], decode[1]) if first and decode else None
-    return wall, stages, denoising
+    return wall, stages, marks.denoising()
 
 
 def profile(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,

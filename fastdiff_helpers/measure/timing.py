@@ -1,9 +1,10 @@
-"""What benchmark() times with: stage marks around the text encoder and the VAE decode, the
+"""What benchmark() and profile() time with: stage marks around the text encoder, the steps and the VAE decode, the
 progress bar (calls and time elapsed, never a guessed time left), how sure a median is, and the
 process's peak RSS. Introduced in 01_baseline.ipynb (through fdh.benchmark)."""
 
 from __future__ import annotations
 
+import functools
 import statistics
 import sys
 import threading
@@ -16,69 +17,117 @@ import torch
 from .record import STEADY, median_interval
 
 
-class _Marks:
-    """Timestamps at the stage wrappers: CUDA events on a GPU, perf_counter on a CPU."""
+STAGE_PREFIX = "fastdiff: "  # the stage ranges fdh.profile adds to its trace (not work)
 
-    def __init__(self, device: torch.device) -> None:
+
+class StageMarks:
+    """Stage boundaries of the calls made inside `marked()`, stamped by wrappers around
+    pipe.encode_prompt, pipe.vae.decode and (with `steps`) pipe.scheduler.step: a CUDA event on a
+    GPU, perf_counter on a CPU. The stages tile a call: "text encoders", then "denoising" (with
+    `steps`: "step 1" ... "step N", each ended by the scheduler's step, the last running on to
+    the decode's start: the loop's tail is denoising too), then "VAE decode". fdh.benchmark
+    reads its three stages (read()); fdh.profile each stage (spans), with `ranges` also as named
+    torch.profiler ranges for its trace."""
+
+    def __init__(self, device: torch.device, steps: bool = False, ranges: bool = False) -> None:
         self.cuda = device.type == "cuda"
-        self.marks: dict[str, Any] = {}
+        self.steps, self.ranges = steps, ranges
+        self.spans: list[list[Any]] = []  # [name, start, end, profiler range]
 
-    def mark(self, name: str, keep_first: bool) -> None:
-        if keep_first and name in self.marks:
-            return
+    def now(self) -> Any:
         if self.cuda:
             event = torch.cuda.Event(enable_timing=True)
             event.record()
-            self.marks[name] = event
-        else:
-            self.marks[name] = time.perf_counter()
+            return event
+        return time.perf_counter()
 
-    def _between(self, a: str, b: str) -> float | None:
-        if a not in self.marks or b not in self.marks:
-            return None
+    def open(self, name: str, at: Any = None) -> None:
+        """Open a stage; `at`: the stamp the stage before closed at, so that they tile."""
+        rf = torch.profiler.record_function(STAGE_PREFIX + name) if self.ranges else None
+        if rf is not None:
+            rf.__enter__()
+        self.spans.append([name, self.now() if at is None else at, None, rf])
+
+    def close(self) -> Any:
+        """Close the open stage, if any; its end stamp (None when none was open)."""
+        if self.spans and self.spans[-1][2] is None:
+            self.spans[-1][2] = self.now()
+            if self.spans[-1][3] is not None:
+                self.spans[-1][3].__exit__(None, None, None)
+            return self.spans[-1][2]
+        return None
+
+    def seconds(self, a: Any, b: Any) -> float:
         if self.cuda:
-            self.marks[b].synchronize()
-            return self.marks[a].elapsed_time(self.marks[b]) / 1000
-        return self.marks[b] - self.marks[a]
+            b.synchronize()
+            return a.elapsed_time(b) / 1000
+        return b - a
 
-    def reset(self) -> None:
-        self.marks.clear()
+    def span(self, name: str) -> list[Any] | None:
+        return next((s for s in self.spans if s[0] == name), None)
+
+    def denoising(self) -> float | None:
+        """From the end of the text encoders to the start of the VAE decode."""
+        first = next((s for s in self.spans if s[0] != "text encoders"), None)
+        decode = self.span("VAE decode")
+        return self.seconds(first[1], decode[1]) if first and decode and first is not decode else None
 
     def read(self) -> dict[str, float]:
-        """Stage durations of the call just made; then forget the marks."""
-        spans = {"text_encoding": self._between("encode_start", "encode_end"),
-                 "denoising": self._between("encode_end", "decode_start"),
-                 "vae_decode": self._between("decode_start", "decode_end")}
-        self.marks.clear()
-        return {k: v for k, v in spans.items() if v is not None}
+        """fdh.benchmark's stage times of the call just made (a stage it did not reach left
+        out); then forget the marks."""
+        spans = {"text_encoding": self.span("text encoders"), "vae_decode": self.span("VAE decode")}
+        times = {k: self.seconds(s[1], s[2]) for k, s in spans.items() if s and s[2] is not None}
+        if (denoising := self.denoising()) is not None:
+            times["denoising"] = denoising
+        self.spans.clear()
+        return {k: times[k] for k in ("text_encoding", "denoising", "vae_decode") if k in times}
 
 
 @contextmanager
-def _stage_marks(pipe, device: torch.device) -> Iterator[_Marks]:
-    """Wrap pipe.encode_prompt and pipe.vae.decode as instance attributes, restored on exit.
-
-    Wrappers, not module hooks: the techniques compile the denoiser in place and replace
-    vae.decode with a compiled function, and a wrapper around the call changes neither."""
-    marks = _Marks(device)
+def marked(pipe, marks: StageMarks) -> Iterator[StageMarks]:
+    """Wrap the pipeline's stage calls as instance attributes (restored on exit): wrappers
+    around the calls, not module hooks, so a denoiser compiled in place or a vae.decode
+    replaced by a compiled function is left as it is. functools.wraps keeps the signature a
+    pipeline inspects (scheduler.step's eta and generator)."""
     saved = []
-    for owner, attr, start, end in ((pipe, "encode_prompt", "encode_start", "encode_end"),
-                                    (pipe.vae, "decode", "decode_start", "decode_end")):
+
+    def wrap(owner, attr, before, after):
         if not hasattr(owner, attr):
-            continue
+            return
         original = getattr(owner, attr)
 
-        def timed(*args, _original=original, _start=start, _end=end, **kwargs):
-            marks.mark(_start, keep_first=True)
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            before()
             try:
-                return _original(*args, **kwargs)
+                return original(*args, **kwargs)
             finally:
-                marks.mark(_end, keep_first=False)
+                after()
 
         saved.append((owner, attr, attr in owner.__dict__, owner.__dict__.get(attr)))
-        setattr(owner, attr, timed)
+        setattr(owner, attr, wrapper)
+
+    def encode_start():
+        if not marks.spans:
+            marks.open("text encoders")
+
+    def encode_end():  # denoising starts where the text encoders end
+        if len(marks.spans) == 1:
+            marks.open("step 1" if marks.steps else "denoising", marks.close())
+
+    def step_end():  # the last step stays open to the VAE decode's start
+        done = sum(s[0].startswith("step ") for s in marks.spans)
+        if done < len(pipe.scheduler.timesteps):
+            marks.open(f"step {done + 1}", marks.close())
+
+    wrap(pipe, "encode_prompt", encode_start, encode_end)
+    if marks.steps:
+        wrap(pipe.scheduler, "step", lambda: None, step_end)
+    wrap(pipe.vae, "decode", lambda: marks.open("VAE decode", marks.close()), marks.close)
     try:
         yield marks
     finally:
+        marks.close()
         for owner, attr, had_own, value in reversed(saved):
             if had_own:
                 setattr(owner, attr, value)
