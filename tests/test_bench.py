@@ -339,3 +339,26 @@ def test_a_long_cold_start_keeps_the_bar_moving(pipe, monkeypatch):
     finally:
         handle.remove()
     assert len(refreshes) >= 2  # >= 2.4 s of cold start: the clock moved every second
+
+
+def test_a_listener_hears_the_warm_up_and_may_stop_before_timing(pipe):
+    """fdh.benchmark tells "warm" with each untimed call's compile events before it times
+    anything; the course's refuse_tuned (the reference run's rule) raises there when they
+    tuned, and lets an untuned warm-up through."""
+    from fastdiff_helpers.course.runs.ladder import TunedNotMeasured, refuse_tuned
+    from fastdiff_helpers.models.hooks import listening
+
+    heard = []
+
+    def listen(event, facts):
+        heard.append(event)
+        if event == "warm":
+            assert len(facts["events"]) == 2 and all("frames" in e for e in facts["events"])
+            refuse_tuned(event, facts)  # nothing compiled, nothing tuned: on to timing
+            facts["events"][-1].update(autotunes=3, autotune_s=1.5)  # as a compile that tuned
+            refuse_tuned(event, facts)
+
+    with listening(listen), pytest.raises(TunedNotMeasured, match=r"tuned \(3 GEMM") as caught:
+        benchmark(pipe, steps=2, runs=2, warmup=2, progress=False)
+    assert heard == ["benchmark", "warm", "benchmark_end"]  # stopped before any timed call
+    assert caught.value.events == {"autotunes": 3, "coordesc_benches": 0, "autotune_s": 1.5}

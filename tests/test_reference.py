@@ -23,6 +23,7 @@ import fastdiff_helpers as fdh
 import tools.reference.run as ref
 from tools.reference import folder as reference_folder
 from tools.reference import readme as results_readme
+from fastdiff_helpers.course.runs.ladder import TunedNotMeasured
 from fastdiff_helpers.results.store import Result, load_results
 
 BLOG = [n for n, _ in fdh.course.LADDER]
@@ -87,7 +88,7 @@ class FakeSteps:
         self._wait(name)
         if name in self.tune and not kw.get("measure_if_tuned", True):
             self.tune.discard(name)  # its tuning is data now
-            raise fdh.measure.bench.TunedNotMeasured(
+            raise TunedNotMeasured(
                 "the compile tuned (3 GEMM/conv shape(s) benchmarked, 0 coordinate-descent "
                 "config(s) timed): not measured in this process",
                 {"autotunes": 3, "coordesc_benches": 0, "autotune_s": 1.0})

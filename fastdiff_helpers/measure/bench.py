@@ -17,7 +17,7 @@ from ..models.loading import FastdiffError, call_kwargs, pipeline_device, pipeli
 from ..models.hooks import tell
 from ..models.presets import DEFAULT_PROMPT
 from ..techniques import current_recipe, tf32_state
-from .compile_events import compiled, events_between, snapshot, tuned
+from .compile_events import compiled, events_between, snapshot
 from .cudagraphs import cudagraph_report, cudagraph_snapshot
 from .env import device_name, env_report
 from ..techniques.guidance import cutoff_share
@@ -28,17 +28,8 @@ from .record import Result
 from .timing import (StageMarks, _peak_rss_bytes, _ticking, marked, profile_ops, progress_bar,
                      steady_note, until_steady)
 
-__all__ = ["benchmark", "time_call", "synchronize", "TunedNotMeasured"]
+__all__ = ["benchmark", "time_call", "synchronize"]
 
-
-class TunedNotMeasured(FastdiffError):
-    """benchmark(measure_if_tuned=False) stopped before timing: the compile tuned (its
-    `events` say how much); measure in a process that compiles from the tuning data."""
-
-    def __init__(self, message: str, events: dict[str, Any]):
-        super().__init__(message)
-        self.events = events
-        self.recipe: dict | None = None  # what compiled (run_ladder's measure_step sets it)
 
 MAX_EXTRA_WARMUP = 3  # untimed calls added while the call before still compiled
 STAGES = ("text_encoding", "denoising", "vae_decode")
@@ -69,7 +60,7 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
               guidance: float | None = None, runs: int = 5, warmup: int = 2, seed: int = 0,
               progress: bool = True, step: str = "custom", baseline: Any = None,
               max_runs: int | None = None, profile: bool = False,
-              measure_if_tuned: bool = True, callback_on_step_end: Any = None):
+              callback_on_step_end: Any = None):
     """Time one image the honest way and return a fdh.Result. Introduced in 01_baseline.ipynb.
 
     1. Cold start: the first call, timed alone (compilation happens here) -> cold_start_s.
@@ -94,10 +85,9 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     RSS), with `profile` the ops that took most time in one more, untimed call under
     torch.profiler (Result.ops), FLOPs per image (fdh.count_flops) and, on a GPU, the
     achieved TFLOP/s. `baseline` (a Result or an image) fills quality via compare_images().
-    `measure_if_tuned=False`: when the cold start or the warm-up tuned (max-autotune
-    benchmarked a GEMM shape or a Triton config), stop before timing and raise
-    TunedNotMeasured; the reference run measures a compiled step only in a process whose
-    compile found all its tuning in the cache (05_cold_start.ipynb).
+    After the warm-up, before timing, the listeners hear "warm" (models/hooks.py) with the
+    compile events of each untimed call; one may stop the benchmark by raising (the reference
+    run measures a compiled step only where its compile tuned nothing: course/runs/ladder.py).
     `callback_on_step_end`: a diffusers callback of your own, passed on every call
     (fdh.call_kwargs); diffusers' CFG cut-off callbacks (SDCFGCutoffCallback,
     SDXLCFGCutoffCallback: 09_fewer_denoiser_calls.ipynb) are counted and recorded as the
@@ -166,14 +156,7 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
                 compiles["warmup"].append(last["frames"])
                 compiles["extra_warmup"] += 1
                 warmup_events.append(last)
-            if not measure_if_tuned:
-                spent = {key: sum(e.get(key, 0) for e in warmup_events)
-                         for key in ("autotunes", "coordesc_benches", "autotune_s")}
-                if tuned(spent):
-                    raise TunedNotMeasured(
-                        f"the compile tuned ({spent['autotunes']} GEMM/conv shape(s) "
-                        f"benchmarked, {spent['coordesc_benches']} coordinate-descent "
-                        "config(s) timed): not measured in this process", spent)
+            tell("warm", pipe=pipe, events=warmup_events)  # a listener may stop here
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             bar.set_description("timing")

@@ -1,12 +1,16 @@
 """The core's two hooks, the only ways a layer above (the course's, or yours) hooks into what
-the helpers do; neither changes a result, and without a listener or a rule nothing happens.
+the helpers do; neither changes a result (a listener may stop a call by raising), and without
+a listener or a rule nothing happens.
 
 - Listeners: `with listening(fn):` calls fn(event, facts) as the helpers work: "load" (a
   pipeline loaded: pipe), "compile" (compile_pipeline about to compile: pipe, mode and the mode
   a CUDA GPU runs, scope, compile_vae, inductor_flags, and the Recipe fdh.apply was asked, or
   None), "trace" / "trace_end" (fdh.graph_breaks tracing the denoiser: pipe), "benchmark" /
-  "benchmark_end" (fdh.benchmark's calls: pipe, profile). The course clock's recorder listens
-  (course/planning/recorder.py, which course settings turns on in the notebooks' smoke runs).
+  "benchmark_end" (fdh.benchmark's calls: pipe, profile), "warm" (fdh.benchmark's warm-up done,
+  before timing: pipe, the compile events of each untimed call). The course clock's recorder
+  listens (course/planning/recorder.py, which course settings turns on in the notebooks' smoke
+  runs), and so does the reference run's refusal to time a compile that tuned
+  (course/runs/ladder.py refuse_tuned).
 - The weights rule: `auto_weights(rule)` puts a rule before load_pipeline's own for
   weights="auto" (models/pretrained.py choose_weights): rule(spec, path, device) returns
   (weights, why), or None to leave the choice to the helpers. The course's carries what a

@@ -36,7 +36,7 @@ from fastdiff_helpers.models.loading import free_memory
 from fastdiff_helpers.models.pretrained import resolve_weights
 from fastdiff_helpers.course.planning.autotune import covers, step_blocked
 from fastdiff_helpers.course.planning.ladders import LADDERS
-from fastdiff_helpers.measure.bench import TunedNotMeasured
+from fastdiff_helpers.course.runs.ladder import TunedNotMeasured
 from fastdiff_helpers.measure.compile_events import events_between, snapshot, tuned
 from fastdiff_helpers.measure.env import device_name
 from fastdiff_helpers.course.compiletime.bundle_io import import_matching
