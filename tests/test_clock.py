@@ -18,7 +18,7 @@ import fastdiff_helpers as fdh
 
 from fastdiff_helpers.course.planning import clock, clock_gpu
 from fastdiff_helpers.course.planning import recorder as clock_log
-from fastdiff_helpers.techniques.recipe import recipe_id
+from fastdiff_helpers.course.planning.clock_gpu import recipe_id
 from fastdiff_helpers.course.planning import autotune
 from doc_pages import doc_texts
 

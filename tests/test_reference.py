@@ -394,11 +394,11 @@ def test_cli_completes_the_blog_ladder_over_budgeted_runs_and_a_kill(tmp_path):
 
 
 def test_gpu_folder_names(monkeypatch):
-    from fastdiff_helpers.measure import env
+    from fastdiff_helpers.course.compiletime import bundle
 
-    monkeypatch.setattr(env, "device_name", lambda device: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(bundle, "device_name", lambda device: "NVIDIA H100 80GB HBM3")
     assert ref.gpu_folder("cuda") == "h100-80gb-hbm3"
-    monkeypatch.setattr(env, "device_name", lambda device: "NVIDIA H200")
+    monkeypatch.setattr(bundle, "device_name", lambda device: "NVIDIA H200")
     assert ref.gpu_folder("cuda") == "h200"
 
 

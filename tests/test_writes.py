@@ -25,7 +25,6 @@ import fastdiff_helpers.course.runs.ladder as ladder_mod
 import tools.reference.run as ref
 from tools.reference import folder as reference_folder
 from fastdiff_helpers.course.compiletime import bundle as bundle_format, cold_start
-from fastdiff_helpers.measure.profile import load_trace
 from fastdiff_helpers.results.charts import save_figure
 from fastdiff_helpers.course.compiletime.watch import TuningWatch
 from fastdiff_helpers.results.store import Result
@@ -151,7 +150,7 @@ def test_profile_writes_its_trace_and_only_over_a_trace(box, tiny_pipes):
     pipe = tiny_pipes["sd15"]
     watch = Watch(box)
     fdh.profile(pipe, "a photo", steps=1, warmup=0, runs=1, trace="out/trace.json")
-    assert load_trace("out/trace.json")["traceEvents"]
+    assert json.loads(Path("out/trace.json").read_text())["traceEvents"]
     fdh.profile(pipe, "a photo", steps=1, warmup=0, runs=1, trace="out/trace.json")
     watch.only_in(box / "cwd" / "out" / "trace.json")
     _theirs(box / "cwd" / "notes.json")

@@ -130,13 +130,6 @@ def device_name(device: Any) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
 
 
-def gpu_folder(device: Any) -> str:
-    """The results folder name of a device: its name in lower case, words joined by "-",
-    without the vendor ("NVIDIA H100 80GB HBM3" -> "h100-80gb-hbm3")."""
-    name = re.sub(r"^(nvidia|amd|intel)\s+", "", device_name(device).strip(), flags=re.I)
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "device"
-
-
 def env_report(as_text: bool = False) -> dict[str, Any] | str:
     """Versions, device, GPU and numeric flags, as a dict (or an aligned text block).
 

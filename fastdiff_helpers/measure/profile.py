@@ -17,7 +17,6 @@ between ops on a CPU, and on a GPU the time the device sat idle (launch gaps, sy
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -322,8 +321,3 @@ def profile(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     return Profile(device=str(device), wall_s=wall, stages=stages, kinds=kinds,
                    profiled_wall_s=profiled_wall, denoising_s=denoising, top_ops=top,
                    syncs=syncs, trace_path=path, notes=notes)
-
-
-def load_trace(path: str | Path) -> dict[str, Any]:
-    """A saved trace, read back as JSON (what Perfetto opens)."""
-    return json.loads(Path(path).read_text())

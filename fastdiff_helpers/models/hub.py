@@ -34,17 +34,6 @@ def offline() -> str | None:
     return name if checks.env_switch(name, "the hub's offline mode", on=on) else None
 
 
-def check_online() -> None:
-    """Refuse a download in huggingface_hub's offline mode before it asks the hub anything
-    (every request raises OfflineModeIsEnabled there: huggingface_hub/utils/_http.py)."""
-    if offline():
-        raise FastdiffError("HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) is set: huggingface_hub "
-                            "is in offline mode and cannot download. Unset it on a machine "
-                            "that reaches huggingface.co, or carry a filled cache here "
-                            "(`download --dry-run` lists what the course needs). Nothing was "
-                            "downloaded.")
-
-
 def model_info(hub_id: str, timeout: float, files: bool = False):
     """model_info of `hub_id`; with `files` (file sizes) asked once per process (a file list
     stays put), without each time (is the hub answering now, and its gate?)."""

@@ -9,7 +9,6 @@ fdh.to_code(recipe), lives above them in codegen.py.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -331,14 +330,3 @@ class Recipe:
 
 KNOBS: dict[str, Knob] = {f.name: f.metadata["knob"] for f in dataclasses.fields(Recipe)}
 BASELINE = Recipe()  # the course's true fp32 baseline: TF32 off, classic attention
-_ID_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Recipe) if f.name != "compile"}
-
-
-def recipe_id(recipe: dict | None) -> str:
-    """A short, stable name of a compiled recipe (a Recipe.to_dict(): "compile" and the fields
-    away from their defaults), telling its graphs from another recipe's in the course clock's
-    record; "compile_pipeline" for a compile outside fdh.apply."""
-    if recipe is None:
-        return "compile_pipeline"
-    return json.dumps({k: v for k, v in recipe.items() if _ID_DEFAULTS.get(k, "?") != v},
-                      sort_keys=True, default=str)

@@ -49,7 +49,7 @@ from fastdiff_helpers.course.runs.ladder import _setup, measure_step, resolve_la
 from .folder import (baseline_image, matmul_rate, check_same_run, is_compiled, cuts_in_a_row, estimate,
                                record_tuning, results_root, rewrite_results, step_kind, tuning_bundle,
                                Folder, slug)
-from fastdiff_helpers.measure.env import gpu_folder
+from fastdiff_helpers.course.compiletime.bundle import gpu_folder
 from fastdiff_helpers.measure.record import utc_now
 
 __all__ = ["run_reference", "ReferenceOutcome", "EXIT_BUDGET", "COMMAND"]

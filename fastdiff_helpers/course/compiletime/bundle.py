@@ -46,12 +46,13 @@ import hashlib
 import json
 import math
 import os
+import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ... import checks
 from ...errors import FastdiffError
-from ...measure.env import cpu_name, gpu_folder
+from ...measure.env import cpu_name, device_name
 
 __all__ = ["FORMAT", "MUST_MATCH", "KNOWN_KINDS", "tuning_stamp", "bundle_path",
            "check_bundle_path", "read_bundle", "split_timings", "blocks",
@@ -63,6 +64,13 @@ FORMAT = "fastdiff-tuning 1"
 # what must be equal between the machine that tuned and the one that imports
 MUST_MATCH = ("torch", "triton", "cuda", "gpu_name", "sm_count", "capability", "cpu",
               "system_hash", "torch_key")
+def gpu_folder(device: Any) -> str:
+    """The results folder name of a device: its name in lower case, words joined by "-",
+    without the vendor ("NVIDIA H100 80GB HBM3" -> "h100-80gb-hbm3")."""
+    name = re.sub(r"^(nvidia|amd|intel)\s+", "", device_name(device).strip(), flags=re.I)
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "device"
+
+
 def _triton_version() -> str | None:
     try:
         from importlib import metadata

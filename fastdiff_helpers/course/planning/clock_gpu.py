@@ -16,13 +16,24 @@ from ...models.dtypes import fp32_or_half
 from .gpus import PROFILES
 from .autotune import is_tuning_step, tunes
 from .ladders import LADDERS
-from ...techniques.recipe import Recipe, recipe_id
+from ...techniques.recipe import Recipe
 
 __all__ = ["GPU_WORK", "NOTHING"]
 
 COURSE = dict(LADDERS["course"])
 FLUX = dict(LADDERS["flux"])
 NOTHING = "nothing that takes GPU time to speak of"
+_ID_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Recipe) if f.name != "compile"}
+
+
+def recipe_id(recipe: dict | None) -> str:
+    """A short, stable name of a compiled recipe (a Recipe.to_dict(): "compile" and the fields
+    away from their defaults), telling its graphs from another recipe's in the course clock's
+    record; "compile_pipeline" for a compile outside fdh.apply."""
+    if recipe is None:
+        return "compile_pipeline"
+    return json.dumps({k: v for k, v in recipe.items() if _ID_DEFAULTS.get(k, "?") != v},
+                      sort_keys=True, default=str)
 
 
 def _kind(recipe: Recipe) -> str:

@@ -22,7 +22,7 @@ from ...models.hooks import listening
 from ...models.loading import pipeline_info
 from ...models.state import PipelineState, compiled_by_hand
 from .autotune import tunes
-from ...techniques.recipe import recipe_id
+from .clock_gpu import recipe_id
 
 ENV = "FASTDIFF_CLOCK_LOG"
 

@@ -21,7 +21,7 @@ from ...errors import FastdiffError
 from ... import checks
 from ...models.downloads import GB, check_disk, repo_folders, wanted_variant
 from ..planning.gpus import PROFILES, gpu_profile
-from ...models.hub import (allow_patterns, check_cache_folder, check_online, fetch, gate_todo,
+from ...models.hub import (allow_patterns, check_cache_folder, fetch, gate_todo, offline,
                           hub_errors, needs_access)
 from ...models.loading import default_device, load_pipeline
 from ...models.noise import quiet_known_noise
@@ -60,6 +60,17 @@ LADDER_COMMANDS = ("demo", "ladder", "warm")
 # FASTDIFF_SMOKE=1 (fdh.course.smoke_mode) changes the defaults as it does the notebooks' settings:
 # the tiny model on the CPU, 2 steps, 2 timed runs, no extra runs; a flag given still wins.
 SMOKE = " (FASTDIFF_SMOKE=1: {})"
+
+
+def check_online() -> None:
+    """Refuse a download in huggingface_hub's offline mode before it asks the hub anything
+    (every request raises OfflineModeIsEnabled there: huggingface_hub/utils/_http.py)."""
+    if offline():
+        raise FastdiffError("HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) is set: huggingface_hub "
+                            "is in offline mode and cannot download. Unset it on a machine "
+                            "that reaches huggingface.co, or carry a filled cache here "
+                            "(`download --dry-run` lists what the course needs). Nothing was "
+                            "downloaded.")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
