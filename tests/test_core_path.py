@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.course import lessons as L
+from tools import lessons as L
 from fastdiff_helpers.course.written_for import WRITTEN_FOR, written_for_line
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -326,7 +326,7 @@ def test_cited_gpu_figures_are_the_committed_ones():
     import json
     import statistics
 
-    from fastdiff_helpers.course import lessons as L
+    from tools import lessons as L
 
     gpu = ROOT / "results" / "h100-80gb-hbm3"
     rates = [json.loads(line)["bf16_matmul_tflops"]

@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.course import hosted, lessons, opening
+from fastdiff_helpers.course import hosted
+from tools import lessons, opening
 from fastdiff_helpers.errors import FastdiffError
 from fastdiff_helpers.models import hub
 
@@ -62,8 +63,8 @@ def test_every_notebook_opens_with_the_cell_and_asks_colab_for_its_gpu(path):
     nb = _nb(path)
     code = _code(nb)
     assert code[0] == hosted.first_cell(), (
-        f"{path.name}: its first code cell is not hosted.FIRST_CELL: run `python -m "
-        "fastdiff_helpers lessons --write`")
+        f"{path.name}: its first code cell is not hosted.FIRST_CELL: run `.venv/bin/python -m "
+        "tools.lessons --write`")
     assert "fdh.course.settings(" in code[1] and "import fastdiff_helpers" not in code[1]
     assert nb["metadata"]["accelerator"] == "GPU"
     assert nb["metadata"]["colab"] == {"gpuType": opening.colab_gpu(path.name)}
@@ -532,14 +533,11 @@ def test_two_notebooks_alone_install_the_helper_on_a_hosted_stand_in(standin, tm
 
 
 def test_the_source_editing_commands_refuse_an_installed_package(tmp_path, monkeypatch):
-    """Installed, the package has no notebooks/ beside it: `lessons` and `clock --refresh`
-    (which write the course's notebooks, README and clock_record.py) refuse instead of writing
-    into the package's folder."""
+    """Installed, the package has no notebooks/ beside it: `clock --refresh` (which writes
+    clock_record.py) refuses instead of writing into the package's folder. (`lessons --write`,
+    which writes the notebooks and the README, is tools/lessons.py: never installed.)"""
     from fastdiff_helpers.course.planning import clock
 
-    monkeypatch.setattr(lessons, "NOTEBOOKS", tmp_path / "site-packages" / "notebooks")
-    with pytest.raises(FastdiffError, match="run it in a clone of the repository"):
-        lessons.write_labels()
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "00_setup.jsonl").write_text("")
     monkeypatch.setattr(clock, "__file__", str(tmp_path / "site-packages" / "fastdiff_helpers"

@@ -1,7 +1,7 @@
 """The course as a workshop day (issue 50): each notebook labelled with its track and minutes, on a
 one-day core path that fits about 5 hours on an H100; each lesson short, its provenance folded;
 exercises with minutes and a folded answer; terms in a glossary. The rules and the arithmetic are
-fastdiff_helpers/course/lessons.py; `python -m fastdiff_helpers lessons --write` puts the labels
+tools/lessons.py; `.venv/bin/python -m tools.lessons --write` puts the labels
 and the README's columns in line with them. Fast: the notebooks are read, not run."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fastdiff_helpers.course import lessons as L
+from tools import lessons as L
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = L.notebooks()
@@ -49,7 +49,7 @@ def test_the_first_cell_labels_track_and_minutes(path):
         f"{path.name} says {said}, the course computes {lesson.label} (reading "
         f"{lesson.reading_min:.1f} + est. GPU wait {lesson.wait_min:.1f} / "
         f"{lesson.t4_wait_min:.1f} + exercises {lesson.exercise_min} / "
-        f"{lesson.t4_exercise_min} min): run `python -m fastdiff_helpers lessons --write`")
+        f"{lesson.t4_exercise_min} min): run `.venv/bin/python -m tools.lessons --write`")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
@@ -186,7 +186,7 @@ def test_a_cells_estimated_wait_is_the_clocks_on_an_h100_and_the_plans_on_a_t4()
     plan's (T4) of that cell (issue 59, defect 15: five said an H100 figure alone, typed)."""
     import nbformat
 
-    from fastdiff_helpers.course.lessons import cell_waits, wait_words
+    from tools.lessons import cell_waits, wait_words
 
     wait = r"(?:under a minute|[\d.]+ min)"
     said = re.compile(rf"est\. {wait} on an H100(?:, {wait} on a T4)?")
@@ -211,8 +211,8 @@ def test_a_cells_estimated_wait_is_the_clocks_on_an_h100_and_the_plans_on_a_t4()
 def test_the_readme_shows_the_day():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert readme == L.syllabus_columns(readme, list(_lessons().values())), (
-        "the README's syllabus columns or core path line differ: run `python -m "
-        "fastdiff_helpers lessons --write`")
+        "the README's syllabus columns or core path line differ: run `.venv/bin/python -m "
+        "tools.lessons --write`")
     rows = L.SYLLABUS_ROW.findall(readme)
     assert [r[0] for r in rows] == [p.name[:2] for p in NOTEBOOKS]
     assert L.PATH_LINE.search(readme)

@@ -174,8 +174,8 @@ def skeleton_problems(nb, number: str) -> list[str]:
     else:
         if code[0].source != first_cell():
             problems.append("the first code cell is not the first cell of every notebook "
-                            "(fastdiff_helpers/course/hosted.py FIRST_CELL): run `python -m "
-                            "fastdiff_helpers lessons --write`")
+                            "(fastdiff_helpers/course/hosted.py FIRST_CELL): run `.venv/bin/python -m "
+                            "tools.lessons --write`")
         if not _calls(code[1].source, "course.settings"):
             problems.append("the second code cell is not the parameters cell: it must call "
                             "fdh.course.settings(...)")

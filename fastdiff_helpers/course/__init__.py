@@ -11,14 +11,9 @@ participant takes home; the core imports nothing from here.
     written_for       the library versions the course's code was written for
     playground        fdh.playground(): the ipywidgets panel to try recipes and compare runs
                       (its controls, phases and small formatters first)
-    lessons           the course as a workshop day: each notebook's track, visible words and
-                      minutes, the core path (README's syllabus, `lessons --write`); what a
-                      lesson waits for on an H100 and a T4, and what it downloads
     hosted            what every notebook's first cell runs where the course is not installed
                       (Colab, Kaggle, any Jupyter): the host's limits, the install with the
                       host's torch and Jupyter held, whether to restart; the cell itself
-    opening           how a notebook opens where a participant is: its first cell, the GPU
-                      Colab gives it, its Open-in-Colab and Open-in-Kaggle badges
     savers_report     a lesson's comparison: each memory saver's peak memory and time, beside
                       the pipeline without it (fdh.course.memory_savers_report)
     lora_swaps        14's LoRA lesson: its stand-in LoRA files, made in code

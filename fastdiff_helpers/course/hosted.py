@@ -11,7 +11,7 @@ versions (a constraints file from what is installed, as Kaggle builds its own im
 `finish()` says whether the kernel must restart: only when a module it had imported changed.
 
 FIRST_CELL is the cell itself; every notebook holds a copy (tests/test_hosted.py keeps them
-equal; `python -m fastdiff_helpers lessons --write` writes them). Introduced in 00_setup.ipynb.
+equal; `.venv/bin/python -m tools.lessons --write` writes them). Introduced in 00_setup.ipynb.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import subprocess
 import sys
 from typing import Any
 
-# accelerator and colab.gpuType: the GPU Colab opens the notebook on (course/lessons.py)
+# accelerator and colab.gpuType: the GPU Colab opens the notebook on (tools/lessons.py)
 KEEP_NOTEBOOK = ("kernelspec", "language_info", "accelerator", "colab")
 KEEP_COLAB = ("gpuType",)
 KEEP_CELL = ("tags",)

@@ -1,5 +1,5 @@
 """The command line: `python -m fastdiff_helpers demo | ladder | bench | batch | warm | tuning
-| download | env | plan | lessons` (also `fastdiff ...`); warm, tuning and clock are in
+| download | env | plan` (also `fastdiff ...`); warm, tuning and clock are in
 cli_compile.py. `download` fetches the weights the course (or the notebooks named) loads ahead
 of a workshop, in the dtypes its cells run them in, sizes said first and the disk checked: each
 repository by huggingface_hub's own snapshot_download (its progress bars), restricted to the
@@ -37,7 +37,6 @@ from ...measure.bench import benchmark
 from ...measure.env import env_report
 from ...results.store import RESULTS_FOLDER, save_result
 from ...results.tables import format_table
-from .. import lessons
 from ..parameters import course_hooks, smoke_mode
 from . import demo
 from .ladder import resolve_ladder, run_ladder
@@ -173,10 +172,6 @@ def build_parser() -> argparse.ArgumentParser:
     _recipe_flags(batch)
 
     sub.add_parser("env", help="print the environment report")
-    lessons = sub.add_parser("lessons", help="the course as a workshop day: each notebook's "
-                             "track, words and minutes, and the core path (README's syllabus)")
-    lessons.add_argument("--write", action="store_true",
-                         help="put each notebook's label and the README's columns in line")
     add_plan_command(sub)
     return parser
 
@@ -238,12 +233,6 @@ def _main(argv: Sequence[str] | None) -> int:
             return 0
         if args.command == "plan":
             return run_plan(args)
-        if args.command == "lessons":
-            found = lessons.lessons()
-            print(lessons.table(found))
-            for path in lessons.write_labels(found) if args.write else []:
-                print(f"fastdiff: wrote {path}")
-            return 0
         if args.command == "download":
             return download(args.notebooks, args.models, args.dry_run, args.gpu)
         if args.command not in ("tuning", "clock"):

@@ -1,15 +1,15 @@
 """How a notebook opens where a participant is: its first cell (hosted.first_cell), the GPU
 Colab gives it (its metadata), and its Open-in-Colab and Open-in-Kaggle badges (the README's
-syllabus). `python -m fastdiff_helpers lessons --write` writes all three (lessons.py).
+syllabus). `.venv/bin/python -m tools.lessons --write` writes all three (tools/lessons.py).
 Introduced in docs/hosted.md."""
 
 from __future__ import annotations
 
 import functools
 
-from .planning.gpus import PROFILES
-from .planning.plan import plan
-from . import hosted
+from fastdiff_helpers.course.planning.gpus import PROFILES
+from fastdiff_helpers.course.planning.plan import plan
+from fastdiff_helpers.course import hosted
 
 # The GPU Colab opens each notebook on (its metadata: accelerator, colab.gpuType): the cheapest
 # card Colab offers whose plan (course/planning/plan.py) runs the lesson; a lesson about fp8 needs a

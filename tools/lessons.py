@@ -1,7 +1,7 @@
 """The course as a workshop day: each notebook's track (core or optional) and its minutes, the
 text a participant sees, and the one-day core path.
 
-Introduced in README.md ("The syllabus"). `python -m fastdiff_helpers lessons` prints the table;
+Introduced in README.md ("The syllabus"). `.venv/bin/python -m tools.lessons` prints the table;
 `--write` puts each notebook's label and downloads line (its first cell) and the README's
 syllabus columns in line with it. A lesson's minutes, on an H100 and on a T4, are its reading
 time (visible words at READING_WPM), the estimated GPU wait on that card (the course clock,
@@ -14,28 +14,32 @@ The waits and the downloads per card are the second part of this module.
 What a participant sees ("visible text"): the markdown cells, less folded `<details>` blocks,
 fenced code and HTML comments. Provenance, caveats and the project's tooling go in the folded
 blocks (each titled for what it holds) or in docs/.
+
+It reads and writes the course's source (notebooks/, README.md), so it lives in tools/, in the
+clone, not in the installed package.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from ..errors import FastdiffError
-from ..models.downloads import download_bytes, files_dtype
-from .planning.gpus import PROFILES
-from . import hosted
-from .opening import badges, cell_text, colab_gpu, with_first_cell
-from .planning import clock
-from .planning.clock_record import RECORDED
-from .planning.course_downloads import course_downloads, for_card
-from .planning.plan import card_work, plan
+from fastdiff_helpers.models.downloads import download_bytes, files_dtype
+from fastdiff_helpers.course.planning.gpus import PROFILES
+from fastdiff_helpers.course import hosted
+from fastdiff_helpers.course.planning import clock
+from fastdiff_helpers.course.planning.clock_record import RECORDED
+from fastdiff_helpers.course.planning.course_downloads import course_downloads, for_card
+from fastdiff_helpers.course.planning.plan import card_work, plan
+from tools.opening import badges, cell_text, colab_gpu, with_first_cell
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 README = ROOT / "README.md"
 
@@ -65,11 +69,7 @@ SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]*_]*\s+(?=[\"'(\[*_`]*[A-Z0-9`])")
 
 
 def notebooks() -> list[Path]:
-    """The course's notebooks, in a clone: an installed package has none beside it, and the
-    writes of `lessons --write` are edits of the course's source, never of the package."""
-    if not NOTEBOOKS.is_dir():
-        raise FastdiffError(f"{NOTEBOOKS} is not there: `lessons` reads and writes the course's "
-                            "notebooks and README, so run it in a clone of the repository.")
+    """The course's notebooks, in the course's order."""
     return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 
 
@@ -234,7 +234,7 @@ def table(found: list[Lesson] | None = None) -> str:
 
 
 def _write_notebook(path: Path, nb: dict) -> None:
-    # as JupyterLab writes a notebook (course/nbclean.py)
+    # as JupyterLab writes a notebook (fastdiff_helpers/course/nbclean.py)
     path.write_text(json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n",
                     encoding="utf-8")
 
@@ -401,3 +401,21 @@ def downloads_line(name: str, path: list[str]) -> str:
                  f"H100: {_files(day)}. On a T4, where fp32 SDXL does not fit, "
                  f"{sum(r[2] for r in t4) / 1e9:.1f} GB.")
     return line
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=".venv/bin/python -m tools.lessons", description=(
+        "The course as a workshop day: each notebook's track, words and minutes, and the core "
+        "path (README's syllabus)."))
+    parser.add_argument("--write", action="store_true",
+                        help="put each notebook's label and the README's columns in line")
+    args = parser.parse_args(argv)
+    found = lessons()
+    print(table(found))
+    for path in write_labels(found) if args.write else []:
+        print(f"fastdiff: wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
