@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import fastdiff_helpers as fdh
-from fastdiff_helpers.techniques.compile import compile_part
+from fastdiff_helpers.course.runs.warm import compile_part
 from fastdiff_helpers.errors import FastdiffError
 from fastdiff_helpers.course.compiletime import bundle as bundle_format, bundle_cache, bundle_io
 from fastdiff_helpers.course.compiletime import watch as tuning_watch

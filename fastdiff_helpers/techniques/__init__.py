@@ -37,7 +37,7 @@ from ..models.loading import pipeline_device, pipeline_info
 from ..models.noise import quiet_known_noise
 from . import attention, compile as comp, fusion, guidance, precision, quantization, step_cache as cache, syncs
 from .attention import SDPABackendProcessor, check_attention, set_attention
-from .compile import (capture_denoiser_inputs, check_scope, compile_part, compile_pipeline,
+from .compile import (capture_denoiser_inputs, check_scope, compile_pipeline,
                       graph_breaks, set_channels_last, blog_inductor_flags)
 from .flux import check_recipe
 from .fusion import fuse_qkv
@@ -198,7 +198,7 @@ def apply(pipe, recipe: Recipe, tuning: Callable | None = None):
 
 
 __all__ = ["apply", "current_recipe", "set_precision", "set_tf32", "set_attention", "set_channels_last",
-           "compile_pipeline", "compile_part", "blog_inductor_flags", "fuse_qkv", "remove_syncs", "quantize",
+           "compile_pipeline", "blog_inductor_flags", "fuse_qkv", "remove_syncs", "quantize",
            "conv1x1_to_linear", "graph_breaks", "count_syncs", "capture_denoiser_inputs",
            "blog_filter", "fastdiff_filter", "blog_conv_filter", "tf32_state",
            "SDPABackendProcessor", "RecipeError", "step_cache", "stop_guidance"]

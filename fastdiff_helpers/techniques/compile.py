@@ -203,56 +203,6 @@ def capture_denoiser_inputs(pipe, **kwargs) -> tuple[tuple, dict]:
     return seen[0]
 
 
-PARTS = ("all", "denoiser", "vae")
-
-
-def capture_vae_inputs(pipe, **kwargs) -> tuple[tuple, dict]:
-    """The (args, kwargs) the pipeline passes to pipe.vae.decode, from a real short call run
-    eagerly (a compiled decode or denoiser neither runs nor compiles)."""
-    decode = pipe.vae.decode
-    seen: list[tuple[tuple, dict]] = []
-
-    def capture(*args, **kw):
-        if not seen:
-            seen.append((args, dict(kw)))
-        return decode(*args, **kw)
-
-    pipe.vae.decode = capture
-    try:
-        with torch.compiler.set_stance("force_eager"):
-            pipe(**call_kwargs(pipe, **dict(dict(steps=2), **kwargs)))
-    finally:
-        pipe.vae.decode = decode
-    if not seen:
-        raise RecipeError(f"{type(pipe).__name__} did not call vae.decode: nothing to capture.")
-    return seen[0]
-
-
-def compile_part(pipe, part: str = "all", **kwargs) -> None:
-    """Compile one part of a compiled pipeline by calling it once with exactly the inputs
-    the pipeline gives it (shapes, dtype, memory layout, grad mode), so that tuning the
-    denoiser and the VAE decode can go in separate commands; a later pipeline call finds
-    both compiled (no recompile). "all": one pipeline call. `kwargs`: call_kwargs's.
-    Introduced in docs/instructor.md."""
-    if part not in PARTS:
-        raise RecipeError(f"Unknown part {part!r}. Use one of: {', '.join(PARTS)}.")
-    done = applied(pipe)
-    if "compile" not in done:
-        raise RecipeError("This pipeline is not compiled: apply a recipe with compile first.")
-    if part == "all":
-        pipe(**call_kwargs(pipe, **kwargs))
-        return
-    if step_plan(pipe) is not None or "guidance_stop" in done:
-        raise RecipeError("A step plan or a guidance stop changes the denoiser's inputs from "
-                          "step to step: compile it with part='all' (one pipeline call).")
-    if part == "vae" and not done["compile"]["compile_vae"]:
-        raise RecipeError("The VAE decode is not compiled in this recipe (compile_vae=False).")
-    args, kw = (capture_denoiser_inputs(pipe, **kwargs) if part == "denoiser" else
-                capture_vae_inputs(pipe, **kwargs))
-    with torch.no_grad():  # as the pipeline's __call__ runs (@torch.no_grad(): dynamo guards it)
-        (get_denoiser(pipe) if part == "denoiser" else pipe.vae.decode)(*args, **kw)
-
-
 def graph_breaks(pipe, verbose: bool = True, **kwargs) -> dict[str, Any]:
     """Dynamo's graph-break report for the denoiser, with the inputs the pipeline really passes.
 

@@ -12,7 +12,6 @@ import argparse
 from pathlib import Path
 
 from ... import checks
-from ...techniques.compile import PARTS
 from ..planning.compile_cache import use_course_cache
 from ..planning.ladders import LADDERS
 from ..compiletime.cold_start import check_artifacts_path, load_artifacts
@@ -20,7 +19,7 @@ from ..planning import clock
 from ..compiletime.bundle import bundle_path
 from ..compiletime.bundle_cache import import_raw
 from ..compiletime.bundle_io import export_tuning, import_matching, import_tuning, show_tuning
-from .warm import warm_ladder
+from .warm import PARTS, warm_ladder
 
 __all__ = ["COMPILE_COMMANDS", "add_compile_commands", "UsageError"]
 

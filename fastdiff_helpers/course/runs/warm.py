@@ -12,10 +12,14 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Iterable
 
+import torch
+
 from ...models.loading import FastdiffError, free_memory, load_pipeline, resolve_weights
 from ...techniques import apply, current_recipe
 from ..planning.autotune import course_tuning, covers, step_blocked
-from ...techniques.compile import PARTS, compile_part
+from ...models.loading import call_kwargs, get_denoiser, pipeline_info
+from ...techniques.compile import capture_denoiser_inputs
+from ...techniques.step_cache import step_plan
 from ...techniques.recipe import RecipeError
 from ..planning.ladders import LADDERS
 from ..compiletime.cold_start import save_artifacts
@@ -24,7 +28,57 @@ from ..compiletime.bundle import check_bundle_path
 from ..compiletime.watch import TuningWatch
 from .ladder import _setup, resolve_ladder
 
-__all__ = ["warm_ladder"]
+__all__ = ["warm_ladder", "compile_part"]
+
+
+PARTS = ("all", "denoiser", "vae")
+
+
+def capture_vae_inputs(pipe, **kwargs) -> tuple[tuple, dict]:
+    """The (args, kwargs) the pipeline passes to pipe.vae.decode, from a real short call run
+    eagerly (a compiled decode or denoiser neither runs nor compiles)."""
+    decode = pipe.vae.decode
+    seen: list[tuple[tuple, dict]] = []
+
+    def capture(*args, **kw):
+        if not seen:
+            seen.append((args, dict(kw)))
+        return decode(*args, **kw)
+
+    pipe.vae.decode = capture
+    try:
+        with torch.compiler.set_stance("force_eager"):
+            pipe(**call_kwargs(pipe, **dict(dict(steps=2), **kwargs)))
+    finally:
+        pipe.vae.decode = decode
+    if not seen:
+        raise RecipeError(f"{type(pipe).__name__} did not call vae.decode: nothing to capture.")
+    return seen[0]
+
+
+def compile_part(pipe, part: str = "all", **kwargs) -> None:
+    """Compile one part of a compiled pipeline by calling it once with exactly the inputs
+    the pipeline gives it (shapes, dtype, memory layout, grad mode), so that tuning the
+    denoiser and the VAE decode can go in separate commands; a later pipeline call finds
+    both compiled (no recompile). "all": one pipeline call. `kwargs`: call_kwargs's.
+    Introduced in docs/instructor.md."""
+    if part not in PARTS:
+        raise RecipeError(f"Unknown part {part!r}. Use one of: {', '.join(PARTS)}.")
+    done = pipeline_info(pipe).applied
+    if "compile" not in done:
+        raise RecipeError("This pipeline is not compiled: apply a recipe with compile first.")
+    if part == "all":
+        pipe(**call_kwargs(pipe, **kwargs))
+        return
+    if step_plan(pipe) is not None or "guidance_stop" in done:
+        raise RecipeError("A step plan or a guidance stop changes the denoiser's inputs from "
+                          "step to step: compile it with part='all' (one pipeline call).")
+    if part == "vae" and not done["compile"]["compile_vae"]:
+        raise RecipeError("The VAE decode is not compiled in this recipe (compile_vae=False).")
+    args, kw = (capture_denoiser_inputs(pipe, **kwargs) if part == "denoiser" else
+                capture_vae_inputs(pipe, **kwargs))
+    with torch.no_grad():  # as the pipeline's __call__ runs (@torch.no_grad(): dynamo guards it)
+        (get_denoiser(pipe) if part == "denoiser" else pipe.vae.decode)(*args, **kw)
 
 
 def warm_ladder(model: str = "sdxl", weights: str = "auto", ladder: str | None = None,
@@ -38,7 +92,7 @@ def warm_ladder(model: str = "sdxl", weights: str = "auto", ladder: str | None =
     versions. Returns one row per step: load (with apply), first call, and its compile split.
 
     `part`: "denoiser" or "vae" compiles only that part, with the exact inputs the pipeline
-    gives it (techniques/compile.py compile_part), so each part's max-autotune tuning fits its own
+    gives it (compile_part, above), so each part's max-autotune tuning fits its own
     command; "all" (default) makes one pipeline call. `bundle`: keep the tuning in this bundle as it
     grows (TuningWatch: every 30 s, at the end, when stopped), e.g. fdh.course.bundle_path(model);
     import first what you have (fdh.course.import_tuning).
