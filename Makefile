@@ -48,22 +48,23 @@ test: venv browser-deps
 LAB_IP ?= 127.0.0.1
 LAB_PORT ?= 8888
 # A notebook run and saved keeps its outputs in its file; git stores it without them (nbfilter),
-# and the post-save hook keeps `git status` clean while only outputs changed (course/nbclean.py).
+# and the post-save hook keeps `git status` clean while only outputs changed (tools/nbclean.py; the
+# server finds it through PYTHONPATH: tools/ is the clone's, not the installed package's).
 lab: venv nbfilter
-	$(VENV)/bin/jupyter lab --no-browser --ip $(LAB_IP) --port $(LAB_PORT) \
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(VENV)/bin/jupyter lab --no-browser --ip $(LAB_IP) --port $(LAB_PORT) \
 		--LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
 		--LabApp.app_settings_dir=$(CURDIR)/tools/jupyterlab \
-		--ContentsManager.post_save_hook=fastdiff_helpers.course.nbclean.post_save \
+		--ContentsManager.post_save_hook=tools.nbclean.post_save \
 		$$([ "$$(id -u)" = 0 ] && echo --allow-root) notebooks/
 
 # .gitattributes sends notebooks/*.ipynb through the filter fastdiff-notebook; this defines it in
 # the clone's git config (a clone never gets config from upstream): `git add` stores a notebook
-# cleaned by fastdiff_helpers/course/nbclean.py (python3 and its standard library, no .venv),
+# cleaned by tools/nbclean.py (python3 and its standard library, no .venv),
 # `git diff` compares through it. `required`: a notebook the filter cannot read stops `git add`
 # instead of going in as it is; a required filter also needs a smudge command, else every
 # checkout of a notebook fails (git's convert.c), so `cat` writes it out as stored. Only at the
 # top of a git work tree; idempotent.
-NBFILTER_CLEAN := $(PYTHON) fastdiff_helpers/course/nbclean.py
+NBFILTER_CLEAN := $(PYTHON) tools/nbclean.py
 nbfilter:
 	@if command -v git >/dev/null && cdup=$$(git rev-parse --show-cdup 2>/dev/null) && \
 		[ -z "$$cdup" ] && [ "$$(git rev-parse --is-inside-work-tree)" = true ]; then \

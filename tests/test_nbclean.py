@@ -1,6 +1,6 @@
 """The participant's work kept (issue 46, item 5): a notebook run and saved in `make lab` keeps its
 outputs in its file, and git stores it clean through the filter .gitattributes names and the
-Makefile's `nbfilter` defines (fastdiff_helpers/course/nbclean.py). The git tests work in a
+Makefile's `nbfilter` defines (tools/nbclean.py). The git tests work in a
 temporary clone-like repository with the project's Makefile, .gitattributes and cleaner, the
 filter defined by `make nbfilter` as `make lab` defines it; notebooks are saved with nbformat.write,
 the call jupyter_server's FileContentsManager saves with (services/contents/fileio.py
@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from fastdiff_helpers.course import nbclean
+from tools import nbclean
 
 nbformat = pytest.importorskip("nbformat")
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-CLEANER = Path("fastdiff_helpers", "course", "nbclean.py")
+CLEANER = Path("tools", "nbclean.py")
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
            "GIT_COMMITTER_EMAIL": "t@t", "GIT_CONFIG_NOSYSTEM": "1"}
 

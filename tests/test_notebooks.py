@@ -21,7 +21,7 @@ import pytest
 nbformat = pytest.importorskip("nbformat")
 
 from fastdiff_helpers.course.hosted import first_cell  # noqa: E402
-from fastdiff_helpers.course.nbclean import KEEP_CELL, KEEP_COLAB, KEEP_NOTEBOOK  # noqa: E402
+from tools.nbclean import KEEP_CELL, KEEP_COLAB, KEEP_NOTEBOOK  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"

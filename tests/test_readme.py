@@ -388,7 +388,7 @@ def test_make_lab_asks_no_news_question_and_keeps_the_participants_outputs(tmp_p
     Issue 46: a pre-save hook then saved the course's notebooks without outputs, so a browser
     reload lost a participant's results. Now the file keeps them, git stores the notebook clean
     (the filter of `make nbfilter`, tests/test_nbclean.py) and the post-save hook
-    (fastdiff_helpers.course.nbclean.post_save) keeps `git status` clean. The server is started
+    (tools.nbclean.post_save, found through PYTHONPATH) keeps `git status` clean. The server is started
     with the recipe's own flags (not through make, which would first check .venv) on a clone-like
     copy, and asked through its REST API as JupyterLab does."""
     import json
@@ -404,8 +404,9 @@ def test_make_lab_asks_no_news_question_and_keeps_the_participants_outputs(tmp_p
     flags = ["--LabApp.news_url=None",
              "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
              "--LabApp.app_settings_dir=$(CURDIR)/tools/jupyterlab",
-             "--ContentsManager.post_save_hook=fastdiff_helpers.course.nbclean.post_save"]
+             "--ContentsManager.post_save_hook=tools.nbclean.post_save"]
     assert all(flag in recipe for flag in flags) and "pre_save_hook" not in recipe, recipe
+    assert "PYTHONPATH=$(CURDIR)" in recipe, recipe  # where the server finds tools.nbclean
     served = course_clone(tmp_path) / "notebooks"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

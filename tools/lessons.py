@@ -234,7 +234,7 @@ def table(found: list[Lesson] | None = None) -> str:
 
 
 def _write_notebook(path: Path, nb: dict) -> None:
-    # as JupyterLab writes a notebook (fastdiff_helpers/course/nbclean.py)
+    # as JupyterLab writes a notebook (tools/nbclean.py)
     path.write_text(json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n",
                     encoding="utf-8")
 

@@ -25,8 +25,6 @@ participant takes home; the core imports nothing from here.
     recompiles        05's lesson: what a compiled pipeline recompiles for when the image
                       size or a weight changes (fdh.course.recompile_report)
     naive             naive_time: the classic timing mistake 01 shows, wrong on purpose
-    nbclean           git's clean filter for the notebooks (committed without outputs, which
-                      the files keep) and `make lab`'s post-save hook
 
 Its three subpackages: planning (what a card will do with the course, before anything runs: the
 clock, the estimates, sizing, the course's compile decisions), compiletime (tuning bundles,

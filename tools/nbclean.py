@@ -5,12 +5,12 @@ notebook without outputs, execution counts and widget state, and `git diff` comp
 so only edits of the cells' sources show and are committed; the file on disk keeps every output.
 `make lab` adds the post-save hook below, so `git status` stays clean as well.
 
-The filter runs as `python3 fastdiff_helpers/course/nbclean.py`, on the standard library alone
+The filter runs as `python3 tools/nbclean.py`, on the standard library alone
 (no .venv needed), from the top of the work tree (git's setup.c `setup_discovered_git_dir` leaves
 git there and convert.c `apply_single_file_filter` starts the command without changing it). It
 writes what JupyterLab writes (nbformat/v4/nbjson.py `JSONWriter.writes`: indent 1, sorted keys,
 no ASCII escapes; nbformat.write adds the final newline), so a notebook that was only run cleans
-back to its committed bytes. `python -m fastdiff_helpers.course.nbclean < in.ipynb > out.ipynb`
+back to its committed bytes. `python3 tools/nbclean.py < in.ipynb > out.ipynb`
 cleans a file the same way. Introduced by `make lab` (README, "Editing a notebook")."""
 
 from __future__ import annotations
