@@ -256,9 +256,10 @@ def test_the_readme_table_is_the_clocks():
 
 
 def test_a_refresh_from_one_notebooks_log_keeps_the_others(tmp_path):
-    """`clock --refresh` after one notebook's smoke run rewrites that notebook's record and keeps
+    """tools/clock_refresh.py after one notebook's smoke run rewrites that notebook's record and keeps
     the rest; a notebook that is gone loses its record."""
     from fastdiff_helpers.course.planning import clock_record
+    from tools.clock_refresh import refresh
 
     logs, folder = tmp_path / "logs", tmp_path / "notebooks"
     logs.mkdir()
@@ -267,7 +268,7 @@ def test_a_refresh_from_one_notebooks_log_keeps_the_others(tmp_path):
         (folder / name).write_text("{}")
     (logs / "00_setup.jsonl").write_text("\n".join(json.dumps(e) for e in EVENTS) + "\n")
     target = tmp_path / "record.py"
-    clock.refresh(logs, target, notebooks=folder)
+    refresh(logs, target, notebooks=folder)
     namespace: dict = {}
     exec(target.read_text(), namespace)
     assert namespace["RECORDED"]["00_setup.ipynb"] == clock.summarize(EVENTS)

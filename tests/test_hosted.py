@@ -25,7 +25,7 @@ import pytest
 
 import fastdiff_helpers as fdh
 from fastdiff_helpers.course import hosted
-from tools import lessons, opening
+from tools import opening
 from fastdiff_helpers.errors import FastdiffError
 from fastdiff_helpers.models import hub
 
@@ -530,18 +530,3 @@ def test_two_notebooks_alone_install_the_helper_on_a_hosted_stand_in(standin, tm
                if p.is_file() and "__pycache__" not in p.parts
                and str(p.relative_to(site)) not in installed]
     assert not written, written  # nothing written into the package's folder after its install
-
-
-def test_the_source_editing_commands_refuse_an_installed_package(tmp_path, monkeypatch):
-    """Installed, the package has no notebooks/ beside it: `clock --refresh` (which writes
-    clock_record.py) refuses instead of writing into the package's folder. (`lessons --write`,
-    which writes the notebooks and the README, is tools/lessons.py: never installed.)"""
-    from fastdiff_helpers.course.planning import clock
-
-    (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "00_setup.jsonl").write_text("")
-    monkeypatch.setattr(clock, "__file__", str(tmp_path / "site-packages" / "fastdiff_helpers"
-                                               / "course" / "planning" / "clock.py"))
-    with pytest.raises(FastdiffError, match="refreshed in a clone of the repository"):
-        clock.refresh(tmp_path / "out")
-    assert not (tmp_path / "site-packages").exists()

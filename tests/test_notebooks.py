@@ -342,5 +342,5 @@ def test_notebook_runs_in_smoke_mode(path, monkeypatch):
     recorded = clock.summarize(clock.read_log(log))
     assert recorded == clock_record.RECORDED.get(path.name, {}), (
         f"{path.name} loads, compiles or calls other than the course clock's record says: after "
-        "make test, refresh it with `.venv/bin/python -m fastdiff_helpers clock --refresh "
+        "make test, refresh it with `.venv/bin/python -m tools.clock_refresh "
         f"out/clock` and read the diff (what changed, and its estimate in docs/workshop.md)")

@@ -19,7 +19,6 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from ...errors import FastdiffError
 from .autotune import (GRAPH_OPS, REGIONAL_S, SHAPE_S, VAE_OPS, WITHOUT_TUNING,
                        graph_ops_of, graph_seconds)
 from .gpus import PROFILES, TEMPLATE_SMS
@@ -272,41 +271,3 @@ def course_table(sms: int = PROFILES["h100"].sms) -> str:
                  f"{_m(sum(n['compile_s'] for n in off['notebooks'].values()))} | | | "
                  f"{_m(on['total_s'])} + coordinate descent |")
     return "\n".join(lines)
-
-
-def refresh(folder: str | Path, target: str | Path | None = None,
-            notebooks: Path | None = None) -> Path:
-    """Write clock_record.py from the smoke runs' logs in `folder` (out/clock after a make
-    test: one <notebook>.jsonl each). A notebook without a log there keeps its record (one
-    notebook's smoke run refreshes its own); a notebook no longer in `notebooks` (default: the
-    course's folder) loses it. Returns the file written."""
-    logs = sorted(Path(folder).glob("*.jsonl"))
-    if not logs:
-        raise FastdiffError(f"{folder} holds no <notebook>.jsonl: run the notebooks' smoke test "
-                            "first (make test, or pytest tests/test_notebooks.py -k smoke).")
-    folder_of_notebooks = notebooks or Path(__file__).resolve().parents[2] / "notebooks"
-    if not folder_of_notebooks.is_dir():  # an installed package: its folder is not the source
-        raise FastdiffError(f"{folder_of_notebooks} is not there: the clock's record is the "
-                            "course's source (clock_record.py), refreshed in a clone of the "
-                            "repository.")
-    existing = {p.name for p in folder_of_notebooks.glob("*.ipynb")}
-    recorded = {name: cells for name, cells in RECORDED.items() if name in existing}
-    recorded.update({f"{log.stem}.ipynb": summarize(read_log(log)) for log in logs})
-    target = Path(target) if target else Path(__file__).with_name("clock_record.py")
-    head = target.read_text().split("RECORDED", 1)[0] if target.exists() else ""
-    lines = ["RECORDED: dict = {"]
-    for notebook, cells in sorted(recorded.items()):  # a cell a line: diffs say which changed
-        lines.append(f"    {notebook!r}: {{")
-        lines += [f"        {cell!r}: {_literal(work)}," for cell, work in cells.items()]
-        lines.append("    },")
-    target.write_text(head + "\n".join(lines) + "\n}\n")
-    return target
-
-
-def _literal(value: Any) -> str:
-    """A Python literal of JSON-like data, on one line, its keys sorted."""
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k!r}: {_literal(value[k])}" for k in sorted(value)) + "}"
-    if isinstance(value, list):
-        return "[" + ", ".join(_literal(v) for v in value) + "]"
-    return repr(value)

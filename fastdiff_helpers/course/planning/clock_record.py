@@ -1,5 +1,5 @@
 """What each notebook's smoke run did, per cell (course/planning/clock.py summarize): written by
-`python -m fastdiff_helpers clock --refresh out/clock` after a make test, checked against every
+`.venv/bin/python -m tools.clock_refresh out/clock` after a make test, checked against every
 smoke run by tests/test_notebooks.py. Do not edit by hand."""
 
 RECORDED: dict = {

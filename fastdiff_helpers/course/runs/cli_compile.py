@@ -86,11 +86,8 @@ def add_compile_commands(sub, common, steps: list[str]) -> None:
     show = verbs.add_parser("show", help="what a bundle holds")
     show.add_argument("file", metavar="FILE")
 
-    clock = sub.add_parser("clock", help="the course clock: what each notebook compiles and "
-                           "runs on a GPU, and the estimated wait (docs/workshop.md: the course clock)")
-    clock.add_argument("--refresh", default=None, metavar="DIR",
-                       help="rewrite its record from the smoke runs' logs in DIR (out/clock "
-                            "after make test)")
+    sub.add_parser("clock", help="the course clock: what each notebook compiles and runs on a "
+                   "GPU, and the estimated wait (docs/workshop.md: the course clock)")
 
 
 def _warm(args: argparse.Namespace, argv) -> int:
@@ -153,9 +150,6 @@ def _tuning(args: argparse.Namespace, argv) -> int:
 
 
 def _clock(args: argparse.Namespace, argv) -> int:
-    if args.refresh:
-        print(f"fastdiff: wrote {clock.refresh(args.refresh)}")
-        return 0
     print(clock.course_table())
     return 0
 
