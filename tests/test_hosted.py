@@ -46,13 +46,13 @@ def _code(nb: dict) -> list[str]:
 # --- the first cell, its one source, the badges -------------------------------------------------
 
 def test_the_first_cell_is_short_says_what_it_does_and_reads_the_repository_once():
-    cell = hosted.first_cell()
+    cell = opening.first_cell()
     lines = cell.splitlines()
     comments = [line for line in lines if line.startswith("#")]
     assert len(lines) - len(comments) <= 13 and 2 <= len(comments) <= 4, cell
     assert "restart" in " ".join(comments) and "torch" in " ".join(comments)
     # the address is pyproject's, through the installed metadata (a stale .venv would differ)
-    assert hosted.repository_url() == REPOSITORY.rstrip("/")
+    assert opening.repository_url() == REPOSITORY.rstrip("/")
     assert f'"git+{REPOSITORY}"' in cell and cell.count("github.com") == 1
     assert 'os.environ.get("FASTDIFF_SOURCE")' in cell
     assert cell.rstrip().endswith("import fastdiff_helpers as fdh")
@@ -62,8 +62,8 @@ def test_the_first_cell_is_short_says_what_it_does_and_reads_the_repository_once
 def test_every_notebook_opens_with_the_cell_and_asks_colab_for_its_gpu(path):
     nb = _nb(path)
     code = _code(nb)
-    assert code[0] == hosted.first_cell(), (
-        f"{path.name}: its first code cell is not hosted.FIRST_CELL: run `.venv/bin/python -m "
+    assert code[0] == opening.first_cell(), (
+        f"{path.name}: its first code cell is not opening.FIRST_CELL: run `.venv/bin/python -m "
         "tools.lessons --write`")
     assert "fdh.course.settings(" in code[1] and "import fastdiff_helpers" not in code[1]
     assert nb["metadata"]["accelerator"] == "GPU"
@@ -76,9 +76,9 @@ def test_a_changed_first_cell_is_caught_and_rewritten(tmp_path):
     nb = _nb(NOTEBOOKS[1])
     nb["cells"][[i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code"][0]][
         "source"] = ["import fastdiff_helpers as fdh\n"]
-    assert _code(nb)[0] != hosted.first_cell()
-    fixed = opening.with_first_cell(nb, hosted.first_cell(), "T4")
-    assert _code(fixed)[0] == hosted.first_cell()
+    assert _code(nb)[0] != opening.first_cell()
+    fixed = opening.with_first_cell(nb, opening.first_cell(), "T4")
+    assert _code(fixed)[0] == opening.first_cell()
     assert len(_code(fixed)) == len(_code(_nb(NOTEBOOKS[1])))  # rewritten, not added twice
 
 

@@ -20,7 +20,7 @@ import pytest
 
 nbformat = pytest.importorskip("nbformat")
 
-from fastdiff_helpers.course.hosted import first_cell  # noqa: E402
+from tools.opening import first_cell  # noqa: E402
 from tools.nbclean import KEEP_CELL, KEEP_COLAB, KEEP_NOTEBOOK  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -174,7 +174,7 @@ def skeleton_problems(nb, number: str) -> list[str]:
     else:
         if code[0].source != first_cell():
             problems.append("the first code cell is not the first cell of every notebook "
-                            "(fastdiff_helpers/course/hosted.py FIRST_CELL): run `.venv/bin/python -m "
+                            "(tools/opening.py FIRST_CELL): run `.venv/bin/python -m "
                             "tools.lessons --write`")
         if not _calls(code[1].source, "course.settings"):
             problems.append("the second code cell is not the parameters cell: it must call "

@@ -32,12 +32,11 @@ from typing import Iterable
 
 from fastdiff_helpers.models.downloads import download_bytes, files_dtype
 from fastdiff_helpers.course.planning.gpus import PROFILES
-from fastdiff_helpers.course import hosted
 from fastdiff_helpers.course.planning import clock
 from fastdiff_helpers.course.planning.clock_record import RECORDED
 from fastdiff_helpers.course.planning.course_downloads import course_downloads, for_card
 from fastdiff_helpers.course.planning.plan import card_work, plan
-from tools.opening import badges, cell_text, colab_gpu, with_first_cell
+from tools.opening import badges, cell_text, colab_gpu, first_cell, with_first_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -241,10 +240,10 @@ def _write_notebook(path: Path, nb: dict) -> None:
 
 def write_labels(found: list[Lesson] | None = None) -> list[str]:
     """Put each notebook's label line (the first line after its title), its first cell
-    (hosted.first_cell) and Colab's GPU, and the README's syllabus columns and badges, in line
+    (opening.first_cell) and Colab's GPU, and the README's syllabus columns and badges, in line
     with `lessons()`. Returns the files changed."""
     changed = []
-    cell = hosted.first_cell()
+    cell = first_cell()
     for lesson in found or lessons():
         path = NOTEBOOKS / lesson.name
         before = path.read_text(encoding="utf-8")

@@ -1,4 +1,5 @@
-"""How a notebook opens where a participant is: its first cell (hosted.first_cell), the GPU
+"""How a notebook opens where a participant is: its first cell (FIRST_CELL, which runs
+fastdiff_helpers/course/hosted.py where the course is not installed), the GPU
 Colab gives it (its metadata), and its Open-in-Colab and Open-in-Kaggle badges (the README's
 syllabus). `.venv/bin/python -m tools.lessons --write` writes all three (tools/lessons.py).
 Introduced in docs/hosted.md."""
@@ -6,6 +7,7 @@ Introduced in docs/hosted.md."""
 from __future__ import annotations
 
 import functools
+import importlib.metadata as metadata
 
 from fastdiff_helpers.course.planning.gpus import PROFILES
 from fastdiff_helpers.course.planning.plan import plan
@@ -20,6 +22,43 @@ BRANCH = "main"  # the branch the Open-in badges open
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 KAGGLE_BADGE = "https://kaggle.com/static/images/open-in-kaggle.svg"
 SETUP_CELL_ID = "setup"
+
+FIRST_CELL = '''\
+# The first cell of every notebook (docs/hosted.md). Where fastdiff_helpers imports (the course's
+# .venv, `make lab`), it only imports it. Anywhere else (Colab, Kaggle, another Jupyter) it first
+# installs it with %pip: it checks the host, keeps the host's torch, numpy, ipython, ipykernel and
+# ipywidgets as they are, and says in one line whether the kernel must restart.
+import importlib.util, os, runpy, sys
+if importlib.util.find_spec("fastdiff_helpers") is None:
+    source = os.environ.get("FASTDIFF_SOURCE") or "git+{repository}"
+    %pip install --quiet --no-deps {{source}}
+    importlib.invalidate_caches()
+    found = importlib.util.find_spec("fastdiff_helpers")
+    if found is None:
+        sys.exit(f"fastdiff: pip could not get {{source}} (see above). No internet? Kaggle: Session options > Internet on.")
+    host = runpy.run_path(found.submodule_search_locations[0] + "/course/hosted.py")
+    requirements = host["prepare"]()  # the host's limits, said in one line; what to install
+    %pip install --quiet {{requirements}}
+    host["finish"]()
+import fastdiff_helpers as fdh
+'''
+
+
+def first_cell(repository: str | None = None) -> str:
+    """FIRST_CELL with the repository's address (default: pyproject's [project.urls] Repository,
+    as the installed package's metadata carries it)."""
+    return FIRST_CELL.format(repository=repository or repository_url()).rstrip("\n")
+
+
+def repository_url() -> str:
+    """The repository's address: [project.urls] Repository in pyproject.toml, read from the
+    installed package's metadata (Project-URL), so a clone's .venv and an install agree."""
+    for entry in metadata.metadata(hosted.PACKAGE).get_all("Project-URL") or []:
+        label, _, url = entry.partition(",")
+        if label.strip().lower() == "repository":
+            return url.strip().rstrip("/")
+    raise LookupError(f"{hosted.PACKAGE}'s metadata has no Project-URL 'Repository': "
+                      "reinstall it (make venv) after pyproject.toml's [project.urls] says it")
 
 
 @functools.lru_cache(maxsize=1)
@@ -44,7 +83,7 @@ def colab_gpu(name: str) -> str:
 def badges(name: str, repository: str | None = None) -> str:
     """The notebook's Open-in-Colab and Open-in-Kaggle badges, linked into the repository
     (pyproject.toml's [project.urls] Repository)."""
-    repo = repository or hosted.repository_url()
+    repo = repository or repository_url()
     on_github = f"{repo}/blob/{BRANCH}/notebooks/{name}"
     colab = "https://colab.research.google.com/github/" + on_github.split("github.com/", 1)[1]
     return (f"[![Open in Colab]({COLAB_BADGE})]({colab}) "
@@ -57,7 +96,7 @@ def cell_text(cell: dict) -> str:
 
 
 def with_first_cell(nb: dict, cell_source: str, gpu: str) -> dict:
-    """The notebook with the first cell (hosted.first_cell) as its first code cell, without
+    """The notebook with the first cell (first_cell) as its first code cell, without
     the import it now makes in the parameters cell, and Colab's GPU in its metadata."""
     nb["metadata"]["accelerator"] = "GPU"
     nb["metadata"]["colab"] = {"gpuType": gpu}

@@ -10,8 +10,9 @@ requirements, with the host's torch, numpy, IPython, Jupyter and widget packages
 versions (a constraints file from what is installed, as Kaggle builds its own image).
 `finish()` says whether the kernel must restart: only when a module it had imported changed.
 
-FIRST_CELL is the cell itself; every notebook holds a copy (tests/test_hosted.py keeps them
-equal; `.venv/bin/python -m tools.lessons --write` writes them). Introduced in 00_setup.ipynb.
+The cell itself is tools/opening.py FIRST_CELL; every notebook holds a copy (tests/test_hosted.py
+keeps them equal; `.venv/bin/python -m tools.lessons --write` writes them). Introduced in
+00_setup.ipynb.
 """
 
 from __future__ import annotations
@@ -57,44 +58,6 @@ MENUS = {  # where each host gives what the course needs
                             "(docs/offline-gpu.md)",
                 "restart": "Kernel > Restart Kernel"},
 }
-
-FIRST_CELL = '''\
-# The first cell of every notebook (docs/hosted.md). Where fastdiff_helpers imports (the course's
-# .venv, `make lab`), it only imports it. Anywhere else (Colab, Kaggle, another Jupyter) it first
-# installs it with %pip: it checks the host, keeps the host's torch, numpy, ipython, ipykernel and
-# ipywidgets as they are, and says in one line whether the kernel must restart.
-import importlib.util, os, runpy, sys
-if importlib.util.find_spec("fastdiff_helpers") is None:
-    source = os.environ.get("FASTDIFF_SOURCE") or "git+{repository}"
-    %pip install --quiet --no-deps {{source}}
-    importlib.invalidate_caches()
-    found = importlib.util.find_spec("fastdiff_helpers")
-    if found is None:
-        sys.exit(f"fastdiff: pip could not get {{source}} (see above). No internet? Kaggle: Session options > Internet on.")
-    host = runpy.run_path(found.submodule_search_locations[0] + "/course/hosted.py")
-    requirements = host["prepare"]()  # the host's limits, said in one line; what to install
-    %pip install --quiet {{requirements}}
-    host["finish"]()
-import fastdiff_helpers as fdh
-'''
-
-
-def first_cell(repository: str | None = None) -> str:
-    """FIRST_CELL with the repository's address (default: pyproject's [project.urls] Repository,
-    as the installed package's metadata carries it)."""
-    return FIRST_CELL.format(repository=repository or repository_url()).rstrip("\n")
-
-
-def repository_url() -> str:
-    """The repository's address: [project.urls] Repository in pyproject.toml, read from the
-    installed package's metadata (Project-URL), so a clone's .venv and an install agree."""
-    for entry in metadata.metadata(PACKAGE).get_all("Project-URL") or []:
-        label, _, url = entry.partition(",")
-        if label.strip().lower() == "repository":
-            return url.strip().rstrip("/")
-    raise LookupError(f"{PACKAGE}'s metadata has no Project-URL 'Repository': reinstall it "
-                      "(make venv) after pyproject.toml's [project.urls] says it")
-
 
 class HostError(SystemExit):
     """What stops the course on this host, said in one line. A SystemExit: IPython prints its
