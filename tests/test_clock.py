@@ -168,9 +168,9 @@ def test_the_estimate_counts_new_graphs_cache_hits_recompiles_and_tuning(monkeyp
 
 @pytest.mark.slow
 def test_the_graph_sizes_are_the_ones_dynamo_counts():
-    """The clock's op counts come from course/planning/shapes.py graph_ops (dynamo on meta copies); a
+    """The clock's op counts come from tools/graph_ops.py (dynamo on meta copies); a
     count depends a little on what dynamo traced before in the process, so within 10 %."""
-    from fastdiff_helpers.course.planning.shapes import graph_ops
+    from tools.graph_ops import graph_ops
 
     assert graph_ops("sd15") == pytest.approx(clock.ops("sd15", "denoiser"), rel=0.1)
     assert graph_ops("sd15", "vae") == pytest.approx(clock.ops("sd15", "vae"), rel=0.1)

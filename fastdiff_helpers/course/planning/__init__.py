@@ -16,8 +16,8 @@ anything runs.
     coordesc          coordinate descent's mark kept through the compile worker's pickle
     published         the published and measured figures the estimates rest on (source, the
                       figure as written, settings), and the published peak memory
-    shapes            the GEMM shapes max-autotune benchmarks (fdh.course.gemm_shapes) and
-                      the ops of the graph inductor compiles (graph_ops), on meta copies
+    shapes            the GEMM shapes max-autotune benchmarks (fdh.course.gemm_shapes), on
+                      meta copies
     image_time        fdh.course.image_seconds: one image's seconds on a card, per ladder step,
                       from them
     clock             the course clock: what each notebook compiles and runs on a GPU, and the

@@ -55,7 +55,7 @@ DEFAULT_GRAPH_S = 110.8
 REGIONAL_S = 9.6  # the same devlog: FLUX.1-dev's transformer compiled regionally
 FLUX_GRAPH_S = 67.4
 # A graph's compile time scales with its size: the ops dynamo captures in one call of each
-# full-size part at its native size (shapes.py graph_ops, counted on meta copies, each in
+# full-size part at its native size (tools/graph_ops.py, counted on meta copies, each in
 # a fresh process: a count moves a few % with what dynamo traced before in the process)
 GRAPH_OPS = {("sdxl", "denoiser"): 2222, ("sd15", "denoiser"): 839,
              ("ssd1b", "denoiser"): 1233, ("pixart", "denoiser"): 1165,

@@ -1,7 +1,7 @@
-"""The shapes max-autotune benchmarks and the size of the graphs inductor compiles, counted on
-meta copies of a full-size model (models/meta.py): what the course's tuning estimate
-(autotune.py) and clock (clock.py) rest on, and what 13_autotuning.ipynb counts
-(fdh.course.gemm_shapes).
+"""The shapes max-autotune benchmarks, counted on meta copies of a full-size model
+(models/meta.py): what the course's tuning estimate (autotune.py) and clock (clock.py) rest on,
+and what 13_autotuning.ipynb counts (fdh.course.gemm_shapes). The size of the graphs inductor
+compiles, their other basis, is counted by tools/graph_ops.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from ...models.meta import (Key, denoiser_inputs, meta_copy, module_key, pooled_
                             vae_latents)
 from ...models.presets import ModelSpec, get_spec
 
-__all__ = ["gemm_shapes", "graph_ops"]
+__all__ = ["gemm_shapes"]
 
 
 def _recorder():
@@ -84,39 +84,3 @@ def gemm_shapes(pipe_or_model: Any, height: int | None = None, width: int | None
     if vae:  # a shape both run is benchmarked once (inductor's timings are per shape)
         seen |= _shapes(keys["vae"], "vae", 1, height, width, 0, None)
     return len(seen)
-
-
-@functools.lru_cache(maxsize=16)
-def graph_ops(model: str, part: str = "denoiser") -> int:
-    """How many ops dynamo captures in one bf16 call of a full-size model's denoiser (at the
-    batch classifier-free guidance gives it) or VAE decode, at its native size: the size of
-    the graph inductor compiles, traced on meta copies with dynamo's ExplainWithBackend (no
-    weights, no compile: seconds). The course clock scales compile times by it.
-    Introduced with the course clock (docs/workshop.md: "The course clock")."""
-    from torch._dynamo.backends.debugging import ExplainWithBackend
-
-    from torch._dynamo.eval_frame import remove_from_cache
-
-    spec = get_spec(model)
-    keys = {name: spec_key(c) for name, c in spec.full.items()}
-    module = torch.nn.Module.to(meta_copy(keys[spec.denoiser if part == "denoiser" else "vae"]),
-                                torch.bfloat16)
-    if part == "denoiser":
-        batch = 2 if spec.cfg and spec.guidance > 1.0 else 1
-        fn, args = module, denoiser_inputs(module, batch, spec.resolution, spec.resolution,
-                                           spec.max_tokens, pooled_dim(keys), torch.bfloat16)
-        args = (), {**args, "return_dict": False}
-    else:
-        fn, args = module.decode, ((vae_latents(module, spec.resolution, spec.resolution,
-                                                torch.bfloat16),), {})
-
-    def traced(*a, **k):  # a code object of its own: its cache entries are dropped below
-        return fn(*a, **k)
-
-    explainer = ExplainWithBackend("eager")
-    try:
-        with torch.no_grad():
-            torch.compile(traced, backend=explainer)(*args[0], **args[1])
-    finally:
-        remove_from_cache(traced)
-    return explainer.output().op_count
