@@ -343,10 +343,10 @@ def test_a_long_cold_start_keeps_the_bar_moving(pipe, monkeypatch):
 
 def test_a_listener_hears_the_warm_up_and_may_stop_before_timing(pipe):
     """fdh.benchmark tells "warm" with each untimed call's compile events before it times
-    anything; the course's refuse_tuned (the reference run's rule) raises there when they
+    anything; the reference run's refuse_tuned raises there when they
     tuned, and lets an untuned warm-up through."""
-    from fastdiff_helpers.course.runs.ladder import TunedNotMeasured, refuse_tuned
     from fastdiff_helpers.models.hooks import listening
+    from tools.reference.run import TunedNotMeasured, refuse_tuned
 
     heard = []
 
@@ -362,3 +362,21 @@ def test_a_listener_hears_the_warm_up_and_may_stop_before_timing(pipe):
         benchmark(pipe, steps=2, runs=2, warmup=2, progress=False)
     assert heard == ["benchmark", "warm", "benchmark_end"]  # stopped before any timed call
     assert caught.value.events == {"autotunes": 3, "coordesc_benches": 0, "autotune_s": 1.5}
+    assert caught.value.recipe == fdh.current_recipe(pipe)  # what its tuning covers
+
+
+def test_a_step_stopped_for_its_tuning_is_not_recorded_as_a_failure():
+    """The reference run's TunedNotMeasured is a BaseException, as its budget's: measure_step's
+    failure isolation (any Exception becomes a failed step's Result) lets it through."""
+    from fastdiff_helpers.course.runs.ladder import measure_step
+    from fastdiff_helpers.models.hooks import listening
+    from fastdiff_helpers.models.presets import get_spec
+    from tools.reference.run import TunedNotMeasured
+
+    def stop(event, facts):
+        if event == "warm":
+            raise TunedNotMeasured("tuned", {"autotunes": 1}, None)
+
+    with listening(stop), pytest.raises(TunedNotMeasured):
+        measure_step(get_spec("sd15"), "fp32", BASELINE, "tiny", "cpu", {}, steps=2, runs=1,
+                     warmup=1, progress=False)

@@ -23,7 +23,7 @@ import fastdiff_helpers as fdh
 import tools.reference.run as ref
 from tools.reference import folder as reference_folder
 from tools.reference import readme as results_readme
-from fastdiff_helpers.course.runs.ladder import TunedNotMeasured
+from fastdiff_helpers.models import hooks
 from fastdiff_helpers.results.store import Result, load_results
 
 BLOG = [n for n, _ in fdh.course.LADDER]
@@ -84,14 +84,15 @@ class FakeSteps:
     def __call__(self, spec, name, recipe, weights, device, loading, baseline=None, **kw):
         self.calls.append(name)
         self.baselines.append(baseline)
-        self.measure_if_tuned[name] = kw.get("measure_if_tuned", True)
+        refusing = ref.refuse_tuned in hooks.LISTENERS  # the reference run's refusal, listening
+        self.measure_if_tuned[name] = not refusing
         self._wait(name)
-        if name in self.tune and not kw.get("measure_if_tuned", True):
+        if name in self.tune and refusing:
             self.tune.discard(name)  # its tuning is data now
-            raise TunedNotMeasured(
+            raise ref.TunedNotMeasured(
                 "the compile tuned (3 GEMM/conv shape(s) benchmarked, 0 coordinate-descent "
                 "config(s) timed): not measured in this process",
-                {"autotunes": 3, "coordesc_benches": 0, "autotune_s": 1.0})
+                {"autotunes": 3, "coordesc_benches": 0, "autotune_s": 1.0}, None)
         idx = BLOG.index(name)
         if name in self.fail:
             return Result(model=spec.key, weights=weights, step=name, recipe=recipe.to_dict(),

@@ -87,7 +87,7 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     achieved TFLOP/s. `baseline` (a Result or an image) fills quality via compare_images().
     After the warm-up, before timing, the listeners hear "warm" (models/hooks.py) with the
     compile events of each untimed call; one may stop the benchmark by raising (the reference
-    run measures a compiled step only where its compile tuned nothing: course/runs/ladder.py).
+    run measures a compiled step only where its compile tuned nothing: tools/reference/run.py).
     `callback_on_step_end`: a diffusers callback of your own, passed on every call
     (fdh.call_kwargs); diffusers' CFG cut-off callbacks (SDCFGCutoffCallback,
     SDXLCFGCutoffCallback: 09_fewer_denoiser_calls.ipynb) are counted and recorded as the

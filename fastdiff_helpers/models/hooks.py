@@ -10,7 +10,7 @@ a listener or a rule nothing happens.
   before timing: pipe, the compile events of each untimed call). The course clock's recorder
   listens (course/planning/recorder.py, which course settings turns on in the notebooks' smoke
   runs), and so does the reference run's refusal to time a compile that tuned
-  (course/runs/ladder.py refuse_tuned).
+  (tools/reference/run.py refuse_tuned).
 - The weights rule: `auto_weights(rule)` puts a rule before load_pipeline's own for
   weights="auto" (models/pretrained.py choose_weights): rule(spec, path, device) returns
   (weights, why), or None to leave the choice to the helpers. The course's carries what a

@@ -27,16 +27,18 @@ import time
 from dataclasses import dataclass, field
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 
 from fastdiff_helpers import checks
 from fastdiff_helpers.errors import FastdiffError
 from fastdiff_helpers.course.planning.published import published_ladder
+from fastdiff_helpers.models.hooks import listening
 from fastdiff_helpers.models.loading import free_memory
+from fastdiff_helpers.techniques import current_recipe
 from fastdiff_helpers.models.pretrained import resolve_weights
 from fastdiff_helpers.course.planning.autotune import covers, step_blocked
 from fastdiff_helpers.course.planning.ladders import LADDERS
-from fastdiff_helpers.course.runs.ladder import TunedNotMeasured
 from fastdiff_helpers.measure.compile_events import events_between, snapshot, tuned
 from fastdiff_helpers.measure.env import device_name
 from fastdiff_helpers.course.compiletime.bundle_io import import_matching
@@ -61,6 +63,32 @@ CUT_RETRIES = 3  # a step cut at the budget this many times in a row is not star
 class BudgetExceeded(BaseException):
     """Raised by the budget's timer inside a step. A BaseException, so that the per-step
     failure isolation (which records any Exception as a failed step) lets it through."""
+
+
+class TunedNotMeasured(BaseException):
+    """refuse_tuned stopped a step before timing: its compile tuned (`events` say how much;
+    `recipe`: what compiled, what its tuning covers); the next command measures it, compiling
+    from the tuning data. A BaseException, as BudgetExceeded: not a failed step."""
+
+    def __init__(self, message: str, events: dict[str, Any], recipe: dict | None):
+        super().__init__(message)
+        self.events, self.recipe = events, recipe
+
+
+def refuse_tuned(event: str, facts: dict[str, Any]) -> None:
+    """A listener (fastdiff_helpers/models/hooks.py) that stops fdh.benchmark before timing
+    where its cold start or warm-up tuned (max-autotune benchmarked a GEMM shape or a Triton
+    config): the reference run measures a compiled step only in a process whose compile found
+    all its tuning in the cache (05_cold_start.ipynb)."""
+    if event != "warm":
+        return
+    spent = {key: sum(e.get(key, 0) for e in facts["events"])
+             for key in ("autotunes", "coordesc_benches", "autotune_s")}
+    if tuned(spent):
+        raise TunedNotMeasured(
+            f"the compile tuned ({spent['autotunes']} GEMM/conv shape(s) benchmarked, "
+            f"{spent['coordesc_benches']} coordinate-descent config(s) timed): not measured in "
+            "this process", spent, current_recipe(facts["pipe"]))
 
 
 @dataclass
@@ -231,10 +259,11 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
             before = snapshot()
             try:
                 _alarm(left)
-                result = measure_step(
-                    spec, name, recipe, weights, device, loading, baseline, steps=steps,
-                    height=height, width=width, runs=runs, warmup=warmup, seed=seed,
-                    prompt=prompt, progress=progress, measure_if_tuned=not (tuning and compiled))
+                with listening(refuse_tuned) if tuning and compiled else nullcontext():
+                    result = measure_step(
+                        spec, name, recipe, weights, device, loading, baseline, steps=steps,
+                        height=height, width=width, runs=runs, warmup=warmup, seed=seed,
+                        prompt=prompt, progress=progress)
                 _alarm(None)
             except TunedNotMeasured as exc:
                 _alarm(None)

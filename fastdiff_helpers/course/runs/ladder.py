@@ -19,14 +19,12 @@ from ...models.loading import (FastdiffError, default_device, free_memory,
 from ...models.presets import DEFAULT_PROMPT, SCHEDULERS, get_spec
 from ..planning.published import BLOG_LOADING
 from ..planning.published import published_ladder
-from ...techniques import apply, current_recipe
+from ...techniques import apply
 from ..planning.autotune import course_tuning, step_blocked
 from ...techniques.quantization import select_filter
 from ...techniques.recipe import RecipeError
 from ..planning.ladders import LADDERS
 from ...measure.bench import benchmark
-from ...measure.compile_events import tuned
-from ...models.hooks import listening
 from ..compiletime.cold_start import check_artifacts_path
 from ...measure.env import device_name, env_report
 from ...measure.quality import compare_images
@@ -39,30 +37,6 @@ __all__ = ["run_ladder", "measure_step", "resolve_ladder"]
 
 class InjectedFailure(RuntimeError):
     """Raised by run_ladder(fail_step=...): a testing aid that proves failure isolation."""
-
-
-class TunedNotMeasured(FastdiffError):
-    """measure_step(measure_if_tuned=False) stopped before timing: the compile tuned (its
-    `events` say how much); measure in a process that compiles from the tuning data."""
-
-    def __init__(self, message: str, events: dict[str, Any]):
-        super().__init__(message)
-        self.events = events
-        self.recipe: dict | None = None  # what compiled (measure_step sets it)
-
-
-def refuse_tuned(event: str, facts: dict[str, Any]) -> None:
-    """A listener (models/hooks.py) that stops fdh.benchmark before timing where its cold start
-    or warm-up tuned (max-autotune benchmarked a GEMM shape or a Triton config)."""
-    if event != "warm":
-        return
-    spent = {key: sum(e.get(key, 0) for e in facts["events"])
-             for key in ("autotunes", "coordesc_benches", "autotune_s")}
-    if tuned(spent):
-        raise TunedNotMeasured(
-            f"the compile tuned ({spent['autotunes']} GEMM/conv shape(s) benchmarked, "
-            f"{spent['coordesc_benches']} coordinate-descent config(s) timed): not measured in "
-            "this process", spent)
 
 
 def _check_names(names: Iterable[str] | None, what: str, ladder: str) -> set[str] | None:
@@ -132,15 +106,12 @@ def measure_step(spec, name: str, recipe, weights: str, device: str, loading: di
                  width: int | None = None, runs: int = 5, warmup: int = 2, seed: int = 0,
                  prompt: str | None = None, progress: bool = True, fail: bool = False,
                  profile: bool = False, max_runs: int | None = None,
-                 measure_if_tuned: bool = True, previous=None) -> Result:
+                 previous=None) -> Result:
     """One ladder step on a fresh pipeline: load (with the ladder's `loading` options), the
     recipe adapted to the device (its notes go to Result.notes), apply, benchmark with quality
     against `baseline` (a PIL image, or None). A failure (OOM, compile error, RecipeError...)
     comes back as a Result with error="Type: message", so one step never loses the others.
     The pipeline is freed before returning. `fail=True` forces a failure (a testing aid).
-    `measure_if_tuned=False`: a compile that tuned raises TunedNotMeasured before timing
-    (refuse_tuned, fdh.benchmark's listener); the reference run measures a compiled step only
-    in a process whose compile found all its tuning in the cache (05_cold_start.ipynb).
     `previous`: the ladder's step before; a step that only adds tuning to it (the course's
     "+ autotune") is not run where it may not tune (course/planning/autotune.py, blocked): it would
     run as the step before. Shared by run_ladder and the reference run (tools/reference/run.py)."""
@@ -165,16 +136,11 @@ def measure_step(spec, name: str, recipe, weights: str, device: str, loading: di
             adapted = dataclasses.replace(adapted, quant_filter="all")
         apply(pipe, adapted, tuning=course_tuning)
         load_s = time.perf_counter() - started
-        with listening(lambda e, f: None if measure_if_tuned else refuse_tuned(e, f)):
-            result = benchmark(pipe, prompt=prompt or DEFAULT_PROMPT, steps=steps,
-                               height=height, width=width, runs=runs, warmup=warmup, seed=seed,
-                               progress=progress, step=name, baseline=baseline,
-                               profile=profile, max_runs=max_runs)
+        result = benchmark(pipe, prompt=prompt or DEFAULT_PROMPT, steps=steps, height=height,
+                           width=width, runs=runs, warmup=warmup, seed=seed, progress=progress,
+                           step=name, baseline=baseline, profile=profile, max_runs=max_runs)
         result.notes = notes + result.notes
         result.load_s = load_s
-    except TunedNotMeasured as exc:
-        exc.recipe = current_recipe(pipe)  # what its finished tuning covers
-        raise  # not a failure: the step is measured again from the tuning data
     except Exception as exc:  # one step's failure must not lose the steps already measured
         result = Result(
             model=spec.key, weights=weights, step=name, recipe=adapted.to_dict(),
