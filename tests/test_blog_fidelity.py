@@ -276,7 +276,8 @@ def test_the_course_splits_fusion_from_autotuning():
     assert (tuned.compile, tuned.inductor_flags) == ("max-autotune", True)
     assert autotune.is_tuning_step(COURSE_LADDER[-2][1], tuned)
     # its default-mode equivalent is the step before it: nothing left to measure untuned
-    assert autotune.without_tuning(tuned) == COURSE_LADDER[-2][1]
+    assert dataclasses.replace(tuned, compile=autotune.WITHOUT_TUNING[tuned.compile],
+                               inductor_flags=False) == COURSE_LADDER[-2][1]
     # torch's own option sets: reduce-overhead is the default options plus CUDA graphs, and
     # max-autotune adds the GEMM search and coordinate descent to them
     from torch._inductor import list_mode_options

@@ -134,7 +134,7 @@ def test_export_then_show_then_import_into_an_empty_cache(tmp_path, capsys):
     bare = tmp_path / "bare"
     done = fdh.course.import_tuning(tmp_path / "b.json.gz", sha256=summary["sha256"], cache_dir=bare)
     assert (done["blocks_added"], done["best_configs_added"]) == (2, 1)
-    gemm, best = bundle_cache.read_cache(bare)
+    gemm, _, best = bundle_cache.read_cache_parts(bare)
     assert gemm == GEMM and best == BEST
 
 
@@ -193,7 +193,7 @@ def test_merge_replaces_whole_blocks_and_keeps_the_others(tmp_path):
     # import keeps what the cache measured itself, adds only what it lacks
     done = fdh.course.import_tuning(tmp_path / "b.json.gz", cache_dir=first, verbose=False)
     assert (done["blocks_added"], done["blocks_kept"]) == (1, 2)
-    gemm, _ = bundle_cache.read_cache(first)
+    gemm = bundle_cache.read_cache_parts(first)[0]
     assert gemm["mm"]["[key A]"]["highest"] == GEMM["mm"]["[key A]"]["highest"]
 
 
@@ -202,7 +202,7 @@ def test_a_models_bundle_leaves_out_what_another_models_bundle_brought(tmp_path)
     fdh.course.export_tuning(tmp_path / "sd15.json.gz", model="sd15", cache_dir=other, verbose=False)
     cache = tmp_path / "mine"
     fdh.course.import_tuning(tmp_path / "sd15.json.gz", cache_dir=cache, verbose=False)
-    gemm, _ = bundle_cache.read_cache(cache)
+    gemm = bundle_cache.read_cache_parts(cache)[0]
     gemm["mm"]["[key S]"] = {"highest": {"aten": 5.0}}  # what this model's compile tuned
     bundle_cache.write_timings(cache / "cache" / bundle_format.tuning_stamp()["system_hash"], gemm)
     fdh.course.export_tuning(tmp_path / "sdxl.json.gz", model="sdxl", cache_dir=cache, verbose=False)
@@ -615,4 +615,4 @@ def test_a_test_session_keeps_its_tuning_when_asked(tmp_path):
     mine.write_bytes(bundle.read_bytes())
     assert main(["tuning", "import", "--matching", str(tmp_path / "results"),
                  "--cache-dir", str(tmp_path / "bare")]) == 0
-    assert bundle_cache.read_cache(tmp_path / "bare")[0] == GEMM
+    assert bundle_cache.read_cache_parts(tmp_path / "bare")[0] == GEMM

@@ -61,7 +61,7 @@ def test_another_kinds_bundle_is_refused_unless_named(tmp_path, monkeypatch):
     assert (done["blocks_added"], done["best_configs_added"]) == (1, 1)
     # the timings go into this GPU's own timings file (its system hash), the kernels' configs
     # where inductor looks them up (their keys do not hold the GPU's name)
-    gemm, best = bundle_cache.read_cache(tmp_path / "cache", h100["system_hash"])
+    gemm, _, best = bundle_cache.read_cache_parts(tmp_path / "cache", h100["system_hash"])
     assert gemm == GEMM and best == BEST
     assert tuning_state.seeded_from("sdxl") == [{"gpu_name": "NVIDIA H200", "source": h200}]
     assert tuning_state.seeded_from("sd15") == []  # another model's bundle seeds nothing of it

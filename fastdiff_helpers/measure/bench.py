@@ -32,7 +32,6 @@ __all__ = ["benchmark", "time_call", "synchronize"]
 
 
 MAX_EXTRA_WARMUP = 3  # untimed calls added while the call before still compiled
-STAGES = ("text_encoding", "denoising", "vae_decode")
 
 
 def synchronize(device: str | torch.device) -> None:

@@ -30,7 +30,6 @@ SCOPES = ("full", "regional", "regional-extended", "regional-accelerate")
 # own option sets for each pair differ by "triton.cudagraphs" alone (torch/_inductor/__init__.py,
 # list_mode_options). Where the graphs cannot run, the policy below runs the mode on the right.
 NO_CUDAGRAPHS = {"max-autotune": "max-autotune-no-cudagraphs", "reduce-overhead": "default"}
-CUDA_ONLY_COMPILE = tuple(NO_CUDAGRAPHS)
 POLICY = "the course's one policy for GPU-only choices: see fdh.Recipe"
 
 

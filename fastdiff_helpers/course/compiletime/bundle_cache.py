@@ -23,7 +23,7 @@ from ..planning.compile_cache import use_course_cache
 from ..planning.tuning_state import STATE, seed
 from .bundle import (blocks, raw_kind_problems, safe_relative, split_timings, tuning_stamp)
 
-__all__ = ["timings_file", "read_timings", "read_cache_parts", "read_best_configs", "read_cache",
+__all__ = ["timings_file", "read_timings", "read_cache_parts", "read_best_configs",
            "cache_folder", "write_timings", "add_to_cache", "import_raw"]
 
 
@@ -61,16 +61,6 @@ def read_best_configs(cache_dir: str | os.PathLike) -> dict:
         except (json.JSONDecodeError, OSError):
             continue
     return best
-
-
-def read_cache(cache_dir: str | os.PathLike, system_hash: str | None = None
-               ) -> tuple[dict, dict]:
-    """(GEMM timings, best configs) in an inductor cache folder: select_algorithm's part of the
-    timings file of this system ({op: {input key: {precision: {choice: ms}}}}) and every
-    *.best_config by its path relative to the folder (read_cache_parts, less the single-key
-    entries)."""
-    gemm, _, best = read_cache_parts(cache_dir, system_hash)
-    return gemm, best
 
 
 def cache_folder(cache_dir: str | os.PathLike | None) -> Path:

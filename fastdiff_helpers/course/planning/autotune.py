@@ -20,7 +20,6 @@ Imports the models (the shape count runs a meta copy) and the recipe, nothing of
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import torch
@@ -116,14 +115,6 @@ def autotune_enabled() -> bool:
 def tunes(mode: str | None, inductor_flags: bool) -> bool:
     """Whether a compile with this mode and the blog's flags tunes on a GPU."""
     return mode in WITHOUT_TUNING or bool(mode and inductor_flags)
-
-
-def without_tuning(recipe: Recipe) -> Recipe:
-    """The recipe's default-mode equivalent: the same CUDA-graph choice, no tuning (and
-    without the blog's flags, two of which tune)."""
-    return dataclasses.replace(recipe, compile=WITHOUT_TUNING.get(recipe.compile,
-                                                                  recipe.compile),
-                               inductor_flags=False)
 
 
 # --- what a finished compile leaves covered ------------------------------------------------
