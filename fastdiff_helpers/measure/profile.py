@@ -28,7 +28,7 @@ from .. import checks
 from ..errors import FastdiffError
 from ..models.loading import call_kwargs, pipeline_device
 from ..models.presets import DEFAULT_PROMPT
-from .timing import STAGE_PREFIX, StageMarks, _no_stderr, marked
+from .timing import STAGE_PREFIX, StageMarks, marked, profiling
 
 __all__ = ["profile", "Profile", "KINDS", "kind_of"]
 
@@ -268,9 +268,6 @@ def profile(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     call slower, said in notes). `trace`: a .json path to save that call's trace for Perfetto
     (ui.perfetto.dev) or chrome://tracing; the stages are named ranges in it.
     Introduced in 16_where_the_time_goes.ipynb."""
-    from torch.profiler import ProfilerActivity
-    from torch.profiler import profile as torch_profile
-
     checks.whole("warmup", warmup, 0)
     checks.whole("runs", runs, 1)
     if trace is not None:
@@ -295,15 +292,8 @@ def profile(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     denoising = (statistics.median(t[2] for t in timed)
                  if all(t[2] is not None for t in timed) else None)
 
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    prof = torch_profile(activities=activities)
-    with _no_stderr():  # kineto's C++ "profiler_start" line
-        prof.__enter__()
-    try:
+    with profiling(cuda) as prof:
         marked = _marked_call(pipe, call, device)
-    finally:
-        with _no_stderr():
-            prof.__exit__(None, None, None)
     profiled_wall = _read_marks(*marked)[0]
     kinds, top, syncs = kinds_from_events(prof.events(), cuda, profiled_wall * 1e6)
     notes = [f"stage times: median of {runs} call(s) without the profiler; kinds of work: one "

@@ -215,18 +215,9 @@ def profile_ops(call, device: torch.device, top: int = 8) -> dict[str, float]:
     """Seconds of the `top` ops that took most time in one call of `call` under
     torch.profiler: self CPU time, or self device time on CUDA. What the demo explains a
     slower step with (demo.why), instead of a reason written in advance."""
-    from torch.profiler import ProfilerActivity, profile
-
     cuda = device.type == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    prof = profile(activities=activities)
-    with _no_stderr():  # kineto's C++ "profiler_start" line, which no setting silences
-        prof.__enter__()
-    try:
+    with profiling(cuda) as prof:
         call()
-    finally:
-        with _no_stderr():  # and its "profiler_stop"
-            prof.__exit__(None, None, None)
     rows = []
     for event in prof.key_averages():
         us = event.self_device_time_total if cuda else event.self_cpu_time_total
@@ -238,6 +229,22 @@ def profile_ops(call, device: torch.device, top: int = 8) -> dict[str, float]:
     for key, seconds in rows:
         totals[key] = totals.get(key, 0.0) + seconds
     return dict(sorted(totals.items(), key=lambda kv: -kv[1])[:top])
+
+
+@contextmanager
+def profiling(cuda: bool) -> Iterator[Any]:
+    """torch.profiler over the block (CPU ops, and CUDA kernels on a GPU), without kineto's C++
+    "profiler_start" and "profiler_stop" lines, which no setting silences."""
+    from torch.profiler import ProfilerActivity, profile
+
+    prof = profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []))
+    with _no_stderr():
+        prof.__enter__()
+    try:
+        yield prof
+    finally:
+        with _no_stderr():
+            prof.__exit__(None, None, None)
 
 
 @contextmanager
