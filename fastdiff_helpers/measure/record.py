@@ -159,14 +159,6 @@ class Result:
             self.created_at = utc_now()
 
     @property
-    def latency_min_s(self) -> float | None:
-        return min(self.latency_samples) if self.latency_samples else None
-
-    @property
-    def latency_max_s(self) -> float | None:
-        return max(self.latency_samples) if self.latency_samples else None
-
-    @property
     def latency_iqr_s(self) -> float:
         """Interquartile range of the samples (inclusive method: stays inside the data), the
         course's one measure of spread: tables print it, charts draw it as whiskers."""
