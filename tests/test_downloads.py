@@ -12,7 +12,7 @@ import fastdiff_helpers as fdh
 from fastdiff_helpers.course.planning.course_downloads import course_downloads
 from fastdiff_helpers.models import downloads, hub, pretrained
 from fastdiff_helpers.course.runs.cli import main
-from fastdiff_helpers.models.downloads import download_bytes
+from fastdiff_helpers.course.planning.course_downloads import download_bytes
 
 SDXL = {"unet": 2_567_463_684, "vae": 83_653_863, "text_encoder": 123_060_480,
         "text_encoder_2": 694_659_840}

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from fastdiff_helpers.models.downloads import download_bytes, files_dtype
+from fastdiff_helpers.course.planning.course_downloads import download_bytes, files_dtype
 from fastdiff_helpers.course.planning.gpus import PROFILES
 from fastdiff_helpers.course.planning import clock
 from fastdiff_helpers.course.planning.clock_record import RECORDED

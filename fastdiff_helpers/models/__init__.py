@@ -8,9 +8,9 @@
     pretrained  pretrained weights: are they here (a gated repository: may this token in?),
                 what weights="auto" picks (never random unasked on a GPU), safetensors only
     hub         the Hugging Face hub, asked in one place: offline or not, file lists (cached),
-                the local cache, downloads, a gated repository's access, allow-patterns
+                the local cache, downloads, a gated repository's access
     downloads   which files a load fetches in its dtype (fp16 ones for half precision),
-                their bytes (download_bytes), said and the disk checked before it starts
+                their bytes, said and the disk checked before it starts
     loading     load_pipeline (one path for the three weight sources), the pipeline's record
                 (pipeline_info), the arguments of a call (call_kwargs), free_memory
     dtypes      the one dtype vocabulary: names, torch dtypes, bytes, fp32 or half, load_dtype;

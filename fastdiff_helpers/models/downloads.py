@@ -13,8 +13,7 @@ from __future__ import annotations
 import os
 
 from ..errors import FastdiffError
-from .dtypes import dtype_name, element_bytes, fp32_or_half
-from .fit import part_parameters
+from .dtypes import dtype_name, fp32_or_half
 from .presets import HUB_FILES, MODELS, VAES
 from .hub import (cached, check_cache_folder, file_sizes, free_bytes, offline, weight_files,
                   weight_kinds)
@@ -39,22 +38,6 @@ def wanted_variant(hub_id: str, dtype) -> str | None:
     of a repo that has them, presets.HUB_FILES), else None (its plain files)."""
     _, has_fp16 = HUB_FILES.get(hub_id, ("fp32", False))
     return "fp16" if has_fp16 and fp32_or_half(dtype_name(dtype)) == "half" else None
-
-
-def files_dtype(model: str, dtype) -> str:
-    """The dtype of the files a load of `model` in `dtype` fetches: "fp16" for the fp16
-    variant, else the repository's plain files' ("fp32"; "bf16" for Flux)."""
-    hub_id, _ = repo_folders(model)
-    return "fp16" if wanted_variant(hub_id, dtype) else HUB_FILES.get(hub_id, ("fp32", 0))[0]
-
-
-def download_bytes(model: str, dtype: str) -> int:
-    """The bytes of the safetensors files from_pretrained fetches for `model` (a key of
-    fdh.MODELS, or "fp16-fix" for that VAE) loaded in `dtype`: parameters of the full-size
-    architecture times the bytes per element of the files' dtype (a safetensors file is the
-    raw tensors plus a header of a few hundred kB, left out). Offline, from the meta device;
-    what the download command and the plan count."""
-    return element_bytes(files_dtype(model, dtype)) * sum(part_parameters(model).values())
 
 
 def has_variant(root: str, folders, variant: str) -> bool:

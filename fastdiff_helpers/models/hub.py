@@ -6,11 +6,9 @@ functions (cost at import; see build.py): the function asked is the one it has a
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import threading
-from pathlib import Path
 from typing import Any
 
 from .. import checks
@@ -211,20 +209,3 @@ def weight_files(names, folders, variant: str | None) -> tuple[list[str], str | 
         chosen, _ = variant_compatible_siblings(mine, variant=None, ignore_patterns=IGNORED)
         variant = None
     return sorted(f for f in chosen if f.endswith((".safetensors", ".json"))), variant
-
-
-def allow_patterns(hub_id: str, folders, variant: str | None) -> tuple[list[str], int]:
-    """The files from_pretrained fetches for these weight folders with this variant (None:
-    the plain files), as snapshot_download patterns with the configs, tokenizers and
-    scheduler beside them, and their bytes still to download (the hub's sizes)."""
-    sizes = file_sizes(hub_id)
-    files, _ = weight_files(sizes, set(folders), variant)
-    if "" in folders:  # one model at the repo's root: its config
-        extra = ["config.json"]
-    else:  # a pipeline: model_index.json names its folders; the ones without weights whole
-        index = json.loads(Path(fetch(hub_id, "model_index.json")).read_text())
-        named = [k for k, v in index.items() if isinstance(v, list) and k != "_class_name"]
-        extra = ["model_index.json"] + [f"{k}/config.json" for k in folders]
-        extra += [f"{k}/*" for k in named if k not in folders and not any(
-            f.startswith(k + "/") and f.endswith((".safetensors", ".bin")) for f in sizes)]
-    return files + extra, sum(sizes[f] for f in files if cached(hub_id, f) is None)

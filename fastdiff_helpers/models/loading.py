@@ -83,7 +83,7 @@ def load_pipeline(model: str | ModelSpec = "sdxl", weights: str = "auto", device
     dtype: the weights' dtype. Pretrained weights come in it: a half-precision load (bf16,
     fp16) fetches the repository's fp16 files where it has them (half the bytes of its fp32
     files), an fp32 load its fp32 files; a download is said, with its size, and the cache's
-    disk checked, before it starts (models.downloads.download_bytes: the bytes, offline).
+    disk checked, before it starts (models/downloads.py say_download).
     vae: None (the pipeline's own) or "fp16-fix" (madebyollin/sdxl-vae-fp16-fix: its weights
     when pretrained, its config otherwise), the VAE diffusion-fast used for SDXL and SSD-1B.
     scheduler: None (the pipeline's own) or "dpm-solver" (DPMSolverMultistepScheduler from the

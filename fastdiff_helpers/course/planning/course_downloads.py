@@ -11,22 +11,40 @@ import json
 from typing import Iterable
 
 from ...errors import FastdiffError
-from ...models.dtypes import fp32_or_half
-from ...models.downloads import download_bytes, files_dtype
+from ...models.dtypes import element_bytes, fp32_or_half
+from ...models.downloads import repo_folders, wanted_variant
+from ...models.fit import part_parameters
+from ...models.presets import HUB_FILES, MODELS
 from .gpus import fits
-from ...models.presets import MODELS
 from .published import BLOG_LOADING
 from .clock import cell_work  # the clock's own reading: the record, GPU cells in place
 from .clock_record import RECORDED
 from .clock_gpu import GPU_WORK
 
-__all__ = ["course_downloads", "notebook_needs", "for_card", "VAE_NOTEBOOKS"]
+__all__ = ["course_downloads", "notebook_needs", "for_card", "VAE_NOTEBOOKS", "download_bytes",
+           "files_dtype"]
 
 # The record names the models a cell runs, not the VAE it loads them with: the blog's ladder
 # swaps in the fp16-fix VAE for SDXL and SSD-1B (published.BLOG_LOADING). The notebooks that run
 # it (run_ladder / warm_ladder / first_image_in_new_process on the blog's ladder); the core path
 # runs the course's ladder only (issue 59):
 VAE_NOTEBOOKS = ("17_all_models.ipynb",)
+
+
+def files_dtype(model: str, dtype) -> str:
+    """The dtype of the files a load of `model` in `dtype` fetches: "fp16" for the fp16
+    variant, else the repository's plain files' ("fp32"; "bf16" for Flux)."""
+    hub_id, _ = repo_folders(model)
+    return "fp16" if wanted_variant(hub_id, dtype) else HUB_FILES.get(hub_id, ("fp32", 0))[0]
+
+
+def download_bytes(model: str, dtype: str) -> int:
+    """The bytes of the safetensors files from_pretrained fetches for `model` (a key of
+    fdh.MODELS, or "fp16-fix" for that VAE) loaded in `dtype`: parameters of the full-size
+    architecture times the bytes per element of the files' dtype (a safetensors file is the
+    raw tensors plus a header of a few hundred kB, left out). Offline, from the meta device;
+    what the download command and the plan count."""
+    return element_bytes(files_dtype(model, dtype)) * sum(part_parameters(model).values())
 
 
 def _precision(recipe: str) -> str | None:

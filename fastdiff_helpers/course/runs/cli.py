@@ -3,7 +3,7 @@
 cli_compile.py. `download` fetches the weights the course (or the notebooks named) loads ahead
 of a workshop, in the dtypes its cells run them in, sizes said first and the disk checked: each
 repository by huggingface_hub's own snapshot_download (its progress bars), restricted to the
-files from_pretrained loads in that dtype (models/hub.py allow_patterns), the configs,
+files from_pretrained loads in that dtype (allow_patterns, below), the configs,
 tokenizers and scheduler beside them. `plan` prints course/planning/plan.py's plan.
 
 Introduced in 00_setup.ipynb (env) and 17_all_models.ipynb (ladder). The CLI only composes
@@ -13,6 +13,7 @@ the package's functions; invalid input prints one line on stderr and exits with 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -21,7 +22,8 @@ from ...errors import FastdiffError
 from ... import checks
 from ...models.downloads import GB, check_disk, repo_folders, wanted_variant
 from ..planning.gpus import PROFILES, gpu_profile
-from ...models.hub import (allow_patterns, check_cache_folder, fetch, gate_todo, offline,
+from ...models.hub import (cached, check_cache_folder, fetch, file_sizes, gate_todo, offline,
+                          weight_files,
                           hub_errors, needs_access)
 from ...models.loading import default_device, load_pipeline
 from ...models.noise import quiet_known_noise
@@ -59,6 +61,23 @@ LADDER_COMMANDS = ("demo", "ladder", "warm")
 # FASTDIFF_SMOKE=1 (fdh.course.smoke_mode) changes the defaults as it does the notebooks' settings:
 # the tiny model on the CPU, 2 steps, 2 timed runs, no extra runs; a flag given still wins.
 SMOKE = " (FASTDIFF_SMOKE=1: {})"
+
+
+def allow_patterns(hub_id: str, folders, variant: str | None) -> tuple[list[str], int]:
+    """The files from_pretrained fetches for these weight folders with this variant (None:
+    the plain files), as snapshot_download patterns with the configs, tokenizers and
+    scheduler beside them, and their bytes still to download (the hub's sizes)."""
+    sizes = file_sizes(hub_id)
+    files, _ = weight_files(sizes, set(folders), variant)
+    if "" in folders:  # one model at the repo's root: its config
+        extra = ["config.json"]
+    else:  # a pipeline: model_index.json names its folders; the ones without weights whole
+        index = json.loads(Path(fetch(hub_id, "model_index.json")).read_text())
+        named = [k for k, v in index.items() if isinstance(v, list) and k != "_class_name"]
+        extra = ["model_index.json"] + [f"{k}/config.json" for k in folders]
+        extra += [f"{k}/*" for k in named if k not in folders and not any(
+            f.startswith(k + "/") and f.endswith((".safetensors", ".bin")) for f in sizes)]
+    return files + extra, sum(sizes[f] for f in files if cached(hub_id, f) is None)
 
 
 def check_online() -> None:
