@@ -246,10 +246,7 @@ def output_file(name: str, value: Any, example: str = "results.jsonl",
     return path
 
 
-def chart_file(name: str, value: Any) -> Path:
-    """A PNG chart to write: new, or a PNG that matplotlib wrote (any other file is refused)."""
-    return output_file(name, value, "ladder.png", lambda p: file_starts(
-        p, b"\x89PNG", b"Software\x00Matplotlib"), "a PNG chart that matplotlib wrote")
+
 
 
 def same_bytes(path: Path, data: bytes) -> bool | None:

@@ -3,10 +3,11 @@ import math
 import pytest
 
 import fastdiff_helpers as fdh
+from fastdiff_helpers.course.reference import save_figure
 from matplotlib.figure import Figure
 
 from fastdiff_helpers.results.charts import (
-    Reference, ladder_chart, memory_chart, models_chart, quality_chart, save_figure,
+    Reference, ladder_chart, memory_chart, models_chart, quality_chart,
 )
 from fastdiff_helpers.results.store import Result
 from fastdiff_helpers.course.planning.published import BLOG_SOURCE

@@ -18,8 +18,7 @@ from fastdiff_helpers.models import loading
 from fastdiff_helpers.errors import FastdiffError
 from fastdiff_helpers.techniques.recipe import RecipeError
 from fastdiff_helpers.course.runs.batch import read_prompts
-from fastdiff_helpers.results.store import save_result
-from fastdiff_helpers.results.charts import save_figure
+from fastdiff_helpers.course.reference import save_figure, save_result
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ import fastdiff_helpers.course.runs.ladder as ladder_mod
 import tools.reference.run as ref
 from tools.reference import folder as reference_folder
 from fastdiff_helpers.course.compiletime import bundle as bundle_format, cold_start
-from fastdiff_helpers.results.charts import save_figure
+from fastdiff_helpers.course.reference import save_figure, save_result
 from fastdiff_helpers.course.compiletime.watch import TuningWatch
 from fastdiff_helpers.results.store import Result
 from fastdiff_helpers.course.runs import demo
@@ -118,15 +118,15 @@ def test_save_results_appends_only_to_a_results_file(box):
 
 def test_save_result_keeps_its_folder_and_never_writes_over_an_image(box):
     watch = Watch(box)
-    fdh.results.store.save_result(_result(value=10), "out/run", 0)
-    fdh.results.store.save_result(_result(value=20), "out/run", 0)  # a second run, same index
+    save_result(_result(value=10), "out/run", 0)
+    save_result(_result(value=20), "out/run", 0)  # a second run, same index
     records = fdh.load_results("out/run/results.jsonl")
     assert [r.image_path for r in records] == ["images/0_fp32.png", "images/0_fp32-2.png"]
     assert [int(np.asarray(Image.open(Path("out/run") / r.image_path))[0, 0, 0])
             for r in records] == [10, 20]  # each record keeps its own image
     watch.only_in(box / "cwd" / "out" / "run")
     _theirs(box / "cwd" / "mine" / "notes.txt")
-    _refused(lambda: fdh.results.store.save_result(_result(), "mine"),
+    _refused(lambda: save_result(_result(), "mine"),
              box / "cwd" / "mine" / "notes.txt")
     assert sorted(p.name for p in (box / "cwd" / "mine").iterdir()) == ["notes.txt"]
 

@@ -20,7 +20,8 @@ from ..errors import FastdiffError
 from ..measure.quality import compare_images
 from .planning.published import BLOG_A100_SECONDS
 from ..results.charts import ChartFigure
-from ..results.store import Result, load_results, save_result
+from ..results.store import Result, load_results
+from .reference import save_result
 from ..measure.record import seconds_text
 from ..results.text import psnr_text
 from .planning.ladders import COURSE_LADDER

@@ -5,26 +5,30 @@ the project's reference run, `python3 -m tools.reference --ladder course`, write
 table says its GPU, weights, size and steps, and each rung's TF32 switches and VAE, so a figure
 is never quoted without what it ran with.
 
-Introduced in 01_baseline.ipynb.
+Introduced in 01_baseline.ipynb. A run's own results folder is written here too (save_result,
+save_figure: run_ladder's out=, the command line's --out, the day's rungs), in the layout the
+committed ones have (RESULTS_FOLDER).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from .. import checks
 from ..errors import FastdiffError
 from ..models.presets import get_spec
 from .planning.published import BLOG_A100_WHERE, FLUX_H100_WHERE, published_ladder
-from ..results.store import Result, load_results
+from ..results.store import Result, load_results, save_results
 from ..results.tables import format_table
 from .planning.ladders import LADDERS
 
 __all__ = ["reference_numbers", "reference_result", "reference_results", "reference_rate",
-           "committed_ladders", "tf32_text", "LADDER_TITLES"]
+           "committed_ladders", "tf32_text", "LADDER_TITLES", "RESULTS_FOLDER", "save_result",
+           "save_figure"]
 
 LADDER_TITLES = {"blog": "the blog's ladder", "course": "the course's ladder",
                  "flux": "the course's Flux ladder"}
@@ -196,3 +200,51 @@ def reference_rate(gpu: str | None = None, root: str | os.PathLike | None = None
             return best["device"], best["bf16_matmul_tflops"]
     raise FastdiffError(f"No committed matmul rate{' on ' + gpu if gpu else ''} "
                         "(results/<gpu>/matmul.jsonl).")
+
+
+# the names a results folder holds (the record first: it marks a folder as one of ours)
+RESULTS_FOLDER = ("results.jsonl", "images", "ladder.png", "memory.png", "reference.json",
+                  "tuning")
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "step"
+
+
+def save_result(result: Result, out: str | os.PathLike, index: int | None = None) -> Path:
+    """Keep one Result in the folder `out`: its image as out/images/<index>_<step>.png
+    (recorded in result.image_path, relative to `out`), then its record appended to
+    out/results.jsonl. `index` defaults to the number of records already there. A folder
+    holding files of someone else's is refused, and an image is never written over: a name
+    taken (an earlier run's) gets a suffix. Returns the results file."""
+    out = checks.output_folder("out", out, RESULTS_FOLDER)
+    store = out / "results.jsonl"
+    if index is None:
+        index = len(load_results(store)) if store.exists() else 0
+    if result.image is not None:
+        image_path = out / "images" / f"{index}_{_slug(result.step)}.png"
+        taken = 1
+        while image_path.exists():
+            taken += 1
+            image_path = image_path.with_name(f"{index}_{_slug(result.step)}-{taken}.png")
+        image_path.parent.mkdir(parents=True, exist_ok=True)
+        result.image.save(image_path)
+        result.image_path = image_path.relative_to(out).as_posix()
+    return save_results(result, store)
+
+
+def chart_file(name: str, value: Any) -> Path:
+    """A PNG chart to write: new, or a PNG that matplotlib wrote (any other file is refused)."""
+    return checks.output_file(name, value, "ladder.png", lambda p: checks.file_starts(
+        p, b"\x89PNG", b"Software\x00Matplotlib"), "a PNG chart that matplotlib wrote")
+
+
+def save_figure(fig: Any, path: str | os.PathLike) -> Path:
+    """Write the figure as PNG (dpi 120), creating folders, never over a file that is not a
+    matplotlib PNG; returns the path. run_ladder(out=...) saves its charts with it, into a
+    folder the command line was given (a notebook saves a chart with the Figure's own
+    `savefig`)."""
+    path = chart_file("path", path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", dpi=120)
+    return path

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import io
 import math
-import os
 import textwrap
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from matplotlib.figure import Figure
@@ -28,7 +26,7 @@ from .text import denoising_label, denoising_text
 
 __all__ = [
     "Reference", "ChartFigure", "ladder_chart", "memory_chart", "quality_chart",
-    "models_chart", "profile_chart", "save_figure",
+    "models_chart", "profile_chart",
 ]
 
 _OURS = "#1f77b4"
@@ -288,15 +286,7 @@ def models_chart(results_by_model: dict[str, Sequence[Result]]) -> Figure:
     return fig
 
 
-def save_figure(fig: Figure, path: str | os.PathLike) -> Path:
-    """Write the figure as PNG (dpi 120), creating folders, never over a file that is not a
-    matplotlib PNG; returns the path. run_ladder(out=...) saves its charts with it, into a
-    folder the command line was given (a notebook saves a chart with the Figure's own
-    `savefig`)."""
-    path = checks.chart_file("path", path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", dpi=120)
-    return path
+
 
 
 def show_images(images: dict, reference: Any = None, columns: int = 4,

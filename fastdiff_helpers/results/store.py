@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import warnings
 from pathlib import Path
 from typing import Iterable
@@ -20,8 +19,7 @@ from ..errors import FastdiffError
 from .. import checks
 from ..measure.record import SCHEMA_VERSION, Result, ResultsFormatError  # noqa: F401 (public here)
 
-__all__ = ["SCHEMA_VERSION", "Result", "ResultsFormatError", "save_results", "load_results",
-           "save_result"]
+__all__ = ["SCHEMA_VERSION", "Result", "ResultsFormatError", "save_results", "load_results"]
 
 
 def _repair_tail(path: Path) -> None:
@@ -73,9 +71,7 @@ def is_results_file(path: Path) -> bool:
 
 
 RESULTS_FILE = "a results file (JSON lines written by fdh.save_results)"
-# the names a results folder holds (the record first: it marks a folder as one of ours)
-RESULTS_FOLDER = ("results.jsonl", "images", "ladder.png", "memory.png", "reference.json",
-                  "tuning")
+
 
 
 def save_results(results: Result | Iterable[Result], path: str | os.PathLike) -> Path:
@@ -143,29 +139,3 @@ def load_results(path: str | os.PathLike) -> list[Result]:
         except (ValueError, TypeError) as e:
             raise ResultsFormatError(f"{path}:{i}: not a valid result record: {e}") from e
     return results
-
-
-def _slug(name: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "step"
-
-
-def save_result(result: Result, out: str | os.PathLike, index: int | None = None) -> Path:
-    """Keep one Result in the folder `out`: its image as out/images/<index>_<step>.png
-    (recorded in result.image_path, relative to `out`), then its record appended to
-    out/results.jsonl. `index` defaults to the number of records already there. A folder
-    holding files of someone else's is refused, and an image is never written over: a name
-    taken (an earlier run's) gets a suffix. Returns the results file."""
-    out = checks.output_folder("out", out, RESULTS_FOLDER)
-    store = out / "results.jsonl"
-    if index is None:
-        index = len(load_results(store)) if store.exists() else 0
-    if result.image is not None:
-        image_path = out / "images" / f"{index}_{_slug(result.step)}.png"
-        taken = 1
-        while image_path.exists():
-            taken += 1
-            image_path = image_path.with_name(f"{index}_{_slug(result.step)}-{taken}.png")
-        image_path.parent.mkdir(parents=True, exist_ok=True)
-        result.image.save(image_path)
-        result.image_path = image_path.relative_to(out).as_posix()
-    return save_results(result, store)

@@ -37,7 +37,7 @@ from ..planning.course_downloads import course_downloads, for_card, table
 from ..planning.plan import notebooks_by_number, plan_summary, plan_table
 from ...measure.bench import benchmark
 from ...measure.env import env_report
-from ...results.store import RESULTS_FOLDER, save_result
+from ..reference import RESULTS_FOLDER, save_result
 from ...results.tables import format_table
 from ..parameters import course_hooks, smoke_mode
 from . import demo

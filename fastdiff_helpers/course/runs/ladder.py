@@ -28,8 +28,9 @@ from ...measure.bench import benchmark
 from ..compiletime.cold_start import check_artifacts_path
 from ...measure.env import device_name, env_report
 from ...measure.quality import compare_images
-from ...results.charts import Reference, ladder_chart, memory_chart, save_figure
-from ...results.store import RESULTS_FOLDER, Result, save_result
+from ...results.charts import Reference, ladder_chart, memory_chart
+from ...results.store import Result
+from ..reference import RESULTS_FOLDER, chart_file, save_figure, save_result
 from ...results.tables import format_table
 
 __all__ = ["run_ladder", "measure_step", "resolve_ladder"]
@@ -89,7 +90,7 @@ def _setup(model: str, ladder: str | None, device: str | None,
         else:  # its charts, drawn at the end, are checked now too
             folder = checks.output_folder("out", out, RESULTS_FOLDER)
             for chart in ("ladder.png", "memory.png"):
-                checks.chart_file("out", folder / chart)
+                chart_file("out", folder / chart)
     device = checks.device(device) if device is not None else default_device()
     loading = BLOG_LOADING[spec.key] if ladder == "blog" else {}
     return spec, device, wanted, loading
