@@ -164,19 +164,12 @@ def _pathlike(name: str, value: Any) -> Path:
     return Path(value)
 
 
-def existing_file(name: str, value: Any, what: str) -> Path:
-    """A file that exists; `what` says what it should hold (in the message)."""
+def existing(name: str, value: Any, what: str, folder: bool = False) -> Path:
+    """A file (with `folder`, a folder) that exists; `what` says what it should be (in the
+    message)."""
     path = _pathlike(name, value)
-    if not path.is_file():
-        state = "is a folder" if path.is_dir() else "does not exist"
-        raise FastdiffError(f"{arg(name, str(path))}: {path} {state}; give {what}.")
-    return path
-
-
-def existing_folder(name: str, value: Any, what: str) -> Path:
-    path = _pathlike(name, value)
-    if not path.is_dir():
-        state = "is a file" if path.exists() else "does not exist"
+    if not (path.is_dir() if folder else path.is_file()):
+        state = ("is a " + ("file" if folder else "folder")) if path.exists() else "does not exist"
         raise FastdiffError(f"{arg(name, str(path))}: {path} {state}; give {what}.")
     return path
 

@@ -164,8 +164,8 @@ def course_settings(model: str = "sdxl", weights: str | None = None, steps: int 
                             "or None (None leaves the switch as it is).")
     tuning = tuning if tuning is not None else os.environ.get(TUNING_ENV) or None
     if tuning is not None:
-        tuning = checks.existing_folder("tuning", tuning, "a folder of tuning bundles laid out "
-                                        "as results/ is (<gpu>/tuning/<torch>/<model>.json.gz)")
+        tuning = checks.existing("tuning", tuning, "a folder of tuning bundles laid out as "
+                                 "results/ is (<gpu>/tuning/<torch>/<model>.json.gz)", folder=True)
     quiet_known_noise()  # the parameters cell runs first in every notebook
     course_hooks()
     print(written_for_line())  # copied code takes these versions' spellings

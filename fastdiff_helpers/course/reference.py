@@ -39,6 +39,12 @@ LADDER_TITLES = {"blog": "the blog's ladder", "course": "the course's ladder",
 REFERENCE_ROOT = Path(__file__).resolve().parent.parent / "reference_data"
 
 
+def _root(root: str | os.PathLike | None) -> Path:
+    """`root`, a folder laid out as results/ is, or the committed one."""
+    return (REFERENCE_ROOT if root is None else
+            checks.existing("root", root, "the results folder (results/ of a checkout)", True))
+
+
 def reference_results(model: str, root: str | os.PathLike | None = None) -> dict[str, list[Result]]:
     """The project's committed GPU reference results for `model`: {gpu folder: [Result]}
     from results/<gpu>/<model>/results.jsonl ({} when none are committed yet).
@@ -46,8 +52,7 @@ def reference_results(model: str, root: str | os.PathLike | None = None) -> dict
     root defaults to REFERENCE_ROOT, the repository's results/ as the package ships it. What
     fdh.course.reference_numbers prints (01_baseline.ipynb). Introduced in 11_fitting_your_gpu.ipynb
     (the committed peak memory)."""
-    base = (checks.existing_folder("root", root, "the results folder (results/ of a checkout)")
-            if root is not None else REFERENCE_ROOT)
+    base = _root(root)
     found: dict[str, list[Result]] = {}
     for path in sorted(base.glob(f"*/{model}/results.jsonl")):
         found[path.parent.parent.name] = load_results(path)
@@ -73,8 +78,7 @@ def committed_ladders(model: str, root: str | os.PathLike | None = None
                       ) -> list[tuple[str, str, Path, list[Result]]]:
     """(gpu folder, ladder, folder, its Results) for each ladder of `model` committed under
     `root` (default: results/ as the package ships it), in folder order."""
-    base = (checks.existing_folder("root", root, "the results folder (results/ of a checkout)")
-            if root is not None else REFERENCE_ROOT)
+    base = _root(root)
     found = []
     for path in sorted(base.glob(f"*/{model}*/results.jsonl")):
         ladder = _ladder_of(model, path.parent)
@@ -191,8 +195,7 @@ def reference_rate(gpu: str | None = None, root: str | os.PathLike | None = None
     """(device name, TFLOP/s): the highest dense bf16 matmul rate this project measured on a
     GPU (results/<gpu>/matmul.jsonl, fdh.measure_matmul_tflops at 8192x8192), on `gpu` (a
     folder name) or on the first GPU folder that has one. Introduced in 01_baseline.ipynb."""
-    base = (checks.existing_folder("root", root, "the results folder (results/ of a checkout)")
-            if root is not None else REFERENCE_ROOT)
+    base = _root(root)
     for path in sorted(base.glob(f"{gpu or '*'}/matmul.jsonl")):
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         if rows:

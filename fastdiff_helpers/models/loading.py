@@ -102,8 +102,8 @@ def load_pipeline(model: str | ModelSpec = "sdxl", weights: str = "auto", device
         raise FastdiffError(f"{checks.arg('device', 'meta')} builds the architecture only: use "
                             f"{checks.arg('weights', 'random')}.")
     if path is not None:
-        checks.existing_folder("path", path, "a pipeline folder (written by "
-                               "pipe.save_pretrained() or `hf download ID --local-dir DIR`)")
+        checks.existing("path", path, "a pipeline folder (written by pipe.save_pretrained() "
+                        "or `hf download ID --local-dir DIR`)", folder=True)
         if weights not in ("auto", "pretrained"):
             raise FastdiffError(f"{checks.arg('path', str(path))} loads pretrained weights from "
                                 f"that folder, but {checks.arg('weights', weights)} builds its "

@@ -200,8 +200,8 @@ def _check_bundle(bundle: Any, where: str) -> dict:
 def read_bundle(path: str | os.PathLike, sha256: str | None = None) -> dict:
     """A bundle's content, read with gzip and json alone (nothing in it runs). With `sha256`,
     the file's bytes must hash to it, checked before anything is parsed."""
-    path = checks.existing_file("path", path, "a tuning bundle (.json.gz) written by "
-                                "fdh.course.export_tuning")
+    path = checks.existing("path", path, "a tuning bundle (.json.gz) written by "
+                           "fdh.course.export_tuning")
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if sha256 is not None and digest != sha256.strip().lower():

@@ -147,8 +147,8 @@ def import_raw(path: str | os.PathLike, cache_dir: str | os.PathLike | None = No
     here_system = CacheBase.get_system()
     system_hash = here_system["hash"]
     refused: list[str] = []
-    path = checks.existing_file("path", path, "a tarball of an inductor cache folder's "
-                                "tuning (<model>.cache-raw.tgz)")
+    path = checks.existing("path", path, "a tarball of an inductor cache folder's "
+                           "tuning (<model>.cache-raw.tgz)")
     content: dict[str, Any] = {"gemm": {}, "local": {}, "best_configs": {}}
     mine = False
     try:

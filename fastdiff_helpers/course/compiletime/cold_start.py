@@ -138,8 +138,8 @@ def first_image_in_new_process(cache_dir: str | os.PathLike, model: str = "sdxl"
     Introduced in docs/instructor.md."""
     checks.output_folder("cache_dir", cache_dir)
     if load is not None:
-        checks.existing_file("load", load, "a file written by `python -m fastdiff_helpers warm "
-                             "--out FILE`")
+        checks.existing("load", load, "a file written by `python -m fastdiff_helpers warm "
+                        "--out FILE`")
     else:
         get_spec(model)
         check_weights(weights)

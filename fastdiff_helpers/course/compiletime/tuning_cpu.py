@@ -42,7 +42,7 @@ def cpu_tuning_run(cache_dir: str | os.PathLike, bundle_in: str | os.PathLike | 
     cache = checks.output_folder("cache_dir", cache_dir)
     args = [str(cache)]
     if bundle_in is not None:
-        args += ["--import", str(checks.existing_file("bundle_in", bundle_in, "a tuning bundle"))]
+        args += ["--import", str(checks.existing("bundle_in", bundle_in, "a tuning bundle"))]
     if bundle_out is not None:
         args += ["--export", str(checks.output_file("bundle_out", bundle_out, "toy.json.gz"))]
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(Path(cache).absolute()),

@@ -45,7 +45,7 @@ def read_prompts(prompts: Prompts) -> Lines:
     """[(line number, prompt)] from a file (one prompt a line) or a list of strings; blank
     lines are skipped but counted, so a prompt keeps its line number (1-based)."""
     if isinstance(prompts, (str, os.PathLike)):
-        path = checks.existing_file("prompts", prompts, "a text file with one prompt per line")
+        path = checks.existing("prompts", prompts, "a text file with one prompt per line")
         lines = path.read_text(encoding="utf-8").splitlines()
         where = str(path)
     else:

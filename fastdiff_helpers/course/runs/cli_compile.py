@@ -126,8 +126,8 @@ def _tuning(args: argparse.Namespace, argv) -> int:
         if bool(args.files) == bool(args.matching):
             raise UsageError("give the bundle FILE(s) to import, or --matching DIR")
         if args.matching:
-            done = import_matching(checks.existing_folder("matching", args.matching,
-                                                          "a folder such as results"),
+            done = import_matching(checks.existing("matching", args.matching,
+                                                   "a folder such as results", folder=True),
                                    cache_dir=args.cache_dir)
             print(f"fastdiff: {len(done)} bundle(s) or raw tarball(s) of this machine under "
                   f"{args.matching}")
