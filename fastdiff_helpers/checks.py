@@ -174,11 +174,17 @@ def existing(name: str, value: Any, what: str, folder: bool = False) -> Path:
     return path
 
 
+def nearest_existing(path: str | os.PathLike) -> Path:
+    """`path`, or its nearest parent that exists."""
+    path = Path(path).absolute()
+    while not path.exists():
+        path = path.parent
+    return path
+
+
 def _writable_parent(name: str, path: Path) -> None:
     """The nearest existing folder above `path` must be a folder this user can write to."""
-    above = path.absolute().parent
-    while not above.exists():
-        above = above.parent
+    above = nearest_existing(path.parent)
     if not above.is_dir():
         raise FastdiffError(f"{arg(name, str(path))}: {above} is a file, so {path} cannot be "
                             "created; give a path under a folder.")

@@ -18,7 +18,7 @@ from ..models.hooks import tell
 from ..models.presets import DEFAULT_PROMPT
 from ..techniques import current_recipe, tf32_state
 from .compile_events import compiled, events_between, snapshot
-from .cudagraphs import cudagraph_report, cudagraph_snapshot
+from .cudagraphs import _index, cudagraph_report, cudagraph_snapshot
 from .env import device_name, env_report
 from ..techniques.guidance import cutoff_share
 from ..techniques.step_cache import guided_steps
@@ -122,13 +122,11 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     stage_samples: dict[str, list[float]] = {}
     compiles: dict[str, Any] = {"warmup": [], "timed": [], "extra_warmup": 0}
 
-    graphs_index = (device.index if device.index is not None else torch.cuda.current_device()
-                    ) if device.type == "cuda" else 0
-    graphs_before = cudagraph_snapshot(graphs_index) if device.type == "cuda" else None
+    graphs_before = cudagraph_snapshot(_index(device)) if device.type == "cuda" else None
 
     def counted(fn: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
         if graphs_before is not None:
-            cudagraph_snapshot(graphs_index)  # counts the replays once a graph manager exists
+            cudagraph_snapshot(_index(device))  # counts the replays once a graph manager exists
         before = snapshot()
         out = fn()
         return out, events_between(before, snapshot())

@@ -71,16 +71,9 @@ def fetch(hub_id: str, filename: str | None = None, patterns: list[str] | None =
     return hub.snapshot_download(hub_id, allow_patterns=patterns)
 
 
-def _existing(folder: str) -> str:  # `folder`, or its nearest parent that exists
-    path = os.path.abspath(folder)
-    while not os.path.exists(path):
-        path = os.path.dirname(path)
-    return path
-
-
 def free_bytes(folder: str) -> int:
     """Free bytes on the disk of `folder` (its nearest existing parent)."""
-    return shutil.disk_usage(_existing(folder)).free
+    return shutil.disk_usage(checks.nearest_existing(folder)).free
 
 
 def check_cache_folder() -> str:
@@ -94,7 +87,7 @@ def check_cache_folder() -> str:
     named = next((v for v in ("HF_HUB_CACHE", "HF_HOME") if os.environ.get(v)), None)
     fix = (f"Point {named} at a folder (or unset it) before starting Python." if named else
            "Point HF_HUB_CACHE (or HF_HOME) at a folder before starting Python.")
-    for path in map(_existing, (home, hub_cache)):
+    for path in map(checks.nearest_existing, (home, hub_cache)):
         why = (f"made: {path} is a file, not a folder" if not os.path.isdir(path) else
                f"written: {path} is not writable by this user"
                if not os.access(path, os.W_OK) else None)
