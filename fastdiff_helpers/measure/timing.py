@@ -1,6 +1,6 @@
-"""What benchmark() and profile() time with: stage marks around the text encoder, the steps and the VAE decode, the
-progress bar (calls and time elapsed, never a guessed time left), how sure a median is, and the
-process's peak RSS. Introduced in 01_baseline.ipynb (through fdh.benchmark)."""
+"""What benchmark() and profile() time with: stage marks around the text encoder, the steps and
+the VAE decode, the progress bar (calls and time elapsed, never a guessed time left), how sure a
+median is, and the process's peak RSS. Introduced in 01_baseline.ipynb (through fdh.benchmark)."""
 
 from __future__ import annotations
 
@@ -68,9 +68,9 @@ class StageMarks:
 
     def denoising(self) -> float | None:
         """From the end of the text encoders to the start of the VAE decode."""
-        first = next((s for s in self.spans if s[0] != "text encoders"), None)
         decode = self.span("VAE decode")
-        return self.seconds(first[1], decode[1]) if first and decode and first is not decode else None
+        first = next((s for s in self.spans if s[0] != "text encoders"), decode)
+        return None if decode is None or first is decode else self.seconds(first[1], decode[1])
 
     def read(self) -> dict[str, float]:
         """fdh.benchmark's stage times of the call just made (a stage it did not reach left
