@@ -2,8 +2,8 @@
 participant takes home; the core imports nothing from here.
 
     parameters        the parameters cell (smoke mode, fdh.course.settings), GPU-only cells
-    reference         the reference numbers a notebook quotes: the blog's published row and
-                      every ladder committed under results/, with each rung's TF32 and VAE
+    reference         the reference numbers a notebook quotes (the blog's row, every ladder
+                      under results/, each rung's TF32 and VAE); a run's results folder written
     day               the day's result: the rungs the core lessons kept (fdh.course.keep_rung) and
                       one chart of them at the end of the last (fdh.course.day_chart)
     weights           the weights a parameters cell chose on a GPU, carried to later notebooks;
@@ -13,7 +13,7 @@ participant takes home; the core imports nothing from here.
                       (its controls, phases and small formatters first)
     hosted            what every notebook's first cell runs where the course is not installed
                       (Colab, Kaggle, any Jupyter): the host's limits, the install with the
-                      host's torch and Jupyter held, whether to restart; the cell itself
+                      host's torch and Jupyter held, whether to restart (the cell: tools/)
     savers_report     a lesson's comparison: each memory saver's peak memory and time, beside
                       the pipeline without it (fdh.course.memory_savers_report)
     lora_swaps        14's LoRA lesson: its stand-in LoRA files, made in code
