@@ -245,9 +245,6 @@ def output_file(name: str, value: Any, example: str = "results.jsonl",
     return path
 
 
-
-
-
 def same_bytes(path: Path, data: bytes) -> bool | None:
     """None when `path` does not exist, else whether it holds exactly `data` (a writer that
     would write the same bytes leaves the file as it is; other bytes are someone else's)."""

@@ -41,8 +41,8 @@ REFERENCE_ROOT = Path(__file__).resolve().parent.parent / "reference_data"
 
 def _root(root: str | os.PathLike | None) -> Path:
     """`root`, a folder laid out as results/ is, or the committed one."""
-    return (REFERENCE_ROOT if root is None else
-            checks.existing("root", root, "the results folder (results/ of a checkout)", True))
+    return (REFERENCE_ROOT if root is None else checks.existing(
+        "root", root, "the results folder (results/ of a checkout)", folder=True))
 
 
 def reference_results(model: str, root: str | os.PathLike | None = None) -> dict[str, list[Result]]:

@@ -48,7 +48,7 @@ def download_bytes(model: str, dtype: str) -> int:
 
 
 def _precision(recipe: str) -> str | None:
-    """"fp32" or "half" for a compiled recipe as the record writes it (techniques/recipe.py
+    """"fp32" or "half" for a compiled recipe as the record writes it (clock_gpu.py
     recipe_id: the fields away from the defaults, dtype fp32 left out); None where it does not
     say (a compile outside fdh.apply: its pipeline's own loads and calls say it)."""
     try:

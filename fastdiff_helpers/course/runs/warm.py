@@ -14,10 +14,10 @@ from typing import Iterable
 
 import torch
 
-from ...models.loading import FastdiffError, free_memory, load_pipeline, resolve_weights
+from ...models.loading import (FastdiffError, call_kwargs, free_memory, get_denoiser,
+                              load_pipeline, pipeline_info, resolve_weights)
 from ...techniques import apply, current_recipe
 from ..planning.autotune import course_tuning, covers, step_blocked
-from ...models.loading import call_kwargs, get_denoiser, pipeline_info
 from ...techniques.compile import capture_denoiser_inputs
 from ...techniques.step_cache import step_plan
 from ...techniques.recipe import RecipeError
