@@ -210,7 +210,8 @@ RESULTS_FOLDER = ("results.jsonl", "images", "ladder.png", "memory.png", "refere
                   "tuning")
 
 
-def _slug(name: str) -> str:
+def slug(name: str) -> str:
+    """A step name as a file name's part: "+ int8 dynamic" -> "int8-dynamic"."""
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "step"
 
 
@@ -225,11 +226,11 @@ def save_result(result: Result, out: str | os.PathLike, index: int | None = None
     if index is None:
         index = len(load_results(store)) if store.exists() else 0
     if result.image is not None:
-        image_path = out / "images" / f"{index}_{_slug(result.step)}.png"
+        image_path = out / "images" / f"{index}_{slug(result.step)}.png"
         taken = 1
         while image_path.exists():
             taken += 1
-            image_path = image_path.with_name(f"{index}_{_slug(result.step)}-{taken}.png")
+            image_path = image_path.with_name(f"{index}_{slug(result.step)}-{taken}.png")
         image_path.parent.mkdir(parents=True, exist_ok=True)
         result.image.save(image_path)
         result.image_path = image_path.relative_to(out).as_posix()

@@ -8,7 +8,6 @@ Used by run.py. Introduced in docs/offline-gpu.md, "On an offline GPU machine".
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -78,10 +77,6 @@ def rewrite_results(results: list[Result], path: Path) -> Path:
     write_atomic(path, "".join(json.dumps(r.to_dict(), sort_keys=True, allow_nan=False) + "\n"
                                for r in results))
     return path
-
-
-def slug(name: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "step"
 
 
 def is_compiled(recipe) -> bool:

@@ -45,12 +45,12 @@ from fastdiff_helpers.course.compiletime.bundle_io import import_matching
 from fastdiff_helpers.course.compiletime.watch import TuningWatch
 from fastdiff_helpers.measure.quality import compare_images
 from fastdiff_helpers.results.charts import Reference, ladder_chart, memory_chart
-from fastdiff_helpers.course.reference import RESULTS_FOLDER, save_figure
+from fastdiff_helpers.course.reference import RESULTS_FOLDER, save_figure, slug
 from .readme import COMMAND, write_results_readme
 from fastdiff_helpers.course.runs.ladder import _setup, measure_step, resolve_ladder
 from .folder import (baseline_image, matmul_rate, check_same_run, is_compiled, cuts_in_a_row, estimate,
                                record_tuning, results_root, rewrite_results, step_kind, tuning_bundle,
-                               Folder, slug)
+                               Folder)
 from fastdiff_helpers.course.compiletime.bundle import gpu_folder
 from fastdiff_helpers.measure.record import utc_now
 
