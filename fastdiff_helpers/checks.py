@@ -16,7 +16,7 @@ import math
 import numbers
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -102,15 +102,6 @@ def call_size(steps: Any, height: Any, width: Any, multiple: int) -> None:
         image_size(name, value, multiple)
 
 
-def write_atomic(path: Path, data: bytes | str) -> None:
-    """Write `path` whole or not at all: into a temporary file beside it, then moved over it (a
-    killed write never leaves half a file under the real name)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data.encode() if isinstance(data, str) else data)
-    os.replace(tmp, path)
-
-
 def real(name: str, value: Any, none: bool = False) -> float | None:
     """A finite number (None allowed when `none`)."""
     if value is None and none:
@@ -158,7 +149,7 @@ def device(value: Any, name: str = "device", meta: bool = False) -> str:
     return str(value)
 
 
-def _pathlike(name: str, value: Any) -> Path:
+def pathlike(name: str, value: Any) -> Path:
     if not isinstance(value, (str, os.PathLike)) or not str(value):
         raise FastdiffError(f"{arg(name, value)} cannot work: give a path.")
     return Path(value)
@@ -167,7 +158,7 @@ def _pathlike(name: str, value: Any) -> Path:
 def existing(name: str, value: Any, what: str, folder: bool = False) -> Path:
     """A file (with `folder`, a folder) that exists; `what` says what it should be (in the
     message)."""
-    path = _pathlike(name, value)
+    path = pathlike(name, value)
     if not (path.is_dir() if folder else path.is_file()):
         state = ("is a " + ("file" if folder else "folder")) if path.exists() else "does not exist"
         raise FastdiffError(f"{arg(name, str(path))}: {path} {state}; give {what}.")
@@ -182,7 +173,7 @@ def nearest_existing(path: str | os.PathLike) -> Path:
     return path
 
 
-def _writable_parent(name: str, path: Path) -> None:
+def writable_parent(name: str, path: Path) -> None:
     """The nearest existing folder above `path` must be a folder this user can write to."""
     above = nearest_existing(path.parent)
     if not above.is_dir():
@@ -193,64 +184,21 @@ def _writable_parent(name: str, path: Path) -> None:
                             "folder you can write to.")
 
 
-def _made_here(path: Path) -> list[str]:
-    """The names in a folder, less the hidden temporary files of a cut write (".x.123.tmp")."""
-    return sorted(p.name for p in path.iterdir()
-                  if not (p.name.startswith(".") and ".tmp" in p.name))
-
-
-def output_folder(name: str, value: Any, ours: Sequence[str] = (), what: str = "fastdiff"
-                  ) -> Path:
-    """A folder to write into: an existing folder, or one that can be created (checked now,
-    created by the caller when it writes). With `ours`, the names the writer makes in it (the
-    first is the record that marks a folder as its own): an existing folder must be empty,
-    hold that record, or hold nothing but those names (a run cut before its record); a
-    folder with anything else is someone else's and is refused, so nothing in it is written
-    over."""
-    path = _pathlike(name, value)
-    if path.exists():
-        if not path.is_dir():
-            raise FastdiffError(f"{arg(name, str(path))}: {path} is a file; give a folder (it "
-                                "is created if missing).")
-        if not os.access(path, os.W_OK | os.X_OK):
-            raise FastdiffError(f"{arg(name, str(path))}: {path} is not writable here; give a "
-                                "folder you can write to.")
-        held = _made_here(path) if ours else []
-        others = [n for n in held if n not in ours]
-        if others and ours[0] not in held:
-            raise FastdiffError(
-                f"{arg(name, str(path))}: {path} holds files that {what} did not write "
-                f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}), so nothing is "
-                f"written there; give a new or empty folder (it is created if missing), or one "
-                f"{what} wrote before (it holds {ours[0]}).")
-        return path
-    _writable_parent(name, path)
-    return path
-
-
 def output_file(name: str, value: Any, example: str = "results.jsonl",
                 ours: Callable[[Path], bool] | None = None, what: str = "") -> Path:
     """A file to write: not an existing folder, under a folder that exists or can be made.
     With `ours` (is an existing file one this writer made? `what` names such a file), an
     existing file that is not is refused: it is left as it is."""
-    path = _pathlike(name, value)
+    path = pathlike(name, value)
     if path.is_dir():
         raise FastdiffError(f"{arg(name, str(path))}: {path} is a folder; give a file name, "
                             f"e.g. {path / example}.")
     if not path.exists():
-        _writable_parent(name, path)
+        writable_parent(name, path)
     elif ours is not None and not ours(path):
         raise FastdiffError(f"{arg(name, str(path))}: {path} exists and is not {what}, so it "
                             "is left as it is; give a new file name, or move that file away.")
     return path
-
-
-def same_bytes(path: Path, data: bytes) -> bool | None:
-    """None when `path` does not exist, else whether it holds exactly `data` (a writer that
-    would write the same bytes leaves the file as it is; other bytes are someone else's)."""
-    if not path.exists():
-        return None
-    return path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data
 
 
 def file_starts(path: Path, first: bytes, *within: bytes, size: int = 4096) -> bool:

@@ -18,7 +18,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import torch
 
-from ..checks import arg, output_folder, same_bytes, whole
+from ..checks import arg, whole
 from ..errors import FastdiffError
 from ..models.loading import call_kwargs, get_denoiser, pipeline_device
 from ..techniques.lora import LORA_FILE, check_loadable, load_lora, loaded_lora, lora_file_info
@@ -26,6 +26,7 @@ from ..measure.bench import time_call
 from ..measure.compile_events import events_between, recompile_reasons, snapshot
 from ..measure.record import median_interval
 from ..measure.timing import steady_note, uncertainty, until_steady
+from .planning.writes import output_folder, same_bytes
 
 __all__ = ["make_lora_file", "lora_swap_report", "count_cuda_graph_recordings",
            "DEFAULT_LORA_TARGETS", "TEXT_ENCODER_TARGETS"]

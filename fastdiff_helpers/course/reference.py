@@ -25,6 +25,7 @@ from .planning.published import BLOG_A100_WHERE, FLUX_H100_WHERE, published_ladd
 from ..results.store import Result, load_results, save_results
 from ..results.tables import format_table
 from .planning.ladders import LADDERS
+from .planning.writes import output_folder
 
 __all__ = ["reference_numbers", "reference_result", "reference_results", "reference_rate",
            "committed_ladders", "tf32_text", "LADDER_TITLES", "RESULTS_FOLDER", "save_result",
@@ -221,7 +222,7 @@ def save_result(result: Result, out: str | os.PathLike, index: int | None = None
     out/results.jsonl. `index` defaults to the number of records already there. A folder
     holding files of someone else's is refused, and an image is never written over: a name
     taken (an earlier run's) gets a suffix. Returns the results file."""
-    out = checks.output_folder("out", out, RESULTS_FOLDER)
+    out = output_folder("out", out, RESULTS_FOLDER)
     store = out / "results.jsonl"
     if index is None:
         index = len(load_results(store)) if store.exists() else 0

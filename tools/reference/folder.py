@@ -14,7 +14,6 @@ from typing import Any
 import torch
 
 from fastdiff_helpers import checks
-from fastdiff_helpers.checks import write_atomic
 from fastdiff_helpers.errors import FastdiffError
 from fastdiff_helpers.course.planning.ladders import LADDERS
 from fastdiff_helpers.measure.env import device_name
@@ -22,6 +21,7 @@ from fastdiff_helpers.measure.record import utc_now
 from fastdiff_helpers.measure.flops import measure_matmul_tflops
 from .readme import STATE, check_results_readme
 from fastdiff_helpers.results.store import RESULTS_FILE, Result, is_results_file, load_results
+from fastdiff_helpers.course.planning.writes import write_atomic
 
 # A first guess of one step's wall time (load, apply, compile, warm-ups, timed runs) when the
 # folder records nothing of that kind yet: (tiny weights?, kind) -> seconds, kind "eager",

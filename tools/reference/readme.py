@@ -15,6 +15,7 @@ from fastdiff_helpers.course.planning.published import BLOG_SOURCE, published_la
 from fastdiff_helpers.course.planning.ladders import LADDERS
 from fastdiff_helpers.results.store import Result, load_results
 from fastdiff_helpers.results.text import memory_text, psnr_text
+from fastdiff_helpers.course.planning.writes import write_atomic
 
 __all__ = ["write_results_readme", "check_results_readme", "STATE", "COMMAND"]
 
@@ -168,5 +169,5 @@ def write_results_readme(root: str | Path) -> Path | None:
         records = load_results(store)
         if records:
             lines += _table(store.parent, records) + [""]
-    checks.write_atomic(root / "README.md", "\n".join(lines).rstrip() + "\n")
+    write_atomic(root / "README.md", "\n".join(lines).rstrip() + "\n")
     return root / "README.md"

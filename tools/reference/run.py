@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 
-from fastdiff_helpers import checks
 from fastdiff_helpers.errors import FastdiffError
 from fastdiff_helpers.course.planning.published import published_ladder
 from fastdiff_helpers.models.hooks import listening
@@ -53,6 +52,7 @@ from .folder import (baseline_image, matmul_rate, check_same_run, is_compiled, c
                                Folder)
 from fastdiff_helpers.course.compiletime.bundle import gpu_folder
 from fastdiff_helpers.measure.record import utc_now
+from fastdiff_helpers.course.planning.writes import output_folder
 
 __all__ = ["run_reference", "ReferenceOutcome", "EXIT_BUDGET", "COMMAND"]
 
@@ -152,7 +152,7 @@ def run_reference(model: str = "sdxl", out: str | Path | None = None, ladder: st
                             "one warm-up (the cold start) and one timed run.")
     weights = resolve_weights(spec, weights, device)
     out = Path(out) if out is not None else Path("results") / gpu_folder(device) / spec.key
-    checks.output_folder("out", out, RESULTS_FOLDER, "the reference run")
+    output_folder("out", out, RESULTS_FOLDER, "the reference run")
     root = results_root(out)  # None: out/ keeps everything itself
     folder = Folder(out, ladder)
     here = device_name(device)

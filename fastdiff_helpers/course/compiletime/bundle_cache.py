@@ -22,6 +22,7 @@ from ...errors import FastdiffError
 from ..planning.compile_cache import use_course_cache
 from ..planning.tuning_state import STATE, seed
 from .bundle import (blocks, raw_kind_problems, safe_relative, split_timings, tuning_stamp)
+from ..planning.writes import output_folder, write_atomic
 
 __all__ = ["timings_file", "read_timings", "read_cache_parts", "read_best_configs",
            "cache_folder", "write_timings", "add_to_cache", "import_raw"]
@@ -66,7 +67,7 @@ def read_best_configs(cache_dir: str | os.PathLike) -> dict:
 def cache_folder(cache_dir: str | os.PathLike | None) -> Path:
     if cache_dir is None:
         return use_course_cache(verbose=False)
-    folder = checks.output_folder("cache_dir", cache_dir)
+    folder = output_folder("cache_dir", cache_dir)
     folder.mkdir(parents=True, exist_ok=True)
     return folder.absolute()
 
@@ -75,8 +76,8 @@ def write_timings(path: Path, gemm: dict) -> None:
     from torch._inductor.codecache import CacheBase
 
     # inductor's own layout (CacheBase.update_local_cache)
-    checks.write_atomic(path, json.dumps({"system": CacheBase.get_system(), "cache": gemm},
-                                         indent=4))
+    write_atomic(path, json.dumps({"system": CacheBase.get_system(), "cache": gemm},
+                                 indent=4))
 
 
 def add_to_cache(cache: Path, system_hash: str, content: dict, model: str | None, source: str,
@@ -118,7 +119,7 @@ def add_to_cache(cache: Path, system_hash: str, content: dict, model: str | None
         if target.exists():
             best_kept += 1
             continue
-        checks.write_atomic(target, json.dumps(config))
+        write_atomic(target, json.dumps(config))
         best_added += 1
     return {"blocks_added": added, "blocks_kept": kept, "local_added": local_added,
             "best_configs_added": best_added, "best_configs_kept": best_kept}

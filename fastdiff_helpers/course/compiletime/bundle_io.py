@@ -14,12 +14,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ... import checks
 from ...errors import FastdiffError
 from ..planning.tuning_state import STATE, cover, seed, seeded_from
 from .bundle import (FORMAT, MUST_MATCH, blocks, check_bundle_path, cross_kind_problems,
                      differences, merge_gemm, merge_local, read_bundle, tuning_stamp)
 from .bundle_cache import add_to_cache, cache_folder, import_raw, read_cache_parts
+from ..planning.writes import write_atomic
 
 # the states of a run's step whose compile ended with its tuning in the cache
 FINISHED = ("measured", "tuned", "warmed")
@@ -38,7 +38,7 @@ def _refuse_stamp(path: Any, stamp: dict, here: dict, doing: str) -> None:
 
 def _write_gzip_json(path: Path, content: dict) -> bytes:
     data = gzip.compress(json.dumps(content, sort_keys=True).encode(), mtime=0)
-    checks.write_atomic(path, data)
+    write_atomic(path, data)
     return data
 
 

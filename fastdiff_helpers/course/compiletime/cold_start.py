@@ -32,6 +32,7 @@ from ...models.presets import get_spec
 from ...models.pretrained import check_weights
 from ..planning.compile_cache import use_course_cache
 from ...measure.env import env_report
+from ..planning.writes import output_folder
 
 MAGIC = b"FASTDIFF-COMPILE-CACHE 1\n"
 # what must match between the machine that compiled and the one that loads
@@ -136,7 +137,7 @@ def first_image_in_new_process(cache_dir: str | os.PathLike, model: str = "sdxl"
     time elapsed while it is silent (a compile there takes minutes on a GPU). What
     05_cold_start.ipynb measures.
     Introduced in docs/instructor.md."""
-    checks.output_folder("cache_dir", cache_dir)
+    output_folder("cache_dir", cache_dir)
     if load is not None:
         checks.existing("load", load, "a file written by `python -m fastdiff_helpers warm "
                         "--out FILE`")

@@ -26,6 +26,7 @@ from typing import Any
 from ... import checks
 from ...errors import FastdiffError
 from .bundle_io import export_tuning, import_tuning
+from ..planning.writes import output_folder
 
 __all__ = ["cpu_tuning_run"]
 
@@ -39,7 +40,7 @@ def cpu_tuning_run(cache_dir: str | os.PathLike, bundle_in: str | os.PathLike | 
     {shape: winning choice}, "compile_s": the compile's seconds, "process_s": the new
     process's seconds to the end, "export": export_tuning's summary or None}.
     Introduced in docs/instructor.md."""
-    cache = checks.output_folder("cache_dir", cache_dir)
+    cache = output_folder("cache_dir", cache_dir)
     args = [str(cache)]
     if bundle_in is not None:
         args += ["--import", str(checks.existing("bundle_in", bundle_in, "a tuning bundle"))]

@@ -40,6 +40,7 @@ from ...measure.record import utc_now
 from .bundle import check_bundle_path
 from .bundle_cache import read_best_configs
 from .bundle_io import export_tuning
+from ..planning.writes import write_atomic
 
 __all__ = ["TuningWatch", "progress_path", "install_hooks"]
 
@@ -301,7 +302,7 @@ class TuningWatch:
         try:
             report = json.dumps(self._progress(state or self.run["state"]), indent=1,
                                 sort_keys=True)
-            checks.write_atomic(self.progress, report + "\n")
+            write_atomic(self.progress, report + "\n")
         except Exception as exc:  # noqa: BLE001 (a progress report must not stop the work)
             self.last_error = f"{type(exc).__name__}: {exc}"
 

@@ -6,6 +6,7 @@ anything runs.
                       from the estimated peak, fdh.course.peak_bytes)
     ladders           the course's ladders of recipes: the blog's LADDER, the COURSE_LADDER,
                       the FLUX_LADDER (LADDERS holds the three)
+    writes            what the course's runs write: a run's own folder, a file written whole
     compile_cache     the course's one folder for compiled kernels and graphs
                       (fdh.course.use_course_cache)
     autotune          whether a compile may tune on a GPU: the course's decision, passed to

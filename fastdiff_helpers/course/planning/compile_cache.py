@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ... import checks
+from .writes import output_folder
 
 
 def default_cache_dir() -> Path:
@@ -51,7 +51,7 @@ def use_course_cache(path: str | os.PathLike | None = None, verbose: bool = True
     where its kernels go; call it yourself to choose another folder.
     Introduced in 04_torch_compile.ipynb."""
     if path is not None:
-        checks.output_folder("path", path)
+        output_folder("path", path)
     users = _users_cache_dir()
     if path is None and users:
         folder = Path(users)

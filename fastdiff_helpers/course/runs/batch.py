@@ -30,6 +30,7 @@ from ...techniques import apply
 from ..planning.autotune import course_tuning
 from ...techniques.recipe import Recipe
 from ...measure.env import env_report
+from ..planning.writes import output_folder, write_atomic
 
 IMAGES = "images"
 RECORDS = "images.jsonl"
@@ -85,7 +86,7 @@ def check_batch(prompts: Prompts, out: str | os.PathLike, batch_size: int = 1,
     checks.whole("batch_size", batch_size, 1)
     checks.whole("processes", processes, 1, none=True)
     # created when written; a rerun does what is left; someone else's folder is refused
-    out = checks.output_folder("out", out, (RECORDS, IMAGES, SUMMARY, "prompts.txt"), "batch")
+    out = output_folder("out", out, (RECORDS, IMAGES, SUMMARY, "prompts.txt"), "batch")
     every = read_prompts(prompts)
     todo = pending(every, out)
     processes = launched_processes() if processes is None else processes
@@ -294,7 +295,7 @@ def run_batch(prompts: Prompts, out: str | os.PathLike, recipe: Recipe | None = 
         latency_s=dict(median=statistics.median(latencies), mean=statistics.fmean(latencies),
                        min=min(latencies), max=max(latencies)) if latencies else None,
         measured=MEASURED, env=env_report())
-    checks.write_atomic(out / SUMMARY, json.dumps(summary, indent=1, sort_keys=True, default=str)
-                        + "\n")
+    write_atomic(out / SUMMARY, json.dumps(summary, indent=1, sort_keys=True, default=str)
+                 + "\n")
     state.wait_for_everyone()  # the others return once the summary is written
     return summary

@@ -44,6 +44,7 @@ from . import demo
 from .ladder import resolve_ladder, run_ladder
 from .launch import add_recipe_flags, batch_from_args, recipe_from_args
 from .cli_compile import COMPILE_COMMANDS, UsageError, add_compile_commands
+from ..planning.writes import output_folder
 
 __all__ = ["main", "build_parser"]
 
@@ -218,7 +219,7 @@ def _bench(args: argparse.Namespace) -> None:
     device = args.device or default_device()
     recipe.for_device(device)[0].check_device(device)  # and hardware this machine lacks (fp8)
     if args.out:  # and a folder of someone else's
-        checks.output_folder("out", args.out, RESULTS_FOLDER)
+        output_folder("out", args.out, RESULTS_FOLDER)
     pipe = load_pipeline(args.model, weights=args.weights, device=args.device,
                          dtype=recipe.weight_dtype,
                          vae=args.vae, scheduler=args.scheduler)
@@ -265,7 +266,7 @@ def _main(argv: Sequence[str] | None) -> int:
             return COMPILE_COMMANDS[args.command](args, argv)
         if args.command == "demo":
             if args.out is not None:
-                checks.output_folder("out", args.out, RESULTS_FOLDER)
+                output_folder("out", args.out, RESULTS_FOLDER)
             results = demo.run_demo(args.out, model=args.model, weights=args.weights,
                                     device=args.device, ladder=args.ladder,
                                     progress=not args.no_progress)

@@ -20,6 +20,7 @@ from ..compiletime.bundle import bundle_path
 from ..compiletime.bundle_cache import import_raw
 from ..compiletime.bundle_io import export_tuning, import_matching, import_tuning, show_tuning
 from .warm import PARTS, warm_ladder
+from ..planning.writes import output_folder
 
 __all__ = ["COMPILE_COMMANDS", "add_compile_commands", "UsageError"]
 
@@ -110,7 +111,7 @@ def _warm(args: argparse.Namespace, argv) -> int:
                          "to pass on")
     bundle = None
     if not args.no_tuning:
-        checks.output_folder("tuning_root", args.tuning_root)
+        output_folder("tuning_root", args.tuning_root)
         bundle = bundle_path(args.model, args.device, root=args.tuning_root)
         import_matching(args.tuning_root)  # the cache folder is chosen; nothing compiled yet
     warm_ladder(args.model, weights=args.weights, ladder=args.ladder, steps=args.steps,

@@ -32,6 +32,7 @@ from ...results.charts import Reference, ladder_chart, memory_chart
 from ...results.store import Result
 from ..reference import RESULTS_FOLDER, chart_file, save_figure, save_result
 from ...results.tables import format_table
+from ..planning.writes import output_folder
 
 __all__ = ["run_ladder", "measure_step", "resolve_ladder"]
 
@@ -88,7 +89,7 @@ def _setup(model: str, ladder: str | None, device: str | None,
         if out_is_file:
             check_artifacts_path("out", out)
         else:  # its charts, drawn at the end, are checked now too
-            folder = checks.output_folder("out", out, RESULTS_FOLDER)
+            folder = output_folder("out", out, RESULTS_FOLDER)
             for chart in ("ladder.png", "memory.png"):
                 chart_file("out", folder / chart)
     device = checks.device(device) if device is not None else default_device()

@@ -18,6 +18,7 @@ from ... import checks
 from ...models.loading import FastdiffError
 from ...techniques.recipe import KNOBS, Recipe
 from .batch import IMAGES, SUMMARY, Prompts, check_batch, run_batch
+from ..planning.writes import same_bytes
 
 
 # what launch_batch passes on to `batch` (run_batch's arguments the command line has)
@@ -123,7 +124,7 @@ def launch_batch(prompts: Prompts, out: str | os.PathLike, processes: int = 2,
         check_batch(prompts, out, options.get("batch_size", 1), processes)
         out.mkdir(parents=True, exist_ok=True)
         prompts_file, text = out / "prompts.txt", "".join(f"{p}\n" for p in prompts).encode()
-        if checks.same_bytes(prompts_file, text) is False:  # another list's, or a file of yours
+        if same_bytes(prompts_file, text) is False:  # another list's, or a file of yours
             raise FastdiffError(f"{prompts_file} holds other prompts: give that file as "
                                 "`prompts`, or another `out`.")
         prompts_file.write_bytes(text)
