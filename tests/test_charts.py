@@ -99,6 +99,21 @@ def test_memory_chart():
     assert "process peak RSS" in memory_chart([rss]).axes[0].get_ylabel()
 
 
+def test_memory_chart_outlines_the_peak_reserved_with_a_legend():
+    """On CUDA the peak reserved is a dashed outline, and the legend names both kinds; without
+    it (a CPU's RSS) there is no outline and no legend."""
+    results = _ladder()
+    for r, reserved in zip(results, (14, 8, None, 6)):
+        r.peak_reserved_bytes = None if reserved is None else reserved * 2**30
+    ax = memory_chart(results).axes[0]
+    assert [b.get_height() for b in ax.containers[1]] == [14.0, 8.0, 0.0, 6.0]
+    assert ax.containers[1][0].get_linestyle() == "--"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "peak CUDA max allocated", "peak reserved (CUDA caching allocator, graph pools too)"]
+    assert ax.get_ylim()[1] == pytest.approx(14.0 * 1.2)
+    assert memory_chart(_ladder()).axes[0].get_legend() is None
+
+
 def test_quality_chart():
     ax = quality_chart(_ladder()).axes[0]
     points = ax.collections[0].get_offsets()

@@ -191,10 +191,14 @@ def memory_chart(results: Sequence[Result]) -> Figure:
     gib = [r.peak_memory_bytes / 2**30 if r.peak_memory_bytes is not None else 0.0 for r in results]
     reserved = [r.peak_reserved_bytes / 2**30 if r.peak_reserved_bytes is not None else None
                 for r in results]
-    bars = ax.bar(xs, gib, 0.7, color=_OURS)
+    kinds = sorted({r.peak_memory_kind for r in results if r.peak_memory_kind})
+    names = [_MEMORY_KINDS.get(k, k) for k in kinds]
+    kind = names[0] if len(names) == 1 else ("mixed: " + ", ".join(names) if names else "unknown kind")
+    bars = ax.bar(xs, gib, 0.7, color=_OURS, label=f"peak {kind}")
     if any(v is not None for v in reserved):  # CUDA: reserved (graph pools too) as an outline
         ax.bar(xs, [v or 0.0 for v in reserved], 0.7, color="none", edgecolor="black",
                linestyle="--", label="peak reserved (CUDA caching allocator, graph pools too)")
+        ax.legend(loc="upper right", fontsize=8)
     for x, r, bar, value in zip(xs, results, bars, gib):
         if r.peak_memory_bytes is None:
             bar.set(fill=False, hatch="//", edgecolor=_FAILED)
@@ -202,16 +206,10 @@ def memory_chart(results: Sequence[Result]) -> Figure:
         else:
             label = f"{value:.1f} GiB"
         ax.text(x, value, label, ha="center", va="bottom", fontsize=9)
-    kinds = sorted({r.peak_memory_kind for r in results if r.peak_memory_kind})
-    names = [_MEMORY_KINDS.get(k, k) for k in kinds]
-    kind = names[0] if len(names) == 1 else ("mixed: " + ", ".join(names) if names else "unknown kind")
     ax.set_ylabel(f"peak memory, GiB ({kind})")
     ax.set_xticks(xs, _ticks(fig, [r.step + denoising_label(r, results) for r in results]), fontsize=9)
     top = max(gib + [v for v in reserved if v is not None])
     ax.set_ylim(0, (top or 1.0) * 1.2)
-    if any(v is not None for v in reserved):
-        bars.set_label(f"peak {kind}")
-        ax.legend(loc="upper right", fontsize=8)
     ax.set_title(_fit(fig, f"{results[0].model} ({results[0].weights} weights) on "
                       f"{results[0].device_name}: peak memory", 12))
     return fig
@@ -284,9 +282,6 @@ def models_chart(results_by_model: dict[str, Sequence[Result]]) -> Figure:
     ax.legend(fontsize=8)
     ax.set_title("Speed-up per step, all models")
     return fig
-
-
-
 
 
 def show_images(images: dict, reference: Any = None, columns: int = 4,

@@ -33,16 +33,12 @@ def _repair_tail(path: Path) -> None:
         fh.seek(0)
         data = fh.read()
     start = data.rfind(b"\n") + 1
-    try:
-        json.loads(data[start:].decode("utf-8"))
-        fix = "newline"
-    except ValueError:
-        fix = "truncate"
     fd = os.open(path, os.O_WRONLY | os.O_APPEND)
     try:
-        if fix == "newline":
+        try:
+            json.loads(data[start:].decode("utf-8"))
             os.write(fd, b"\n")
-        else:
+        except ValueError:
             warnings.warn(
                 f"{path}: dropping an incomplete last record ({len(data) - start} bytes, "
                 "cut by an interrupted write) before appending",
@@ -71,7 +67,6 @@ def is_results_file(path: Path) -> bool:
 
 
 RESULTS_FILE = "a results file (JSON lines written by fdh.save_results)"
-
 
 
 def save_results(results: Result | Iterable[Result], path: str | os.PathLike) -> Path:
