@@ -1,8 +1,7 @@
 """load_pipeline(): one loading path for pretrained, random (full-size) and tiny weights.
 
-Introduced in 00_setup.ipynb.
-diffusers is imported inside the functions that use it: importing it takes seconds, and
-`import fastdiff_helpers` must stay cheap (tests/test_env.py).
+Introduced in 00_setup.ipynb. diffusers is imported inside the functions that use it (cost
+at import; see build.py).
 """
 
 from __future__ import annotations
@@ -115,8 +114,6 @@ def load_pipeline(model: str | ModelSpec = "sdxl", weights: str = "auto", device
         check_fits(spec.key, DTYPE_NAMES[torch_dtype], device)
     if weights == "pretrained":
         require_pretrained(spec, path)  # what is missing, said before any loading
-        # the files of the load's dtype (fp16 ones for a half-precision load, where the repo
-        # has them); a download is said, with its size, and the disk checked before it starts
         variant = (local_variant(spec.key, path, torch_dtype) if path is not None
                    else say_download(spec.key, torch_dtype, verbose))
         pipe = load_pretrained(spec, path, torch_dtype, check=False, variant=variant)
@@ -148,10 +145,8 @@ def load_pipeline(model: str | ModelSpec = "sdxl", weights: str = "auto", device
 
 def count_parameters(pipe) -> dict[str, int]:
     """Parameters per component, plus "total". Introduced in 00_setup.ipynb."""
-    counts = {}
-    for name, comp in pipe.components.items():
-        if isinstance(comp, torch.nn.Module):
-            counts[name] = sum(p.numel() for p in comp.parameters())
+    counts = {name: sum(p.numel() for p in comp.parameters())
+              for name, comp in pipe.components.items() if isinstance(comp, torch.nn.Module)}
     counts["total"] = sum(counts.values())
     return counts
 
