@@ -68,9 +68,7 @@ def peak_bytes(model: str, dtype: str, height: int | None = None, width: int | N
     checks.whole("batch", batch, 1)
     height = height or spec.resolution
     width = width or height
-    act_dtype = dtype
-    if dtype == "fp16" and spec.pipeline_class in UPCAST_IN_FP16:
-        act_dtype = "fp32"
+    act_dtype = "fp32" if dtype == "fp16" and spec.pipeline_class in UPCAST_IN_FP16 else dtype
     key = "sdxl" if spec.family == "flux" else spec.key
     acts = (ACT_BYTES[key, fp32_or_half(act_dtype)]
             * height * width / spec.resolution ** 2 * batch)
