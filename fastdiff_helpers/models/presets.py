@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import FastdiffError
 from .flux import FLUX_MODELS
-from .spec import CLIP_L, T5_XXL, TINY_CLIP, TINY_T5, Component, ModelSpec, clip
+from .spec import CLIP_L, T5_XXL, TINY_CLIP, TINY_T5, Component, ModelSpec, autoencoder, clip
 
 
 # The prompt every helper uses when none is given.
@@ -36,16 +36,6 @@ _DPM = Component("diffusers", "DPMSolverMultistepScheduler",
                  dict(beta_start=0.0001, beta_end=0.02, beta_schedule="linear",
                       num_train_timesteps=1000, solver_order=2, algorithm_type="dpmsolver++",
                       prediction_type="epsilon", lower_order_final=True))
-
-
-def _vae(scaling_factor: float, sample_size: int, force_upcast: bool,
-         channels=(128, 256, 512, 512), groups: int = 32) -> Component:
-    return Component("diffusers", "AutoencoderKL", dict(
-        in_channels=3, out_channels=3, latent_channels=4, layers_per_block=2,
-        block_out_channels=list(channels), norm_num_groups=groups,
-        down_block_types=["DownEncoderBlock2D"] * len(channels),
-        up_block_types=["UpDecoderBlock2D"] * len(channels),
-        sample_size=sample_size, scaling_factor=scaling_factor, force_upcast=force_upcast))
 
 
 def _sdxl_unet(**over: Any) -> Component:
@@ -76,10 +66,11 @@ def _tiny_sdxl_unet(**over: Any) -> Component:
 
 _CLIP_BIGG = clip(1280, 5120, 32, 20, "gelu", 1280, projection=True)
 _TINY_CLIP_PROJ = clip(32, 37, 2, 4, "gelu", 32, vocab=1000, projection=True)
-_TINY_VAE = _vae(0.18215, 64, False, channels=(8, 16, 16, 16), groups=4)
+_TINY_VAE = autoencoder((8, 16, 16, 16), 4, sample_size=64, scaling_factor=0.18215,
+                        force_upcast=False)
 
-_SDXL_VAE = _vae(0.13025, 1024, True)
-_SD_VAE = _vae(0.18215, 512, False)
+_SDXL_VAE = autoencoder(sample_size=1024, scaling_factor=0.13025, force_upcast=True)
+_SD_VAE = autoencoder(sample_size=512, scaling_factor=0.18215, force_upcast=False)
 
 # Other components a ladder may load in place of a pipeline's own (load_pipeline(vae=...,
 # scheduler=...)). The fp16-fix VAE is SDXL's VAE fine-tuned to stay finite in fp16; its config
@@ -87,8 +78,10 @@ _SD_VAE = _vae(0.18215, 512, False)
 # upcast. The tiny one is the tiny VAE with the same two settings.
 FP16_FIX_VAE_ID = "madebyollin/sdxl-vae-fp16-fix"
 VAES: dict[str, tuple[str, Component, Component]] = {
-    "fp16-fix": (FP16_FIX_VAE_ID, _vae(0.13025, 512, False),
-                 _vae(0.13025, 64, False, channels=(8, 16, 16, 16), groups=4)),
+    "fp16-fix": (FP16_FIX_VAE_ID,
+                 autoencoder(sample_size=512, scaling_factor=0.13025, force_upcast=False),
+                 autoencoder((8, 16, 16, 16), 4, sample_size=64, scaling_factor=0.13025,
+                             force_upcast=False)),
 }
 # "dpm-solver" is DPM-Solver++ (the class's default algorithm_type "dpmsolver++"), as
 # diffusion-fast ran SD1.5; "unipc" and "euler" are the other swaps of 09_fewer_denoiser_calls.

@@ -1,6 +1,6 @@
 """The records that describe a model of the course: Component (one part built in code) and
-ModelSpec (everything the helpers need to know about one model); and the text encoders more
-than one model uses.
+ModelSpec (everything the helpers need to know about one model); and the VAE layout and the
+text encoders more than one model uses.
 
 Introduced in 00_setup.ipynb (through fdh.MODELS). Pure data, like presets.py and flux.py,
 which hold the models themselves: imports nothing of the package and no heavy library.
@@ -78,6 +78,17 @@ class ModelSpec:
         """The image size the course uses with these weights: the tiny models' own size, else
         the model's native resolution."""
         return self.tiny_resolution if weights == "tiny" else self.resolution
+
+
+def autoencoder(channels=(128, 256, 512, 512), groups: int = 32, layers: int = 2,
+                latent: int = 4, **config: Any) -> Component:
+    """An AutoencoderKL of SD's layout, a down and an up block per width of `channels`, with the
+    model's own `config` after it (presets.py's VAEs, flux.py's)."""
+    return Component("diffusers", "AutoencoderKL", dict(
+        in_channels=3, out_channels=3, latent_channels=latent, layers_per_block=layers,
+        block_out_channels=list(channels), norm_num_groups=groups,
+        down_block_types=["DownEncoderBlock2D"] * len(channels),
+        up_block_types=["UpDecoderBlock2D"] * len(channels), **config))
 
 
 # The text encoders more than one model uses, full-size and tiny: CLIP ViT-L/14's text tower
