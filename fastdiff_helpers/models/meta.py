@@ -8,6 +8,7 @@ Introduced in 01_baseline.ipynb (FLOPs per image).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 from typing import Any
@@ -15,8 +16,6 @@ from typing import Any
 import torch
 
 from .presets import Component
-
-__all__ = ["meta_copy", "denoiser_inputs", "vae_latents"]
 
 # (library, "module:ClassName", "module:ConfigClass" or None, config as sorted JSON)
 Key = tuple[str, str, "str | None", str]
@@ -73,10 +72,7 @@ def denoiser_inputs(model, batch: int, height: int, width: int, tokens: int,
     """Meta inputs of one denoiser call, by keyword, as the pipelines pass them."""
     cfg = model.config
     h, w = height // 8, width // 8
-
-    def t(*shape: int) -> torch.Tensor:
-        return meta(*shape, dtype=dtype)
-
+    t = functools.partial(meta, dtype=dtype)
     timestep = t(batch)
     if "joint_attention_dim" in cfg:  # Flux: 2x2 latent patches packed into tokens
         tokens_img = (h // 2) * (w // 2)
