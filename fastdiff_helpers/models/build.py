@@ -25,11 +25,9 @@ def clip_tokenizer(model_max_length: int = 77):
     from tokenizers.pre_tokenizers import ByteLevel
     from transformers import CLIPTokenizer
 
-    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
     chars = sorted(ByteLevel.alphabet())
-    for suffix in ("", "</w>"):
-        for c in chars:
-            vocab[c + suffix] = len(vocab)
+    tokens = ["<|startoftext|>", "<|endoftext|>", *chars, *(c + "</w>" for c in chars)]
+    vocab = {token: i for i, token in enumerate(tokens)}
     return CLIPTokenizer(vocab=vocab, merges=[], model_max_length=model_max_length)
 
 
