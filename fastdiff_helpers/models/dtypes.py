@@ -1,8 +1,6 @@
-"""The package's one dtype vocabulary: the weight dtypes a pipeline loads in, by name, a
-Recipe's dtype names ("tf32" is fp32 weights with TF32 math), bytes per element, "fp32" or
-"half", and the dtype a load on a device uses; the compute capability bf16, flash attention and
-fp8 matmuls need (the recipe's refusals and the course's GPU profiles read them). Every other
-module asks these.
+"""The package's one dtype vocabulary, which every other module asks: names, torch dtypes,
+bytes, fp32 or half, the dtype a load on a device uses; and the compute capability bf16, flash
+attention and fp8 matmuls need (the recipe's refusals and the course's GPU profiles read them).
 """
 
 from __future__ import annotations

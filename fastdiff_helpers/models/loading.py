@@ -275,9 +275,8 @@ def get_denoiser(pipe) -> torch.nn.Module:
 
 
 def family_of(pipe) -> str:
-    """The pipeline's family, as its spec states it (ModelSpec.family): "unet" (SD1.5, SDXL,
-    SSD-1B), "transformer" (PixArt-alpha's DiT) or "flux" (Flux.1's double- and single-stream
-    blocks). What a technique does by family it decides with this."""
+    """The pipeline's family, as its spec states it (ModelSpec.family: "unet", "transformer" or
+    "flux"). What a technique does by family it decides with this."""
     return pipeline_spec(pipe).family
 
 

@@ -143,8 +143,7 @@ def check_weights(weights: str) -> str:
 def resolve_weights(model: str | ModelSpec, weights: str, device: str,
                     path: str | None = None, verbose: bool = True) -> str:
     """`weights` itself, or for "auto" the source choose_weights picks, printing why (random
-    weights always, whatever `verbose`); where "auto" stops (on a GPU without the pretrained
-    weights and without random weights asked for) a FastdiffError says why and what to do."""
+    weights always, whatever `verbose`); where "auto" stops, a FastdiffError says why."""
     check_weights(weights)
     if weights != "auto":
         return weights

@@ -1,7 +1,5 @@
-"""A pipeline's state: the helpers' typed record of it (PipelineState, what it was loaded as
-and what the techniques did to it), and what it is now read off its modules rather than that
-record: a denoiser compiled by hand (a notebook's plain `torch.compile` cell), which
-fdh.current_recipe and the course clock's recorder read.
+"""A pipeline's state: the helpers' typed record of it (PipelineState), and what it is now read
+off its modules rather than that record (compiled_by_hand).
 """
 
 from __future__ import annotations
