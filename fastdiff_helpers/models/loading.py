@@ -30,15 +30,6 @@ def default_device() -> str:
 
 # --- the public entry point --------------------------------------------------------------
 
-def _check_swaps(vae: str | None, scheduler: str | None) -> None:
-    if vae is not None and vae not in VAES:
-        raise FastdiffError(f"Unknown vae {vae!r}. Use one of: {', '.join(VAES)} (or None for "
-                            "the pipeline's own).")
-    if scheduler is not None and scheduler not in SCHEDULERS:
-        raise FastdiffError(f"Unknown scheduler {scheduler!r}. Use one of: "
-                            f"{', '.join(SCHEDULERS)} (or None for the pipeline's own).")
-
-
 def _drawn_dtype(weights: str, dtype: torch.dtype) -> torch.dtype:
     """Tiny weights are drawn in fp32 (then cast): every dtype gets the fp32 baseline's
     weights, rounded (drawn in bf16 they are other weights). Full-size ones in the load's."""
@@ -92,7 +83,10 @@ def load_pipeline(model: str | ModelSpec = "sdxl", weights: str = "auto", device
     Every component is returned in eval mode. Every argument is checked before any work."""
     spec = get_spec(model)
     torch_dtype = resolve_dtype(dtype)
-    _check_swaps(vae, scheduler)
+    for name, swap, known in (("vae", vae, VAES), ("scheduler", scheduler, SCHEDULERS)):
+        if swap is not None and swap not in known:
+            raise FastdiffError(f"Unknown {name} {swap!r}. Use one of: {', '.join(known)} (or "
+                                "None for the pipeline's own).")
     checks.whole("seed", seed, 0)
     check_weights(weights)
     device = checks.device(device, meta=True) if device is not None else default_device()
