@@ -56,19 +56,18 @@ def _status(spec: ModelSpec, path: str | None) -> tuple[bool, str, str | None]:
             return True, f"{spec.hub_id} is in the local Hugging Face cache", None
         partly = (f"{spec.hub_id} is only partly cached (model_index.json, but no safetensors "
                   f"weights for {', '.join(missing)})")
+    where = partly or f"{spec.hub_id} is not cached"
     if off := offline():
-        return False, partly or f"{spec.hub_id} is not cached and {off} is set", None
+        return False, partly or f"{where} and {off} is set", None
     try:
         info = model_info(spec.hub_id, timeout=HUB_TIMEOUT_S)
     except Exception as exc:  # any network or hub failure means: not reachable now
-        return False, (partly or f"{spec.hub_id} is not cached") + \
-            f" and the hub is unreachable ({type(exc).__name__})", None
+        return False, f"{where} and the hub is unreachable ({type(exc).__name__})", None
     # ModelInfo.gated: False, "auto" or "manual" (huggingface_hub/hf_api.py, ModelInfo); a gated
     # repository answers model_info to anyone, its files only to a token that was let in
     gated = getattr(info, "gated", None) or None
     if gated:
         access, said = gate_access(spec.hub_id, HUB_TIMEOUT_S)
-        where = partly or f"{spec.hub_id} is not cached"
         if access is None:
             return False, f"{where} and the hub did not answer its access check ({said})", None
         if not access:
