@@ -1,9 +1,7 @@
 """Will it fit: a model's estimated GPU peak in a dtype, at a size and batch, against a card.
 
-Introduced in 00_setup.ipynb. The weights are exact (the full-size architecture on the meta
-device: parameters x bytes); the activations (the denoiser's, the VAE decode's) are each
-model's measured or published peak less its weights (ACT_BYTES), scaled by pixels and batch.
-The estimate is for deciding before loading, said as an estimate; fdh.peak_memory measures."""
+Introduced in 00_setup.ipynb. The estimate (exact weights, measured or published activations:
+peak_bytes) is for deciding before loading, said as an estimate; fdh.peak_memory measures."""
 
 from __future__ import annotations
 

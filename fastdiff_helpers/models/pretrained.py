@@ -6,9 +6,8 @@ The rule of weights="auto" (choose_weights):
 - on a CPU: pretrained when available, else the tiny model (as CI's smoke mode and `make demo`);
 - on a GPU: pretrained when available, else it stops. It never picks random weights on its own:
   it stops with a FastdiffError saying why and what to do (reconnect, `hf download`, get access
-  to a gated repository, or weights="random" by name). A rule put before it (models/hooks.py)
-  decides first: the course's carries a parameters cell's choice to the later notebooks
-  (course/weights.py).
+  to a gated repository, or weights="random" by name). A rule put before it (models/hooks.py,
+  where the course's is said) decides first.
 
 Introduced in 00_setup.ipynb. The hub is asked through models/hub.py; diffusers is imported
 inside the functions (cost at import; see build.py).
