@@ -73,11 +73,10 @@ def load_dtype(dtype: torch.dtype, device: str, capability: tuple[int, int] | No
     read from the GPU when not given."""
     if dtype is not torch.bfloat16 or not str(device).startswith("cuda"):
         return dtype
-    if capability is None:
-        capability = torch.cuda.get_device_capability(device)
-    if tuple(capability) >= BF16_FROM:
+    capability = tuple(capability or torch.cuda.get_device_capability(device))
+    if capability >= BF16_FROM:
         return dtype
     if verbose:
-        print(f"fastdiff: loading in fp16, not bf16: compute capability {tuple(capability)} "
+        print(f"fastdiff: loading in fp16, not bf16: compute capability {capability} "
               "has no bf16 tensor cores, and fdh.apply runs a bf16 recipe here as fp16")
     return torch.float16

@@ -183,11 +183,10 @@ def pipeline_info(pipe) -> PipelineState:
             key = "ssd1b"
         if key == "flux" and not pipe.transformer.config.get("guidance_embeds"):
             key = "flux-schnell"
-        denoiser = get_denoiser(pipe)
-        source = pipe.config.get("_name_or_path") or ""
         info = pipe._fastdiff = PipelineState(
-            MODELS[key], "pretrained" if source else "user", str(denoiser.dtype),
-            str(pipeline_device(pipe)), pipe.vae.config.get("_name_or_path") or "pipeline")
+            MODELS[key], "pretrained" if pipe.config.get("_name_or_path") else "user",
+            str(get_denoiser(pipe).dtype), str(pipeline_device(pipe)),
+            pipe.vae.config.get("_name_or_path") or "pipeline")
     return info
 
 

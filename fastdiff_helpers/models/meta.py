@@ -91,9 +91,8 @@ def denoiser_inputs(model, batch: int, height: int, width: int, tokens: int,
         text = t(batch, tokens, cfg.caption_channels)
         return dict(hidden_states=sample, encoder_hidden_states=text, timestep=timestep,
                     added_cond_kwargs=added, encoder_attention_mask=t(batch, tokens))
-    kwargs: dict[str, Any] = dict(sample=sample, timestep=timestep,
-                                  encoder_hidden_states=t(batch, tokens,
-                                                          cfg.cross_attention_dim))
+    text = t(batch, tokens, cfg.cross_attention_dim)
+    kwargs: dict[str, Any] = dict(sample=sample, timestep=timestep, encoder_hidden_states=text)
     if cfg.addition_embed_type == "text_time":  # SDXL / SSD-1B: pooled text + 6 time ids
         if pooled_dim is None:
             pooled_dim = cfg.projection_class_embeddings_input_dim - 6 * cfg.addition_time_embed_dim
