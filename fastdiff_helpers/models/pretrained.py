@@ -50,7 +50,12 @@ def _status(spec: ModelSpec, path: str | None) -> tuple[bool, str, str | None]:
     index = cached(spec.hub_id, "model_index.json")
     partly = ""
     if index is not None:
-        missing = _uncached_weights(spec, os.path.dirname(index))
+        # the components whose cached folder holds no safetensors weights from_pretrained would
+        # load: plain or fp16 (what a half-precision load takes, models/downloads.py), a single
+        # file or shards
+        snapshot = os.path.dirname(index)
+        missing = [name for name in spec.full
+                   if not weight_kinds(os.path.join(snapshot, name)) & {"safetensors", "fp16"}]
         if not missing:
             return True, f"{spec.hub_id} is in the local Hugging Face cache", None
         partly = (f"{spec.hub_id} is only partly cached (model_index.json, but no safetensors "
@@ -77,14 +82,6 @@ def _status(spec: ModelSpec, path: str | None) -> tuple[bool, str, str | None]:
         return True, (f"{partly}; the hub is reachable{let_in}, from_pretrained downloads "
                       "the rest"), None
     return True, f"{spec.hub_id} is reachable on the Hugging Face hub{let_in}", None
-
-
-def _uncached_weights(spec: ModelSpec, snapshot: str) -> list[str]:
-    """The model components (unet, vae, text encoders...) whose folder in a cached snapshot
-    holds no safetensors weights that from_pretrained would load: plain or fp16 (what a
-    half-precision load takes, models/downloads.py), a single file or shards."""
-    return [name for name in spec.full
-            if not weight_kinds(os.path.join(snapshot, name)) & {"safetensors", "fp16"}]
 
 
 def require_pretrained(spec: ModelSpec, path: str | None) -> None:
