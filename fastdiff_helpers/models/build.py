@@ -25,11 +25,9 @@ def clip_tokenizer(model_max_length: int = 77):
     from tokenizers.pre_tokenizers import ByteLevel
     from transformers import CLIPTokenizer
 
-    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
     chars = sorted(ByteLevel.alphabet())
-    for suffix in ("", "</w>"):
-        for c in chars:
-            vocab[c + suffix] = len(vocab)
+    tokens = ["<|startoftext|>", "<|endoftext|>", *chars, *(c + "</w>" for c in chars)]
+    vocab = {token: i for i, token in enumerate(tokens)}
     return CLIPTokenizer(vocab=vocab, merges=[], model_max_length=model_max_length)
 
 
@@ -45,31 +43,16 @@ def t5_tokenizer(model_max_length: int = 120):
 
 # --- components built in code ------------------------------------------------------------
 
-def _component_class(comp: Component):
+def _instantiate(comp: Component):
     # before diffusers or transformers (and torchao through diffusers) is first imported: a
     # build on the meta device (fdh.weight_bytes, the plan, `download`) may be the first
     quiet_known_noise()
     if comp.library == "diffusers":
         import diffusers
-        return getattr(diffusers, comp.class_name)
+        return getattr(diffusers, comp.class_name).from_config(dict(comp.config))
     import transformers
-    return getattr(transformers, comp.class_name)
-
-
-def _instantiate(comp: Component):
-    cls = _component_class(comp)
-    if comp.library == "diffusers":
-        return cls.from_config(dict(comp.config))
-    import transformers
-    return cls(getattr(transformers, comp.config_class)(**comp.config))
-
-
-def _tie(model):
-    # transformers ties shared embeddings (T5's shared/embed_tokens) in from_pretrained, not in
-    # the constructor; materialising with to_empty() unties them again.
-    if hasattr(model, "tie_weights"):
-        model.tie_weights()
-    return model
+    config = getattr(transformers, comp.config_class)(**comp.config)
+    return getattr(transformers, comp.class_name)(config)
 
 
 @torch.no_grad()
@@ -134,8 +117,7 @@ def build_component(comp: Component, device: str, dtype: torch.dtype, seed: int 
     with init_empty_weights(include_buffers=False):  # buffers (position ids...) stay real
         model = _instantiate(comp)
     if dtype != torch.float32:
-        with quiet_diffusers():
-            model.to(dtype)
+        cast_built(model, dtype)
     if device != "meta":
         buffers = {n: b.clone() for n, b in model.named_buffers()}
         model.to_empty(device=device)
@@ -144,22 +126,25 @@ def build_component(comp: Component, device: str, dtype: torch.dtype, seed: int 
             target = model.get_submodule(owner) if owner else model
             setattr(target, leaf, value.to(device))  # a registered buffer stays one
         _init_parameters(model, seed)
-    return _tie(model).eval()
+    # transformers ties shared embeddings (T5's shared/embed_tokens) in from_pretrained, not in
+    # the constructor; materialising with to_empty() unties them again.
+    if hasattr(model, "tie_weights"):
+        model.tie_weights()
+    return model.eval()
 
 
 def build_scheduler(comp: Component):
     """The scheduler a preset names, made from its config (no weights, no files)."""
-    return _component_class(comp).from_config(dict(comp.config))
+    return _instantiate(comp)
 
 
 def build_pipeline(spec: ModelSpec, size: str, device: str, dtype: torch.dtype, seed: int):
-    quiet_known_noise()  # as _component_class
+    quiet_known_noise()  # as _instantiate
     import diffusers
 
     comps = spec.full if size == "full" else spec.tiny
-    parts: dict[str, Any] = {}
-    for i, (name, comp) in enumerate(comps.items()):
-        parts[name] = build_component(comp, device, dtype, seed + i)
+    parts: dict[str, Any] = {name: build_component(comp, device, dtype, seed + i)
+                             for i, (name, comp) in enumerate(comps.items())}
     for name, kind in spec.tokenizers.items():
         parts[name] = clip_tokenizer() if kind == "clip" else t5_tokenizer(spec.max_tokens)
     parts["scheduler"] = build_scheduler(spec.scheduler)

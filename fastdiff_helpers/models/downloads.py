@@ -1,11 +1,8 @@
-"""Downloads: which weight files a load fetches, in the load's dtype, and how many bytes, said
-before they start, with the cache's free disk checked.
+"""Downloads: which weight files a load fetches, in the load's dtype (wanted_variant, checked
+against the hub's file list when online: plan_download), and how many bytes, said before they
+start, with the cache's free disk checked. The hub is asked through models/hub.py.
 
 Introduced in 00_setup.ipynb (the first load that downloads says what and how many GB).
-A half-precision load (fp16, bf16) fetches a repository's fp16 files where it has them
-(presets.HUB_FILES, checked against the hub's own file list when online); an fp32 load its
-plain files; load_pipeline asks for the variant only where the repository has it (the files
-from_pretrained takes: hub.weight_files). The hub is asked through models/hub.py.
 """
 
 from __future__ import annotations
@@ -40,18 +37,14 @@ def wanted_variant(hub_id: str, dtype) -> str | None:
     return "fp16" if has_fp16 and fp32_or_half(dtype_name(dtype)) == "half" else None
 
 
-def has_variant(root: str, folders, variant: str) -> bool:
-    """Whether the folder `root` (a cached snapshot, a local pipeline folder) holds a
-    safetensors file of `variant` in any of `folders` (diffusers' _identify_model_variants
-    asks the same of the folder it loads)."""
-    return any(variant in weight_kinds(os.path.join(root, folder)) for folder in folders)
-
-
 def local_variant(model: str, path: str, dtype) -> str | None:
-    """The variant to load from a local pipeline folder: the wanted one where it is there."""
+    """The variant to load from a local pipeline folder (`path`, or a cached snapshot): the
+    wanted one where a safetensors file of it is in any of the model's folders there
+    (diffusers' _identify_model_variants asks the same of the folder it loads)."""
     hub_id, comps = repo_folders(model)
     variant = wanted_variant(hub_id, dtype)
-    return variant if variant and has_variant(path, set(comps), variant) else None
+    there = variant and any(variant in weight_kinds(os.path.join(path, c)) for c in comps)
+    return variant if there else None
 
 
 def plan_download(model: str, dtype) -> tuple[str | None, dict[str, int]]:

@@ -1,8 +1,6 @@
-"""The package's one dtype vocabulary: the weight dtypes a pipeline loads in, by name, a
-Recipe's dtype names ("tf32" is fp32 weights with TF32 math), bytes per element, "fp32" or
-"half", and the dtype a load on a device uses; the compute capability bf16, flash attention and
-fp8 matmuls need (the recipe's refusals and the course's GPU profiles read them). Every other
-module asks these.
+"""The package's one dtype vocabulary, which every other module asks: names, torch dtypes,
+bytes, fp32 or half, the dtype a load on a device uses; and the compute capability bf16, flash
+attention and fp8 matmuls need (the recipe's refusals and the course's GPU profiles read them).
 """
 
 from __future__ import annotations
@@ -75,11 +73,10 @@ def load_dtype(dtype: torch.dtype, device: str, capability: tuple[int, int] | No
     read from the GPU when not given."""
     if dtype is not torch.bfloat16 or not str(device).startswith("cuda"):
         return dtype
-    if capability is None:
-        capability = torch.cuda.get_device_capability(device)
-    if tuple(capability) >= BF16_FROM:
+    capability = tuple(capability or torch.cuda.get_device_capability(device))
+    if capability >= BF16_FROM:
         return dtype
     if verbose:
-        print(f"fastdiff: loading in fp16, not bf16: compute capability {tuple(capability)} "
+        print(f"fastdiff: loading in fp16, not bf16: compute capability {capability} "
               "has no bf16 tensor cores, and fdh.apply runs a bf16 recipe here as fp16")
     return torch.float16

@@ -1,9 +1,7 @@
 """Will it fit: a model's estimated GPU peak in a dtype, at a size and batch, against a card.
 
-Introduced in 00_setup.ipynb. The weights are exact (the full-size architecture on the meta
-device: parameters x bytes); the activations (the denoiser's, the VAE decode's) are each
-model's measured or published peak less its weights (ACT_BYTES), scaled by pixels and batch.
-The estimate is for deciding before loading, said as an estimate; fdh.peak_memory measures."""
+Introduced in 00_setup.ipynb. The estimate (exact weights, measured or published activations:
+peak_bytes) is for deciding before loading, said as an estimate; fdh.peak_memory measures."""
 
 from __future__ import annotations
 
@@ -68,9 +66,7 @@ def peak_bytes(model: str, dtype: str, height: int | None = None, width: int | N
     checks.whole("batch", batch, 1)
     height = height or spec.resolution
     width = width or height
-    act_dtype = dtype
-    if dtype == "fp16" and spec.pipeline_class in UPCAST_IN_FP16:
-        act_dtype = "fp32"
+    act_dtype = "fp32" if dtype == "fp16" and spec.pipeline_class in UPCAST_IN_FP16 else dtype
     key = "sdxl" if spec.family == "flux" else spec.key
     acts = (ACT_BYTES[key, fp32_or_half(act_dtype)]
             * height * width / spec.resolution ** 2 * batch)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .spec import Component, ModelSpec
+from .spec import CLIP_L, T5_XXL, TINY_CLIP, TINY_T5, Component, ModelSpec, autoencoder
 
 
 def _transformer(guidance: bool, **over: Any) -> Component:
@@ -39,37 +39,6 @@ def _tiny_transformer(guidance: bool) -> Component:
                         axes_dims_rope=[4, 6, 6])
 
 
-def _vae(channels=(128, 256, 512, 512), groups: int = 32, layers: int = 2,
-         sample_size: int = 1024) -> Component:
-    # 16 latent channels, no quant convs: vae/config.json of both variants
-    return Component("diffusers", "AutoencoderKL", dict(
-        in_channels=3, out_channels=3, latent_channels=16, layers_per_block=layers,
-        block_out_channels=list(channels), norm_num_groups=groups,
-        down_block_types=["DownEncoderBlock2D"] * len(channels),
-        up_block_types=["UpDecoderBlock2D"] * len(channels), sample_size=sample_size,
-        scaling_factor=0.3611, shift_factor=0.1159, force_upcast=True, use_quant_conv=False,
-        use_post_quant_conv=False, mid_block_add_attention=True))
-
-
-def _clip(hidden: int, inter: int, layers: int, heads: int, vocab: int) -> Component:
-    # CLIP ViT-L/14's text tower (openai/clip-vit-large-patch14), the same as SD1.5's and
-    # SDXL's first encoder; Flux reads its pooled output only
-    return Component("transformers", "CLIPTextModel", dict(
-        vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
-        num_attention_heads=heads, max_position_embeddings=77, hidden_act="quick_gelu",
-        projection_dim=hidden, bos_token_id=0, eos_token_id=1, pad_token_id=1),
-        config_class="CLIPTextConfig")
-
-
-def _t5(d_model: int, d_kv: int, d_ff: int, layers: int, heads: int, vocab: int,
-        buckets: int) -> Component:
-    # T5 v1.1 XXL's encoder (google/t5-v1_1-xxl), the same as PixArt-alpha's
-    return Component("transformers", "T5EncoderModel", dict(
-        vocab_size=vocab, d_model=d_model, d_kv=d_kv, d_ff=d_ff, num_layers=layers,
-        num_heads=heads, feed_forward_proj="gated-gelu",
-        relative_attention_num_buckets=buckets), config_class="T5Config")
-
-
 def _scheduler(dynamic: bool) -> Component:
     # scheduler_config.json: dev shifts the sigmas by the image's token count (mu from
     # base/max_image_seq_len and base/max_shift, pipeline_flux.py:826-833); schnell keeps them
@@ -78,11 +47,13 @@ def _scheduler(dynamic: bool) -> Component:
         base_shift=0.5, max_shift=1.15, base_image_seq_len=256, max_image_seq_len=4096))
 
 
-_FULL = {"vae": _vae(), "text_encoder": _clip(768, 3072, 12, 12, 49408),
-         "text_encoder_2": _t5(4096, 64, 10240, 24, 64, 32128, 32)}
-_TINY = {"vae": _vae(channels=(8, 16, 16, 16), groups=4, layers=1, sample_size=64),
-         "text_encoder": _clip(32, 37, 2, 4, 1000),
-         "text_encoder_2": _t5(32, 8, 37, 2, 4, 1000, 8)}
+# 16 latent channels, no quant convs: vae/config.json of both variants
+_VAE = dict(latent=16, scaling_factor=0.3611, shift_factor=0.1159, force_upcast=True,
+            use_quant_conv=False, use_post_quant_conv=False, mid_block_add_attention=True)
+_FULL = {"vae": autoencoder(sample_size=1024, **_VAE), "text_encoder": CLIP_L,
+         "text_encoder_2": T5_XXL}
+_TINY = {"vae": autoencoder((8, 16, 16, 16), 4, 1, sample_size=64, **_VAE),
+         "text_encoder": TINY_CLIP, "text_encoder_2": TINY_T5}
 
 
 def _spec(key: str, name: str, guidance_embeds: bool, steps: int, guidance: float,

@@ -1,8 +1,7 @@
 """load_pipeline(): one loading path for pretrained, random (full-size) and tiny weights.
 
-Introduced in 00_setup.ipynb.
-diffusers is imported inside the functions that use it: importing it takes seconds, and
-`import fastdiff_helpers` must stay cheap (tests/test_env.py).
+Introduced in 00_setup.ipynb. diffusers is imported inside the functions that use it (cost
+at import; see build.py).
 """
 
 from __future__ import annotations
@@ -30,15 +29,6 @@ def default_device() -> str:
 
 
 # --- the public entry point --------------------------------------------------------------
-
-def _check_swaps(vae: str | None, scheduler: str | None) -> None:
-    if vae is not None and vae not in VAES:
-        raise FastdiffError(f"Unknown vae {vae!r}. Use one of: {', '.join(VAES)} (or None for "
-                            "the pipeline's own).")
-    if scheduler is not None and scheduler not in SCHEDULERS:
-        raise FastdiffError(f"Unknown scheduler {scheduler!r}. Use one of: "
-                            f"{', '.join(SCHEDULERS)} (or None for the pipeline's own).")
-
 
 def _drawn_dtype(weights: str, dtype: torch.dtype) -> torch.dtype:
     """Tiny weights are drawn in fp32 (then cast): every dtype gets the fp32 baseline's
@@ -93,7 +83,10 @@ def load_pipeline(model: str | ModelSpec = "sdxl", weights: str = "auto", device
     Every component is returned in eval mode. Every argument is checked before any work."""
     spec = get_spec(model)
     torch_dtype = resolve_dtype(dtype)
-    _check_swaps(vae, scheduler)
+    for name, swap, known in (("vae", vae, VAES), ("scheduler", scheduler, SCHEDULERS)):
+        if swap is not None and swap not in known:
+            raise FastdiffError(f"Unknown {name} {swap!r}. Use one of: {', '.join(known)} (or "
+                                "None for the pipeline's own).")
     checks.whole("seed", seed, 0)
     check_weights(weights)
     device = checks.device(device, meta=True) if device is not None else default_device()
@@ -115,8 +108,6 @@ def load_pipeline(model: str | ModelSpec = "sdxl", weights: str = "auto", device
         check_fits(spec.key, DTYPE_NAMES[torch_dtype], device)
     if weights == "pretrained":
         require_pretrained(spec, path)  # what is missing, said before any loading
-        # the files of the load's dtype (fp16 ones for a half-precision load, where the repo
-        # has them); a download is said, with its size, and the disk checked before it starts
         variant = (local_variant(spec.key, path, torch_dtype) if path is not None
                    else say_download(spec.key, torch_dtype, verbose))
         pipe = load_pretrained(spec, path, torch_dtype, check=False, variant=variant)
@@ -148,10 +139,8 @@ def load_pipeline(model: str | ModelSpec = "sdxl", weights: str = "auto", device
 
 def count_parameters(pipe) -> dict[str, int]:
     """Parameters per component, plus "total". Introduced in 00_setup.ipynb."""
-    counts = {}
-    for name, comp in pipe.components.items():
-        if isinstance(comp, torch.nn.Module):
-            counts[name] = sum(p.numel() for p in comp.parameters())
+    counts = {name: sum(p.numel() for p in comp.parameters())
+              for name, comp in pipe.components.items() if isinstance(comp, torch.nn.Module)}
     counts["total"] = sum(counts.values())
     return counts
 
@@ -194,11 +183,10 @@ def pipeline_info(pipe) -> PipelineState:
             key = "ssd1b"
         if key == "flux" and not pipe.transformer.config.get("guidance_embeds"):
             key = "flux-schnell"
-        denoiser = get_denoiser(pipe)
-        source = pipe.config.get("_name_or_path") or ""
         info = pipe._fastdiff = PipelineState(
-            MODELS[key], "pretrained" if source else "user", str(denoiser.dtype),
-            str(pipeline_device(pipe)), pipe.vae.config.get("_name_or_path") or "pipeline")
+            MODELS[key], "pretrained" if pipe.config.get("_name_or_path") else "user",
+            str(get_denoiser(pipe).dtype), str(pipeline_device(pipe)),
+            pipe.vae.config.get("_name_or_path") or "pipeline")
     return info
 
 
@@ -280,9 +268,8 @@ def get_denoiser(pipe) -> torch.nn.Module:
 
 
 def family_of(pipe) -> str:
-    """The pipeline's family, as its spec states it (ModelSpec.family): "unet" (SD1.5, SDXL,
-    SSD-1B), "transformer" (PixArt-alpha's DiT) or "flux" (Flux.1's double- and single-stream
-    blocks). What a technique does by family it decides with this."""
+    """The pipeline's family, as its spec states it (ModelSpec.family: "unet", "transformer" or
+    "flux"). What a technique does by family it decides with this."""
     return pipeline_spec(pipe).family
 
 

@@ -8,6 +8,7 @@ Introduced in 01_baseline.ipynb (FLOPs per image).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 from typing import Any
@@ -15,8 +16,6 @@ from typing import Any
 import torch
 
 from .presets import Component
-
-__all__ = ["meta_copy", "denoiser_inputs", "vae_latents"]
 
 # (library, "module:ClassName", "module:ConfigClass" or None, config as sorted JSON)
 Key = tuple[str, str, "str | None", str]
@@ -73,10 +72,7 @@ def denoiser_inputs(model, batch: int, height: int, width: int, tokens: int,
     """Meta inputs of one denoiser call, by keyword, as the pipelines pass them."""
     cfg = model.config
     h, w = height // 8, width // 8
-
-    def t(*shape: int) -> torch.Tensor:
-        return meta(*shape, dtype=dtype)
-
+    t = functools.partial(meta, dtype=dtype)
     timestep = t(batch)
     if "joint_attention_dim" in cfg:  # Flux: 2x2 latent patches packed into tokens
         tokens_img = (h // 2) * (w // 2)
@@ -95,9 +91,8 @@ def denoiser_inputs(model, batch: int, height: int, width: int, tokens: int,
         text = t(batch, tokens, cfg.caption_channels)
         return dict(hidden_states=sample, encoder_hidden_states=text, timestep=timestep,
                     added_cond_kwargs=added, encoder_attention_mask=t(batch, tokens))
-    kwargs: dict[str, Any] = dict(sample=sample, timestep=timestep,
-                                  encoder_hidden_states=t(batch, tokens,
-                                                          cfg.cross_attention_dim))
+    text = t(batch, tokens, cfg.cross_attention_dim)
+    kwargs: dict[str, Any] = dict(sample=sample, timestep=timestep, encoder_hidden_states=text)
     if cfg.addition_embed_type == "text_time":  # SDXL / SSD-1B: pooled text + 6 time ids
         if pooled_dim is None:
             pooled_dim = cfg.projection_class_embeddings_input_dim - 6 * cfg.addition_time_embed_dim

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import FastdiffError
 from .flux import FLUX_MODELS
-from .spec import Component, ModelSpec  # noqa: F401  (their home is spec.py)
+from .spec import CLIP_L, T5_XXL, TINY_CLIP, TINY_T5, Component, ModelSpec, autoencoder, clip
 
 
 # The prompt every helper uses when none is given.
@@ -36,27 +36,6 @@ _DPM = Component("diffusers", "DPMSolverMultistepScheduler",
                  dict(beta_start=0.0001, beta_end=0.02, beta_schedule="linear",
                       num_train_timesteps=1000, solver_order=2, algorithm_type="dpmsolver++",
                       prediction_type="epsilon", lower_order_final=True))
-
-
-def _vae(scaling_factor: float, sample_size: int, force_upcast: bool,
-         channels=(128, 256, 512, 512), groups: int = 32) -> Component:
-    return Component("diffusers", "AutoencoderKL", dict(
-        in_channels=3, out_channels=3, latent_channels=4, layers_per_block=2,
-        block_out_channels=list(channels), norm_num_groups=groups,
-        down_block_types=["DownEncoderBlock2D"] * len(channels),
-        up_block_types=["UpDecoderBlock2D"] * len(channels),
-        sample_size=sample_size, scaling_factor=scaling_factor, force_upcast=force_upcast))
-
-
-def _clip(hidden: int, inter: int, layers: int, heads: int, act: str, proj: int,
-          vocab: int = 49408, projection: bool = False) -> Component:
-    return Component(
-        "transformers", "CLIPTextModelWithProjection" if projection else "CLIPTextModel",
-        dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter,
-             num_hidden_layers=layers, num_attention_heads=heads, max_position_embeddings=77,
-             hidden_act=act, projection_dim=proj, bos_token_id=0, eos_token_id=1,
-             pad_token_id=1),
-        config_class="CLIPTextConfig")
 
 
 def _sdxl_unet(**over: Any) -> Component:
@@ -85,14 +64,13 @@ def _tiny_sdxl_unet(**over: Any) -> Component:
         projection_class_embeddings_input_dim=6 * 8 + 32, **over)
 
 
-_CLIP_L = _clip(768, 3072, 12, 12, "quick_gelu", 768)
-_CLIP_BIGG = _clip(1280, 5120, 32, 20, "gelu", 1280, projection=True)
-_TINY_CLIP = _clip(32, 37, 2, 4, "quick_gelu", 32, vocab=1000)
-_TINY_CLIP_PROJ = _clip(32, 37, 2, 4, "gelu", 32, vocab=1000, projection=True)
-_TINY_VAE = _vae(0.18215, 64, False, channels=(8, 16, 16, 16), groups=4)
+_CLIP_BIGG = clip(1280, 5120, 32, 20, "gelu", 1280, projection=True)
+_TINY_CLIP_PROJ = clip(32, 37, 2, 4, "gelu", 32, vocab=1000, projection=True)
+_TINY_VAE = autoencoder((8, 16, 16, 16), 4, sample_size=64, scaling_factor=0.18215,
+                        force_upcast=False)
 
-_SDXL_VAE = _vae(0.13025, 1024, True)
-_SD_VAE = _vae(0.18215, 512, False)
+_SDXL_VAE = autoencoder(sample_size=1024, scaling_factor=0.13025, force_upcast=True)
+_SD_VAE = autoencoder(sample_size=512, scaling_factor=0.18215, force_upcast=False)
 
 # Other components a ladder may load in place of a pipeline's own (load_pipeline(vae=...,
 # scheduler=...)). The fp16-fix VAE is SDXL's VAE fine-tuned to stay finite in fp16; its config
@@ -100,8 +78,10 @@ _SD_VAE = _vae(0.18215, 512, False)
 # upcast. The tiny one is the tiny VAE with the same two settings.
 FP16_FIX_VAE_ID = "madebyollin/sdxl-vae-fp16-fix"
 VAES: dict[str, tuple[str, Component, Component]] = {
-    "fp16-fix": (FP16_FIX_VAE_ID, _vae(0.13025, 512, False),
-                 _vae(0.13025, 64, False, channels=(8, 16, 16, 16), groups=4)),
+    "fp16-fix": (FP16_FIX_VAE_ID,
+                 autoencoder(sample_size=512, scaling_factor=0.13025, force_upcast=False),
+                 autoencoder((8, 16, 16, 16), 4, sample_size=64, scaling_factor=0.13025,
+                             force_upcast=False)),
 }
 # "dpm-solver" is DPM-Solver++ (the class's default algorithm_type "dpmsolver++"), as
 # diffusion-fast ran SD1.5; "unipc" and "euler" are the other swaps of 09_fewer_denoiser_calls.
@@ -142,9 +122,9 @@ MODELS: dict[str, ModelSpec] = {
         resolution=1024, steps=30, guidance=5.0,
         tokenizers={"tokenizer": "clip", "tokenizer_2": "clip"}, max_tokens=77,
         scheduler=_EULER,
-        full={"unet": _sdxl_unet(), "vae": _SDXL_VAE, "text_encoder": _CLIP_L,
+        full={"unet": _sdxl_unet(), "vae": _SDXL_VAE, "text_encoder": CLIP_L,
               "text_encoder_2": _CLIP_BIGG},
-        tiny={"unet": _tiny_sdxl_unet(), "vae": _TINY_VAE, "text_encoder": _TINY_CLIP,
+        tiny={"unet": _tiny_sdxl_unet(), "vae": _TINY_VAE, "text_encoder": TINY_CLIP,
               "text_encoder_2": _TINY_CLIP_PROJ},
         pipeline_kwargs={"add_watermarker": False},
     ),
@@ -161,14 +141,14 @@ MODELS: dict[str, ModelSpec] = {
                   attention_head_dim=8, down_block_types=["CrossAttnDownBlock2D"] * 3
                   + ["DownBlock2D"], up_block_types=["UpBlock2D"]
                   + ["CrossAttnUpBlock2D"] * 3)),
-              "vae": _SD_VAE, "text_encoder": _CLIP_L},
+              "vae": _SD_VAE, "text_encoder": CLIP_L},
         tiny={"unet": Component("diffusers", "UNet2DConditionModel", dict(
                   sample_size=8, in_channels=4, out_channels=4, layers_per_block=1,
                   block_out_channels=[32, 64], cross_attention_dim=32, norm_num_groups=8,
                   attention_head_dim=4,
                   down_block_types=["CrossAttnDownBlock2D", "DownBlock2D"],
                   up_block_types=["UpBlock2D", "CrossAttnUpBlock2D"])),
-              "vae": _TINY_VAE, "text_encoder": _TINY_CLIP},
+              "vae": _TINY_VAE, "text_encoder": TINY_CLIP},
         pipeline_kwargs={"safety_checker": None, "feature_extractor": None,
                          "requires_safety_checker": False},
         notes="512x512 native; int8 dynamic made it slower in the blog's own numbers.",
@@ -186,10 +166,10 @@ MODELS: dict[str, ModelSpec] = {
                                  transformer_layers_per_block=[[1], [2, 2], [4, 4]],
                                  reverse_transformer_layers_per_block=[[4, 4, 10], [2, 1, 1],
                                                                        1]),
-              "vae": _SDXL_VAE, "text_encoder": _CLIP_L, "text_encoder_2": _CLIP_BIGG},
+              "vae": _SDXL_VAE, "text_encoder": CLIP_L, "text_encoder_2": _CLIP_BIGG},
         tiny={"unet": _tiny_sdxl_unet(mid_block_type="UNetMidBlock2D",
                                       reverse_transformer_layers_per_block=[[2, 1], 1]),
-              "vae": _TINY_VAE, "text_encoder": _TINY_CLIP,
+              "vae": _TINY_VAE, "text_encoder": TINY_CLIP,
               "text_encoder_2": _TINY_CLIP_PROJ},
         pipeline_kwargs={"add_watermarker": False},
         notes="Distilled SDXL: same text encoders and VAE, a ~1.3B-parameter UNet.",
@@ -208,23 +188,14 @@ MODELS: dict[str, ModelSpec] = {
                   activation_fn="gelu-approximate", num_embeds_ada_norm=1000,
                   norm_type="ada_norm_single", norm_elementwise_affine=False,
                   norm_eps=1e-6)),
-              "vae": _SD_VAE,
-              "text_encoder": Component("transformers", "T5EncoderModel", dict(
-                  vocab_size=32128, d_model=4096, d_kv=64, d_ff=10240, num_layers=24,
-                  num_heads=64, feed_forward_proj="gated-gelu",
-                  relative_attention_num_buckets=32),
-                  config_class="T5Config")},
+              "vae": _SD_VAE, "text_encoder": T5_XXL},
         tiny={"transformer": Component("diffusers", "PixArtTransformer2DModel", dict(
                   sample_size=8, num_layers=2, num_attention_heads=2, attention_head_dim=8,
                   in_channels=4, out_channels=8, patch_size=2, cross_attention_dim=16,
                   caption_channels=32, attention_bias=True, activation_fn="gelu-approximate",
                   num_embeds_ada_norm=1000, norm_type="ada_norm_single",
                   norm_elementwise_affine=False, norm_eps=1e-6)),
-              "vae": _TINY_VAE,
-              "text_encoder": Component("transformers", "T5EncoderModel", dict(
-                  vocab_size=1000, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4,
-                  feed_forward_proj="gated-gelu", relative_attention_num_buckets=8),
-                  config_class="T5Config")},
+              "vae": _TINY_VAE, "text_encoder": TINY_T5},
         call_kwargs={"use_resolution_binning": False, "clean_caption": False},
         notes="Transformer denoiser (DiT) with a 4.8B-parameter T5-XXL text encoder.",
     ),

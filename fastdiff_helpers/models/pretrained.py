@@ -6,9 +6,8 @@ The rule of weights="auto" (choose_weights):
 - on a CPU: pretrained when available, else the tiny model (as CI's smoke mode and `make demo`);
 - on a GPU: pretrained when available, else it stops. It never picks random weights on its own:
   it stops with a FastdiffError saying why and what to do (reconnect, `hf download`, get access
-  to a gated repository, or weights="random" by name). A rule put before it (models/hooks.py)
-  decides first: the course's carries a parameters cell's choice to the later notebooks
-  (course/weights.py).
+  to a gated repository, or weights="random" by name). A rule put before it (models/hooks.py,
+  where the course's is said) decides first.
 
 Introduced in 00_setup.ipynb. The hub is asked through models/hub.py; diffusers is imported
 inside the functions (cost at import; see build.py).
@@ -51,24 +50,28 @@ def _status(spec: ModelSpec, path: str | None) -> tuple[bool, str, str | None]:
     index = cached(spec.hub_id, "model_index.json")
     partly = ""
     if index is not None:
-        missing = _uncached_weights(spec, os.path.dirname(index))
+        # the components whose cached folder holds no safetensors weights from_pretrained would
+        # load: plain or fp16 (what a half-precision load takes, models/downloads.py), a single
+        # file or shards
+        snapshot = os.path.dirname(index)
+        missing = [name for name in spec.full
+                   if not weight_kinds(os.path.join(snapshot, name)) & {"safetensors", "fp16"}]
         if not missing:
             return True, f"{spec.hub_id} is in the local Hugging Face cache", None
         partly = (f"{spec.hub_id} is only partly cached (model_index.json, but no safetensors "
                   f"weights for {', '.join(missing)})")
+    where = partly or f"{spec.hub_id} is not cached"
     if off := offline():
-        return False, partly or f"{spec.hub_id} is not cached and {off} is set", None
+        return False, partly or f"{where} and {off} is set", None
     try:
         info = model_info(spec.hub_id, timeout=HUB_TIMEOUT_S)
     except Exception as exc:  # any network or hub failure means: not reachable now
-        return False, (partly or f"{spec.hub_id} is not cached") + \
-            f" and the hub is unreachable ({type(exc).__name__})", None
+        return False, f"{where} and the hub is unreachable ({type(exc).__name__})", None
     # ModelInfo.gated: False, "auto" or "manual" (huggingface_hub/hf_api.py, ModelInfo); a gated
     # repository answers model_info to anyone, its files only to a token that was let in
     gated = getattr(info, "gated", None) or None
     if gated:
         access, said = gate_access(spec.hub_id, HUB_TIMEOUT_S)
-        where = partly or f"{spec.hub_id} is not cached"
         if access is None:
             return False, f"{where} and the hub did not answer its access check ({said})", None
         if not access:
@@ -79,14 +82,6 @@ def _status(spec: ModelSpec, path: str | None) -> tuple[bool, str, str | None]:
         return True, (f"{partly}; the hub is reachable{let_in}, from_pretrained downloads "
                       "the rest"), None
     return True, f"{spec.hub_id} is reachable on the Hugging Face hub{let_in}", None
-
-
-def _uncached_weights(spec: ModelSpec, snapshot: str) -> list[str]:
-    """The model components (unet, vae, text encoders...) whose folder in a cached snapshot
-    holds no safetensors weights that from_pretrained would load: plain or fp16 (what a
-    half-precision load takes, models/downloads.py), a single file or shards."""
-    return [name for name in spec.full
-            if not weight_kinds(os.path.join(snapshot, name)) & {"safetensors", "fp16"}]
 
 
 def require_pretrained(spec: ModelSpec, path: str | None) -> None:
@@ -143,8 +138,7 @@ def check_weights(weights: str) -> str:
 def resolve_weights(model: str | ModelSpec, weights: str, device: str,
                     path: str | None = None, verbose: bool = True) -> str:
     """`weights` itself, or for "auto" the source choose_weights picks, printing why (random
-    weights always, whatever `verbose`); where "auto" stops (on a GPU without the pretrained
-    weights and without random weights asked for) a FastdiffError says why and what to do."""
+    weights always, whatever `verbose`); where "auto" stops, a FastdiffError says why."""
     check_weights(weights)
     if weights != "auto":
         return weights

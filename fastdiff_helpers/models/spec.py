@@ -1,5 +1,6 @@
 """The records that describe a model of the course: Component (one part built in code) and
-ModelSpec (everything the helpers need to know about one model).
+ModelSpec (everything the helpers need to know about one model); and the VAE layout and the
+text encoders more than one model uses.
 
 Introduced in 00_setup.ipynb (through fdh.MODELS). Pure data, like presets.py and flux.py,
 which hold the models themselves: imports nothing of the package and no heavy library.
@@ -77,3 +78,42 @@ class ModelSpec:
         """The image size the course uses with these weights: the tiny models' own size, else
         the model's native resolution."""
         return self.tiny_resolution if weights == "tiny" else self.resolution
+
+
+def autoencoder(channels=(128, 256, 512, 512), groups: int = 32, layers: int = 2,
+                latent: int = 4, **config: Any) -> Component:
+    """An AutoencoderKL of SD's layout, a down and an up block per width of `channels`, with the
+    model's own `config` after it (presets.py's VAEs, flux.py's)."""
+    return Component("diffusers", "AutoencoderKL", dict(
+        in_channels=3, out_channels=3, latent_channels=latent, layers_per_block=layers,
+        block_out_channels=list(channels), norm_num_groups=groups,
+        down_block_types=["DownEncoderBlock2D"] * len(channels),
+        up_block_types=["UpDecoderBlock2D"] * len(channels), **config))
+
+
+# The text encoders more than one model uses, full-size and tiny: CLIP ViT-L/14's text tower
+# (openai/clip-vit-large-patch14: SD1.5's, SDXL's first encoder, Flux's, which reads its pooled
+# output only) and T5 v1.1 XXL's encoder (google/t5-v1_1-xxl: PixArt-alpha's and Flux's).
+def clip(hidden: int, inter: int, layers: int, heads: int, act: str, proj: int,
+         vocab: int = 49408, projection: bool = False) -> Component:
+    return Component(
+        "transformers", "CLIPTextModelWithProjection" if projection else "CLIPTextModel",
+        dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter,
+             num_hidden_layers=layers, num_attention_heads=heads, max_position_embeddings=77,
+             hidden_act=act, projection_dim=proj, bos_token_id=0, eos_token_id=1,
+             pad_token_id=1),
+        config_class="CLIPTextConfig")
+
+
+def _t5(d_model: int, d_kv: int, d_ff: int, layers: int, heads: int, vocab: int,
+        buckets: int) -> Component:
+    return Component("transformers", "T5EncoderModel", dict(
+        vocab_size=vocab, d_model=d_model, d_kv=d_kv, d_ff=d_ff, num_layers=layers,
+        num_heads=heads, feed_forward_proj="gated-gelu",
+        relative_attention_num_buckets=buckets), config_class="T5Config")
+
+
+CLIP_L = clip(768, 3072, 12, 12, "quick_gelu", 768)
+TINY_CLIP = clip(32, 37, 2, 4, "quick_gelu", 32, vocab=1000)
+T5_XXL = _t5(4096, 64, 10240, 24, 64, 32128, 32)
+TINY_T5 = _t5(32, 8, 37, 2, 4, 1000, 8)

@@ -1,7 +1,5 @@
-"""A pipeline's state: the helpers' typed record of it (PipelineState, what it was loaded as
-and what the techniques did to it), and what it is now read off its modules rather than that
-record: a denoiser compiled by hand (a notebook's plain `torch.compile` cell), which
-fdh.current_recipe and the course clock's recorder read.
+"""A pipeline's state: the helpers' typed record of it (PipelineState), and what it is now read
+off its modules rather than that record (compiled_by_hand).
 """
 
 from __future__ import annotations
@@ -64,10 +62,9 @@ def compiled_by_hand(module: torch.nn.Module) -> dict[str, Any] | None:
         # (pipe.vae.decode, a step plan's path) is that call itself
         call = getattr(target, "_compiled_call_impl", None) or (
             target if hasattr(target, "_torchdynamo_orig_callable") else None)
-        for cell in getattr(call, "__closure__", None) or ():
-            if hasattr(cell.cell_contents, "callback") and hasattr(cell.cell_contents,
-                                                                   "fullgraph"):
-                return cell.cell_contents
+        for contents in (cell.cell_contents for cell in getattr(call, "__closure__", None) or ()):
+            if hasattr(contents, "callback") and hasattr(contents, "fullgraph"):
+                return contents
         return None
 
     scope, ctx, blocks = "full", context(module), []
