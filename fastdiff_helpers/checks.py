@@ -22,17 +22,16 @@ import torch
 
 from .errors import FastdiffError
 
-# the Python argument names whose command-line flag is another word
-CLI_NAMES = {"steps_filter": "only", "fail_step": "fail-step", "fail_lines": "fail-line",
-             "load": "load"}
-_CLI = contextvars.ContextVar("fastdiff_command_line", default=False)
+# inside command_line(): the Python argument names whose flag is another word
+_CLI = contextvars.ContextVar("fastdiff_command_line", default=None)
 _UNSET = object()
 
 
 @contextlib.contextmanager
-def command_line() -> Iterator[None]:
-    """Inside: messages name arguments as command-line flags (`--steps 0`)."""
-    token = _CLI.set(True)
+def command_line(names: dict[str, str] | None = None) -> Iterator[None]:
+    """Inside: messages name arguments as command-line flags (`--steps 0`); `names` gives the
+    flag of an argument whose flag is another word (the command line's own)."""
+    token = _CLI.set(dict(names or {}))
     try:
         yield
     finally:
@@ -41,14 +40,15 @@ def command_line() -> Iterator[None]:
 
 def in_command_line() -> bool:
     """True inside `command_line()`: the user came through the command line."""
-    return _CLI.get()
+    return _CLI.get() is not None
 
 
 def arg(name: str, value: Any = _UNSET) -> str:
     """Argument `name` (with `value`) as the current interface writes it: `steps=0` in Python,
     `--steps 0` on the command line; without a value `path=` or `--path`."""
-    if _CLI.get():
-        flag = "--" + CLI_NAMES.get(name, name).replace("_", "-")
+    names = _CLI.get()
+    if names is not None:
+        flag = "--" + names.get(name, name).replace("_", "-")
         return flag if value is _UNSET else f"{flag} {value}"
     return f"{name}=" if value is _UNSET else f"{name}={value!r}"
 

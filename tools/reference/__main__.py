@@ -14,7 +14,8 @@ from fastdiff_helpers.errors import FastdiffError
 from fastdiff_helpers.course.planning.autotune import set_autotune
 from fastdiff_helpers.course.planning.ladders import LADDERS
 from fastdiff_helpers.course.parameters import course_hooks
-from fastdiff_helpers.course.runs.cli import INPUT_ERRORS, _check_counts, _common, _Parser, refused
+from fastdiff_helpers.course.runs.cli import (CLI_NAMES, INPUT_ERRORS, _check_counts, _common,
+                                              _Parser, refused)
 from fastdiff_helpers.course.runs.ladder import resolve_ladder
 
 from .run import COMMAND, run_reference
@@ -52,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run it; returns the exit code (0 done, 2 invalid input, 3 stopped at the budget)."""
-    with checks.command_line():  # messages name --flags, not Python arguments
+    with checks.command_line(CLI_NAMES):  # messages name --flags, not Python arguments
         try:
             args = build_parser().parse_args(argv)
             course_hooks()  # as the package's command line: the clock's recorder, the weights

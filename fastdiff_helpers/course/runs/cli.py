@@ -57,6 +57,8 @@ class _Parser(argparse.ArgumentParser):
 LADDER_HELP = ("blog: the blog's recipe on today's stack; course: the course's own; flux: the "
                "course's Flux ladder (default: the model's own, blog or flux)")
 LADDER_COMMANDS = ("demo", "ladder", "warm")
+# the Python argument names whose flag is another word (checks.arg writes them in messages)
+CLI_NAMES = {"steps_filter": "only", "fail_step": "fail-step", "fail_lines": "fail-line"}
 
 
 # FASTDIFF_SMOKE=1 (fdh.course.smoke_mode) changes the defaults as it does the notebooks' settings:
@@ -237,7 +239,7 @@ def _bench(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 ok, 2 invalid input)."""
-    with checks.command_line():  # messages name --flags, not Python arguments
+    with checks.command_line(CLI_NAMES):  # messages name --flags, not Python arguments
         return _main(argv)
 
 
