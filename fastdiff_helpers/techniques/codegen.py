@@ -44,27 +44,7 @@ def _source(o) -> str:
     return _without_docstrings(textwrap.dedent(inspect.getsource(o))).rstrip() + "\n"
 
 
-def _fdh(r: Recipe) -> list[str]:
-    """One helper call per technique, in fdh.apply's order (each step's `fdh`)."""
-    return ["import fastdiff_helpers as fdh", ""] + [
-        line for step in STEPS if step.on(r) for line in step.fdh(r)]
-
-
 SECTIONS = tuple(name for step in STEPS for name in step.sections)
-
-
-def _plain(r: Recipe, flux: bool = False, D: str = "denoiser") -> dict[str, list[str]]:
-    """The plain code of `r`, section by section (SECTIONS, in the order of fdh.apply): each
-    step's own `code`, which holds its imports and, as the function or class itself, the
-    helpers' definitions it calls (written out here from their source, so plain code and
-    helpers cannot drift apart). `flux`: Flux's attention. `D`: how the code names the
-    denoiser (pipe.unet where the model is known)."""
-    out: dict[str, list[str]] = {}
-    for step in STEPS:
-        if step.on(r):
-            for name, lines in step.code(r, flux, D).items():
-                out[name] = [line if isinstance(line, str) else _source(line) for line in lines]
-    return out
 
 
 def to_code(recipe: Recipe, flavour: str = "fdh", only: str | Sequence[str] | None = None,
@@ -91,10 +71,16 @@ def to_code(recipe: Recipe, flavour: str = "fdh", only: str | Sequence[str] | No
     if flavour == "fdh":
         if only is not None:
             raise RecipeError("only= picks sections of the plain code: use flavour='plain'.")
-        return "\n".join(_fdh(recipe)).rstrip() + "\n"
+        calls = [line for step in STEPS if step.on(recipe) for line in step.fdh(recipe)]
+        return "\n".join(["import fastdiff_helpers as fdh", "", *calls]).rstrip() + "\n"
     part = "denoiser" if model is None else (
         "pipe.unet" if get_spec(model).family == "unet" else "pipe.transformer")
-    sections = _plain(recipe, flux, part)
+    sections: dict[str, list[str]] = {}  # each step's own `code`, its functions as their source
+    for step in STEPS:
+        if step.on(recipe):
+            for name, lines in step.code(recipe, flux, part).items():
+                sections[name] = [line if isinstance(line, str) else _source(line)
+                                  for line in lines]
     wanted = list(SECTIONS) if only is None else [only] if isinstance(only, str) else list(only)
     unknown = [name for name in wanted if name not in SECTIONS]
     if unknown:
