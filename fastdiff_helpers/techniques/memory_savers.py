@@ -98,17 +98,13 @@ def apply_memory_saver(pipe, saver: str, prompt: str | None = None) -> dict[str,
         for name in TEXT_ENCODERS:
             if hasattr(pipe, name):
                 setattr(pipe, name, None)
-    elif saver == "vae-slicing":
-        pipe.vae.enable_slicing()
-    elif saver == "vae-tiling":
-        pipe.vae.enable_tiling()
-    elif saver == "model-offload":
-        pipe.enable_model_cpu_offload()
-    elif saver == "sequential-offload":
-        pipe.enable_sequential_cpu_offload()
-    else:
+    elif saver == "group-offload":
         pipe.enable_group_offload(onload_device=torch.device("cuda"),
                                   offload_device=torch.device("cpu"), offload_type="block_level",
                                   num_blocks_per_group=1, use_stream=True)
+    else:  # one diffusers call with no arguments
+        {"vae-slicing": pipe.vae.enable_slicing, "vae-tiling": pipe.vae.enable_tiling,
+         "model-offload": pipe.enable_model_cpu_offload,
+         "sequential-offload": pipe.enable_sequential_cpu_offload}[saver]()
     record(pipe, "memory_savers", applied(pipe).get("memory_savers", []) + [saver])
     return out
