@@ -30,13 +30,12 @@ def _without_docstrings(source: str) -> str:
     lines = source.splitlines()
     drop: set[int] = set()
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
+        if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                and ast.get_docstring(node) is not None):
             first = node.body[0]
-            if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-                    and isinstance(first.value.value, str)):
-                drop.update(range(first.lineno - 1, first.end_lineno))
-                if first.end_lineno < len(lines) and not lines[first.end_lineno].strip():
-                    drop.add(first.end_lineno)  # the blank line after it
+            drop.update(range(first.lineno - 1, first.end_lineno))
+            if first.end_lineno < len(lines) and not lines[first.end_lineno].strip():
+                drop.add(first.end_lineno)  # the blank line after it
     return "\n".join(line for i, line in enumerate(lines) if i not in drop)
 
 
