@@ -92,8 +92,7 @@ def masked_attentions(pipe) -> list[str]:
 
     if family_of(pipe) != "transformer":  # PixArt-alpha's DiT alone
         return []
-    denoiser = get_denoiser(pipe)
-    return [name for name, m in denoiser.named_modules()
+    return [name for name, m in get_denoiser(pipe).named_modules()
             if isinstance(m, Attention) and m.is_cross_attention]
 
 
@@ -202,19 +201,16 @@ def read(pipe, done: dict[str, Any]) -> dict[str, Any]:
                                                       AttnProcessor2_0, FusedAttnProcessor2_0)
 
     kinds = {v: k for k, v in SDPA_BACKENDS.items()}
+    backends = {v: k for k, v in FLUX_BACKENDS.items()}
     found = {}
     for part, module in parts(pipe).items():
+        flux = part == "transformer" and is_flux(pipe)
         told = []
-        if part == "transformer" and is_flux(pipe):
-            backends = {v: k for k, v in FLUX_BACKENDS.items()}
-            for attn in module.modules():
-                if isinstance(attn, AttentionModuleMixin):
-                    backend = getattr(attn.processor, "_attention_backend", None)
-                    told.append({backends.get(getattr(backend, "value", "native"), "sdpa")})
-            found[part] = consistent(told)
-            continue
         for attn in module.modules():
-            if not isinstance(attn, Attention):
+            if flux and isinstance(attn, AttentionModuleMixin):
+                backend = getattr(attn.processor, "_attention_backend", None)
+                told.append({backends.get(getattr(backend, "value", "native"), "sdpa")})
+            if flux or not isinstance(attn, Attention):  # Flux's attentions: their backend
                 continue
             processor, head = attn.processor, attn.inner_dim // attn.heads
             if getattr(processor, "backend", None) in kinds:  # SDPABackendProcessor, or its
