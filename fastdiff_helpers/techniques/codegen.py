@@ -57,13 +57,8 @@ def to_code(recipe: Recipe, flavour: str = "fdh", only: str | Sequence[str] | No
     if flavour not in ("fdh", "plain"):
         raise RecipeError(f"Unknown flavour {flavour!r}: use 'fdh' or 'plain'.")
     flux = model is not None and get_spec(model).family == "flux"
-    for what, applies in (("classic", recipe.attention == "classic"),
-                          ("guidance_stop", recipe.guidance_stop is not None),
-                          ("blog", bool(recipe.quantize) and recipe.quant_filter == "blog"),
-                          ("regional-extended", bool(recipe.compile)
-                           and recipe.compile_scope == "regional-extended")):
-        if flux and applies:
-            raise RecipeError(flux_rules.REFUSED[what])
+    if flux and flux_rules.refused(recipe):
+        raise RecipeError(flux_rules.REFUSED[flux_rules.refused(recipe)[0]])
     if callable(recipe.quant_filter):
         raise RecipeError("A callable quant_filter cannot be written as code: paste your "
                           "function and pass it as quant_filter= / filter_fn= yourself.")
