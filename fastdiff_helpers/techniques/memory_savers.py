@@ -66,7 +66,11 @@ def encode_prompt_once(pipe, prompt: str, negative_prompt: str | None = None,
         return dict(prompt_embeds=embeds, negative_prompt_embeds=negative)
 
 
-def _check(pipe, saver: str) -> None:
+def apply_memory_saver(pipe, saver: str, prompt: str | None = None) -> dict[str, Any] | None:
+    """Turn on one of MEMORY_SAVERS (see the module docstring). "text-encoders-freed" needs the
+    `prompt` it will run with: it returns the embeddings to pass to the pipeline in its place
+    (encode_prompt_once), after deleting the text encoders. Returns None otherwise.
+    Introduced in 11_fitting_your_gpu.ipynb."""
     if saver not in MEMORY_SAVERS:
         raise FastdiffError(f"Unknown memory saver {saver!r}. Use one of: "
                             f"{', '.join(MEMORY_SAVERS)}.")
@@ -80,14 +84,6 @@ def _check(pipe, saver: str) -> None:
     if saver in OFFLOADS and done:
         raise FastdiffError(f"This pipeline already has {done[0]}; diffusers allows one offload "
                             "at a time: load a fresh pipeline for another.")
-
-
-def apply_memory_saver(pipe, saver: str, prompt: str | None = None) -> dict[str, Any] | None:
-    """Turn on one of MEMORY_SAVERS (see the module docstring). "text-encoders-freed" needs the
-    `prompt` it will run with: it returns the embeddings to pass to the pipeline in its place
-    (encode_prompt_once), after deleting the text encoders. Returns None otherwise.
-    Introduced in 11_fitting_your_gpu.ipynb."""
-    _check(pipe, saver)
     out = None
     if saver == "text-encoders-freed":
         if not isinstance(prompt, str):
