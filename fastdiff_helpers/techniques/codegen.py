@@ -83,9 +83,8 @@ def to_code(recipe: Recipe, flavour: str = "fdh", only: str | Sequence[str] | No
     if only is not None and missing:
         raise RecipeError(f"This recipe has no {', '.join(missing)} step: its sections are "
                           f"{', '.join(sections)}.")
-    body = ["\n".join(sections[name]).rstrip() for name in SECTIONS
-            if name in wanted and name in sections]
-    text = "\n\n".join(body)
+    text = "\n\n".join("\n".join(sections[name]).rstrip() for name in SECTIONS
+                       if name in wanted and name in sections)
     head = ["import torch"] if re.search(r"\btorch\.", text) else []
     if part == "denoiser" and re.search(r"(?<![\w(])denoiser[.,)]", text):
         head.append(_DENOISER)
