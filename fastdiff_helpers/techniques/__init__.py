@@ -15,8 +15,8 @@ to compose them. Introduced in 01_baseline.ipynb (apply) and one notebook per te
     cache_paths    the denoiser cut in two for it: the full and the cached path, for the
                    UNet, PixArt's blocks and Flux's double- and single-stream blocks
     guidance       classifier-free guidance stopped after a share of the steps
-    lora           LoRA files (made in code, found, read from their header), and LoRAs loaded,
-                   hot-swapped on a compiled pipeline (checked first), fused
+    lora           LoRA files found and read from their header; LoRAs loaded, and hot-swapped
+                   on a compiled pipeline (checked first)
     memory_savers  the offloads, VAE slicing and tiling, the text encoders dropped after
                    encoding
     flux           Flux.1: what does not apply to it and why, its filter, its attention
