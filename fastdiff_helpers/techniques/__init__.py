@@ -15,8 +15,8 @@ to compose them. Introduced in 01_baseline.ipynb (apply) and one notebook per te
     cache_paths    the denoiser cut in two for it: the full and the cached path, for the
                    UNet, PixArt's blocks and Flux's double- and single-stream blocks
     guidance       classifier-free guidance stopped after a share of the steps
-    lora           LoRA files (made in code, found, read from their header), and LoRAs loaded,
-                   hot-swapped on a compiled pipeline (checked first), fused
+    lora           LoRA files found and read from their header; LoRAs loaded, and hot-swapped
+                   on a compiled pipeline (checked first)
     memory_savers  the offloads, VAE slicing and tiling, the text encoders dropped after
                    encoding
     flux           Flux.1: what does not apply to it and why, its filter, its attention
@@ -115,13 +115,6 @@ STEPS: tuple[Step, ...] = (
 )
 
 
-UNCOMPILED_QUANT_WARNING = (
-    "quantize={kind!r} without torch.compile: on a GPU the quantized matmuls need compile to "
-    "fuse and are slower without it (the diffusers-torchao project measured CogVideoX-5b on an "
-    "A100: int8 dynamic 550 s eager, 243 s bf16, 177 s int8 dynamic compiled); add "
-    "compile='max-autotune', and measure both on your machine.")
-
-
 def current_recipe(pipe, records: bool = True) -> dict:
     """The recipe this pipeline really runs, as a dict of Recipe fields, read back off every
     part each technique changes (each step's `read`: the weights' dtype, the attention
@@ -180,7 +173,11 @@ def apply(pipe, recipe: Recipe, tuning: Callable | None = None):
         check_branch(pipe, recipe.cache_branch)
     check_attention(pipe, recipe.attention, str(weight_dtype(recipe.dtype)).removeprefix("torch."))
     if recipe.quantize and recipe.compile is None:
-        warnings.warn(UNCOMPILED_QUANT_WARNING.format(kind=recipe.quantize), stacklevel=2)
+        warnings.warn(f"quantize={recipe.quantize!r} without torch.compile: on a GPU the "
+                      "quantized matmuls need compile to fuse and are slower without it (the "
+                      "diffusers-torchao project measured CogVideoX-5b on an A100: int8 dynamic "
+                      "550 s eager, 243 s bf16, 177 s int8 dynamic compiled); add "
+                      "compile='max-autotune', and measure both on your machine.", stacklevel=2)
 
     for note in notes:
         print(f"fastdiff: {note}")
@@ -188,12 +185,11 @@ def apply(pipe, recipe: Recipe, tuning: Callable | None = None):
         if step.on(recipe):
             step.apply(pipe, recipe, **({"recipe": requested, "tuning": tuning}
                                         if step.name == "compile" else {}))
-    gated = info.applied.get("autotune")
-    if gated is not None:  # the tuning decision changed or confirmed the mode: the record says
+    if "autotune" in info.applied:  # tuning changed or confirmed the mode: the record says
         recipe = dataclasses.replace(recipe, compile=info.applied["compile"]["mode"],
                                      inductor_flags=bool(info.applied.get("inductor_flags")))
-    notes = [*notes, *info.notes]  # the tuning decision's (compile_pipeline)
-    info.recipe, info.requested, info.notes = recipe, requested, notes
+    info.notes = [*notes, *info.notes]  # the tuning decision's (compile_pipeline)
+    info.recipe, info.requested = recipe, requested
     return pipe
 
 

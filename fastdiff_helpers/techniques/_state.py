@@ -31,14 +31,12 @@ def modules(pipe):
     return [get_denoiser(pipe), pipe.vae]
 
 
-
 # --- reading a pipeline back (fdh.current_recipe) ---------------------------------------------
 
 def parts(pipe) -> dict[str, Any]:
     """The parts the techniques change, by name: the denoiser ("unet" or "transformer") and the
     VAE."""
-    denoiser = get_denoiser(pipe)
-    return {pipeline_spec(pipe).denoiser: denoiser, "vae": pipe.vae}
+    return {pipeline_spec(pipe).denoiser: get_denoiser(pipe), "vae": pipe.vae}
 
 
 def agree(found: dict[str, set | None], order: tuple, prefer: Any = None) -> Any:

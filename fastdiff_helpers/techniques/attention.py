@@ -92,8 +92,7 @@ def masked_attentions(pipe) -> list[str]:
 
     if family_of(pipe) != "transformer":  # PixArt-alpha's DiT alone
         return []
-    denoiser = get_denoiser(pipe)
-    return [name for name, m in denoiser.named_modules()
+    return [name for name, m in get_denoiser(pipe).named_modules()
             if isinstance(m, Attention) and m.is_cross_attention]
 
 
@@ -117,15 +116,6 @@ def check_attention(pipe, kind: str, dtype: str) -> None:
                           "'sdpa'.")
 
 
-def make_processor(kind: str, fused: bool):
-    from diffusers.models.attention_processor import (AttnProcessor, AttnProcessor2_0,
-                                                      FusedAttnProcessor2_0)
-
-    if kind == "classic":
-        return AttnProcessor()
-    return FusedAttnProcessor2_0() if fused else AttnProcessor2_0()
-
-
 def set_attention(pipe, kind: str = "sdpa"):
     """Set the attention processor of the denoiser and the VAE.
 
@@ -138,6 +128,9 @@ def set_attention(pipe, kind: str = "sdpa"):
     refused there: techniques/flux.py); its VAE is set as any other.
     Introduced in 15_fp8_hopper.ipynb; 03_attention.ipynb sets the same processors and
     kernels by hand."""
+    from diffusers.models.attention_processor import (AttnProcessor, AttnProcessor2_0,
+                                                      FusedAttnProcessor2_0)
+
     if kind not in ATTENTION:
         raise RecipeError(f"Unknown attention {kind!r}. Use one of: {', '.join(ATTENTION)}.")
     refuse_after(pipe, "set_attention", "compile")
@@ -155,52 +148,47 @@ def set_attention(pipe, kind: str = "sdpa"):
         if kind in SDPA_BACKENDS:
             pinned[type(module).__name__] = pin_backend(module, SDPA_BACKENDS[kind])
         else:
-            module.set_attn_processor(make_processor(kind, fused))
+            module.set_attn_processor(AttnProcessor() if kind == "classic" else
+                                      FusedAttnProcessor2_0() if fused else AttnProcessor2_0())
     record(pipe, "attention", kind)
     # how many attentions run the forced kernel, per module (the rest: default SDPA)
     pipeline_info(pipe).attention_pinned = pinned
     return pipe
 
 
-def _flux_code(r, D: str = "denoiser") -> list:
-    """Flux's attention as techniques/flux.py sets it: diffusers' backend, per module."""
-    backend = FLUX_BACKENDS[r.attention]
-    lines = ["# Flux keeps its FluxAttnProcessor; the kernel is diffusers' attention backend, set",
-             "# per module (the model's set_attention_backend also sets a process-wide default)",
-             "from diffusers.models.attention import AttentionModuleMixin",
-             f"for attn in {D}.modules():",
-             "    if isinstance(attn, AttentionModuleMixin):",
-             f"        attn.set_attention_backend({backend!r})"]
-    if r.attention == "sdpa":
-        fused = "Fused" if r.fuse_qkv else ""
-        return lines + [f"from diffusers.models.attention_processor import {fused}AttnProcessor2_0",
-                        f"pipe.vae.set_attn_processor({fused}AttnProcessor2_0())"]
-    name = SDPA_BACKENDS[r.attention]
-    return (lines + [f"SDPA_LIMITS = {{{name!r}: {SDPA_LIMITS[name]!r}}}", "",
-                     SDPABackendProcessor, pin_backend, f"pin_backend(pipe.vae, {name!r})"])
-
-
 def code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
     """The attention as plain code (fdh.to_code); "sdpa" is diffusers' default processor
-    (AttnProcessor2_0), nothing to write, but for Flux."""
+    (AttnProcessor2_0), nothing to write, but for Flux: its transformer's attention as
+    techniques/flux.py sets it, diffusers' backend per module."""
     if flux:
-        return {"attention": _flux_code(r, D)}
-    if r.attention == "classic":
+        lines = [
+            "# Flux keeps its FluxAttnProcessor; the kernel is diffusers' attention backend, set",
+            "# per module (the model's set_attention_backend also sets a process-wide default)",
+            "from diffusers.models.attention import AttentionModuleMixin",
+            f"for attn in {D}.modules():",
+            "    if isinstance(attn, AttentionModuleMixin):",
+            f"        attn.set_attention_backend({FLUX_BACKENDS[r.attention]!r})"]
+        if r.attention == "sdpa":
+            fused = "Fused" if r.fuse_qkv else ""
+            return {"attention": lines + [
+                f"from diffusers.models.attention_processor import {fused}AttnProcessor2_0",
+                f"pipe.vae.set_attn_processor({fused}AttnProcessor2_0())"]}
+        pinned = ["pipe.vae"]  # the transformer's kernel is set above
+    elif r.attention == "classic":
         return {"attention": ["from diffusers.models.attention_processor import AttnProcessor",
                               f"{D}.set_attn_processor(AttnProcessor())",
                               "pipe.vae.set_attn_processor(AttnProcessor())"]}
-    if r.attention == "sdpa":
+    elif r.attention == "sdpa":
         return {}
+    else:
+        lines = ["# flash takes no attention mask: not for PixArt, whose cross-attention "
+                 "gets the prompt's mask"] if r.attention == "sdpa-flash" else []
+        lines.append("# what each forced kernel takes (torch's cuda/sdp_utils.cpp)")
+        pinned = [D, "pipe.vae"]
     backend = SDPA_BACKENDS[r.attention]
-    lines = []
-    if backend == "FLASH_ATTENTION":
-        lines += ["# flash takes no attention mask: not for PixArt, whose cross-attention "
-                  "gets the prompt's mask"]
-    lines += ["# what each forced kernel takes (torch's cuda/sdp_utils.cpp)",
-              f"SDPA_LIMITS = {{{backend!r}: {SDPA_LIMITS[backend]!r}}}", "",
-              SDPABackendProcessor, pin_backend]
-    return {"attention": lines + [f"pin_backend({D}, {backend!r})",
-                                  f"pin_backend(pipe.vae, {backend!r})"]}
+    return {"attention": lines + [f"SDPA_LIMITS = {{{backend!r}: {SDPA_LIMITS[backend]!r}}}", "",
+                                  SDPABackendProcessor, pin_backend,
+                                  *(f"pin_backend({m}, {backend!r})" for m in pinned)]}
 
 
 def read(pipe, done: dict[str, Any]) -> dict[str, Any]:
@@ -213,19 +201,16 @@ def read(pipe, done: dict[str, Any]) -> dict[str, Any]:
                                                       AttnProcessor2_0, FusedAttnProcessor2_0)
 
     kinds = {v: k for k, v in SDPA_BACKENDS.items()}
+    backends = {v: k for k, v in FLUX_BACKENDS.items()}
     found = {}
     for part, module in parts(pipe).items():
+        flux = part == "transformer" and is_flux(pipe)
         told = []
-        if part == "transformer" and is_flux(pipe):
-            backends = {v: k for k, v in FLUX_BACKENDS.items()}
-            for attn in module.modules():
-                if isinstance(attn, AttentionModuleMixin):
-                    backend = getattr(attn.processor, "_attention_backend", None)
-                    told.append({backends.get(getattr(backend, "value", "native"), "sdpa")})
-            found[part] = consistent(told)
-            continue
         for attn in module.modules():
-            if not isinstance(attn, Attention):
+            if flux and isinstance(attn, AttentionModuleMixin):
+                backend = getattr(attn.processor, "_attention_backend", None)
+                told.append({backends.get(getattr(backend, "value", "native"), "sdpa")})
+            if flux or not isinstance(attn, Attention):  # Flux's attentions: their backend
                 continue
             processor, head = attn.processor, attn.inner_dim // attn.heads
             if getattr(processor, "backend", None) in kinds:  # SDPABackendProcessor, or its

@@ -1,12 +1,11 @@
 """fdh.to_code(recipe): the surgery as source to paste into your own notebook.
 
-"fdh" writes one helper call per technique; "plain" writes the same steps with diffusers,
-torch and torchao only: the technique alone, what turns a stock diffusers pipeline into the
-recipe (a stock pipeline's defaults, diffusers' SDPA processor and TF32 off for matmuls, are
-not written). The plain pieces that have no library equivalent (a backend-pinned
-SDPA processor, the 1x1-conv swap, the quantization filter, the sync removal) are emitted
-from the helpers' own source with inspect, so plain code and helpers cannot drift apart.
-Both run in the order of fdh.apply, and tests execute both against apply().
+Plain code (to_code's "plain" flavour) is the technique alone, what turns a stock diffusers
+pipeline into the recipe (a stock pipeline's defaults, diffusers' SDPA processor and TF32 off
+for matmuls, are not written). The plain pieces that have no library equivalent (a
+backend-pinned SDPA processor, the 1x1-conv swap, the quantization filter, the sync removal)
+are emitted from the helpers' own source with inspect, so plain code and helpers cannot drift
+apart. Both flavours run in the order of fdh.apply, and tests execute both against apply().
 """
 
 from __future__ import annotations
@@ -30,13 +29,12 @@ def _without_docstrings(source: str) -> str:
     lines = source.splitlines()
     drop: set[int] = set()
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
+        if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                and ast.get_docstring(node) is not None):
             first = node.body[0]
-            if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-                    and isinstance(first.value.value, str)):
-                drop.update(range(first.lineno - 1, first.end_lineno))
-                if first.end_lineno < len(lines) and not lines[first.end_lineno].strip():
-                    drop.add(first.end_lineno)  # the blank line after it
+            drop.update(range(first.lineno - 1, first.end_lineno))
+            if first.end_lineno < len(lines) and not lines[first.end_lineno].strip():
+                drop.add(first.end_lineno)  # the blank line after it
     return "\n".join(line for i, line in enumerate(lines) if i not in drop)
 
 
@@ -44,27 +42,7 @@ def _source(o) -> str:
     return _without_docstrings(textwrap.dedent(inspect.getsource(o))).rstrip() + "\n"
 
 
-def _fdh(r: Recipe) -> list[str]:
-    """One helper call per technique, in fdh.apply's order (each step's `fdh`)."""
-    return ["import fastdiff_helpers as fdh", ""] + [
-        line for step in STEPS if step.on(r) for line in step.fdh(r)]
-
-
 SECTIONS = tuple(name for step in STEPS for name in step.sections)
-
-
-def _plain(r: Recipe, flux: bool = False, D: str = "denoiser") -> dict[str, list[str]]:
-    """The plain code of `r`, section by section (SECTIONS, in the order of fdh.apply): each
-    step's own `code`, which holds its imports and, as the function or class itself, the
-    helpers' definitions it calls (written out here from their source, so plain code and
-    helpers cannot drift apart). `flux`: Flux's attention. `D`: how the code names the
-    denoiser (pipe.unet where the model is known)."""
-    out: dict[str, list[str]] = {}
-    for step in STEPS:
-        if step.on(r):
-            for name, lines in step.code(r, flux, D).items():
-                out[name] = [line if isinstance(line, str) else _source(line) for line in lines]
-    return out
 
 
 def to_code(recipe: Recipe, flavour: str = "fdh", only: str | Sequence[str] | None = None,
@@ -78,23 +56,24 @@ def to_code(recipe: Recipe, flavour: str = "fdh", only: str | Sequence[str] | No
     if flavour not in ("fdh", "plain"):
         raise RecipeError(f"Unknown flavour {flavour!r}: use 'fdh' or 'plain'.")
     flux = model is not None and get_spec(model).family == "flux"
-    for what, applies in (("classic", recipe.attention == "classic"),
-                          ("guidance_stop", recipe.guidance_stop is not None),
-                          ("blog", bool(recipe.quantize) and recipe.quant_filter == "blog"),
-                          ("regional-extended", bool(recipe.compile)
-                           and recipe.compile_scope == "regional-extended")):
-        if flux and applies:
-            raise RecipeError(flux_rules.REFUSED[what])
+    if flux and flux_rules.refused(recipe):
+        raise RecipeError(flux_rules.REFUSED[flux_rules.refused(recipe)[0]])
     if callable(recipe.quant_filter):
         raise RecipeError("A callable quant_filter cannot be written as code: paste your "
                           "function and pass it as quant_filter= / filter_fn= yourself.")
     if flavour == "fdh":
         if only is not None:
             raise RecipeError("only= picks sections of the plain code: use flavour='plain'.")
-        return "\n".join(_fdh(recipe)).rstrip() + "\n"
+        calls = [line for step in STEPS if step.on(recipe) for line in step.fdh(recipe)]
+        return "\n".join(["import fastdiff_helpers as fdh", "", *calls]).rstrip() + "\n"
     part = "denoiser" if model is None else (
         "pipe.unet" if get_spec(model).family == "unet" else "pipe.transformer")
-    sections = _plain(recipe, flux, part)
+    sections: dict[str, list[str]] = {}  # each step's own `code`, its functions as their source
+    for step in STEPS:
+        if step.on(recipe):
+            for name, lines in step.code(recipe, flux, part).items():
+                sections[name] = [line if isinstance(line, str) else _source(line)
+                                  for line in lines]
     wanted = list(SECTIONS) if only is None else [only] if isinstance(only, str) else list(only)
     unknown = [name for name in wanted if name not in SECTIONS]
     if unknown:
@@ -103,9 +82,8 @@ def to_code(recipe: Recipe, flavour: str = "fdh", only: str | Sequence[str] | No
     if only is not None and missing:
         raise RecipeError(f"This recipe has no {', '.join(missing)} step: its sections are "
                           f"{', '.join(sections)}.")
-    body = ["\n".join(sections[name]).rstrip() for name in SECTIONS
-            if name in wanted and name in sections]
-    text = "\n\n".join(body)
+    text = "\n\n".join("\n".join(sections[name]).rstrip() for name in SECTIONS
+                       if name in wanted and name in sections)
     head = ["import torch"] if re.search(r"\btorch\.", text) else []
     if part == "denoiser" and re.search(r"(?<![\w(])denoiser[.,)]", text):
         head.append(_DENOISER)

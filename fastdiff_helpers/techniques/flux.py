@@ -72,19 +72,23 @@ def check_filter(pipe, quant_filter) -> None:
         raise RecipeError(NOT_FLUX)
 
 
+def refused(recipe) -> list[str]:
+    """What of `recipe` cannot apply to Flux: the keys of REFUSED it asks for, in their order."""
+    return [what for what, asked in (
+        ("classic", recipe.attention == "classic"),
+        ("guidance_stop", recipe.guidance_stop is not None),
+        ("blog", bool(recipe.quantize) and recipe.quant_filter == "blog"),
+        ("regional-extended", bool(recipe.compile) and recipe.compile_scope == "regional-extended"),
+    ) if asked]
+
+
 def check_recipe(pipe, recipe) -> None:
     """Everything of `recipe` that cannot apply to this Flux pipeline, refused before any
     work (fdh.apply); nothing for the other models but the 'flux' filter."""
     if recipe.quantize:
         check_filter(pipe, recipe.quant_filter)
-    if not is_flux(pipe):
-        return
-    if recipe.attention == "classic":
-        refuse(pipe, "classic")
-    if recipe.guidance_stop is not None:
-        refuse(pipe, "guidance_stop")
-    if recipe.compile and recipe.compile_scope == "regional-extended":
-        refuse(pipe, "regional-extended")
+    for what in refused(recipe):
+        refuse(pipe, what)
 
 
 def flux_filter(module, fqn: str) -> bool:

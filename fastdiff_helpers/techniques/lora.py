@@ -1,5 +1,6 @@
 """LoRAs on a compiled pipeline: loading one, and hot-swapping another one in place without
-recompiling; and the LoRA files themselves, found and read. Fusing, unfusing and unloading are
+recompiling; and the LoRA files themselves, found and read (the course's stand-ins, made in
+code, are course/lora_swaps.py's fdh.course.make_lora_file). Fusing, unfusing and unloading are
 diffusers' own calls (pipe.fuse_lora(), pipe.unfuse_lora(), pipe.unload_lora_weights()): what
 they leave is read off the pipeline's peft layers here, so nothing needs to be told.
 
@@ -16,9 +17,6 @@ compares (per-layer alphas, e.g. from mixed ranks; dropout, rsLoRA, DoRA: hotswa
 622, called at diffusers/loaders/peft.py:321). Each of these fails inside diffusers'
 try block, whose except branch then deletes the loaded adapter (loaders/peft.py:356-366).
 Introduced in 14_lora_hotswap.ipynb.
-
-The files: found (a folder, a file, a hub id) and read from their safetensors header. The
-course's stand-in LoRA files, made in code, are course/lora_swaps.py's (fdh.course.make_lora_file).
 """
 
 from __future__ import annotations
@@ -156,18 +154,16 @@ def _new_lora_config(pipe, path: Path):
     from diffusers.utils import convert_unet_state_dict_to_peft
     from diffusers.utils.peft_utils import _create_lora_config
 
-    prefix = pipeline_spec(pipe).denoiser
+    prefix = f"{pipeline_spec(pipe).denoiser}."
     state, alphas, metadata = pipe.lora_state_dict(str(path.parent), weight_name=path.name,
                                                    unet_config=get_denoiser(pipe).config,
                                                    return_lora_metadata=True)
-    state = {k.removeprefix(f"{prefix}."): v for k, v in state.items()
-             if k.startswith(f"{prefix}.")}
-    if metadata is not None:
-        metadata = {k.removeprefix(f"{prefix}."): v for k, v in metadata.items()
-                    if k.startswith(f"{prefix}.")}
-    if alphas:
-        alphas = {k.removeprefix(f"{prefix}."): v for k, v in alphas.items()
-                  if k.startswith(f"{prefix}.")}
+
+    def denoiser_part(keyed: dict | None) -> dict | None:  # None and {} stay as they are
+        return keyed and {k.removeprefix(prefix): v for k, v in keyed.items()
+                          if k.startswith(prefix)}
+
+    state, alphas, metadata = denoiser_part(state), denoiser_part(alphas), denoiser_part(metadata)
     if state and "lora_A" not in next(iter(state)):
         state = convert_unet_state_dict_to_peft(state)
     ranks = {f"^{k}": v.shape[1] for k, v in state.items() if "lora_B" in k and v.ndim > 1}

@@ -66,7 +66,11 @@ def encode_prompt_once(pipe, prompt: str, negative_prompt: str | None = None,
         return dict(prompt_embeds=embeds, negative_prompt_embeds=negative)
 
 
-def _check(pipe, saver: str) -> None:
+def apply_memory_saver(pipe, saver: str, prompt: str | None = None) -> dict[str, Any] | None:
+    """Turn on one of MEMORY_SAVERS (see the module docstring). "text-encoders-freed" needs the
+    `prompt` it will run with: it returns the embeddings to pass to the pipeline in its place
+    (encode_prompt_once), after deleting the text encoders. Returns None otherwise.
+    Introduced in 11_fitting_your_gpu.ipynb."""
     if saver not in MEMORY_SAVERS:
         raise FastdiffError(f"Unknown memory saver {saver!r}. Use one of: "
                             f"{', '.join(MEMORY_SAVERS)}.")
@@ -80,14 +84,6 @@ def _check(pipe, saver: str) -> None:
     if saver in OFFLOADS and done:
         raise FastdiffError(f"This pipeline already has {done[0]}; diffusers allows one offload "
                             "at a time: load a fresh pipeline for another.")
-
-
-def apply_memory_saver(pipe, saver: str, prompt: str | None = None) -> dict[str, Any] | None:
-    """Turn on one of MEMORY_SAVERS (see the module docstring). "text-encoders-freed" needs the
-    `prompt` it will run with: it returns the embeddings to pass to the pipeline in its place
-    (encode_prompt_once), after deleting the text encoders. Returns None otherwise.
-    Introduced in 11_fitting_your_gpu.ipynb."""
-    _check(pipe, saver)
     out = None
     if saver == "text-encoders-freed":
         if not isinstance(prompt, str):
@@ -98,17 +94,13 @@ def apply_memory_saver(pipe, saver: str, prompt: str | None = None) -> dict[str,
         for name in TEXT_ENCODERS:
             if hasattr(pipe, name):
                 setattr(pipe, name, None)
-    elif saver == "vae-slicing":
-        pipe.vae.enable_slicing()
-    elif saver == "vae-tiling":
-        pipe.vae.enable_tiling()
-    elif saver == "model-offload":
-        pipe.enable_model_cpu_offload()
-    elif saver == "sequential-offload":
-        pipe.enable_sequential_cpu_offload()
-    else:
+    elif saver == "group-offload":
         pipe.enable_group_offload(onload_device=torch.device("cuda"),
                                   offload_device=torch.device("cpu"), offload_type="block_level",
                                   num_blocks_per_group=1, use_stream=True)
+    else:  # one diffusers call with no arguments
+        {"vae-slicing": pipe.vae.enable_slicing, "vae-tiling": pipe.vae.enable_tiling,
+         "model-offload": pipe.enable_model_cpu_offload,
+         "sequential-offload": pipe.enable_sequential_cpu_offload}[saver]()
     record(pipe, "memory_savers", applied(pipe).get("memory_savers", []) + [saver])
     return out

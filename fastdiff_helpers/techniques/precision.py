@@ -12,7 +12,6 @@ from ..models.dtypes import DTYPE_NAMES, fp32_or_half, weight_dtype
 from .recipe import DTYPES, TF32_MODES, RecipeError
 
 
-
 # Each TF32 mode as the settings set_tf32 makes: the CUDA-wide fp32 precision ("none": torch's
 # default), the legacy cuDNN switch (conv and rnn), and the matmul switch, through
 # set_float32_matmul_precision, or, for "guide", the legacy matmul flag the guide shows.
@@ -22,19 +21,6 @@ TF32_SETTINGS = {
     "blog": ("none", True, "high"),
     "guide": ("none", True, "allow_tf32"),
 }
-
-
-def tf32_code(mode: str, alone: bool = False) -> list[str]:
-    """The statements set_tf32(mode) runs, as source lines (for fdh.to_code(recipe, "plain")).
-    `alone`: without the ones that set what a fresh process already has (torch's defaults for
-    cuDNN: no CUDA-wide precision, TF32 convolutions allowed), so the blog's mode is its one
-    line, as diffusion-fast wrote it."""
-    cuda_wide, cudnn, matmul = TF32_SETTINGS[mode]
-    lines = [] if alone and (cuda_wide, cudnn) == ("none", True) else [
-        f"torch.backends.cudnn.fp32_precision = {cuda_wide!r}",
-        f"torch.backends.cudnn.allow_tf32 = {cudnn}"]
-    return lines + ["torch.backends.cuda.matmul.allow_tf32 = True" if matmul == "allow_tf32" else
-                    f"torch.set_float32_matmul_precision({matmul!r})"]
 
 
 def set_tf32(mode: str | bool) -> None:
@@ -103,11 +89,19 @@ def set_precision(pipe, dtype: str = "bf16", tf32: str | None = None):
 def code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
     """The recipe's precision as plain code (fdh.to_code): the technique alone, so a stock
     pipeline's fp32 weights and TF32 off are not written; a TF32 mode the recipe names is, "off"
-    included."""
+    included, as the statements set_tf32 runs, without those that set what a fresh process
+    already has (torch's defaults for cuDNN: no CUDA-wide precision, TF32 convolutions allowed),
+    so the blog's mode is its one line, as diffusion-fast wrote it."""
     tf32 = r.tf32 or ("on" if r.dtype == "tf32" else None)
     lines = [] if fp32_or_half(r.dtype) == "fp32" else [f"pipe.to({weight_dtype(r.dtype)})"]
     if tf32 is not None:
-        lines += [f"# TF32 {tf32!r}: a process-wide switch"] + tf32_code(tf32, alone=True)
+        cuda_wide, cudnn, matmul = TF32_SETTINGS[tf32]
+        lines.append(f"# TF32 {tf32!r}: a process-wide switch")
+        if (cuda_wide, cudnn) != ("none", True):
+            lines += [f"torch.backends.cudnn.fp32_precision = {cuda_wide!r}",
+                      f"torch.backends.cudnn.allow_tf32 = {cudnn}"]
+        lines.append("torch.backends.cuda.matmul.allow_tf32 = True" if matmul == "allow_tf32"
+                     else f"torch.set_float32_matmul_precision({matmul!r})")
     return {"precision": lines} if lines else {}
 
 

@@ -133,9 +133,8 @@ def count_syncs(pipe, verbose: bool = True, **kwargs) -> dict[str, Any] | None:
     syncs = [w for w in caught if "synchroniz" in str(w.message)]
     in_loop = sum(1 for i, w in enumerate(caught) if "synchroniz" in str(w.message)
                   and start and marks and start[0] <= i < marks[-1])
-    steps = max(len(marks), 1)
     where = sorted({f"{w.filename}:{w.lineno}" for w in syncs})
-    report = {"total": len(syncs), "in_loop": in_loop, "per_step": in_loop / steps,
+    report = {"total": len(syncs), "in_loop": in_loop, "per_step": in_loop / max(len(marks), 1),
               "where": where}
     if verbose:
         print(f"{report['total']} syncs in one image, {in_loop} inside the denoising loop "
