@@ -5,7 +5,6 @@ Introduced in 11_fitting_your_gpu.ipynb."""
 
 from __future__ import annotations
 
-import time
 import weakref
 from typing import Any, Callable
 
@@ -19,6 +18,7 @@ from ..models.dtypes import resolve_dtype, weight_name
 from ..models.fit import GIB, part_parameters
 from ..models.presets import get_spec
 from ..techniques.recipe import Recipe
+from .bench import time_call
 
 __all__ = ["weight_bytes", "peak_memory", "what_fits", "GIB"]
 
@@ -98,10 +98,9 @@ def _resident(pipe, device: torch.device) -> tuple[int, set[int]]:
     seen: dict[int, int] = {}
     for module in pipe.components.values():
         if isinstance(module, torch.nn.Module):
-            for t in (p for w in list(module.parameters()) + list(module.buffers())
-                      for p in _plain(w)):
-                if t.device == device and t.untyped_storage().data_ptr():
-                    seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            for t in (p for w in [*module.parameters(), *module.buffers()] for p in _plain(w)):
+                if t.device == device and (storage := t.untyped_storage()).data_ptr():
+                    seen[storage.data_ptr()] = storage.nbytes()
     return sum(seen.values()), set(seen)
 
 
@@ -118,21 +117,15 @@ def peak_memory(pipe, call: Callable[[], Any], device: str | torch.device | None
         torch.cuda.synchronize(device)
         resident = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
-        start = time.perf_counter()
-        output = call()
-        torch.cuda.synchronize(device)
-        seconds = time.perf_counter() - start
+        output, seconds = time_call(call, device)
         return {"peak_bytes": torch.cuda.max_memory_allocated(device), "resident_bytes": resident,
                 "kind": "cuda_max_allocated", "seconds": seconds, "output": output}
     if device.type != "cpu":
         raise FastdiffError(f"Peak memory on {device.type} is not measured here: run on a CUDA "
                             "GPU or the CPU.")
     resident, known = _resident(pipe, device)
-    tracker = _LiveBytes(device, known)
-    start = time.perf_counter()
-    with tracker:
-        output = call()
-    seconds = time.perf_counter() - start
+    with _LiveBytes(device, known) as tracker:
+        output, seconds = time_call(call, device)
     return {"peak_bytes": resident + tracker.peak, "resident_bytes": resident,
             "kind": "cpu_live_tensors", "seconds": seconds, "output": output}
 
