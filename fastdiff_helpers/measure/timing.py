@@ -5,7 +5,6 @@ median is, and the process's peak RSS. Introduced in 01_baseline.ipynb (through 
 from __future__ import annotations
 
 import functools
-import statistics
 import sys
 import threading
 import time
@@ -14,7 +13,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from .record import STEADY, median_interval
+from .record import STEADY, uncertainty
 
 
 STAGE_PREFIX = "fastdiff: "  # the stage ranges fdh.profile adds to its trace (not work)
@@ -160,15 +159,6 @@ def _peak_rss_bytes() -> int | None:
         return None
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
-
-
-def uncertainty(samples: list[float]) -> float | None:
-    """How far the median of `samples` may be off, as a share of it (Result.latency_uncertainty)."""
-    if len(samples) < 2:
-        return None
-    median = statistics.median(samples)
-    low, high, _ = median_interval(samples)
-    return max(median - low, high - median) / median if median else None
 
 
 def until_steady(measure: Callable[[], float], runs: int, max_runs: int,
