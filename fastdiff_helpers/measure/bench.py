@@ -1,6 +1,6 @@
 """benchmark(): cold start, warm-up, device-correct timing, per-stage times, peak memory.
 
-Introduced in 01_baseline.ipynb. (run_ladder and format_table live in ladder.py.)
+Introduced in 01_baseline.ipynb. (run_ladder is course/runs/ladder.py's, format_table results/'.)
 """
 
 from __future__ import annotations
@@ -199,12 +199,11 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
         if stage_samples.get(stage):
             cold_split[f"{stage}_over_warm_s"] = max(
                 seconds - statistics.median(stage_samples[stage]), 0.0)
-    reserved = None
     if device.type == "cuda":
         peak, kind = torch.cuda.max_memory_allocated(device), "cuda_max_allocated"
         reserved = torch.cuda.max_memory_reserved(device)  # includes CUDA-graph pools
     else:
-        peak, kind = _peak_rss_bytes(), "process_peak_rss"
+        peak, kind, reserved = _peak_rss_bytes(), "process_peak_rss", None
         notes.append("peak memory is the process-lifetime peak RSS (it includes everything "
                      "this process did before, not only this benchmark)")
     if "quantize" in info.applied:
@@ -232,9 +231,7 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
                      "(FLOPs counted as without it)")
     flops = count_flops(pipe, resolved["height"], resolved["width"], n,
                         resolved["guidance_scale"], guidance_stop=stop)["per_image"]
-    quality = None
-    if baseline_image is not None:
-        quality = compare_images(image, baseline_image)
+    quality = compare_images(image, baseline_image) if baseline_image is not None else None
     return Result(
         model=info.model, weights=info.weights, step=step,
         recipe=recipe,

@@ -8,6 +8,7 @@ import functools
 import sys
 import threading
 import time
+from collections import Counter
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
@@ -208,17 +209,14 @@ def profile_ops(call, device: torch.device, top: int = 8) -> dict[str, float]:
     cuda = device.type == "cuda"
     with profiling(cuda) as prof:
         call()
-    rows = []
+    totals: Counter[str] = Counter()
     for event in prof.key_averages():
         us = event.self_device_time_total if cuda else event.self_cpu_time_total
-        if us > 0 and not event.key.startswith(("ProfilerStep", "## Call CompiledFxGraph")):
-            rows.append((event.key, us / 1e6))
-        elif event.key.startswith("## Call CompiledFxGraph"):
-            rows.append(("inductor's generated code", us / 1e6))
-    totals: dict[str, float] = {}
-    for key, seconds in rows:
-        totals[key] = totals.get(key, 0.0) + seconds
-    return dict(sorted(totals.items(), key=lambda kv: -kv[1])[:top])
+        if event.key.startswith("## Call CompiledFxGraph"):
+            totals["inductor's generated code"] += us / 1e6
+        elif us > 0 and not event.key.startswith("ProfilerStep"):
+            totals[event.key] += us / 1e6
+    return dict(totals.most_common(top))
 
 
 @contextmanager
