@@ -77,21 +77,15 @@ def cpu_name() -> str:
 
 
 def _driver_version(torch: Any) -> str | None:
-    """The NVIDIA driver version, or None. torch has no public getter for it, so read what the
-    device properties offer and, on Linux, the driver's own /proc file (no nvidia-smi needed)."""
-    if not torch.cuda.is_available():
-        return None
-    props = torch.cuda.get_device_properties(0)
-    version = getattr(props, "driver_version", None)
-    if version:
-        return str(version)
+    """The NVIDIA driver version, or None. torch has no getter for it (a CUDA device's properties
+    hold none: torch/_C/__init__.pyi, _CudaDeviceProperties), so read the driver's own /proc
+    file on Linux (no nvidia-smi needed)."""
     proc = Path("/proc/driver/nvidia/version")
-    if proc.exists():
-        # "NVRM version: NVIDIA UNIX [Open ]Kernel Module [for x86_64]  550.54.15  ..."
-        match = re.search(r"Kernel Module(?: for \S+)?\s+(\d[\d.]*)", proc.read_text(errors="replace"))
-        if match:
-            return match.group(1)
-    return None
+    if not torch.cuda.is_available() or not proc.exists():
+        return None
+    # "NVRM version: NVIDIA UNIX [Open ]Kernel Module [for x86_64]  550.54.15  ..."
+    match = re.search(r"Kernel Module(?: for \S+)?\s+(\d[\d.]*)", proc.read_text(errors="replace"))
+    return match.group(1) if match else None
 
 
 def _fp32_precision(chain: list[Any]) -> str:
