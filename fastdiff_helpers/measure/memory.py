@@ -34,17 +34,6 @@ def _plain(t: torch.Tensor):
         yield t
 
 
-def _weight_dtype(dtype) -> str:
-    """A dtype name, or the weight dtype of a Recipe (TF32 is fp32 weights)."""
-    if isinstance(dtype, Recipe):
-        if dtype.quantize is not None:
-            raise FastdiffError(f"quantize={dtype.quantize!r} stores some weights in 8 bits: "
-                                "the architecture alone does not say which. Load the pipeline, "
-                                "fdh.apply the recipe and measure it with fdh.peak_memory.")
-        return weight_name(dtype.dtype)
-    return dtype
-
-
 def weight_bytes(model, dtype="bf16") -> dict[str, int]:
     """Bytes of parameters per component: for a model name, of its full-size architecture in
     `dtype` (a name, or a Recipe: its weight dtype), built on the meta device (no memory, no
@@ -53,7 +42,14 @@ def weight_bytes(model, dtype="bf16") -> dict[str, int]:
     Introduced in 11_fitting_your_gpu.ipynb."""
     if isinstance(model, str):
         key = get_spec(model).key  # an unknown name says which ones exist
-        per = resolve_dtype(_weight_dtype(dtype)).itemsize
+        if isinstance(dtype, Recipe):  # its weight dtype (TF32 is fp32 weights)
+            if dtype.quantize is not None:
+                raise FastdiffError(f"quantize={dtype.quantize!r} stores some weights in 8 bits: "
+                                    "the architecture alone does not say which. Load the "
+                                    "pipeline, fdh.apply the recipe and measure it with "
+                                    "fdh.peak_memory.")
+            dtype = weight_name(dtype.dtype)
+        per = resolve_dtype(dtype).itemsize
         return {name: n * per for name, n in part_parameters(key).items()}
     if not hasattr(model, "components"):
         raise FastdiffError(f"{arg('model', type(model).__name__)} cannot work: give a model "
