@@ -125,12 +125,11 @@ def count_flops(pipe_or_model_key: Any, height: int | None = None, width: int | 
     scheduler sets: denoiser_calls below, e.g. 31 for SD1.5's PNDM at 30 steps; each is
     denoiser_per_forward unless a pipeline runs fewer denoiser FLOPs: fdh.step_cache counts a
     cached step as the shallow branch it computes, fdh.stop_guidance the unguided steps at
-    batch 1), per_image =
-    denoiser_total + vae_decode + text_encoders, schedule (each step's path and batch, e.g.
-    "full/2", "cached/1"), and batch, height, width, steps, calls. `guidance_stop`: the share
-    of the steps that keep guidance where a callback passed on the call stops it
-    (fdh.benchmark's callback_on_step_end), in place of the pipeline's own (None).
-    Cached per configuration."""
+    batch 1), per_image = denoiser_total + vae_decode + text_encoders, schedule (each step's
+    path and batch, e.g. "full/2", "cached/1"), and batch, height, width, steps, calls.
+    `guidance_stop`: the share of the steps that keep guidance where a callback passed on the
+    call stops it (fdh.benchmark's callback_on_step_end), in place of the pipeline's own
+    (None). Cached per configuration."""
     spec, keys, encodes_negative, size, tokens = _pipeline_parts(pipe_or_model_key)
     checks.call_size(steps, height, width, spec.size_multiple)
     checks.real("guidance", guidance, none=True)
