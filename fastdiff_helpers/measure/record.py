@@ -27,10 +27,9 @@ SCHEMA_VERSION = 1
 # carries its uncertainty as a flag. The quiet 2-core CPU machine with the tiny models: 5 runs
 # within +-3-10 %, so a few more runs usually settle it.
 STEADY = 0.05
-CONFIDENCE = 0.95
 
 
-def median_interval(samples: list[float], confidence: float = CONFIDENCE
+def median_interval(samples: list[float], confidence: float = 0.95
                     ) -> tuple[float, float, float]:
     """(low, high, coverage): the interval [x(k), x(n+1-k)] of the sorted samples that holds
     the true median with probability `coverage` (exact, binomial with p=1/2: no assumption on
@@ -75,7 +74,6 @@ _NUMERIC = (
     "flops_per_image", "tflops_per_s", "quality", "cold_start_split", "load_s", "ops",
     "matmul_tflops", "wall_s",
 )
-_NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
 class ResultsFormatError(ValueError):
@@ -335,8 +333,8 @@ def _encode(value: Any, where: str) -> Any:
 
 
 def _decode(value: Any) -> Any:
-    if isinstance(value, str) and value in _NONFINITE:
-        return _NONFINITE[value]
+    if isinstance(value, str) and value in ("nan", "inf", "-inf"):  # as _encode wrote them
+        return float(value)
     if isinstance(value, dict):
         return {k: _decode(v) for k, v in value.items()}
     if isinstance(value, list):
