@@ -154,8 +154,7 @@ def what_fits(model: str, card_gib: float, dtype="bf16",
     what stays outside is what torch's allocator does not count: the CUDA context, and
     memory the allocator keeps cached but free.
     Introduced in 11_fitting_your_gpu.ipynb."""
-    real("card_gib", card_gib)
-    if card_gib <= 0:
+    if real("card_gib", card_gib) <= 0:
         raise FastdiffError(f"{arg('card_gib', card_gib)} cannot work: give the card's memory "
                             "in GiB, e.g. 24.")
     parts = weight_bytes(model, dtype)
