@@ -20,14 +20,6 @@ import torch.nn.functional as F
 
 __all__ = ["compare_images", "image_to_array", "NonFiniteImageWarning"]
 
-_NAN_MESSAGE = (
-    "NaN/inf pixels in {which}: the image is broken, not merely different. The classic cause is "
-    "the SDXL VAE overflowing in fp16 (it decodes to NaN, which PIL then shows as a black "
-    "image). Load the fp16-fix VAE 'madebyollin/sdxl-vae-fp16-fix', or keep the VAE in "
-    "fp32/bf16 (pipe.vae.to(torch.float32) or dtype='bf16')."
-)
-
-
 class NonFiniteImageWarning(UserWarning):
     """Warned by compare_images() when an image holds NaN or inf values."""
 
@@ -152,7 +144,12 @@ def compare_images(image: Any, reference: Any) -> dict[str, Any]:
         which = " and ".join(
             name for name, m in (("the image", bad_a), ("the reference", bad_b)) if m.any()
         )
-        warnings.warn(_NAN_MESSAGE.format(which=which), NonFiniteImageWarning, stacklevel=2)
+        warnings.warn(f"NaN/inf pixels in {which}: the image is broken, not merely different. "
+                      "The classic cause is the SDXL VAE overflowing in fp16 (it decodes to NaN, "
+                      "which PIL then shows as a black image). Load the fp16-fix VAE "
+                      "'madebyollin/sdxl-vae-fp16-fix', or keep the VAE in fp32/bf16 "
+                      "(pipe.vae.to(torch.float32) or dtype='bf16').", NonFiniteImageWarning,
+                      stacklevel=2)
         return {
             "psnr": math.nan,
             "ssim": math.nan,
