@@ -10,8 +10,7 @@ techniques.
     flops           FLOPs per image, counted from the architecture; the matmul rate
     quality         image quality against the baseline: PSNR, SSIM, max abs error, NaN
     memory          weight bytes from the architecture, a call's peak memory, what fits a card
-    profile         profile(): where one image's time goes, per stage and kind of work (the
-                    kinds: matmul, convolution, attention... by op and kernel name)
+    profile         profile(): where one image's time goes, per stage and per kind of work
 
 Imports the models and the techniques (a Result records the recipe a pipeline runs), nothing
 of results or the course layer. The course's own comparisons built on these (memory savers,

@@ -1,6 +1,6 @@
 """benchmark(): cold start, warm-up, device-correct timing, per-stage times, peak memory.
 
-Introduced in 01_baseline.ipynb. (run_ladder and format_table live in ladder.py.)
+Introduced in 01_baseline.ipynb. (run_ladder is course/runs/ladder.py's, format_table results/'.)
 """
 
 from __future__ import annotations
@@ -114,11 +114,9 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     resolved = call_kwargs(pipe, prompt, steps, height, width, guidance, seed,
                            callback_on_step_end)  # checks all
     extra_warmup = max(warmup - 1, 0)
-    compiling = "compile" in info.applied
     bar = progress_bar(1 + extra_warmup + runs,
-                       "cold start (compiling)" if compiling else "cold start",
+                       "cold start (compiling)" if "compile" in info.applied else "cold start",
                        disable=not progress or bool(os.environ.get("TQDM_DISABLE")))
-    samples: list[float] = []
     stage_samples: dict[str, list[float]] = {}
     compiles: dict[str, Any] = {"warmup": [], "timed": [], "extra_warmup": 0}
 
@@ -139,20 +137,17 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
             cold_stages = marks.read()  # each part's first call, its compile inside
             bar.update(1)
             bar.set_description("warm-up")
-            last = compiles["cold"]
-            warmup_events = [last]
+            warmup_events = [compiles["cold"]]
             for _ in range(extra_warmup):
-                _, last = counted(call)
-                compiles["warmup"].append(last["frames"])
-                warmup_events.append(last)
+                warmup_events.append(counted(call)[1])
                 bar.update(1)
             # warm up until nothing compiles any more (a second graph, a recompile), bounded
-            while compiled(last) and compiles["extra_warmup"] < MAX_EXTRA_WARMUP:
+            while (compiled(last := warmup_events[-1])
+                   and compiles["extra_warmup"] < MAX_EXTRA_WARMUP):
                 bar.set_description("warm-up (still compiling)")
-                _, last = counted(call)
-                compiles["warmup"].append(last["frames"])
+                warmup_events.append(counted(call)[1])
                 compiles["extra_warmup"] += 1
-                warmup_events.append(last)
+            compiles["warmup"] = [events["frames"] for events in warmup_events[1:]]
             tell("warm", pipe=pipe, events=warmup_events)  # a listener may stop here
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
@@ -199,12 +194,11 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
         if stage_samples.get(stage):
             cold_split[f"{stage}_over_warm_s"] = max(
                 seconds - statistics.median(stage_samples[stage]), 0.0)
-    reserved = None
     if device.type == "cuda":
         peak, kind = torch.cuda.max_memory_allocated(device), "cuda_max_allocated"
         reserved = torch.cuda.max_memory_reserved(device)  # includes CUDA-graph pools
     else:
-        peak, kind = _peak_rss_bytes(), "process_peak_rss"
+        peak, kind, reserved = _peak_rss_bytes(), "process_peak_rss", None
         notes.append("peak memory is the process-lifetime peak RSS (it includes everything "
                      "this process did before, not only this benchmark)")
     if "quantize" in info.applied:
@@ -232,9 +226,7 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
                      "(FLOPs counted as without it)")
     flops = count_flops(pipe, resolved["height"], resolved["width"], n,
                         resolved["guidance_scale"], guidance_stop=stop)["per_image"]
-    quality = None
-    if baseline_image is not None:
-        quality = compare_images(image, baseline_image)
+    quality = compare_images(image, baseline_image) if baseline_image is not None else None
     return Result(
         model=info.model, weights=info.weights, step=step,
         recipe=recipe,

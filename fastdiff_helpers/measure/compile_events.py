@@ -29,10 +29,8 @@ def snapshot() -> CompileSnapshot:
     """The process-wide compile records now."""
     from torch._dynamo.utils import compilation_time_metrics, counters
 
-    seconds = {}
-    for key, values in compilation_time_metrics.items():
-        if key == _COMPILE_KEY or key == _BACKEND_KEY or _tuning_key(key):
-            seconds[key] = float(sum(values))
+    seconds = {key: float(sum(values)) for key, values in compilation_time_metrics.items()
+               if key in (_COMPILE_KEY, _BACKEND_KEY) or _tuning_key(key)}
     # frames: one _compile.compile_inner timing per frame compiled, fullgraph or not
     # (counters["frames"]["ok"] counts only the non-fullgraph path, convert_frame.py:2322)
     return CompileSnapshot(frames=len(compilation_time_metrics.get(_COMPILE_KEY, [])),

@@ -124,13 +124,10 @@ def cudagraph_events_between(before: CudaGraphSnapshot, after: CudaGraphSnapshot
                              ) -> dict[str, Any]:
     """What happened to CUDA graphs between two snapshots, as a plain dict (it is kept in
     Result.compile_events)."""
-    return {"captures": after.captures - before.captures,
-            "replays": after.replays - before.replays,
-            "rerecords": after.rerecords - before.rerecords,
-            "unexpected_rerecords": after.unexpected_rerecords - before.unexpected_rerecords,
-            "warmed_up": after.warmed_up - before.warmed_up,
-            "skips": after.skips - before.skips,
-            "skip_reasons": after.reasons[len(before.reasons):]}
+    report = {name: getattr(after, name) - getattr(before, name) for name in
+              ("captures", "replays", "rerecords", "unexpected_rerecords", "warmed_up", "skips")}
+    report["skip_reasons"] = after.reasons[len(before.reasons):]
+    return report
 
 
 def _index(device: torch.device) -> int:

@@ -77,21 +77,15 @@ def cpu_name() -> str:
 
 
 def _driver_version(torch: Any) -> str | None:
-    """The NVIDIA driver version, or None. torch has no public getter for it, so read what the
-    device properties offer and, on Linux, the driver's own /proc file (no nvidia-smi needed)."""
-    if not torch.cuda.is_available():
-        return None
-    props = torch.cuda.get_device_properties(0)
-    version = getattr(props, "driver_version", None)
-    if version:
-        return str(version)
+    """The NVIDIA driver version, or None. torch has no getter for it (a CUDA device's properties
+    hold none: torch/_C/__init__.pyi, _CudaDeviceProperties), so read the driver's own /proc
+    file on Linux (no nvidia-smi needed)."""
     proc = Path("/proc/driver/nvidia/version")
-    if proc.exists():
-        # "NVRM version: NVIDIA UNIX [Open ]Kernel Module [for x86_64]  550.54.15  ..."
-        match = re.search(r"Kernel Module(?: for \S+)?\s+(\d[\d.]*)", proc.read_text(errors="replace"))
-        if match:
-            return match.group(1)
-    return None
+    if not torch.cuda.is_available() or not proc.exists():
+        return None
+    # "NVRM version: NVIDIA UNIX [Open ]Kernel Module [for x86_64]  550.54.15  ..."
+    match = re.search(r"Kernel Module(?: for \S+)?\s+(\d[\d.]*)", proc.read_text(errors="replace"))
+    return match.group(1) if match else None
 
 
 def _fp32_precision(chain: list[Any]) -> str:
@@ -112,14 +106,6 @@ def _tf32_flags(torch: Any) -> tuple[bool, bool]:
         conv = _fp32_precision([backends.cudnn.conv, backends.cudnn, backends])
         return matmul == "tf32", conv == "tf32"
     return bool(backends.cuda.matmul.allow_tf32), bool(backends.cudnn.allow_tf32)
-
-
-def _matmul_precision(torch: Any, tf32_matmul: bool) -> str:
-    try:
-        return torch.get_float32_matmul_precision()
-    except RuntimeError:
-        # torch refuses when legacy and new TF32 APIs were mixed; report what the new API says
-        return "high" if tf32_matmul else "highest"
 
 
 def device_name(device: Any) -> str:
@@ -150,8 +136,7 @@ def env_report(as_text: bool = False) -> dict[str, Any] | str:
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
-    for package in _PACKAGES:
-        report[package] = _version(package)
+    report.update({package: _version(package) for package in _PACKAGES})
     report["torch"] = torch.__version__  # the running build, e.g. "2.13.0+cpu"
     report["device"] = "cuda" if has_cuda else "cpu"
     report["gpu_name"] = torch.cuda.get_device_name(0) if has_cuda else None
@@ -159,25 +144,23 @@ def env_report(as_text: bool = False) -> dict[str, Any] | str:
     report["gpu_memory_bytes"] = torch.cuda.get_device_properties(0).total_memory if has_cuda else None
     report["cuda"] = torch.version.cuda
     report["driver"] = _driver_version(torch)
-    if has_cuda:
-        major, minor = torch.cuda.get_device_capability(0)
-        report["compute_capability"] = f"{major}.{minor}"
-    else:
-        report["compute_capability"] = None
+    report["compute_capability"] = (".".join(map(str, torch.cuda.get_device_capability(0)))
+                                    if has_cuda else None)
     report["cpu"] = cpu_name()
     report["cpu_count"] = os.cpu_count()
-    tf32_matmul, tf32_cudnn = _tf32_flags(torch)
-    report["tf32_matmul"] = tf32_matmul
-    report["tf32_cudnn"] = tf32_cudnn
-    report["float32_matmul_precision"] = _matmul_precision(torch, tf32_matmul)
-    cuda_backends = torch.backends.cuda
+    report["tf32_matmul"], report["tf32_cudnn"] = _tf32_flags(torch)
+    try:
+        report["float32_matmul_precision"] = torch.get_float32_matmul_precision()
+    except RuntimeError:
+        # torch refuses when legacy and new TF32 APIs were mixed; report what the new API says
+        report["float32_matmul_precision"] = "high" if report["tf32_matmul"] else "highest"
     for name in ("flash", "mem_efficient", "math", "cudnn"):
-        enabled = getattr(cuda_backends, f"{name}_sdp_enabled", None)
+        enabled = getattr(torch.backends.cuda, f"{name}_sdp_enabled", None)
         report[f"sdpa_{name}"] = bool(enabled()) if enabled is not None else None
     report["timestamp"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    report["below_floor"] = below_floor({**{p: report[p] for p in _PACKAGES},
-                                         "python": report["python"],
-                                         **{p: _version(p) for p in ("safetensors", "tokenizers")}})
+    # the report's versions (peft's is not one) and two more
+    report["below_floor"] = below_floor({**report, "safetensors": _version("safetensors"),
+                                         "tokenizers": _version("tokenizers")})
 
     if not as_text:
         return report

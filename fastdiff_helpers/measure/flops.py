@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import time
 from typing import Any
 
 import torch
@@ -29,6 +28,7 @@ from ..models.build import build_scheduler
 from ..models.presets import ModelSpec, get_spec
 from ..techniques.cache_paths import PATHS
 from ..techniques.step_cache import cached_schedule, guided_steps, plan_settings
+from .timing import StageMarks
 
 __all__ = ["count_flops", "denoiser_calls", "flop_floor_seconds", "measure_matmul_tflops"]
 
@@ -45,19 +45,15 @@ def _count(fn, *args, **kwargs) -> int:
 
 @functools.lru_cache(maxsize=32)
 def _denoiser_flops(key: _Key, batch: int, height: int, width: int, tokens: int,
-                    pooled_dim: int | None) -> int:
+                    pooled_dim: int | None, path: str = "full", family: str = "",
+                    branch: int = 1) -> int:
+    """FLOPs of one denoiser call on `path`: "full", or "cached", a cached step of the step
+    cache (techniques/cache_paths.py) counted as what it computes, the shallow branch."""
     model = _meta_copy(key)
-    return _count(model, **_denoiser_inputs(model, batch, height, width, tokens, pooled_dim))
-
-
-@functools.lru_cache(maxsize=32)
-def _cached_step_flops(key: _Key, family: str, batch: int, height: int, width: int,
-                       tokens: int, pooled_dim: int | None, branch: int) -> int:
-    """FLOPs of one cached step of the step cache (techniques/cache_paths.py): what it computes,
-    the shallow branch, counted the same way as a full call."""
-    model = _meta_copy(key)
-    full, cached, _ = PATHS[family]
     inputs = _denoiser_inputs(model, batch, height, width, tokens, pooled_dim)
+    if path == "full":
+        return _count(model, **inputs)
+    full, cached, _ = PATHS[family]
     with torch.no_grad():
         _, feature = full(model, branch, **inputs)
     return _count(cached, model, branch, feature, **inputs)
@@ -129,12 +125,11 @@ def count_flops(pipe_or_model_key: Any, height: int | None = None, width: int | 
     scheduler sets: denoiser_calls below, e.g. 31 for SD1.5's PNDM at 30 steps; each is
     denoiser_per_forward unless a pipeline runs fewer denoiser FLOPs: fdh.step_cache counts a
     cached step as the shallow branch it computes, fdh.stop_guidance the unguided steps at
-    batch 1), per_image =
-    denoiser_total + vae_decode + text_encoders, schedule (each step's path and batch, e.g.
-    "full/2", "cached/1"), and batch, height, width, steps, calls. `guidance_stop`: the share
-    of the steps that keep guidance where a callback passed on the call stops it
-    (fdh.benchmark's callback_on_step_end), in place of the pipeline's own (None).
-    Cached per configuration."""
+    batch 1), per_image = denoiser_total + vae_decode + text_encoders, schedule (each step's
+    path and batch, e.g. "full/2", "cached/1"), and batch, height, width, steps, calls.
+    `guidance_stop`: the share of the steps that keep guidance where a callback passed on the
+    call stops it (fdh.benchmark's callback_on_step_end), in place of the pipeline's own
+    (None). Cached per configuration."""
     spec, keys, encodes_negative, size, tokens = _pipeline_parts(pipe_or_model_key)
     checks.call_size(steps, height, width, spec.size_multiple)
     checks.real("guidance", guidance, none=True)
@@ -177,11 +172,8 @@ def count_flops(pipe_or_model_key: Any, height: int | None = None, width: int | 
     schedule = cached_schedule(calls, plan["every"], guided)
     per_step = {("full", batch): denoiser}
     for path, b in set(schedule) - set(per_step):
-        per_step[path, b] = (
-            _denoiser_flops(keys[spec.denoiser], b, height, width, tokens, pooled)
-            if path == "full" else
-            _cached_step_flops(keys[spec.denoiser], spec.family, b, height, width, tokens,
-                               pooled, plan["branch"]))
+        per_step[path, b] = _denoiser_flops(keys[spec.denoiser], b, height, width, tokens,
+                                            pooled, path, spec.family, plan["branch"])
     total = sum(per_step[s] for s in schedule)
     return {"denoiser_per_forward": denoiser, "vae_decode": vae, "text_encoders": text,
             "denoiser_total": total, "per_image": total + vae + text, "batch": batch,
@@ -222,18 +214,10 @@ def measure_matmul_tflops(device: str = "cuda", dtype: torch.dtype | None = None
     b = torch.randn(n, n, device=dev, dtype=torch.float32, generator=gen).to(dtype)
     for _ in range(3):  # warm-up: kernel selection, clocks
         a @ b
-    if dev.type == "cuda":
+    clock = StageMarks(dev)  # benchmark()'s clock: CUDA events on a GPU, else perf_counter
+    if clock.cuda:
         torch.cuda.synchronize(dev)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(iters):
-            a @ b
-        end.record()
-        end.synchronize()
-        seconds = start.elapsed_time(end) / 1000
-    else:
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            a @ b
-        seconds = time.perf_counter() - t0
-    return 2 * n**3 * iters / seconds / 1e12
+    start = clock.now()
+    for _ in range(iters):
+        a @ b
+    return 2 * n**3 * iters / clock.seconds(start, clock.now()) / 1e12

@@ -5,7 +5,6 @@ Introduced in 11_fitting_your_gpu.ipynb."""
 
 from __future__ import annotations
 
-import time
 import weakref
 from typing import Any, Callable
 
@@ -19,6 +18,7 @@ from ..models.dtypes import resolve_dtype, weight_name
 from ..models.fit import GIB, part_parameters
 from ..models.presets import get_spec
 from ..techniques.recipe import Recipe
+from .bench import time_call
 
 __all__ = ["weight_bytes", "peak_memory", "what_fits", "GIB"]
 
@@ -34,17 +34,6 @@ def _plain(t: torch.Tensor):
         yield t
 
 
-def _weight_dtype(dtype) -> str:
-    """A dtype name, or the weight dtype of a Recipe (TF32 is fp32 weights)."""
-    if isinstance(dtype, Recipe):
-        if dtype.quantize is not None:
-            raise FastdiffError(f"quantize={dtype.quantize!r} stores some weights in 8 bits: "
-                                "the architecture alone does not say which. Load the pipeline, "
-                                "fdh.apply the recipe and measure it with fdh.peak_memory.")
-        return weight_name(dtype.dtype)
-    return dtype
-
-
 def weight_bytes(model, dtype="bf16") -> dict[str, int]:
     """Bytes of parameters per component: for a model name, of its full-size architecture in
     `dtype` (a name, or a Recipe: its weight dtype), built on the meta device (no memory, no
@@ -53,7 +42,14 @@ def weight_bytes(model, dtype="bf16") -> dict[str, int]:
     Introduced in 11_fitting_your_gpu.ipynb."""
     if isinstance(model, str):
         key = get_spec(model).key  # an unknown name says which ones exist
-        per = resolve_dtype(_weight_dtype(dtype)).itemsize
+        if isinstance(dtype, Recipe):  # its weight dtype (TF32 is fp32 weights)
+            if dtype.quantize is not None:
+                raise FastdiffError(f"quantize={dtype.quantize!r} stores some weights in 8 bits: "
+                                    "the architecture alone does not say which. Load the "
+                                    "pipeline, fdh.apply the recipe and measure it with "
+                                    "fdh.peak_memory.")
+            dtype = weight_name(dtype.dtype)
+        per = resolve_dtype(dtype).itemsize
         return {name: n * per for name, n in part_parameters(key).items()}
     if not hasattr(model, "components"):
         raise FastdiffError(f"{arg('model', type(model).__name__)} cannot work: give a model "
@@ -98,10 +94,9 @@ def _resident(pipe, device: torch.device) -> tuple[int, set[int]]:
     seen: dict[int, int] = {}
     for module in pipe.components.values():
         if isinstance(module, torch.nn.Module):
-            for t in (p for w in list(module.parameters()) + list(module.buffers())
-                      for p in _plain(w)):
-                if t.device == device and t.untyped_storage().data_ptr():
-                    seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            for t in (p for w in [*module.parameters(), *module.buffers()] for p in _plain(w)):
+                if t.device == device and (storage := t.untyped_storage()).data_ptr():
+                    seen[storage.data_ptr()] = storage.nbytes()
     return sum(seen.values()), set(seen)
 
 
@@ -118,21 +113,15 @@ def peak_memory(pipe, call: Callable[[], Any], device: str | torch.device | None
         torch.cuda.synchronize(device)
         resident = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
-        start = time.perf_counter()
-        output = call()
-        torch.cuda.synchronize(device)
-        seconds = time.perf_counter() - start
+        output, seconds = time_call(call, device)
         return {"peak_bytes": torch.cuda.max_memory_allocated(device), "resident_bytes": resident,
                 "kind": "cuda_max_allocated", "seconds": seconds, "output": output}
     if device.type != "cpu":
         raise FastdiffError(f"Peak memory on {device.type} is not measured here: run on a CUDA "
                             "GPU or the CPU.")
     resident, known = _resident(pipe, device)
-    tracker = _LiveBytes(device, known)
-    start = time.perf_counter()
-    with tracker:
-        output = call()
-    seconds = time.perf_counter() - start
+    with _LiveBytes(device, known) as tracker:
+        output, seconds = time_call(call, device)
     return {"peak_bytes": resident + tracker.peak, "resident_bytes": resident,
             "kind": "cpu_live_tensors", "seconds": seconds, "output": output}
 
@@ -165,8 +154,7 @@ def what_fits(model: str, card_gib: float, dtype="bf16",
     what stays outside is what torch's allocator does not count: the CUDA context, and
     memory the allocator keeps cached but free.
     Introduced in 11_fitting_your_gpu.ipynb."""
-    real("card_gib", card_gib)
-    if card_gib <= 0:
+    if real("card_gib", card_gib) <= 0:
         raise FastdiffError(f"{arg('card_gib', card_gib)} cannot work: give the card's memory "
                             "in GiB, e.g. 24.")
     parts = weight_bytes(model, dtype)

@@ -2,12 +2,6 @@
 
 Introduced in 16_where_the_time_goes.ipynb. (fdh.profile_chart, in results/, draws it.)
 
-One call of the pipeline (after `warmup` untimed ones, so compilation is not in it) runs under
-torch.profiler, with a mark at each stage boundary: the text encoders (pipe.encode_prompt),
-each denoiser step (ended by pipe.scheduler.step), the VAE decode (pipe.vae.decode). The marks
-are benchmark()'s own kind (perf_counter on a CPU, CUDA events on a GPU) and each stage is also
-a range in the trace (torch.profiler.record_function), so Perfetto shows them by name.
-
 The kinds of work are the profiler's ops (on a CPU: each op's self time on the calling thread)
 or kernels (on a GPU: device time), sorted by name into matmul, convolution, attention,
 normalisation, elementwise, casts and copies, kernels inductor fused, and other ops; what is
@@ -141,8 +135,7 @@ def kinds_from_events(events, cuda: bool, wall_us: float) -> tuple[dict[str, flo
             add(kind_of(e.name), e.name, us)
             busy.append((e.time_range.start, e.time_range.end))
     else:
-        ranges = [e for e in events if e.name.startswith(STAGE_PREFIX)]
-        thread = ranges[0].thread if ranges else None
+        thread = stages[0].thread if stages else None
         for e in events:
             if e.device_type != DeviceType.CPU or e.thread != thread or e.is_async:
                 continue
@@ -174,10 +167,9 @@ class Profile:
     encoders, each iteration of the denoising loop, "step N", ended by the scheduler's step,
     which is one per timestep: PNDM (SD1.5) has steps + 1; the last step ends where the VAE
     decode starts, so the steps add up to denoising_s; the VAE decode; then what is outside
-    them, "other"): the
-    median of each over the timed calls, as wall_s is theirs; `kinds` in KINDS order, adding up to
-    profiled_wall_s (the call under the profiler); `denoising_s` spans the first step's start
-    to the VAE decode's start, as fdh.benchmark's "denoising" stage does."""
+    them, "other"): the median of each over the timed calls, as wall_s is theirs; `kinds` in
+    KINDS order, adding up to profiled_wall_s (the call under the profiler); `denoising_s` spans
+    the first step's start to the VAE decode's start, as fdh.benchmark's "denoising" stage does."""
 
     device: str
     wall_s: float
@@ -303,11 +295,9 @@ def profile(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
                  f"'{HOST}' is the time no op ran (Python, dispatch, guards)" if not cuda else
                  f"CUDA: kinds are kernel time on the device; '{HOST}' is the time the "
                  "device sat idle during the call (launch gaps, syncs)")
-    path = None
     if trace is not None:
         trace.parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(trace))
-        path = str(trace)
     return Profile(device=str(device), wall_s=wall, stages=stages, kinds=kinds,
                    profiled_wall_s=profiled_wall, denoising_s=denoising, top_ops=top,
-                   syncs=syncs, trace_path=path, notes=notes)
+                   syncs=syncs, trace_path=None if trace is None else str(trace), notes=notes)

@@ -9,28 +9,19 @@ avoid a scikit-image dependency for a single function.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from typing import Any
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
 __all__ = ["compare_images", "image_to_array", "NonFiniteImageWarning"]
 
-_NAN_MESSAGE = (
-    "NaN/inf pixels in {which}: the image is broken, not merely different. The classic cause is "
-    "the SDXL VAE overflowing in fp16 (it decodes to NaN, which PIL then shows as a black "
-    "image). Load the fp16-fix VAE 'madebyollin/sdxl-vae-fp16-fix', or keep the VAE in "
-    "fp32/bf16 (pipe.vae.to(torch.float32) or dtype='bf16')."
-)
-
-
 class NonFiniteImageWarning(UserWarning):
     """Warned by compare_images() when an image holds NaN or inf values."""
-
-
-def _is_torch_tensor(x: Any) -> bool:
-    return type(x).__module__.startswith("torch") and hasattr(x, "detach")
 
 
 def image_to_array(image: Any) -> np.ndarray:
@@ -55,18 +46,10 @@ def image_to_array(image: Any) -> np.ndarray:
             )
         image = image[0]
 
-    if _is_torch_tensor(image):
+    channels_first = torch.is_tensor(image)
+    if channels_first:
         t = image.detach().to("cpu")
-        if t.ndim == 4:
-            if t.shape[0] != 1:
-                raise ValueError(f"got a batch of {t.shape[0]} images {tuple(t.shape)}; pass one, e.g. x[0]")
-            t = t[0]
-        if t.ndim == 3 and t.shape[0] in (1, 3, 4):
-            t = t.permute(1, 2, 0)  # CHW -> HWC (torch's convention wins when ambiguous)
-        if t.is_floating_point():
-            arr = t.float().numpy().astype(np.float64)
-        else:
-            arr = t.numpy()
+        arr = t.float().numpy().astype(np.float64) if t.is_floating_point() else t.numpy()
     elif hasattr(image, "mode") and hasattr(image, "size") and hasattr(image, "convert"):
         if image.mode not in ("L", "RGB", "F"):
             image = image.convert("RGB")
@@ -83,6 +66,8 @@ def image_to_array(image: Any) -> np.ndarray:
         if arr.shape[0] != 1:
             raise ValueError(f"got a batch of {arr.shape[0]} images {arr.shape}; pass one, e.g. x[0]")
         arr = arr[0]
+    if channels_first and arr.ndim == 3 and arr.shape[0] in (1, 3, 4):
+        arr = arr.transpose(1, 2, 0)  # CHW -> HWC (torch's convention wins when ambiguous)
     if arr.ndim == 2:
         arr = arr[:, :, None]
     if arr.ndim != 3 or arr.shape[-1] not in (1, 3, 4):
@@ -101,28 +86,19 @@ def image_to_array(image: Any) -> np.ndarray:
     return arr.astype(np.float64)
 
 
-def _gaussian_window(size: int, sigma: float) -> np.ndarray:
-    x = np.arange(size, dtype=np.float64) - (size - 1) / 2.0
-    g = np.exp(-(x**2) / (2.0 * sigma**2))
-    return g / g.sum()
-
-
 def _ssim(a: np.ndarray, b: np.ndarray, data_range: float = 1.0) -> float:
     """Mean SSIM (Wang et al. 2004): 11x11 Gaussian window, sigma 1.5, valid region, per channel."""
-    import torch
-    import torch.nn.functional as F
-
     h, w = a.shape[:2]
     size = min(11, h, w)
     size -= 1 - size % 2  # odd window; shrunk only for images smaller than 11 px
-    g = _gaussian_window(size, 1.5 * size / 11.0)
+    sigma = 1.5 * size / 11.0
+    g = np.exp(-((np.arange(size, dtype=np.float64) - (size - 1) / 2.0) ** 2) / (2.0 * sigma**2))
+    g = g / g.sum()
     kernel = torch.from_numpy(np.outer(g, g))[None, None]  # 1x1xKxK, float64
 
     x = torch.from_numpy(np.ascontiguousarray(a.transpose(2, 0, 1)))[:, None]  # C x 1 x H x W
     y = torch.from_numpy(np.ascontiguousarray(b.transpose(2, 0, 1)))[:, None]
-
-    def blur(t: torch.Tensor) -> torch.Tensor:
-        return F.conv2d(t, kernel)
+    blur = functools.partial(F.conv2d, weight=kernel)
 
     c1 = (0.01 * data_range) ** 2
     c2 = (0.03 * data_range) ** 2
@@ -168,7 +144,12 @@ def compare_images(image: Any, reference: Any) -> dict[str, Any]:
         which = " and ".join(
             name for name, m in (("the image", bad_a), ("the reference", bad_b)) if m.any()
         )
-        warnings.warn(_NAN_MESSAGE.format(which=which), NonFiniteImageWarning, stacklevel=2)
+        warnings.warn(f"NaN/inf pixels in {which}: the image is broken, not merely different. "
+                      "The classic cause is the SDXL VAE overflowing in fp16 (it decodes to NaN, "
+                      "which PIL then shows as a black image). Load the fp16-fix VAE "
+                      "'madebyollin/sdxl-vae-fp16-fix', or keep the VAE in fp32/bf16 "
+                      "(pipe.vae.to(torch.float32) or dtype='bf16').", NonFiniteImageWarning,
+                      stacklevel=2)
         return {
             "psnr": math.nan,
             "ssim": math.nan,

@@ -1,6 +1,6 @@
 """The Result record: one benchmarked configuration, one versioned schema.
 
-Introduced in 01_baseline.ipynb. The JSONL store that keeps Results is results.py. Imports
+Introduced in 01_baseline.ipynb. The JSONL store that keeps Results is results/store.py. Imports
 nothing of the package.
 """
 
@@ -22,16 +22,14 @@ TUNED_ON = "tuned on the "
 __all__ = ["SCHEMA_VERSION", "Result", "ResultsFormatError", "median_interval", "STEADY"]
 
 SCHEMA_VERSION = 1
-# Timing is steady when the median is known within +-STEADY of itself: the larger distance from
-# the median to the ends of its order-statistic interval (median_interval; 95 % where the number
-# of runs allows it). fdh.benchmark adds timed runs, up to its max_runs, until it is; a result
-# that never got there carries its uncertainty as a flag. The quiet 2-core CPU machine with the
-# tiny models: 5 runs within +-3-10 %, so a few more runs usually settle it.
+# Timing is steady when the median is known within +-STEADY of itself (uncertainty()).
+# fdh.benchmark adds timed runs, up to its max_runs, until it is; a result that never got there
+# carries its uncertainty as a flag. The quiet 2-core CPU machine with the tiny models: 5 runs
+# within +-3-10 %, so a few more runs usually settle it.
 STEADY = 0.05
-CONFIDENCE = 0.95
 
 
-def median_interval(samples: list[float], confidence: float = CONFIDENCE
+def median_interval(samples: list[float], confidence: float = 0.95
                     ) -> tuple[float, float, float]:
     """(low, high, coverage): the interval [x(k), x(n+1-k)] of the sorted samples that holds
     the true median with probability `coverage` (exact, binomial with p=1/2: no assumption on
@@ -53,6 +51,17 @@ def median_interval(samples: list[float], confidence: float = CONFIDENCE
     return best
 
 
+def uncertainty(samples: list[float], median: float | None = None) -> float | None:
+    """How far the median of `samples` (`median`, where given) may be off, as a share of it: the
+    larger distance from it to an end of median_interval (0.04: +-4 %). None without 2+ samples
+    or with a median of 0."""
+    if len(samples) < 2:
+        return None
+    median = statistics.median(samples) if median is None else median
+    low, high, _ = median_interval(samples)
+    return max(median - low, high - median) / median if median else None
+
+
 _REQUIRED = (
     "model", "weights", "step", "recipe", "device_name", "height", "width", "steps",
     "latency_s", "latency_samples", "cold_start_s", "peak_memory_bytes", "stages",
@@ -65,7 +74,6 @@ _NUMERIC = (
     "flops_per_image", "tflops_per_s", "quality", "cold_start_split", "load_s", "ops",
     "matmul_tflops", "wall_s",
 )
-_NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
 class ResultsFormatError(ValueError):
@@ -183,13 +191,9 @@ class Result:
 
     @property
     def latency_uncertainty(self) -> float | None:
-        """How far the median may be off, as a share of it: the larger distance from the
-        median to an end of latency_interval_s (0.04: +-4 %). None without 2+ samples."""
-        interval = self.latency_interval_s
-        if interval is None or not self.latency_s:
-            return None
-        low, high, _ = interval
-        return max(self.latency_s - low, high - self.latency_s) / self.latency_s
+        """How far the median may be off, as a share of it: uncertainty() of the samples
+        around latency_s (0.04: +-4 %). None without 2+ samples."""
+        return uncertainty(self.latency_samples, self.latency_s) if self.latency_s else None
 
     @property
     def unsteady(self) -> bool:
@@ -275,12 +279,8 @@ class Result:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain, JSON-safe dict of every stored field (the image is left out)."""
-        out = {}
-        for f in dataclasses.fields(self):
-            if f.name == "image":
-                continue
-            out[f.name] = _encode(getattr(self, f.name), f.name)
-        return out
+        return {f.name: _encode(getattr(self, f.name), f.name)
+                for f in dataclasses.fields(self) if f.name != "image"}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Result:
@@ -314,9 +314,7 @@ def _encode(value: Any, where: str) -> Any:
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
-        if math.isfinite(value):
-            return float(value)
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+        return float(value) if math.isfinite(value) else str(float(value))  # "nan", "inf", "-inf"
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():
@@ -335,8 +333,8 @@ def _encode(value: Any, where: str) -> Any:
 
 
 def _decode(value: Any) -> Any:
-    if isinstance(value, str) and value in _NONFINITE:
-        return _NONFINITE[value]
+    if isinstance(value, str) and value in ("nan", "inf", "-inf"):  # as _encode wrote them
+        return float(value)
     if isinstance(value, dict):
         return {k: _decode(v) for k, v in value.items()}
     if isinstance(value, list):

@@ -5,16 +5,16 @@ median is, and the process's peak RSS. Introduced in 01_baseline.ipynb (through 
 from __future__ import annotations
 
 import functools
-import statistics
 import sys
 import threading
 import time
+from collections import Counter
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 import torch
 
-from .record import STEADY, median_interval
+from .record import STEADY, uncertainty
 
 
 STAGE_PREFIX = "fastdiff: "  # the stage ranges fdh.profile adds to its trace (not work)
@@ -162,15 +162,6 @@ def _peak_rss_bytes() -> int | None:
     return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
 
 
-def uncertainty(samples: list[float]) -> float | None:
-    """How far the median of `samples` may be off, as a share of it (Result.latency_uncertainty)."""
-    if len(samples) < 2:
-        return None
-    median = statistics.median(samples)
-    low, high, _ = median_interval(samples)
-    return max(median - low, high - median) / median if median else None
-
-
 def until_steady(measure: Callable[[], float], runs: int, max_runs: int,
                  before_more: Callable[[float | None], None] | None = None) -> list[float]:
     """Seconds of `runs` calls of `measure` (one timed run each), then of more, up to
@@ -218,17 +209,14 @@ def profile_ops(call, device: torch.device, top: int = 8) -> dict[str, float]:
     cuda = device.type == "cuda"
     with profiling(cuda) as prof:
         call()
-    rows = []
+    totals: Counter[str] = Counter()
     for event in prof.key_averages():
         us = event.self_device_time_total if cuda else event.self_cpu_time_total
-        if us > 0 and not event.key.startswith(("ProfilerStep", "## Call CompiledFxGraph")):
-            rows.append((event.key, us / 1e6))
-        elif event.key.startswith("## Call CompiledFxGraph"):
-            rows.append(("inductor's generated code", us / 1e6))
-    totals: dict[str, float] = {}
-    for key, seconds in rows:
-        totals[key] = totals.get(key, 0.0) + seconds
-    return dict(sorted(totals.items(), key=lambda kv: -kv[1])[:top])
+        if event.key.startswith("## Call CompiledFxGraph"):
+            totals["inductor's generated code"] += us / 1e6
+        elif us > 0 and not event.key.startswith("ProfilerStep"):
+            totals[event.key] += us / 1e6
+    return dict(totals.most_common(top))
 
 
 @contextmanager
