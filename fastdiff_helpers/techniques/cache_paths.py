@@ -232,10 +232,6 @@ def _flux_run(blocks, hidden_states, encoder_hidden_states, c):
     return hidden_states, encoder_hidden_states
 
 
-def _flux_out(t, hidden_states, c):
-    return t.proj_out(t.norm_out(hidden_states, c["temb"]))
-
-
 def flux_full(t, branch: int, **inputs: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """The transformer's whole forward: (prediction, image-stream residual of the blocks after
     the first `branch`)."""
@@ -243,7 +239,7 @@ def flux_full(t, branch: int, **inputs: Any) -> tuple[torch.Tensor, torch.Tensor
     blocks = [*t.transformer_blocks, *t.single_transformer_blocks]
     shallow, encoder = _flux_run(blocks[:branch], hidden, encoder, c)
     deep, _ = _flux_run(blocks[branch:], shallow, encoder, c)
-    return _flux_out(t, deep, c), deep - shallow
+    return t.proj_out(t.norm_out(deep, c["temb"])), deep - shallow
 
 
 def flux_cached(t, branch: int, feature, **inputs: Any) -> torch.Tensor:
@@ -251,7 +247,7 @@ def flux_cached(t, branch: int, feature, **inputs: Any) -> torch.Tensor:
     hidden, encoder, c = _flux_prepare(t, **inputs)
     blocks = [*t.transformer_blocks, *t.single_transformer_blocks]
     shallow, _ = _flux_run(blocks[:branch], hidden, encoder, c)
-    return _flux_out(t, shallow + feature, c)
+    return t.proj_out(t.norm_out(shallow + feature, c["temb"]))
 
 
 PATHS = {"unet": (unet_full, unet_cached, unet_branches),
