@@ -22,6 +22,12 @@ ATTENTION = ("classic", "sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-math", "sd
 COMPILE_MODES = (None, "default", "max-autotune", "max-autotune-no-cudagraphs",
                  "reduce-overhead")
 CUDA_ONLY_ATTENTION = ("sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
+QUANTIZE = (None, "int8-dynamic", "int8-weight-only", "fp8-dynamic", "fp8-dynamic-row")
+FP8 = ("fp8-dynamic", "fp8-dynamic-row")
+QUANT_FILTERS = ("blog", "fastdiff", "all", "flux")
+# True means "all" (kept for recipes written before the blog's filter existed)
+CONV_SWAPS = (False, "blog", "all")
+TF32_MODES = ("off", "on", "blog", "guide")
 # "regional": the blocks diffusers declares (_repeated_blocks); "regional-extended": ours, those
 # plus the blocks it leaves eager (UNet ResnetBlock2D, PixArt BasicTransformerBlock);
 # "regional-accelerate": accelerate's compile_regions.
@@ -31,6 +37,13 @@ SCOPES = ("full", "regional", "regional-extended", "regional-accelerate")
 # list_mode_options). Where the graphs cannot run, the policy below runs the mode on the right.
 NO_CUDAGRAPHS = {"max-autotune": "max-autotune-no-cudagraphs", "reduce-overhead": "default"}
 POLICY = "the course's one policy for GPU-only choices: see fdh.Recipe"
+
+# accelerate's compile_regions compiles the children of a new copy of the module
+# (accelerate/utils/other.py, _compile_regions), which the step plan, holding the original's,
+# would never run: the pipeline would run uncompiled, silently
+ACCELERATE_COPIES = ("compile_scope='regional-accelerate' compiles a copy of the transformer that "
+                     "the step cache and PixArt's guidance stop never run: use compile_scope="
+                     "'full', 'regional' or 'regional-extended' with them.")
 
 
 def compile_mode_for(mode: str | None, scope: str, device: str) -> tuple[str | None, str | None]:
@@ -53,22 +66,6 @@ def compile_mode_for(mode: str | None, scope: str, device: str) -> tuple[str | N
                       f"the next block reads (pytorch/pytorch#152887): ran compile={runs!r} "
                       f"({POLICY})")
     return mode, None
-
-
-QUANTIZE = (None, "int8-dynamic", "int8-weight-only", "fp8-dynamic", "fp8-dynamic-row")
-FP8 = ("fp8-dynamic", "fp8-dynamic-row")
-QUANT_FILTERS = ("blog", "fastdiff", "all", "flux")
-# True means "all" (kept for recipes written before the blog's filter existed)
-CONV_SWAPS = (False, "blog", "all")
-TF32_MODES = ("off", "on", "blog", "guide")
-
-
-# accelerate's compile_regions compiles the children of a new copy of the module
-# (accelerate/utils/other.py, _compile_regions), which the step plan, holding the original's,
-# would never run: the pipeline would run uncompiled, silently
-ACCELERATE_COPIES = ("compile_scope='regional-accelerate' compiles a copy of the transformer that "
-                     "the step cache and PixArt's guidance stop never run: use compile_scope="
-                     "'full', 'regional' or 'regional-extended' with them.")
 
 
 class RecipeError(FastdiffError):
