@@ -172,14 +172,13 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
 def capture_denoiser_inputs(pipe, **kwargs) -> tuple[tuple, dict]:
     """The (args, kwargs) the pipeline passes to its denoiser, from a real short call.
     Introduced in 04_torch_compile.ipynb."""
-    denoiser = get_denoiser(pipe)
     seen: list[tuple[tuple, dict]] = []
 
     def hook(module, args, kw):
         if not seen:
             seen.append((args, dict(kw)))
 
-    handle = denoiser.register_forward_pre_hook(hook, with_kwargs=True)
+    handle = get_denoiser(pipe).register_forward_pre_hook(hook, with_kwargs=True)
     try:
         call = call_kwargs(pipe, **dict(dict(steps=2), **kwargs))  # PixArt special-cases 1 step
         call["output_type"] = "latent"
