@@ -15,25 +15,16 @@ inputs the course's pipelines pass (anything else is refused by the step cache):
   Attention Broadcast, which does attach to PixArt's attention, keeps its step count on the
   module, so a compiled transformer recompiles on every step (pinned in
   tests/test_fewer_calls.py).
-- FluxTransformer2DModel.forward: the same block cache over Flux's double- and single-stream
-  blocks (the last section).
+- FluxTransformer2DModel.forward (models/transformers/transformer_flux.py:671-821), for the
+  inputs FluxPipeline passes (the step cache refuses ControlNet samples and IP-Adapter
+  embeddings): the same block cache over the forward's blocks in order, the 19 double-stream
+  blocks (FluxTransformerBlock: image and text streams apart) then the 38 single-stream ones
+  (FluxSingleTransformerBlock: the two concatenated); all take and return (text stream, image
+  stream). The residual kept is the image stream's, which is all the output reads (norm_out
+  and proj_out take the image stream alone, transformer_flux.py:815-816). diffusers'
+  FirstBlockCache keeps the same kind of residual, but decides per step on the host
+  (19_flux.ipynb compares the two). Introduced in 19_flux.ipynb.
 Each full path computes exactly the ops of the library's forward (tests compare the images).
-
-Flux.1's transformer: the course's own block cache (as PixArt's), over Flux's two kinds of
-blocks.
-
-Introduced in 19_flux.ipynb. Written against FluxTransformer2DModel.forward in diffusers 0.42.1
-(models/transformers/transformer_flux.py:671-821), for the inputs FluxPipeline passes (the step
-cache refuses ControlNet samples and IP-Adapter embeddings). The blocks run in the forward's
-order, the 19 double-stream blocks (FluxTransformerBlock: image and text streams apart) then
-the 38 single-stream ones (FluxSingleTransformerBlock: the two concatenated); all take and
-return (text stream, image stream). `branch` = b runs the first b of that sequence on every
-step. A full step runs the rest too and keeps their residual on the image stream (their output
-minus their input), which is all the output reads (norm_out and proj_out take the image
-stream alone, transformer_flux.py:815-816); a cached step adds the kept residual to the fresh
-output of the first b blocks. diffusers' FirstBlockCache keeps the same kind of residual, but
-decides per step on the host (19_flux.ipynb compares the two). The full path computes exactly
-the library's forward (tested).
 """
 
 from __future__ import annotations
@@ -50,9 +41,11 @@ def unet_branches(unet) -> int:
     return len(unet.up_blocks) - 1
 
 
-def _unet_prepare(unet, sample, timestep, encoder_hidden_states, timestep_cond,
-                  attention_mask, added_cond_kwargs, encoder_attention_mask):
-    # unet_2d_condition.py, forward: masks, time and added embeddings, encoder states
+def _unet_down(unet, count: int, sample, timestep, encoder_hidden_states, timestep_cond=None,
+               attention_mask=None, cross_attention_kwargs=None, added_cond_kwargs=None,
+               encoder_attention_mask=None) -> tuple[torch.Tensor, tuple, dict]:
+    # unet_2d_condition.py, forward: masks, time and added embeddings, encoder states, then the
+    # first `count` down blocks; (sample, the down blocks' residuals, what later blocks take)
     upsample_factor = 2 ** unet.num_upsamplers
     forward_upsample_size = any(dim % upsample_factor != 0 for dim in sample.shape[-2:])
     if attention_mask is not None:
@@ -71,93 +64,67 @@ def _unet_prepare(unet, sample, timestep, encoder_hidden_states, timestep_cond,
         emb = unet.time_embed_act(emb)
     encoder_hidden_states = unet.process_encoder_hidden_states(
         encoder_hidden_states=encoder_hidden_states, added_cond_kwargs=added_cond_kwargs)
-    context = dict(emb=emb, encoder_hidden_states=encoder_hidden_states,
-                   attention_mask=attention_mask, encoder_attention_mask=encoder_attention_mask)
-    return unet.conv_in(sample), context, forward_upsample_size
+    c = dict(emb=emb, upsample=forward_upsample_size, cross=dict(
+        encoder_hidden_states=encoder_hidden_states, attention_mask=attention_mask,
+        cross_attention_kwargs=cross_attention_kwargs,
+        encoder_attention_mask=encoder_attention_mask))
+    sample = unet.conv_in(sample)
+    res: tuple = (sample,)
+    for block in unet.down_blocks[:count]:
+        sample, more = _block(block, c, hidden_states=sample)
+        res += more
+    return sample, res, c
 
 
-def _down(block, sample, c, cross_attention_kwargs):
+def _block(block, c, **kwargs):
+    # a down, mid or up block as the forward calls it: the cross-attention inputs only to the
+    # blocks that have cross-attention
     if getattr(block, "has_cross_attention", False):
-        return block(hidden_states=sample, temb=c["emb"],
-                     encoder_hidden_states=c["encoder_hidden_states"],
-                     attention_mask=c["attention_mask"],
-                     cross_attention_kwargs=cross_attention_kwargs,
-                     encoder_attention_mask=c["encoder_attention_mask"])
-    return block(hidden_states=sample, temb=c["emb"])
+        kwargs.update(c["cross"])
+    return block(temb=c["emb"], **kwargs)
 
 
-def _up(unet, i, sample, res, c, cross_attention_kwargs, forward_upsample_size):
+def _up(unet, i, sample, res, c):
     block = unet.up_blocks[i]
     n = len(block.resnets)
     res_samples, res = res[-n:], res[:-n]
     upsample_size = None
-    if i < len(unet.up_blocks) - 1 and forward_upsample_size:
+    if i < len(unet.up_blocks) - 1 and c["upsample"]:
         upsample_size = res[-1].shape[2:]
-    if getattr(block, "has_cross_attention", False):
-        sample = block(hidden_states=sample, temb=c["emb"], res_hidden_states_tuple=res_samples,
-                       encoder_hidden_states=c["encoder_hidden_states"],
-                       cross_attention_kwargs=cross_attention_kwargs,
-                       upsample_size=upsample_size, attention_mask=c["attention_mask"],
-                       encoder_attention_mask=c["encoder_attention_mask"])
-    else:
-        sample = block(hidden_states=sample, temb=c["emb"], res_hidden_states_tuple=res_samples,
-                       upsample_size=upsample_size)
+    sample = _block(block, c, hidden_states=sample, res_hidden_states_tuple=res_samples,
+                    upsample_size=upsample_size)
     return sample, res
 
 
-def _unet_out(unet, sample):
+def _unet_out(unet, start: int, sample, res, c) -> torch.Tensor:
+    # the up blocks from `start` on, then the output layers
+    for i in range(start, len(unet.up_blocks)):
+        sample, res = _up(unet, i, sample, res, c)
     if unet.conv_norm_out is not None:
         sample = unet.conv_act(unet.conv_norm_out(sample))
     return unet.conv_out(sample)
 
 
-def unet_full(unet, branch: int, sample, timestep, encoder_hidden_states, timestep_cond=None,
-              attention_mask=None, cross_attention_kwargs=None, added_cond_kwargs=None,
-              encoder_attention_mask=None) -> tuple[torch.Tensor, torch.Tensor]:
+def unet_full(unet, branch: int, **inputs: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """The UNet's whole forward: (noise prediction, deep feature for the cached steps)."""
-    sample, c, fus = _unet_prepare(unet, sample, timestep, encoder_hidden_states, timestep_cond,
-                                   attention_mask, added_cond_kwargs, encoder_attention_mask)
-    res: tuple = (sample,)
-    for block in unet.down_blocks:
-        sample, more = _down(block, sample, c, cross_attention_kwargs)
-        res += more
+    sample, res, c = _unet_down(unet, len(unet.down_blocks), **inputs)
     if unet.mid_block is not None:
-        if getattr(unet.mid_block, "has_cross_attention", False):
-            sample = unet.mid_block(sample, c["emb"],
-                                    encoder_hidden_states=c["encoder_hidden_states"],
-                                    attention_mask=c["attention_mask"],
-                                    cross_attention_kwargs=cross_attention_kwargs,
-                                    encoder_attention_mask=c["encoder_attention_mask"])
-        else:
-            sample = unet.mid_block(sample, c["emb"])
+        sample = _block(unet.mid_block, c, hidden_states=sample)
     deep_at = len(unet.up_blocks) - branch
-    feature = sample
-    for i in range(len(unet.up_blocks)):
-        if i == deep_at:
-            feature = sample
-        sample, res = _up(unet, i, sample, res, c, cross_attention_kwargs, fus)
-    return _unet_out(unet, sample), feature
+    for i in range(deep_at):
+        sample, res = _up(unet, i, sample, res, c)
+    return _unet_out(unet, deep_at, sample, res, c), sample
 
 
-def unet_cached(unet, branch: int, feature, sample, timestep, encoder_hidden_states,
-                timestep_cond=None, attention_mask=None, cross_attention_kwargs=None,
-                added_cond_kwargs=None, encoder_attention_mask=None) -> torch.Tensor:
+def unet_cached(unet, branch: int, feature, **inputs: Any) -> torch.Tensor:
     """The shallow branch only: the first `branch` down blocks, then the last `branch` up
     blocks from the cached deep feature. (The last shallow down block runs whole, its
     downsampler too, whose output no shallow up block reads: block-level granularity.
     count_flops counts it, as computed.)"""
-    sample, c, fus = _unet_prepare(unet, sample, timestep, encoder_hidden_states, timestep_cond,
-                                   attention_mask, added_cond_kwargs, encoder_attention_mask)
-    res: tuple = (sample,)
-    for block in unet.down_blocks[:branch]:
-        sample, more = _down(block, sample, c, cross_attention_kwargs)
-        res += more
+    _, res, c = _unet_down(unet, branch, **inputs)
     deep_at = len(unet.up_blocks) - branch
     res = res[:sum(len(b.resnets) for b in unet.up_blocks[deep_at:])]
-    sample = feature
-    for i in range(deep_at, len(unet.up_blocks)):
-        sample, res = _up(unet, i, sample, res, c, cross_attention_kwargs, fus)
-    return _unet_out(unet, sample)
+    return _unet_out(unet, deep_at, feature, res, c)
 
 
 # --- PixArt -------------------------------------------------------------------------------
@@ -167,8 +134,9 @@ def pixart_branches(transformer) -> int:
     return len(transformer.transformer_blocks) - 1
 
 
-def _pixart_prepare(t, hidden_states, encoder_hidden_states, timestep, added_cond_kwargs,
-                    attention_mask, encoder_attention_mask):
+def _pixart_prepare(t, hidden_states, encoder_hidden_states=None, timestep=None,
+                    added_cond_kwargs: Any = None, cross_attention_kwargs=None,
+                    attention_mask=None, encoder_attention_mask=None):
     # pixart_transformer_2d.py, forward: masks, patch embedding, adaLN timestep, captions
     if t.use_additional_conditions and added_cond_kwargs is None:
         raise ValueError("`added_cond_kwargs` cannot be None when using additional conditions "
@@ -190,14 +158,14 @@ def _pixart_prepare(t, hidden_states, encoder_hidden_states, timestep, added_con
         encoder_hidden_states = encoder_hidden_states.view(batch_size, -1,
                                                            hidden_states.shape[-1])
     context = dict(attention_mask=attention_mask, encoder_hidden_states=encoder_hidden_states,
-                   encoder_attention_mask=encoder_attention_mask, timestep=timestep)
+                   encoder_attention_mask=encoder_attention_mask, timestep=timestep,
+                   cross_attention_kwargs=cross_attention_kwargs, class_labels=None)
     return hidden_states, context, embedded_timestep, size
 
 
-def _blocks(blocks, hidden_states, c, cross_attention_kwargs):
+def _blocks(blocks, hidden_states, c):
     for block in blocks:
-        hidden_states = block(hidden_states, cross_attention_kwargs=cross_attention_kwargs,
-                              class_labels=None, **c)
+        hidden_states = block(hidden_states, **c)
     return hidden_states
 
 
@@ -215,28 +183,18 @@ def _pixart_out(t, hidden_states, embedded_timestep, size):
     return hidden_states.reshape(shape=(-1, t.out_channels, height * p, width * p))
 
 
-def pixart_full(t, branch: int, hidden_states, encoder_hidden_states=None, timestep=None,
-                added_cond_kwargs: Any = None, cross_attention_kwargs=None,
-                attention_mask=None, encoder_attention_mask=None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+def pixart_full(t, branch: int, **inputs: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """The transformer's whole forward: (prediction, residual of the blocks after `branch`)."""
-    hidden_states, c, embedded, size = _pixart_prepare(
-        t, hidden_states, encoder_hidden_states, timestep, added_cond_kwargs, attention_mask,
-        encoder_attention_mask)
-    blocks = t.transformer_blocks
-    shallow = _blocks(blocks[:branch], hidden_states, c, cross_attention_kwargs)
-    deep = _blocks(blocks[branch:], shallow, c, cross_attention_kwargs)
+    hidden_states, c, embedded, size = _pixart_prepare(t, **inputs)
+    shallow = _blocks(t.transformer_blocks[:branch], hidden_states, c)
+    deep = _blocks(t.transformer_blocks[branch:], shallow, c)
     return _pixart_out(t, deep, embedded, size), deep - shallow
 
 
-def pixart_cached(t, branch: int, feature, hidden_states, encoder_hidden_states=None,
-                  timestep=None, added_cond_kwargs: Any = None, cross_attention_kwargs=None,
-                  attention_mask=None, encoder_attention_mask=None) -> torch.Tensor:
+def pixart_cached(t, branch: int, feature, **inputs: Any) -> torch.Tensor:
     """The first `branch` blocks, then the cached residual of the others."""
-    hidden_states, c, embedded, size = _pixart_prepare(
-        t, hidden_states, encoder_hidden_states, timestep, added_cond_kwargs, attention_mask,
-        encoder_attention_mask)
-    shallow = _blocks(t.transformer_blocks[:branch], hidden_states, c, cross_attention_kwargs)
+    hidden_states, c, embedded, size = _pixart_prepare(t, **inputs)
+    shallow = _blocks(t.transformer_blocks[:branch], hidden_states, c)
     return _pixart_out(t, shallow + feature, embedded, size)
 
 
@@ -247,8 +205,9 @@ def flux_branches(transformer) -> int:
     return len(transformer.transformer_blocks) + len(transformer.single_transformer_blocks) - 1
 
 
-def _flux_prepare(t, hidden_states, encoder_hidden_states, pooled_projections, timestep, img_ids,
-             txt_ids, guidance):
+def _flux_prepare(t, hidden_states, encoder_hidden_states=None, pooled_projections=None,
+                  timestep=None, img_ids=None, txt_ids=None, guidance=None,
+                  joint_attention_kwargs: Any = None, controlnet_blocks_repeat: bool = False):
     # transformer_flux.py:723-750: embeddings, the timestep (and dev's guidance) embedding,
     # the rotary embedding of the text and image positions
     hidden_states = t.x_embedder(hidden_states)
@@ -261,52 +220,34 @@ def _flux_prepare(t, hidden_states, encoder_hidden_states, pooled_projections, t
     txt_ids = txt_ids[0] if txt_ids.ndim == 3 else txt_ids  # the library's deprecated 3-D ids
     img_ids = img_ids[0] if img_ids.ndim == 3 else img_ids
     rotary = t.pos_embed(torch.cat((txt_ids, img_ids), dim=0))
-    return hidden_states, encoder_hidden_states, temb, rotary
+    context = dict(temb=temb, image_rotary_emb=rotary,
+                   joint_attention_kwargs=joint_attention_kwargs)
+    return hidden_states, encoder_hidden_states, context
 
 
-def _flux_blocks(t) -> list:
-    return [*t.transformer_blocks, *t.single_transformer_blocks]
-
-
-def _flux_run(blocks, hidden_states, encoder_hidden_states, temb, rotary, joint_attention_kwargs):
+def _flux_run(blocks, hidden_states, encoder_hidden_states, c):
     for block in blocks:
         encoder_hidden_states, hidden_states = block(
-            hidden_states=hidden_states, encoder_hidden_states=encoder_hidden_states, temb=temb,
-            image_rotary_emb=rotary, joint_attention_kwargs=joint_attention_kwargs)
+            hidden_states=hidden_states, encoder_hidden_states=encoder_hidden_states, **c)
     return hidden_states, encoder_hidden_states
 
 
-def _flux_out(t, hidden_states, temb):
-    return t.proj_out(t.norm_out(hidden_states, temb))
-
-
-def flux_full(t, branch: int, hidden_states, encoder_hidden_states=None,
-              pooled_projections=None, timestep=None, img_ids=None, txt_ids=None, guidance=None,
-              joint_attention_kwargs: Any = None, controlnet_blocks_repeat: bool = False
-              ) -> tuple[torch.Tensor, torch.Tensor]:
+def flux_full(t, branch: int, **inputs: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """The transformer's whole forward: (prediction, image-stream residual of the blocks after
     the first `branch`)."""
-    hidden, encoder, temb, rotary = _flux_prepare(t, hidden_states, encoder_hidden_states,
-                                             pooled_projections, timestep, img_ids, txt_ids,
-                                             guidance)
-    blocks = _flux_blocks(t)
-    shallow, encoder = _flux_run(blocks[:branch], hidden, encoder, temb, rotary,
-                            joint_attention_kwargs)
-    deep, _ = _flux_run(blocks[branch:], shallow, encoder, temb, rotary, joint_attention_kwargs)
-    return _flux_out(t, deep, temb), deep - shallow
+    hidden, encoder, c = _flux_prepare(t, **inputs)
+    blocks = [*t.transformer_blocks, *t.single_transformer_blocks]
+    shallow, encoder = _flux_run(blocks[:branch], hidden, encoder, c)
+    deep, _ = _flux_run(blocks[branch:], shallow, encoder, c)
+    return t.proj_out(t.norm_out(deep, c["temb"])), deep - shallow
 
 
-def flux_cached(t, branch: int, feature, hidden_states, encoder_hidden_states=None,
-                pooled_projections=None, timestep=None, img_ids=None, txt_ids=None,
-                guidance=None, joint_attention_kwargs: Any = None,
-                controlnet_blocks_repeat: bool = False) -> torch.Tensor:
+def flux_cached(t, branch: int, feature, **inputs: Any) -> torch.Tensor:
     """The first `branch` blocks, then the kept residual of the others."""
-    hidden, encoder, temb, rotary = _flux_prepare(t, hidden_states, encoder_hidden_states,
-                                             pooled_projections, timestep, img_ids, txt_ids,
-                                             guidance)
-    shallow, _ = _flux_run(_flux_blocks(t)[:branch], hidden, encoder, temb, rotary,
-                      joint_attention_kwargs)
-    return _flux_out(t, shallow + feature, temb)
+    hidden, encoder, c = _flux_prepare(t, **inputs)
+    blocks = [*t.transformer_blocks, *t.single_transformer_blocks]
+    shallow, _ = _flux_run(blocks[:branch], hidden, encoder, c)
+    return t.proj_out(t.norm_out(shallow + feature, c["temb"]))
 
 
 PATHS = {"unet": (unet_full, unet_cached, unet_branches),

@@ -48,18 +48,6 @@ def blog_inductor_flags(quantizing: bool = False) -> dict[str, Any]:
     return {name: value for name, value in flags.items() if hasattr(inductor_config, name)}
 
 
-def compile_options(mode: str, flags: dict[str, Any]) -> dict[str, Any]:
-    """torch.compile's `options=` for `mode` plus `flags`: what mode= sets
-    (torch._inductor.list_mode_options, which torch.compile applies for mode=) and the flags,
-    as config patches of these compiles only. torch.compile refuses mode= and options=
-    together (torch/__init__.py, compile), so the mode's own options come first.
-    diffusion-fast set the flags process-wide in torch._inductor.config, where they stay for
-    every later compile in the process (issue 23, item 9)."""
-    from torch._inductor import list_mode_options
-
-    return dict(list_mode_options(mode), **flags)
-
-
 def set_channels_last(pipe):
     """NHWC memory format for the denoiser and VAE convolutions."""
     for module in modules(pipe):
@@ -84,18 +72,6 @@ def check_scope(pipe, scope: str) -> None:
         raise RecipeError("accelerate's compile_regions breaks diffusers' UNet (its forward "
                           "tests `if self.conv_norm_out:` on a wrapped GroupNorm): use "
                           "compile_scope='regional' or 'regional-extended' for UNet models.")
-
-
-def compile_blocks(module: torch.nn.Module, class_names, **kwargs) -> int:
-    """Compile in place every submodule whose class is named in `class_names` (public APIs
-    only: diffusers offers no way to extend the blocks compile_repeated_blocks compiles)."""
-    blocks = [m for m in module.modules() if type(m).__name__ in class_names]
-    if not blocks:
-        raise RecipeError(f"No {', '.join(class_names)} in {type(module).__name__}: nothing to "
-                          "compile regionally; use compile_scope='full'.")
-    for block in blocks:
-        block.compile(**kwargs)
-    return len(blocks)
 
 
 def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
@@ -146,16 +122,21 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
             record(pipe, "autotune", {"asked": list(asked), "notes": notes})
             pipeline_info(pipe).notes.extend(notes)  # the Results say them
     quiet_known_noise()
-    kwargs: dict[str, Any] = dict(mode=mode, fullgraph=fullgraph, dynamic=dynamic)
+    how: dict[str, Any] = {"mode": mode}
     if inductor_flags:
-        # passed per compile, never set process-wide: a later compile without them (another
-        # recipe, the playground) runs without them, as its record says
-        # the int8 flag (force_fuse_int_mm_with_mul) named torch._int_mm only: not for fp8
+        # passed per compile as config patches, never set process-wide (diffusion-fast set them
+        # in torch._inductor.config, where they stay for every later compile: issue 23, item 9):
+        # a later compile without them (another recipe, the playground) runs without them, as
+        # its record says. torch.compile refuses mode= and options= together (torch/__init__.py,
+        # compile), so options= holds what mode= sets (torch._inductor.list_mode_options) first.
+        # The int8 flag (force_fuse_int_mm_with_mul) named torch._int_mm only: not for fp8
+        from torch._inductor import list_mode_options
+
         flags = blog_inductor_flags(applied(pipe).get("quantize", {}).get("kind", "")
                                     .startswith("int8"))
         record(pipe, "inductor_flags", flags)
-        kwargs = dict(options=compile_options(mode, flags), fullgraph=fullgraph,
-                      dynamic=dynamic)
+        how = {"options": dict(list_mode_options(mode), **flags)}
+    kwargs = dict(how, fullgraph=fullgraph, dynamic=dynamic)
     if dynamic:
         # the diffusers guide's dynamic-shape compile: without duck sizing, two sizes that
         # happen to be equal (height == width) are not assumed equal forever
@@ -169,8 +150,14 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
             denoiser.compile(**kwargs)
     elif scope == "regional":
         denoiser.compile_repeated_blocks(**kwargs)
-    elif scope == "regional-extended":
-        compile_blocks(denoiser, EXTENDED_BLOCKS[family_of(pipe)], **kwargs)
+    elif scope == "regional-extended":  # in place: diffusers offers no way to extend its blocks
+        names = EXTENDED_BLOCKS[family_of(pipe)]
+        blocks = [m for m in denoiser.modules() if type(m).__name__ in names]
+        if not blocks:
+            raise RecipeError(f"No {', '.join(names)} in {type(denoiser).__name__}: nothing to "
+                              "compile regionally; use compile_scope='full'.")
+        for block in blocks:
+            block.compile(**kwargs)
     else:
         from accelerate.utils import compile_regions
 
@@ -185,14 +172,13 @@ def compile_pipeline(pipe, mode: str = "max-autotune", scope: str = "full",
 def capture_denoiser_inputs(pipe, **kwargs) -> tuple[tuple, dict]:
     """The (args, kwargs) the pipeline passes to its denoiser, from a real short call.
     Introduced in 04_torch_compile.ipynb."""
-    denoiser = get_denoiser(pipe)
     seen: list[tuple[tuple, dict]] = []
 
     def hook(module, args, kw):
         if not seen:
             seen.append((args, dict(kw)))
 
-    handle = denoiser.register_forward_pre_hook(hook, with_kwargs=True)
+    handle = get_denoiser(pipe).register_forward_pre_hook(hook, with_kwargs=True)
     try:
         call = call_kwargs(pipe, **dict(dict(steps=2), **kwargs))  # PixArt special-cases 1 step
         call["output_type"] = "latent"
@@ -247,8 +233,7 @@ def channels_last_code(r, flux: bool = False, D: str = "denoiser") -> dict[str, 
 def code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
     """The compile as plain code (fdh.to_code): torch.compile's own calls, the blog's flags as
     options= of these compiles only."""
-    args = ", ".join([f"mode={r.compile!r}"] + (["fullgraph=True"] if r.fullgraph else [])
-                     + ([f"dynamic={r.dynamic}"] if r.dynamic is not None else []))
+    how = f"mode={r.compile!r}"
     lines = []
     if r.inductor_flags:
         flags = blog_inductor_flags(bool(r.quantize) and r.quantize.startswith("int8"))
@@ -260,16 +245,15 @@ def code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
                   f"options = {{**list_mode_options({r.compile!r}),"]
         lines += [f"           {k!r}: {v}," for k, v in flags.items()]
         lines[-1] = lines[-1].rstrip(",") + "}"
-        args = ", ".join(["options=options"] + (["fullgraph=True"] if r.fullgraph else [])
-                         + ([f"dynamic={r.dynamic}"] if r.dynamic is not None else []))
+        how = "options=options"
+    args = ", ".join([how] + (["fullgraph=True"] if r.fullgraph else [])
+                     + ([f"dynamic={r.dynamic}"] if r.dynamic is not None else []))
     if r.dynamic:
         lines += ["import torch.fx.experimental._config as fx_config  # the guide's switch "
                   "(process-wide)",
                   "fx_config.use_duck_shape = False"]
     if r.compile_scope == "full" and (r.cache_every > 1 or r.guidance_stop is not None):
-        # a step plan (the step cache; fdh.stop_guidance on PixArt) is compiled as
-        # compile_pipeline does it: the whole denoiser would trace the plan's step counter
-        # and compile once per step (measured: 8 frames for 8 steps, against 2)
+        # as compile_pipeline does it (measured, the whole denoiser: 8 frames for 8 steps, not 2)
         lines += ["# a step plan (the step cache, PixArt's guidance stop): its paths, each "
                   "compiled once; the whole", "# denoiser would trace the plan's step "
                   "counter and compile once per step",

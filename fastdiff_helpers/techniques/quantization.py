@@ -103,11 +103,6 @@ def pointwise_conv_filter(module, fqn: str = "") -> bool:
 CONV_FILTERS = {"blog": blog_conv_filter, "all": pointwise_conv_filter}
 
 
-def swapped_conv_count(module) -> int:
-    """How many 1x1 convs below `module` now run as linears (torchao's wrapper class)."""
-    return sum(1 for m in module.modules() if type(m).__name__ == "PermuteSandwich")
-
-
 def conv1x1_to_linear(pipe, which: str | bool = "blog"):
     """Swap 1x1 convolutions of the denoiser and VAE for equivalent linears with torchao's
     swap_conv2d_1x1_to_linear, so linear-only quantization reaches them. `which`: "blog"
@@ -121,8 +116,9 @@ def conv1x1_to_linear(pipe, which: str | bool = "blog"):
     refuse_after(pipe, "conv1x1_to_linear", "quantize", "compile")
     for module in modules(pipe):
         swap_conv2d_1x1_to_linear(module, CONV_FILTERS[which])
-    record(pipe, "conv1x1_to_linear", {"filter": which,
-                                       "swapped": sum(swapped_conv_count(m) for m in modules(pipe))})
+    swapped = sum(type(m).__name__ == "PermuteSandwich"  # torchao's wrapper of a swapped conv
+                  for module in modules(pipe) for m in module.modules())
+    record(pipe, "conv1x1_to_linear", {"filter": which, "swapped": swapped})
     return pipe
 
 
@@ -154,11 +150,6 @@ def select_filter(kind: str, quant_filter: str | Callable) -> Callable:
     if kind in FP8:
         return lambda m, fqn="": base(m, fqn) and fp8_kernel_ok(m)
     return base
-
-
-def _quantized(module) -> int:
-    return sum(1 for m in module.modules() if isinstance(m, torch.nn.Linear)
-               and type(m.weight) not in (torch.nn.Parameter, torch.Tensor))
 
 
 def check_fp8(pipe, kind: str) -> None:
@@ -209,7 +200,9 @@ def quantize(pipe, kind: str = "int8-dynamic", quant_filter: str | Callable = "b
     fn = select_filter(kind, quant_filter)
     for module in modules(pipe):
         quantize_(module, quant_config(kind), filter_fn=fn)
-    count = sum(_quantized(m) for m in modules(pipe))
+    count = sum(type(m.weight) not in (torch.nn.Parameter, torch.Tensor)  # a torchao tensor
+                for module in modules(pipe) for m in module.modules()
+                if isinstance(m, torch.nn.Linear))
     if count == 0:
         warnings.warn(f"quant_filter={quant_filter!r} selected no linear layer: nothing was "
                       "quantized (tiny models have only small linears; try 'all').",

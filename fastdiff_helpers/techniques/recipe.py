@@ -22,6 +22,12 @@ ATTENTION = ("classic", "sdpa", "sdpa-flash", "sdpa-efficient", "sdpa-math", "sd
 COMPILE_MODES = (None, "default", "max-autotune", "max-autotune-no-cudagraphs",
                  "reduce-overhead")
 CUDA_ONLY_ATTENTION = ("sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
+QUANTIZE = (None, "int8-dynamic", "int8-weight-only", "fp8-dynamic", "fp8-dynamic-row")
+FP8 = ("fp8-dynamic", "fp8-dynamic-row")
+QUANT_FILTERS = ("blog", "fastdiff", "all", "flux")
+# True means "all" (kept for recipes written before the blog's filter existed)
+CONV_SWAPS = (False, "blog", "all")
+TF32_MODES = ("off", "on", "blog", "guide")
 # "regional": the blocks diffusers declares (_repeated_blocks); "regional-extended": ours, those
 # plus the blocks it leaves eager (UNet ResnetBlock2D, PixArt BasicTransformerBlock);
 # "regional-accelerate": accelerate's compile_regions.
@@ -31,6 +37,13 @@ SCOPES = ("full", "regional", "regional-extended", "regional-accelerate")
 # list_mode_options). Where the graphs cannot run, the policy below runs the mode on the right.
 NO_CUDAGRAPHS = {"max-autotune": "max-autotune-no-cudagraphs", "reduce-overhead": "default"}
 POLICY = "the course's one policy for GPU-only choices: see fdh.Recipe"
+
+# accelerate's compile_regions compiles the children of a new copy of the module
+# (accelerate/utils/other.py, _compile_regions), which the step plan, holding the original's,
+# would never run: the pipeline would run uncompiled, silently
+ACCELERATE_COPIES = ("compile_scope='regional-accelerate' compiles a copy of the transformer that "
+                     "the step cache and PixArt's guidance stop never run: use compile_scope="
+                     "'full', 'regional' or 'regional-extended' with them.")
 
 
 def compile_mode_for(mode: str | None, scope: str, device: str) -> tuple[str | None, str | None]:
@@ -46,39 +59,13 @@ def compile_mode_for(mode: str | None, scope: str, device: str) -> tuple[str | N
         return runs, (f"compile={mode!r} on {device}: ran compile={runs!r}, the same inductor "
                       f"options without the CUDA graphs a {device} cannot capture ({POLICY})")
     if scope != "full":
-        # Regional compile with CUDA graphs: the repeated blocks share one compiled function,
-        # each call's input is the previous call's output, and the next replay of that
-        # function overwrites it ("accessing tensor output of CUDAGraphs that has been
-        # overwritten", pytorch/pytorch#152887, open)
+        # torch's error then: "accessing tensor output of CUDAGraphs that has been overwritten"
+        # (pytorch/pytorch#152887, open)
         return runs, (f"compile={mode!r} with compile_scope={scope!r} would replay the blocks' "
                       "shared CUDA graph once per block, each replay overwriting the output "
                       f"the next block reads (pytorch/pytorch#152887): ran compile={runs!r} "
                       f"({POLICY})")
     return mode, None
-
-
-QUANTIZE = (None, "int8-dynamic", "int8-weight-only", "fp8-dynamic", "fp8-dynamic-row")
-# fp8 dynamic (torchao's Float8DynamicActivationFloat8WeightConfig): one scale per tensor, or
-# one per row of the weight and per token of the activation ("-row")
-FP8 = ("fp8-dynamic", "fp8-dynamic-row")
-# "blog": diffusion-fast's dynamic_quant_filter_fn, exactly; "fastdiff": the course's own
-# heuristic (big linears that see many tokens); "all": every nn.Linear; "flux": Flux's
-# (techniques/flux.py: every linear of its transformer, as diffusers-torchao quantized it).
-QUANT_FILTERS = ("blog", "fastdiff", "all", "flux")
-# "blog": diffusion-fast's filter (1x1 kernel, 128 among in/out channels); "all": ours, every
-# pointwise conv. True means "all" (kept for recipes written before the blog's filter existed).
-CONV_SWAPS = (False, "blog", "all")
-# TF32 for fp32 matmuls and convs (techniques/precision.set_tf32): None follows dtype ("tf32"
-# -> "on", else "off"); "blog" and "guide" are the two sources' own switches.
-TF32_MODES = ("off", "on", "blog", "guide")
-
-
-# accelerate's compile_regions compiles the children of a new copy of the module
-# (accelerate/utils/other.py, _compile_regions), which the step plan, holding the original's,
-# would never run: the pipeline would run uncompiled, silently
-ACCELERATE_COPIES = ("compile_scope='regional-accelerate' compiles a copy of the transformer that "
-                     "the step cache and PixArt's guidance stop never run: use compile_scope="
-                     "'full', 'regional' or 'regional-extended' with them.")
 
 
 class RecipeError(FastdiffError):
@@ -214,11 +201,10 @@ class Recipe:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise RecipeError(f"{name}={value!r}: give a whole number, 1 or more.")
-        if self.guidance_stop is not None and (
-                isinstance(self.guidance_stop, bool) or not isinstance(self.guidance_stop,
-                                                                       (int, float))
-                or not 0 < self.guidance_stop <= 1):
-            raise RecipeError(f"guidance_stop={self.guidance_stop!r}: give the share of the "
+        share = self.guidance_stop
+        if share is not None and (isinstance(share, bool) or not isinstance(share, (int, float))
+                                  or not 0 < share <= 1):
+            raise RecipeError(f"guidance_stop={share!r}: give the share of the "
                               "steps that keep guidance, above 0 and at most 1, or None.")
         if self.compile_scope == "regional-accelerate" and (self.cache_every > 1 or
                                                             self.guidance_stop is not None):
@@ -255,22 +241,19 @@ class Recipe:
         class docstring); `capability` (the CUDA compute capability) is read from the device
         when not given. What only needs adapting (CUDA graphs) passes: see for_device."""
         cuda = device.startswith("cuda")
-        if cuda and capability is None and self.quantize in FP8:
-            import torch
-
+        flash = cuda and self.attention == "sdpa-flash"
+        if cuda and capability is None and (self.quantize in FP8
+                                            or (flash and torch.cuda.is_available())):
             capability = torch.cuda.get_device_capability(device)
         if not cuda and self.attention in CUDA_ONLY_ATTENTION:
             raise RecipeError(f"attention={self.attention!r} is a CUDA kernel; on {device} use "
                               "'sdpa' or 'sdpa-math'.")
-        if cuda and self.attention == "sdpa-flash":
-            if capability is None and torch.cuda.is_available():
-                capability = torch.cuda.get_device_capability(device)
-            if capability is not None and tuple(capability) < FLASH_FROM:
-                raise RecipeError(f"attention='sdpa-flash' needs compute capability 8.0+ (torch's "
-                                  "sdp_utils.cpp check_flash_attention_hardware_support: sm80 "
-                                  f"to sm121); this GPU has {tuple(capability)}. Use 'sdpa' "
-                                  "(torch picks memory-efficient attention here) or "
-                                  "'sdpa-efficient'.")
+        if flash and capability is not None and tuple(capability) < FLASH_FROM:
+            raise RecipeError(f"attention='sdpa-flash' needs compute capability 8.0+ (torch's "
+                              "sdp_utils.cpp check_flash_attention_hardware_support: sm80 "
+                              f"to sm121); this GPU has {tuple(capability)}. Use 'sdpa' "
+                              "(torch picks memory-efficient attention here) or "
+                              "'sdpa-efficient'.")
         if self.quantize in FP8:
             if not cuda or capability is None or capability < FP8_FROM:
                 have = f"compute capability {capability}" if cuda else device

@@ -53,10 +53,8 @@ def guided_steps(steps: int, share: float | None) -> int:
 
 
 class StepPlan:
-    """The denoiser's forward while a step cache or a PixArt guidance stop is on.
-
-    `log` holds (step, path, batch) of the current or last pipeline call. `full` and `cached`
-    are the two paths (compiled by compile_pipeline when the pipeline is)."""
+    """The denoiser's forward while a step cache or a PixArt guidance stop is on (see the
+    module's docstring); `log` holds (step, path, batch) of the current or last pipeline call."""
 
     def __init__(self, pipe) -> None:
         denoiser = get_denoiser(pipe)
@@ -102,8 +100,7 @@ class StepPlan:
                               or bool(options.get("triton.cudagraphs")))
 
     def step(self, i: int, **inputs: Any) -> tuple[torch.Tensor, str]:
-        """Denoising step i: the whole denoiser on every `every`-th step, keeping its deep
-        feature; on the steps between, only the shallow branch around the kept feature."""
+        """Denoising step i: the full path on every `every`-th step, else the cached one."""
         batch = inputs[_SAMPLE[self.kind]].shape[0]
         if (self.cached is not None and self.feature is not None and i % self.every != 0
                 and self.feature.shape[0] == batch):  # (a guidance stop halves the batch)
@@ -216,12 +213,10 @@ def plan_settings(pipe) -> dict[str, Any]:
             "guidance_stop": done.get("guidance_stop")}
 
 
-
 def trace_steps(pipe, **kwargs: Any) -> list[tuple[int, str, int]]:
     """(step, path, batch) of each denoiser call of one call (latent output): the batch as the
     denoiser's first layer sees it (conv_in, PixArt's pos_embed, Flux's x_embedder), the path
-    "full" or "cached"
-    (always "full" without a step cache). `kwargs` as fdh.call_kwargs takes them.
+    "full" or "cached" (always "full" without a step cache). `kwargs` as fdh.call_kwargs takes them.
     The traced call runs eagerly (torch.compiler.set_stance("force_eager")), compiled or not:
     a hook added after compiling never fires inside compiled code (dynamo does not guard on
     module hooks: torch/_dynamo/config.py, skip_nnmodule_hook_guards = True), and the path and
