@@ -95,7 +95,7 @@ def test_lower_floors_import_nothing_of_the_package():
     """The floors import nothing of the package but the one error class beneath them all
     (errors.py, which imports nothing) and, for the model data, the other data floors."""
     for name in ("models.presets", "models.spec", "models.flux", "techniques.recipe",
-                 "measure.record", "measure.quality", "measure.env", "errors", "results.text",
+                 "measure.record", "measure.quality", "measure.env", "errors",
                  "models.noise", "measure.compile_events",
                  "course.planning.published",
                  "models.dtypes"):

@@ -23,7 +23,7 @@ from ..results.charts import ChartFigure
 from ..results.store import Result, load_results
 from .reference import save_result
 from ..measure.record import seconds_text
-from ..results.text import psnr_text
+from ..measure.record import psnr_text
 from .planning.ladders import COURSE_LADDER
 from ..techniques.recipe import Recipe
 

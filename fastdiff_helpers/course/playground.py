@@ -33,7 +33,7 @@ from ..measure.bench import benchmark
 from ..measure.quality import compare_images
 from ..results.charts import ladder_chart
 from ..results.store import Result
-from ..results.text import GIB, psnr_text
+from ..measure.record import GIB, psnr_text
 from ..techniques.codegen import to_code
 from .parameters import course_settings
 

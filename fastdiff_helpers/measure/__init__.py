@@ -2,7 +2,8 @@
 techniques.
 
     bench           benchmark(): cold start, warm-up, synchronised timing -> a Result
-    record          the Result record (one benchmarked configuration, one versioned schema)
+    record          the Result record (one benchmarked configuration, one versioned schema),
+                    and how its numbers are written (seconds, memory, PSNR, the denoising)
     timing          what benchmark() times with: stage marks, progress bar, steadiness
     env             env_report(): versions, device, GPU and numeric flags behind a timing
     compile_events  what torch.compile did during a call (frames, cache hits, seconds)

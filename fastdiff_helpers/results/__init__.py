@@ -4,8 +4,7 @@
     tables  format_table: a table of Results, one row each, as the notebooks print it
     charts  the ladder, memory, quality-vs-speed and models charts; images side by side;
             fdh.profile's stages and kinds of work, one bar per pipeline (profile_chart)
-    text    how the course writes its numbers (memory, PSNR, the denoising a run used;
-            seconds and speed-ups are the Result's own: measure/record.py)
+How the numbers are written (seconds, memory, PSNR) is the Result's own: measure/record.py.
 
 Imports the layers below it (models, techniques, measure), nothing of course or runs.
 """

@@ -21,8 +21,8 @@ from .. import checks
 from ..errors import FastdiffError
 from ..measure.profile import KINDS, Profile
 from ..measure.quality import compare_images
+from ..measure.record import denoising_label, denoising_text
 from .store import Result
-from .text import denoising_label, denoising_text
 
 __all__ = [
     "Reference", "ChartFigure", "ladder_chart", "memory_chart", "quality_chart",

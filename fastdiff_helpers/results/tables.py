@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..measure.record import Result, seconds_text, uncertainty_text
-from .text import denoising_label, memory_text, psnr_text
+from ..measure.record import (Result, denoising_label, memory_text, psnr_text, seconds_text,
+                              uncertainty_text)
 
 __all__ = ["format_table"]
 
@@ -19,7 +19,7 @@ def format_table(results: Sequence[Result]) -> str:
     allocated or process RSS; CUDA peak reserved, which counts CUDA-graph pools, beside it),
     PSNR vs the baseline, cold start, and a flags column where a result carries a warning
     (Result.flags: e.g. a compilation inside its timed calls). Where the results ran other
-    step counts or schedulers, each step's label says its own (results.text.denoising_label).
+    step counts or schedulers, each step's label says its own (measure/record.py denoising_label).
 
     Introduced in 02_precision.ipynb."""
     timed = [r for r in results if r.error is None and r.latency_s]

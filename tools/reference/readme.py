@@ -14,7 +14,7 @@ from fastdiff_helpers.measure.record import seconds_text
 from fastdiff_helpers.course.planning.published import BLOG_SOURCE, published_ladder
 from fastdiff_helpers.course.planning.ladders import LADDERS
 from fastdiff_helpers.results.store import Result, load_results
-from fastdiff_helpers.results.text import memory_text, psnr_text
+from fastdiff_helpers.measure.record import memory_text, psnr_text
 from fastdiff_helpers.course.planning.writes import write_atomic
 
 __all__ = ["write_results_readme", "check_results_readme", "STATE", "COMMAND"]
