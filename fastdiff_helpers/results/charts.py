@@ -222,10 +222,8 @@ def quality_chart(results: Sequence[Result]) -> Figure:
     (a broken image) at 0 dB labelled "NaN output". Introduced in 02_precision.ipynb.
     """
     results = _check(results)
-    points = []
-    for r, s in zip(results, _speedups(results)):
-        if s is not None and r.quality and r.quality.get("psnr") is not None:
-            points.append((r.step, s, float(r.quality["psnr"])))
+    points = [(r.step, s, float(r.quality["psnr"])) for r, s in zip(results, _speedups(results))
+              if s is not None and r.quality and r.quality.get("psnr") is not None]
     if not points:
         raise ValueError("no result has both a latency and quality['psnr']; "
                          "fill result.quality with compare_images(result.image, baseline.image)")
@@ -261,11 +259,8 @@ def models_chart(results_by_model: dict[str, Sequence[Result]]) -> Figure:
     """
     if not results_by_model:
         raise ValueError("no models to chart; pass {model_name: [Result, ...]}")
-    steps: list[str] = []
-    for results in results_by_model.values():
-        for r in _check(results):
-            if r.step not in steps:
-                steps.append(r.step)
+    # every model's steps, in the order they first come
+    steps = list(dict.fromkeys(r.step for rs in results_by_model.values() for r in _check(rs)))
     n = len(results_by_model)
     width = 0.8 / n
     fig, ax = _new_figure(len(steps) * max(1, n // 2))
