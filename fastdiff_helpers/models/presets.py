@@ -64,6 +64,15 @@ def _tiny_sdxl_unet(**over: Any) -> Component:
         projection_class_embeddings_input_dim=6 * 8 + 32, **over)
 
 
+def _pixart(sample: int, layers: int, heads: int, dim: int, cross: int, caption: int) -> Component:
+    return Component("diffusers", "PixArtTransformer2DModel", dict(
+        sample_size=sample, num_layers=layers, num_attention_heads=heads,
+        attention_head_dim=dim, in_channels=4, out_channels=8, patch_size=2,
+        cross_attention_dim=cross, caption_channels=caption, attention_bias=True,
+        activation_fn="gelu-approximate", num_embeds_ada_norm=1000, norm_type="ada_norm_single",
+        norm_elementwise_affine=False, norm_eps=1e-6))
+
+
 _CLIP_BIGG = clip(1280, 5120, 32, 20, "gelu", 1280, projection=True)
 _TINY_CLIP_PROJ = clip(32, 37, 2, 4, "gelu", 32, vocab=1000, projection=True)
 _TINY_VAE = autoencoder((8, 16, 16, 16), 4, sample_size=64, scaling_factor=0.18215,
@@ -181,21 +190,10 @@ MODELS: dict[str, ModelSpec] = {
         resolution=1024, steps=30, guidance=4.5,
         tokenizers={"tokenizer": "t5"}, max_tokens=120,
         scheduler=_DPM,
-        full={"transformer": Component("diffusers", "PixArtTransformer2DModel", dict(
-                  sample_size=128, num_layers=28, num_attention_heads=16,
-                  attention_head_dim=72, in_channels=4, out_channels=8, patch_size=2,
-                  cross_attention_dim=1152, caption_channels=4096, attention_bias=True,
-                  activation_fn="gelu-approximate", num_embeds_ada_norm=1000,
-                  norm_type="ada_norm_single", norm_elementwise_affine=False,
-                  norm_eps=1e-6)),
-              "vae": _SD_VAE, "text_encoder": T5_XXL},
-        tiny={"transformer": Component("diffusers", "PixArtTransformer2DModel", dict(
-                  sample_size=8, num_layers=2, num_attention_heads=2, attention_head_dim=8,
-                  in_channels=4, out_channels=8, patch_size=2, cross_attention_dim=16,
-                  caption_channels=32, attention_bias=True, activation_fn="gelu-approximate",
-                  num_embeds_ada_norm=1000, norm_type="ada_norm_single",
-                  norm_elementwise_affine=False, norm_eps=1e-6)),
-              "vae": _TINY_VAE, "text_encoder": TINY_T5},
+        full={"transformer": _pixart(128, 28, 16, 72, 1152, 4096), "vae": _SD_VAE,
+              "text_encoder": T5_XXL},
+        tiny={"transformer": _pixart(8, 2, 2, 8, 16, 32), "vae": _TINY_VAE,
+              "text_encoder": TINY_T5},
         call_kwargs={"use_resolution_binning": False, "clean_caption": False},
         notes="Transformer denoiser (DiT) with a 4.8B-parameter T5-XXL text encoder.",
     ),
