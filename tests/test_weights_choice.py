@@ -179,7 +179,7 @@ def test_a_gate_refused_inside_from_pretrained_is_said_as_a_gate(tmp_path, monke
 
     monkeypatch.setattr(diffusers.FluxPipeline, "from_pretrained", refused)
     with pytest.raises(fdh.FastdiffError) as err:
-        pretrained.load_pretrained(fdh.MODELS["flux"], None, torch.bfloat16, check=False)
+        pretrained.load_pretrained(fdh.MODELS["flux"], None, torch.bfloat16)
     assert "gated" in str(err.value) and "hf auth login" in str(err.value)
     assert "safetensors" not in str(err.value)
 

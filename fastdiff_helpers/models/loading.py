@@ -30,10 +30,12 @@ def default_device() -> str:
 
 # --- the public entry point --------------------------------------------------------------
 
-def _drawn_dtype(weights: str, dtype: torch.dtype) -> torch.dtype:
-    """Tiny weights are drawn in fp32 (then cast): every dtype gets the fp32 baseline's
-    weights, rounded (drawn in bf16 they are other weights). Full-size ones in the load's."""
-    return torch.float32 if weights == "tiny" else dtype
+def _built(weights: str, dtype: torch.dtype, build):
+    """build(dtype) for random weights; tiny weights are drawn in fp32, then cast: every dtype
+    gets the fp32 baseline's weights, rounded (drawn in bf16 they are other weights)."""
+    if weights != "tiny" or dtype == torch.float32:
+        return build(dtype)
+    return cast_built(build(torch.float32), dtype)
 
 
 def _swap_vae(pipe, vae: str, weights: str, device: str, dtype: torch.dtype, seed: int,
@@ -53,9 +55,7 @@ def _swap_vae(pipe, vae: str, weights: str, device: str, dtype: torch.dtype, see
                                 "vae=.") from None
         return hub_id
     component = full if weights == "random" else tiny
-    drawn = _drawn_dtype(weights, dtype)
-    built = build_component(component, device, drawn, seed + 100)
-    pipe.vae = cast_built(built, dtype) if drawn != dtype else built
+    pipe.vae = _built(weights, dtype, lambda d: build_component(component, device, d, seed + 100))
     return f"{hub_id} (config; {weights} weights)"
 
 
@@ -110,14 +110,12 @@ def load_pipeline(model: str | ModelSpec = "sdxl", weights: str = "auto", device
         require_pretrained(spec, path)  # what is missing, said before any loading
         variant = (local_variant(spec.key, path, torch_dtype) if path is not None
                    else say_download(spec.key, torch_dtype, verbose))
-        pipe = load_pretrained(spec, path, torch_dtype, check=False, variant=variant)
+        pipe = load_pretrained(spec, path, torch_dtype, variant=variant)
         if device != "cpu":
             pipe.to(device)
     else:
-        drawn = _drawn_dtype(weights, torch_dtype)
-        pipe = build_pipeline(spec, "full" if weights == "random" else "tiny", device, drawn, seed)
-        if drawn != torch_dtype:
-            cast_built(pipe, torch_dtype)
+        size = "full" if weights == "random" else "tiny"
+        pipe = _built(weights, torch_dtype, lambda d: build_pipeline(spec, size, device, d, seed))
     if spec.family == "flux":  # its own default size, from its VAE's
         pipe.default_sample_size = pipe.vae.config.sample_size // pipe.vae_scale_factor
     vae_source = "pipeline"

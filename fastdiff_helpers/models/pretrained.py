@@ -101,14 +101,12 @@ def require_pretrained(spec: ModelSpec, path: str | None) -> None:
             f"speed and memory) or {checks.arg('weights', 'tiny')} (small CPU model).")
 
 
-def load_pretrained(spec: ModelSpec, path: str | None, dtype: torch.dtype, check: bool = True,
+def load_pretrained(spec: ModelSpec, path: str | None, dtype: torch.dtype,
                     variant: str | None = None):
     """from_pretrained, safetensors only; `variant` "fp16": the repo's fp16 files where a
     folder has them (models/downloads.py decides it per load dtype)."""
     import diffusers
 
-    if check:  # load_pipeline checked already
-        require_pretrained(spec, path)
     cls = getattr(diffusers, spec.pipeline_class)
     kwargs: dict[str, Any] = dict(dtype=dtype, use_safetensors=True)  # torch_dtype: deprecated
     if variant is not None:
