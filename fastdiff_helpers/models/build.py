@@ -122,9 +122,8 @@ def build_component(comp: Component, device: str, dtype: torch.dtype, seed: int 
         buffers = {n: b.clone() for n, b in model.named_buffers()}
         model.to_empty(device=device)
         for name, value in buffers.items():
-            owner, _, leaf = name.rpartition(".")
-            target = model.get_submodule(owner) if owner else model
-            setattr(target, leaf, value.to(device))  # a registered buffer stays one
+            owner, _, leaf = name.rpartition(".")  # owner "": get_submodule gives the model
+            setattr(model.get_submodule(owner), leaf, value.to(device))  # a buffer stays one
         _init_parameters(model, seed)
     # transformers ties shared embeddings (T5's shared/embed_tokens) in from_pretrained, not in
     # the constructor; materialising with to_empty() unties them again.

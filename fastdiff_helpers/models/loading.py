@@ -28,8 +28,6 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-# --- the public entry point --------------------------------------------------------------
-
 def _built(weights: str, dtype: torch.dtype, build):
     """build(dtype) for random weights; tiny weights are drawn in fp32, then cast: every dtype
     gets the fp32 baseline's weights, rounded (drawn in bf16 they are other weights)."""
@@ -118,9 +116,8 @@ def load_pipeline(model: str | ModelSpec = "sdxl", weights: str = "auto", device
         pipe = _built(weights, torch_dtype, lambda d: build_pipeline(spec, size, device, d, seed))
     if spec.family == "flux":  # its own default size, from its VAE's
         pipe.default_sample_size = pipe.vae.config.sample_size // pipe.vae_scale_factor
-    vae_source = "pipeline"
-    if vae is not None:
-        vae_source = _swap_vae(pipe, vae, weights, device, torch_dtype, seed, verbose)
+    vae_source = ("pipeline" if vae is None
+                  else _swap_vae(pipe, vae, weights, device, torch_dtype, seed, verbose))
     if scheduler is not None:
         import diffusers
 
@@ -232,8 +229,6 @@ def call_kwargs(pipe, prompt: str = DEFAULT_PROMPT,
         width=width or size, guidance_scale=spec.guidance if guidance is None else guidance,
         generator=torch.Generator("cpu").manual_seed(seed), output_type="pil")
     kwargs.update(spec.call_kwargs)
-    # arguments a technique adds to every call, made from this call's own (fdh.stop_guidance:
-    # diffusers' CFG cut-off callback, whose step index depends on the steps)
     for extra in pipeline_info(pipe).per_call:
         kwargs.update(extra(kwargs))
     if callback_on_step_end is not None:
