@@ -28,14 +28,6 @@ def _transformer(guidance: bool, **over: Any) -> Component:
     return Component("diffusers", "FluxTransformer2DModel", cfg)
 
 
-def _scheduler(dynamic: bool) -> Component:
-    # scheduler_config.json: dev shifts the sigmas by the image's token count (mu from
-    # base/max_image_seq_len and base/max_shift, pipeline_flux.py:826-833); schnell keeps them
-    return Component("diffusers", "FlowMatchEulerDiscreteScheduler", dict(
-        num_train_timesteps=1000, shift=3.0 if dynamic else 1.0, use_dynamic_shifting=dynamic,
-        base_shift=0.5, max_shift=1.15, base_image_seq_len=256, max_image_seq_len=4096))
-
-
 # 16 latent channels, no quant convs: vae/config.json of both variants
 _VAE = dict(latent=16, scaling_factor=0.3611, shift_factor=0.1159, force_upcast=True,
             use_quant_conv=False, use_post_quant_conv=False, mid_block_add_attention=True)
@@ -53,11 +45,17 @@ def _spec(key: str, name: str, guidance_embeds: bool, steps: int, guidance: floa
     tiny = _transformer(guidance_embeds, num_layers=2, num_single_layers=2, attention_head_dim=16,
                         num_attention_heads=2, joint_attention_dim=32, pooled_projection_dim=32,
                         axes_dims_rope=[4, 6, 6])
+    # scheduler_config.json: dev shifts the sigmas by the image's token count (mu from
+    # base/max_image_seq_len and base/max_shift, pipeline_flux.py:826-833); schnell keeps them
+    scheduler = Component("diffusers", "FlowMatchEulerDiscreteScheduler", dict(
+        num_train_timesteps=1000, shift=3.0 if guidance_embeds else 1.0,
+        use_dynamic_shifting=guidance_embeds, base_shift=0.5, max_shift=1.15,
+        base_image_seq_len=256, max_image_seq_len=4096))
     return ModelSpec(
         key=key, name=name, hub_id=f"black-forest-labs/{name.split()[0]}",
         pipeline_class="FluxPipeline", family="flux", resolution=1024, steps=steps,
         guidance=guidance, tokenizers={"tokenizer": "clip", "tokenizer_2": "t5"},
-        max_tokens=tokens, scheduler=_scheduler(dynamic=guidance_embeds),
+        max_tokens=tokens, scheduler=scheduler,
         full={"transformer": _transformer(guidance_embeds), **_FULL},
         tiny={"transformer": tiny, **_TINY},
         call_kwargs={"max_sequence_length": tokens}, notes=notes, packing=2, cfg=False,

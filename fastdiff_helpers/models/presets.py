@@ -30,12 +30,6 @@ _SD_SCHEDULER_KW = dict(beta_start=0.00085, beta_end=0.012, beta_schedule="scale
                         num_train_timesteps=1000, steps_offset=1)
 _EULER = Component("diffusers", "EulerDiscreteScheduler",
                    dict(_SD_SCHEDULER_KW, timestep_spacing="leading", prediction_type="epsilon"))
-_PNDM = Component("diffusers", "PNDMScheduler",
-                  dict(_SD_SCHEDULER_KW, skip_prk_steps=True, set_alpha_to_one=False))
-_DPM = Component("diffusers", "DPMSolverMultistepScheduler",
-                 dict(beta_start=0.0001, beta_end=0.02, beta_schedule="linear",
-                      num_train_timesteps=1000, solver_order=2, algorithm_type="dpmsolver++",
-                      prediction_type="epsilon", lower_order_final=True))
 
 
 def _sdxl_unet(**over: Any) -> Component:
@@ -143,7 +137,8 @@ MODELS: dict[str, ModelSpec] = {
         pipeline_class="StableDiffusionPipeline", family="unet",
         resolution=512, steps=30, guidance=7.5,
         tokenizers={"tokenizer": "clip"}, max_tokens=77,
-        scheduler=_PNDM,
+        scheduler=Component("diffusers", "PNDMScheduler", dict(
+            _SD_SCHEDULER_KW, skip_prk_steps=True, set_alpha_to_one=False)),
         full={"unet": Component("diffusers", "UNet2DConditionModel", dict(
                   sample_size=64, in_channels=4, out_channels=4, layers_per_block=2,
                   block_out_channels=[320, 640, 1280, 1280], cross_attention_dim=768,
@@ -189,7 +184,10 @@ MODELS: dict[str, ModelSpec] = {
         pipeline_class="PixArtAlphaPipeline", family="transformer",
         resolution=1024, steps=30, guidance=4.5,
         tokenizers={"tokenizer": "t5"}, max_tokens=120,
-        scheduler=_DPM,
+        scheduler=Component("diffusers", "DPMSolverMultistepScheduler", dict(
+            beta_start=0.0001, beta_end=0.02, beta_schedule="linear", num_train_timesteps=1000,
+            solver_order=2, algorithm_type="dpmsolver++", prediction_type="epsilon",
+            lower_order_final=True)),
         full={"transformer": _pixart(128, 28, 16, 72, 1152, 4096), "vae": _SD_VAE,
               "text_encoder": T5_XXL},
         tiny={"transformer": _pixart(8, 2, 2, 8, 16, 32), "vae": _TINY_VAE,
