@@ -1,6 +1,5 @@
-"""Downloads: which weight files a load fetches, in the load's dtype (wanted_variant, checked
-against the hub's file list when online: say_download), and how many bytes, said before they
-start, with the cache's free disk checked. The hub is asked through models/hub.py.
+"""Downloads: which weight files a load fetches in its dtype, and how many bytes, said before
+they start with the disk checked (say_download). The hub is asked through models/hub.py.
 
 Introduced in 00_setup.ipynb (the first load that downloads says what and how many GB).
 """
