@@ -138,9 +138,6 @@ def build_scheduler(comp: Component):
 
 
 def build_pipeline(spec: ModelSpec, size: str, device: str, dtype: torch.dtype, seed: int):
-    quiet_known_noise()  # as _instantiate
-    import diffusers
-
     comps = spec.full if size == "full" else spec.tiny
     parts: dict[str, Any] = {name: build_component(comp, device, dtype, seed + i)
                              for i, (name, comp) in enumerate(comps.items())}
@@ -148,4 +145,5 @@ def build_pipeline(spec: ModelSpec, size: str, device: str, dtype: torch.dtype, 
         parts[name] = clip_tokenizer() if kind == "clip" else t5_tokenizer(spec.max_tokens)
     parts["scheduler"] = build_scheduler(spec.scheduler)
     parts.update(spec.pipeline_kwargs)
+    import diffusers  # only now: _instantiate has called quiet_known_noise() before it
     return getattr(diffusers, spec.pipeline_class)(**parts)
