@@ -67,7 +67,7 @@ def asked(monkeypatch):
     for name in ("StableDiffusionXLPipeline", "PixArtAlphaPipeline"):
         monkeypatch.setattr(getattr(diffusers, name), "from_pretrained",
                             classmethod(from_pretrained))
-    monkeypatch.setattr(pretrained, "pretrained_status", lambda *a, **k: (True, "reachable"))
+    monkeypatch.setattr(pretrained, "pretrained_status", lambda *a, **k: (True, "reachable", None))
     return calls
 
 
@@ -202,7 +202,7 @@ def test_offline_is_read_as_the_hub_library_reads_it(monkeypatch, variables, off
     if offline:
         monkeypatch.setattr(pretrained, "cached", lambda *a: None)  # nothing in the cache
         assert pretrained.pretrained_status(fdh.MODELS["sd15"]) == (
-            False, f"{fdh.MODELS['sd15'].hub_id} is not cached and {offline} is set")
+            False, f"{fdh.MODELS['sd15'].hub_id} is not cached and {offline} is set", None)
 
 
 def test_a_repositorys_file_list_is_asked_once_per_process(monkeypatch):

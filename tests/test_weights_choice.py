@@ -91,7 +91,7 @@ def carried() -> dict:
 
 def test_a_gated_repository_without_access_is_not_reachable_and_says_how_to_get_in(hub):
     hub.gated[FLUX] = "manual"
-    ok, why = pretrained.pretrained_status(fdh.MODELS["flux"])
+    ok, why, _ = pretrained.pretrained_status(fdh.MODELS["flux"])
     assert not ok and "gated: needs access" in why and "reachable" not in why
     assert "no Hugging Face token on this machine" in why
     assert ("auth_check", FLUX) in hub.asked
@@ -129,14 +129,14 @@ def test_a_token_without_valid_credentials_is_refused_as_not_found(hub, monkeypa
         hub_error(repo_id, 401, None)))
     monkeypatch.setattr(huggingface_hub, "auth_check", hub.auth_check)
     monkeypatch.setattr(huggingface_hub, "get_token", lambda: "hf_expired")
-    ok, why = pretrained.pretrained_status(fdh.MODELS["flux"])
+    ok, why, _ = pretrained.pretrained_status(fdh.MODELS["flux"])
     assert not ok and "gated: needs access" in why and "was refused" in why
 
 
 def test_a_gated_repository_with_access_is_reachable(hub):
     hub.gated[FLUX] = "manual"
     hub.let_in.add(FLUX)
-    ok, why = pretrained.pretrained_status(fdh.MODELS["flux"])
+    ok, why, _ = pretrained.pretrained_status(fdh.MODELS["flux"])
     assert ok and "reachable" in why and "the token here has access" in why
     assert hub.asked == [("model_info", FLUX), ("auth_check", FLUX)]
     assert fdh.course.choose_weights(fdh.MODELS["flux"], None, "cuda")[0] == "pretrained"
@@ -161,7 +161,7 @@ def test_an_access_check_that_never_answers_counts_as_unreachable(hub, monkeypat
         id=repo_id, gated="auto"))
     monkeypatch.setattr(huggingface_hub, "model_info", hub.model_info)
     try:
-        ok, why = pretrained.pretrained_status(fdh.MODELS["flux"])
+        ok, why, _ = pretrained.pretrained_status(fdh.MODELS["flux"])
         assert answered == []  # back before the check answered
     finally:
         release.set()
@@ -179,7 +179,7 @@ def test_a_gate_refused_inside_from_pretrained_is_said_as_a_gate(tmp_path, monke
 
     monkeypatch.setattr(diffusers.FluxPipeline, "from_pretrained", refused)
     with pytest.raises(fdh.FastdiffError) as err:
-        pretrained.load_pretrained(fdh.MODELS["flux"], None, torch.bfloat16, check=False)
+        pretrained.load_pretrained(fdh.MODELS["flux"], None, torch.bfloat16)
     assert "gated" in str(err.value) and "hf auth login" in str(err.value)
     assert "safetensors" not in str(err.value)
 

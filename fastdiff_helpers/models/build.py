@@ -122,9 +122,8 @@ def build_component(comp: Component, device: str, dtype: torch.dtype, seed: int 
         buffers = {n: b.clone() for n, b in model.named_buffers()}
         model.to_empty(device=device)
         for name, value in buffers.items():
-            owner, _, leaf = name.rpartition(".")
-            target = model.get_submodule(owner) if owner else model
-            setattr(target, leaf, value.to(device))  # a registered buffer stays one
+            owner, _, leaf = name.rpartition(".")  # owner "": get_submodule gives the model
+            setattr(model.get_submodule(owner), leaf, value.to(device))  # a buffer stays one
         _init_parameters(model, seed)
     # transformers ties shared embeddings (T5's shared/embed_tokens) in from_pretrained, not in
     # the constructor; materialising with to_empty() unties them again.
@@ -139,9 +138,6 @@ def build_scheduler(comp: Component):
 
 
 def build_pipeline(spec: ModelSpec, size: str, device: str, dtype: torch.dtype, seed: int):
-    quiet_known_noise()  # as _instantiate
-    import diffusers
-
     comps = spec.full if size == "full" else spec.tiny
     parts: dict[str, Any] = {name: build_component(comp, device, dtype, seed + i)
                              for i, (name, comp) in enumerate(comps.items())}
@@ -149,4 +145,5 @@ def build_pipeline(spec: ModelSpec, size: str, device: str, dtype: torch.dtype, 
         parts[name] = clip_tokenizer() if kind == "clip" else t5_tokenizer(spec.max_tokens)
     parts["scheduler"] = build_scheduler(spec.scheduler)
     parts.update(spec.pipeline_kwargs)
+    import diffusers  # only now: _instantiate has called quiet_known_noise() before it
     return getattr(diffusers, spec.pipeline_class)(**parts)

@@ -1,6 +1,5 @@
-"""Downloads: which weight files a load fetches, in the load's dtype (wanted_variant, checked
-against the hub's file list when online: plan_download), and how many bytes, said before they
-start, with the cache's free disk checked. The hub is asked through models/hub.py.
+"""Downloads: which weight files a load fetches in its dtype, and how many bytes, said before
+they start with the disk checked (say_download). The hub is asked through models/hub.py.
 
 Introduced in 00_setup.ipynb (the first load that downloads says what and how many GB).
 """
@@ -47,25 +46,6 @@ def local_variant(model: str, path: str, dtype) -> str | None:
     return variant if there else None
 
 
-def plan_download(model: str, dtype) -> tuple[str | None, dict[str, int]]:
-    """The variant loading `model` (or the "fp16-fix" VAE) in `dtype` from the hub takes, and
-    the files (name: bytes) it would download now. Online: the hub's file list and sizes
-    (hub.file_sizes) against the local cache. Offline or unreachable: nothing can download;
-    the variant is the wanted one where the cache holds its files, else the plain files
-    (loaded, then cast)."""
-    hub_id, comps = repo_folders(model)
-    variant = wanted_variant(hub_id, dtype)
-    try:
-        sizes = None if offline() else file_sizes(hub_id)
-    except Exception:  # unreachable, refused, gated: what is cached decides, said below
-        sizes = None
-    if sizes is not None:
-        files, variant = weight_files(sizes, set(comps), variant)
-        return variant, {f: sizes[f] for f in files if cached(hub_id, f) is None}
-    found = cached(hub_id, "config.json" if "" in comps else "model_index.json")
-    return found and local_variant(model, os.path.dirname(found), dtype), {}
-
-
 def check_disk(nbytes: int, what: str) -> str:
     """Refuse, before it starts, a download of `nbytes` that the Hugging Face cache's disk
     cannot hold, saying what to do; else where it goes: "into FOLDER (N GB free)"."""
@@ -81,16 +61,31 @@ def check_disk(nbytes: int, what: str) -> str:
 
 
 def say_download(model: str, dtype, verbose: bool = True) -> str | None:
-    """Before a load from the hub: say what it downloads (which files, how many GB; always,
-    `verbose` or not) and check the disk; returns the variant to load (None: plain files)."""
-    hub_id, (variant, files) = repo_folders(model)[0], plan_download(model, dtype)
+    """Before a load of `model` (or the "fp16-fix" VAE) from the hub: say what it downloads
+    (which files, how many GB; always, `verbose` or not) and check the disk; returns the variant
+    to load (None: plain files). Online: the hub's file list and sizes (hub.file_sizes) against
+    the local cache. Offline or unreachable: nothing can download; the variant is the wanted one
+    where the cache holds its files, else the plain files (loaded, then cast)."""
+    hub_id, comps = repo_folders(model)
+    wanted = wanted_variant(hub_id, dtype)
+    try:
+        sizes = None if offline() else file_sizes(hub_id)
+    except Exception:  # unreachable, refused, gated: what is cached decides, said below
+        sizes = None
+    files: dict[str, int] = {}  # to download, name: bytes
+    if sizes is None:
+        found = cached(hub_id, "config.json" if "" in comps else "model_index.json")
+        variant = found and local_variant(model, os.path.dirname(found), dtype)
+    else:
+        names, variant = weight_files(sizes, set(comps), wanted)
+        files = {f: sizes[f] for f in names if cached(hub_id, f) is None}
     if files:
         kind = "fp16" if variant else HUB_FILES.get(hub_id, ("fp32", 0))[0]
         what = f"{model} ({hub_id}, its {kind} files)"
         where = check_disk(sum(files.values()), f"Downloading {what}")
         print(f"fastdiff: downloading {what}: {len(files)} file(s), "
               f"{sum(files.values()) / GB:.1f} GB, {where}")
-    elif verbose and wanted_variant(hub_id, dtype) and variant is None:
+    elif verbose and wanted and variant is None:
         print(f"fastdiff: {model}: its fp16 files are not here; loading its cached "
               f"{HUB_FILES[hub_id][0]} files and casting them")
     return variant

@@ -2,8 +2,7 @@
 and guidance its authors run it with. Read from each model card (sources below); loaded by
 fdh.use_few_step (techniques/schedulers.py) only where the file is already on this machine.
 
-Introduced in 09_fewer_denoiser_calls.ipynb. Imports nothing of the package but the hub's cache
-lookup.
+Introduced in 09_fewer_denoiser_calls.ipynb.
 """
 
 from __future__ import annotations

@@ -9,10 +9,8 @@ transformer/config.json, vae/config.json, scheduler/scheduler_config.json), the 
 architecture as Black Forest Labs' own code (black-forest-labs/flux, src/flux/util.py:
 hidden_size 3072, 24 heads, depth 19 double and 38 single blocks, axes_dim [16, 56, 56],
 z_channels 16, scale_factor 0.3611, shift_factor 0.1159). The two variants differ in the
-transformer's guidance embedder (dev only: guidance is an input of the one call per step,
-not a doubled batch), the scheduler's shift (dev: resolution-dependent, "dynamic"; schnell:
-none) and the call's defaults (dev: 28 steps, guidance 3.5, 512 T5 tokens; schnell: 4 steps,
-no guidance, 256 tokens, as its model card runs it).
+transformer's guidance embedder, the scheduler's shift and the call's defaults (schnell's as
+its model card runs it), each said where it is set below.
 """
 
 from __future__ import annotations
@@ -30,23 +28,6 @@ def _transformer(guidance: bool, **over: Any) -> Component:
     return Component("diffusers", "FluxTransformer2DModel", cfg)
 
 
-def _tiny_transformer(guidance: bool) -> Component:
-    # in_channels = 4 x the VAE's 16 latent channels (2x2 packing); joint_attention_dim = the
-    # tiny T5's d_model, pooled_projection_dim = the tiny CLIP's hidden size (its pooler
-    # output); the three rotary axes add up to the head dim.
-    return _transformer(guidance, num_layers=2, num_single_layers=2, attention_head_dim=16,
-                        num_attention_heads=2, joint_attention_dim=32, pooled_projection_dim=32,
-                        axes_dims_rope=[4, 6, 6])
-
-
-def _scheduler(dynamic: bool) -> Component:
-    # scheduler_config.json: dev shifts the sigmas by the image's token count (mu from
-    # base/max_image_seq_len and base/max_shift, pipeline_flux.py:826-833); schnell keeps them
-    return Component("diffusers", "FlowMatchEulerDiscreteScheduler", dict(
-        num_train_timesteps=1000, shift=3.0 if dynamic else 1.0, use_dynamic_shifting=dynamic,
-        base_shift=0.5, max_shift=1.15, base_image_seq_len=256, max_image_seq_len=4096))
-
-
 # 16 latent channels, no quant convs: vae/config.json of both variants
 _VAE = dict(latent=16, scaling_factor=0.3611, shift_factor=0.1159, force_upcast=True,
             use_quant_conv=False, use_post_quant_conv=False, mid_block_add_attention=True)
@@ -58,13 +39,25 @@ _TINY = {"vae": autoencoder((8, 16, 16, 16), 4, 1, sample_size=64, **_VAE),
 
 def _spec(key: str, name: str, guidance_embeds: bool, steps: int, guidance: float,
           tokens: int, notes: str) -> ModelSpec:
+    # the tiny transformer: in_channels = 4 x the VAE's 16 latent channels (2x2 packing);
+    # joint_attention_dim = the tiny T5's d_model, pooled_projection_dim = the tiny CLIP's
+    # hidden size (its pooler output); the three rotary axes add up to the head dim.
+    tiny = _transformer(guidance_embeds, num_layers=2, num_single_layers=2, attention_head_dim=16,
+                        num_attention_heads=2, joint_attention_dim=32, pooled_projection_dim=32,
+                        axes_dims_rope=[4, 6, 6])
+    # scheduler_config.json: dev shifts the sigmas by the image's token count (mu from
+    # base/max_image_seq_len and base/max_shift, pipeline_flux.py:826-833); schnell keeps them
+    scheduler = Component("diffusers", "FlowMatchEulerDiscreteScheduler", dict(
+        num_train_timesteps=1000, shift=3.0 if guidance_embeds else 1.0,
+        use_dynamic_shifting=guidance_embeds, base_shift=0.5, max_shift=1.15,
+        base_image_seq_len=256, max_image_seq_len=4096))
     return ModelSpec(
         key=key, name=name, hub_id=f"black-forest-labs/{name.split()[0]}",
         pipeline_class="FluxPipeline", family="flux", resolution=1024, steps=steps,
         guidance=guidance, tokenizers={"tokenizer": "clip", "tokenizer_2": "t5"},
-        max_tokens=tokens, scheduler=_scheduler(dynamic=guidance_embeds),
+        max_tokens=tokens, scheduler=scheduler,
         full={"transformer": _transformer(guidance_embeds), **_FULL},
-        tiny={"transformer": _tiny_transformer(guidance_embeds), **_TINY},
+        tiny={"transformer": tiny, **_TINY},
         call_kwargs={"max_sequence_length": tokens}, notes=notes, packing=2, cfg=False,
         ladders=("flux",))
 

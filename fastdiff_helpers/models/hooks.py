@@ -49,6 +49,4 @@ def listening(listener: Listener) -> Iterator[Listener]:
 
 def auto_weights(rule: Callable[..., tuple[str, str] | None] | None) -> None:
     """Put `rule` before the helpers' own for weights="auto" (None: take it away)."""
-    WEIGHTS_RULES.clear()
-    if rule is not None:
-        WEIGHTS_RULES.append(rule)
+    WEIGHTS_RULES[:] = [] if rule is None else [rule]

@@ -1,7 +1,6 @@
-"""The Hugging Face hub, asked in one place: offline or not, a repository's files and sizes,
-the local cache, downloads, a gated repository's access and its message, and the files
-from_pretrained takes. Introduced in 00_setup.ipynb. huggingface_hub is imported inside the
-functions (cost at import; see build.py): the function asked is the one it has at the call.
+"""The Hugging Face hub, asked in one place. Introduced in 00_setup.ipynb. huggingface_hub is
+imported inside the functions (cost at import; see build.py): the function asked is the one it
+has at the call.
 """
 
 from __future__ import annotations

@@ -28,12 +28,12 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-# --- the public entry point --------------------------------------------------------------
-
-def _drawn_dtype(weights: str, dtype: torch.dtype) -> torch.dtype:
-    """Tiny weights are drawn in fp32 (then cast): every dtype gets the fp32 baseline's
-    weights, rounded (drawn in bf16 they are other weights). Full-size ones in the load's."""
-    return torch.float32 if weights == "tiny" else dtype
+def _built(weights: str, dtype: torch.dtype, build):
+    """build(dtype) for random weights; tiny weights are drawn in fp32, then cast: every dtype
+    gets the fp32 baseline's weights, rounded (drawn in bf16 they are other weights)."""
+    if weights != "tiny" or dtype == torch.float32:
+        return build(dtype)
+    return cast_built(build(torch.float32), dtype)
 
 
 def _swap_vae(pipe, vae: str, weights: str, device: str, dtype: torch.dtype, seed: int,
@@ -53,9 +53,7 @@ def _swap_vae(pipe, vae: str, weights: str, device: str, dtype: torch.dtype, see
                                 "vae=.") from None
         return hub_id
     component = full if weights == "random" else tiny
-    drawn = _drawn_dtype(weights, dtype)
-    built = build_component(component, device, drawn, seed + 100)
-    pipe.vae = cast_built(built, dtype) if drawn != dtype else built
+    pipe.vae = _built(weights, dtype, lambda d: build_component(component, device, d, seed + 100))
     return f"{hub_id} (config; {weights} weights)"
 
 
@@ -110,19 +108,16 @@ def load_pipeline(model: str | ModelSpec = "sdxl", weights: str = "auto", device
         require_pretrained(spec, path)  # what is missing, said before any loading
         variant = (local_variant(spec.key, path, torch_dtype) if path is not None
                    else say_download(spec.key, torch_dtype, verbose))
-        pipe = load_pretrained(spec, path, torch_dtype, check=False, variant=variant)
+        pipe = load_pretrained(spec, path, torch_dtype, variant=variant)
         if device != "cpu":
             pipe.to(device)
     else:
-        drawn = _drawn_dtype(weights, torch_dtype)
-        pipe = build_pipeline(spec, "full" if weights == "random" else "tiny", device, drawn, seed)
-        if drawn != torch_dtype:
-            cast_built(pipe, torch_dtype)
+        size = "full" if weights == "random" else "tiny"
+        pipe = _built(weights, torch_dtype, lambda d: build_pipeline(spec, size, device, d, seed))
     if spec.family == "flux":  # its own default size, from its VAE's
         pipe.default_sample_size = pipe.vae.config.sample_size // pipe.vae_scale_factor
-    vae_source = "pipeline"
-    if vae is not None:
-        vae_source = _swap_vae(pipe, vae, weights, device, torch_dtype, seed, verbose)
+    vae_source = ("pipeline" if vae is None
+                  else _swap_vae(pipe, vae, weights, device, torch_dtype, seed, verbose))
     if scheduler is not None:
         import diffusers
 
@@ -234,8 +229,6 @@ def call_kwargs(pipe, prompt: str = DEFAULT_PROMPT,
         width=width or size, guidance_scale=spec.guidance if guidance is None else guidance,
         generator=torch.Generator("cpu").manual_seed(seed), output_type="pil")
     kwargs.update(spec.call_kwargs)
-    # arguments a technique adds to every call, made from this call's own (fdh.stop_guidance:
-    # diffusers' CFG cut-off callback, whose step index depends on the steps)
     for extra in pipeline_info(pipe).per_call:
         kwargs.update(extra(kwargs))
     if callback_on_step_end is not None:

@@ -56,10 +56,8 @@ def meta_copy(key: Key) -> torch.nn.Module:
     config = json.loads(cfg_json)
     with torch.device("meta"):
         if library == "diffusers":
-            model = cls.from_config(config)
-        else:
-            model = cls(_import(cfg_path).from_dict(config))
-    return model.eval()
+            return cls.from_config(config).eval()
+        return cls(_import(cfg_path).from_dict(config)).eval()
 
 
 def meta(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -1,10 +1,9 @@
-"""Library messages known to be harmless where the course triggers them, silenced narrowly.
+"""Library messages known to be harmless where the course triggers them, silenced narrowly:
+anything else still shows.
 
-Introduced in 00_setup.ipynb. Each entry names the logger (or the warning's module), the
-message, and why it does not concern the course; anything else still shows. The helpers that
-first import diffusers, torchao or the compiler (load_pipeline, apply, quantize,
-compile_pipeline) call quiet_known_noise(); quiet_known_noise(False) shows them again.
-Imports nothing of the package."""
+Introduced in 00_setup.ipynb. The helpers that first import diffusers, torchao or the compiler
+(load_pipeline, apply, quantize, compile_pipeline) call quiet_known_noise(). Imports nothing of
+the package."""
 
 from __future__ import annotations
 

@@ -30,12 +30,6 @@ _SD_SCHEDULER_KW = dict(beta_start=0.00085, beta_end=0.012, beta_schedule="scale
                         num_train_timesteps=1000, steps_offset=1)
 _EULER = Component("diffusers", "EulerDiscreteScheduler",
                    dict(_SD_SCHEDULER_KW, timestep_spacing="leading", prediction_type="epsilon"))
-_PNDM = Component("diffusers", "PNDMScheduler",
-                  dict(_SD_SCHEDULER_KW, skip_prk_steps=True, set_alpha_to_one=False))
-_DPM = Component("diffusers", "DPMSolverMultistepScheduler",
-                 dict(beta_start=0.0001, beta_end=0.02, beta_schedule="linear",
-                      num_train_timesteps=1000, solver_order=2, algorithm_type="dpmsolver++",
-                      prediction_type="epsilon", lower_order_final=True))
 
 
 def _sdxl_unet(**over: Any) -> Component:
@@ -62,6 +56,15 @@ def _tiny_sdxl_unet(**over: Any) -> Component:
         transformer_layers_per_block=[1, 2], attention_head_dim=[2, 4],
         cross_attention_dim=64, addition_time_embed_dim=8,
         projection_class_embeddings_input_dim=6 * 8 + 32, **over)
+
+
+def _pixart(sample: int, layers: int, heads: int, dim: int, cross: int, caption: int) -> Component:
+    return Component("diffusers", "PixArtTransformer2DModel", dict(
+        sample_size=sample, num_layers=layers, num_attention_heads=heads,
+        attention_head_dim=dim, in_channels=4, out_channels=8, patch_size=2,
+        cross_attention_dim=cross, caption_channels=caption, attention_bias=True,
+        activation_fn="gelu-approximate", num_embeds_ada_norm=1000, norm_type="ada_norm_single",
+        norm_elementwise_affine=False, norm_eps=1e-6))
 
 
 _CLIP_BIGG = clip(1280, 5120, 32, 20, "gelu", 1280, projection=True)
@@ -134,7 +137,8 @@ MODELS: dict[str, ModelSpec] = {
         pipeline_class="StableDiffusionPipeline", family="unet",
         resolution=512, steps=30, guidance=7.5,
         tokenizers={"tokenizer": "clip"}, max_tokens=77,
-        scheduler=_PNDM,
+        scheduler=Component("diffusers", "PNDMScheduler", dict(
+            _SD_SCHEDULER_KW, skip_prk_steps=True, set_alpha_to_one=False)),
         full={"unet": Component("diffusers", "UNet2DConditionModel", dict(
                   sample_size=64, in_channels=4, out_channels=4, layers_per_block=2,
                   block_out_channels=[320, 640, 1280, 1280], cross_attention_dim=768,
@@ -180,22 +184,14 @@ MODELS: dict[str, ModelSpec] = {
         pipeline_class="PixArtAlphaPipeline", family="transformer",
         resolution=1024, steps=30, guidance=4.5,
         tokenizers={"tokenizer": "t5"}, max_tokens=120,
-        scheduler=_DPM,
-        full={"transformer": Component("diffusers", "PixArtTransformer2DModel", dict(
-                  sample_size=128, num_layers=28, num_attention_heads=16,
-                  attention_head_dim=72, in_channels=4, out_channels=8, patch_size=2,
-                  cross_attention_dim=1152, caption_channels=4096, attention_bias=True,
-                  activation_fn="gelu-approximate", num_embeds_ada_norm=1000,
-                  norm_type="ada_norm_single", norm_elementwise_affine=False,
-                  norm_eps=1e-6)),
-              "vae": _SD_VAE, "text_encoder": T5_XXL},
-        tiny={"transformer": Component("diffusers", "PixArtTransformer2DModel", dict(
-                  sample_size=8, num_layers=2, num_attention_heads=2, attention_head_dim=8,
-                  in_channels=4, out_channels=8, patch_size=2, cross_attention_dim=16,
-                  caption_channels=32, attention_bias=True, activation_fn="gelu-approximate",
-                  num_embeds_ada_norm=1000, norm_type="ada_norm_single",
-                  norm_elementwise_affine=False, norm_eps=1e-6)),
-              "vae": _TINY_VAE, "text_encoder": TINY_T5},
+        scheduler=Component("diffusers", "DPMSolverMultistepScheduler", dict(
+            beta_start=0.0001, beta_end=0.02, beta_schedule="linear", num_train_timesteps=1000,
+            solver_order=2, algorithm_type="dpmsolver++", prediction_type="epsilon",
+            lower_order_final=True)),
+        full={"transformer": _pixart(128, 28, 16, 72, 1152, 4096), "vae": _SD_VAE,
+              "text_encoder": T5_XXL},
+        tiny={"transformer": _pixart(8, 2, 2, 8, 16, 32), "vae": _TINY_VAE,
+              "text_encoder": TINY_T5},
         call_kwargs={"use_resolution_binning": False, "clean_caption": False},
         notes="Transformer denoiser (DiT) with a 4.8B-parameter T5-XXL text encoder.",
     ),

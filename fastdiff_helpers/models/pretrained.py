@@ -32,17 +32,10 @@ HUB_TIMEOUT_S = 5  # each question to the hub (model_info, the gate's access che
 NOISE = "real speed, memory and FLOPs; every image is noise"
 
 
-def pretrained_status(spec: ModelSpec, path: str | None = None) -> tuple[bool, str]:
-    """(available, why): a local pipeline folder, the local hub cache, or a reachable hub that
-    lets this machine's token download the weights (a gated repository says "gated: needs
-    access" when it does not)."""
-    ok, why, _ = _status(spec, path)
-    return ok, why
-
-
-def _status(spec: ModelSpec, path: str | None) -> tuple[bool, str, str | None]:
-    """pretrained_status, and the repository's gate ("auto" or "manual") when the token is not
-    let in, else None."""
+def pretrained_status(spec: ModelSpec, path: str | None = None) -> tuple[bool, str, str | None]:
+    """(available, why, gate): a local pipeline folder, the local hub cache, or a reachable hub
+    that lets this machine's token download the weights (a gated repository says "gated: needs
+    access" when it does not, and gate is its "auto" or "manual"; else None)."""
     if path is not None:
         if os.path.isfile(os.path.join(path, "model_index.json")):
             return True, f"local pipeline folder {path}", None
@@ -86,7 +79,7 @@ def _status(spec: ModelSpec, path: str | None) -> tuple[bool, str, str | None]:
 
 def require_pretrained(spec: ModelSpec, path: str | None) -> None:
     """Refuse, before any loading, pretrained weights that are not there, saying what to do."""
-    ok, why, gated = _status(spec, path)
+    ok, why, gated = pretrained_status(spec, path)
     if not ok:
         if path is not None:
             raise FastdiffError(f"Cannot load {spec.key!r} from {path!r}: {why}. Pass a folder "
@@ -101,14 +94,12 @@ def require_pretrained(spec: ModelSpec, path: str | None) -> None:
             f"speed and memory) or {checks.arg('weights', 'tiny')} (small CPU model).")
 
 
-def load_pretrained(spec: ModelSpec, path: str | None, dtype: torch.dtype, check: bool = True,
+def load_pretrained(spec: ModelSpec, path: str | None, dtype: torch.dtype,
                     variant: str | None = None):
     """from_pretrained, safetensors only; `variant` "fp16": the repo's fp16 files where a
     folder has them (models/downloads.py decides it per load dtype)."""
     import diffusers
 
-    if check:  # load_pipeline checked already
-        require_pretrained(spec, path)
     cls = getattr(diffusers, spec.pipeline_class)
     kwargs: dict[str, Any] = dict(dtype=dtype, use_safetensors=True)  # torch_dtype: deprecated
     if variant is not None:
@@ -129,10 +120,9 @@ def load_pretrained(spec: ModelSpec, path: str | None, dtype: torch.dtype, check
                             "*.safetensors files for every component.") from None
 
 
-def check_weights(weights: str) -> str:
+def check_weights(weights: str) -> None:
     if not isinstance(weights, str) or weights not in WEIGHTS:
         raise FastdiffError(f"Unknown weights {weights!r}. Use one of {', '.join(WEIGHTS)}.")
-    return weights
 
 
 def resolve_weights(model: str | ModelSpec, weights: str, device: str,
@@ -163,7 +153,7 @@ def choose_weights(spec: ModelSpec, path: str | None, device: str, rules: bool =
         chosen = rule(spec, path, device)
         if chosen is not None:
             return chosen
-    ok, why, gated = _status(spec, path)
+    ok, why, gated = pretrained_status(spec, path)
     if ok:
         return "pretrained", why
     if not device.startswith("cuda"):

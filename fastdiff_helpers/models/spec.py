@@ -1,6 +1,5 @@
-"""The records that describe a model of the course: Component (one part built in code) and
-ModelSpec (everything the helpers need to know about one model); and the VAE layout and the
-text encoders more than one model uses.
+"""The records that describe a model of the course (Component, ModelSpec), and the VAE layout
+and the text encoders more than one model uses.
 
 Introduced in 00_setup.ipynb (through fdh.MODELS). Pure data, like presets.py and flux.py,
 which hold the models themselves: imports nothing of the package and no heavy library.

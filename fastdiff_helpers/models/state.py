@@ -77,10 +77,8 @@ def compiled_by_hand(module: torch.nn.Module) -> dict[str, Any] | None:
     while backend is not None and not hasattr(backend, "apply_mode") and depth < 8:
         backend, depth = getattr(backend, "_torchdynamo_orig_backend", None), depth + 1
     config = getattr(backend, "config", {}) or {}
-    mode = "default"
-    for name in ("reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune"):
-        if all(config.get(k) == v for k, v in list_mode_options(name).items()):
-            mode = name
+    mode = next((name for name in ("max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead")
+                 if all(config.get(k) == v for k, v in list_mode_options(name).items())), "default")
     return {"mode": mode, "fullgraph": bool(ctx.fullgraph), "scope": scope, "config": config,
             "dynamic": getattr(ctx, "_dynamic", None),
             "blocks": {type(getattr(b, "_orig_mod", b)).__name__ for b in blocks}}
