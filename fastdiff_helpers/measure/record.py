@@ -116,14 +116,6 @@ def psnr_text(quality: dict | None) -> str:
     return "identical" if math.isinf(psnr) else f"{psnr:.1f} dB"
 
 
-def _steps(n: int) -> str:
-    return f"{n} step" + ("" if n == 1 else "s")
-
-
-def _scheduler(name: str | None) -> str:
-    return f", {name.removesuffix('Scheduler')}" if name else ""  # older records: none
-
-
 def denoising_text(results) -> str:
     """'30 steps, EulerDiscrete' when every result ran the same steps and scheduler, else ''
     (then each result is labelled with denoising_label). Introduced in
@@ -132,7 +124,8 @@ def denoising_text(results) -> str:
     if len(runs) != 1:
         return ""
     steps, scheduler = next(iter(runs))
-    return f"{_steps(steps)}{_scheduler(scheduler)}"
+    name = f", {scheduler.removesuffix('Scheduler')}" if scheduler else ""  # older records: none
+    return f"{steps} step" + ("" if steps == 1 else "s") + name
 
 
 def denoising_label(result, results) -> str:
@@ -140,7 +133,7 @@ def denoising_label(result, results) -> str:
     scheduler, else '': how a table or chart tells the runs of a scheduler swap apart."""
     if denoising_text(results):
         return ""
-    return f" ({_steps(result.steps)}{_scheduler(result.scheduler)})"
+    return f" ({denoising_text([result])})"
 
 
 def utc_now() -> str:
