@@ -46,13 +46,6 @@ class _ReasonHandler(logging.Handler):
         _reasons.append(record.getMessage().split("\n")[0])
 
 
-def _listen() -> None:
-    """Keep the reasons torch logs for each skip (installed once, on the first snapshot)."""
-    logger = logging.getLogger(_LOGGER)
-    if not any(isinstance(h, _ReasonHandler) for h in logger.handlers):
-        logger.addHandler(_ReasonHandler(level=logging.WARNING))
-
-
 def _manager(device_index: int):
     """inductor's tree manager for this device, or None when nothing was captured there yet
     (never created here: creating one reserves a graph memory pool)."""
@@ -107,7 +100,9 @@ def cudagraph_snapshot(device_index: int = 0) -> CudaGraphSnapshot:
     for cudagraph_report(pipe, since=...)."""
     from torch._dynamo.utils import counters
 
-    _listen()
+    logger = logging.getLogger(_LOGGER)  # keep the reasons torch logs for each skip, from now on
+    if not any(isinstance(h, _ReasonHandler) for h in logger.handlers):
+        logger.addHandler(_ReasonHandler(level=logging.WARNING))
     manager = _manager(device_index)
     _watch_replays(manager, device_index)
     snap = CudaGraphSnapshot(skips=counters["inductor"]["cudagraph_skips"],
