@@ -208,7 +208,6 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     if info.recipe is None:
         notes.append("no fdh.apply() recipe: the recipe recorded is read off the pipeline "
                      f"(techniques applied one by one: {', '.join(info.applied) or 'none'})")
-    env = env_report()
     latency = statistics.median(samples)
     recipe = current_recipe(pipe)
     n = resolved["num_inference_steps"]
@@ -236,6 +235,6 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
         stages=stages,
         stage_samples=stage_samples, flops_per_image=float(flops),
         tflops_per_s=flops / latency / 1e12 if device.type == "cuda" else None,
-        quality=quality, env=env, notes=notes, image=image, vae=info.vae,
+        quality=quality, env=env_report(), notes=notes, image=image, vae=info.vae,
         scheduler=type(pipe.scheduler).__name__, tf32=tf32_state(),
         compile_events=compiles, cold_start_split=cold_split, ops=ops)

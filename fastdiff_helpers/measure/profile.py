@@ -147,12 +147,10 @@ def kinds_from_events(events, cuda: bool, wall_us: float) -> tuple[dict[str, flo
                     else kind_of(e.name))
             if us > 0:
                 add(kind, e.name, us)
-            parent = e.cpu_parent
-            if parent is None or parent.name.startswith(STAGE_PREFIX):
+            if e.cpu_parent is None or e.cpu_parent.name.startswith(STAGE_PREFIX):
                 busy.append((e.time_range.start, e.time_range.end))
     # the rest of the wall time: no op (CPU) or no kernel (GPU) was running
-    covered = _union(busy)
-    add(HOST, "no op running" if not cuda else "device idle", max(wall_us - covered, 0.0))
+    add(HOST, "no op running" if not cuda else "device idle", max(wall_us - _union(busy), 0.0))
     seconds = {k: v / 1e6 for k, v in kinds.items()}
     top = {k: sorted(((n, us / 1e6) for n, us in ops.items()), key=lambda t: -t[1])[:5]
            for k, ops in per_op.items() if ops}

@@ -5,6 +5,7 @@ median is, and the process's peak RSS. Introduced in 01_baseline.ipynb (through 
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import threading
 import time
@@ -239,8 +240,6 @@ def profiling(cuda: bool) -> Iterator[Any]:
 def _no_stderr() -> Iterator[None]:
     """File descriptor 2 sent to /dev/null for the duration (C++ libraries write there
     directly); only around the profiler's start and stop, never around work that may fail."""
-    import os
-
     sys.stderr.flush()
     saved = os.dup(2)
     null = os.open(os.devnull, os.O_WRONLY)
