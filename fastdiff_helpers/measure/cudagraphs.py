@@ -6,9 +6,8 @@ Introduced in 12_cuda_graphs.ipynb; fdh.benchmark records it beside the compile 
 Read from torch's own records (torch 2.13):
 - captures and re-records: the CUDA-graph trees of inductor's tree manager, one per device
   (torch/_inductor/cudagraph_trees.py: CUDAGraphTreeManager.roots, each CUDAGraphNode's
-  children; record_function adds one node per capture, so a second node for the same function
-  at the same place in a tree is a re-record; num_rerecord counts the unexpected ones, those
-  toward triton.cudagraph_unexpected_rerecord_limit);
+  children, read by tree_counts; record_function adds one node per capture; num_rerecord
+  counts the unexpected re-records, those toward triton.cudagraph_unexpected_rerecord_limit);
 - warm-up runs: the functions run eagerly once before their capture (warmed_up_functions);
 - replays: calls of the manager's execute_node (the one path that replays a recorded graph),
   counted by a wrapper on the manager instance while a watch is on;
@@ -57,7 +56,6 @@ def _manager(device_index: int):
 
 
 def _watch_replays(manager, device_index: int) -> None:
-    """Count replays: wrap this manager's execute_node (an instance attribute, once)."""
     if manager is None or getattr(manager, "_fastdiff_counted", False):
         return
     original = manager.execute_node

@@ -24,10 +24,9 @@ TUNED_ON = "tuned on the "
 __all__ = ["SCHEMA_VERSION", "Result", "ResultsFormatError", "median_interval", "STEADY"]
 
 SCHEMA_VERSION = 1
-# Timing is steady when the median is known within +-STEADY of itself (uncertainty()).
-# fdh.benchmark adds timed runs, up to its max_runs, until it is; a result that never got there
-# carries its uncertainty as a flag. The quiet 2-core CPU machine with the tiny models: 5 runs
-# within +-3-10 %, so a few more runs usually settle it.
+# Timing is steady when the median is known within +-STEADY of itself (uncertainty()): runs are
+# added until it is (until_steady, fdh.benchmark's max_runs), else flagged (Result.unsteady). The
+# quiet 2-core CPU machine with the tiny models: 5 runs within +-3-10 %, so a few more settle it.
 STEADY = 0.05
 
 
@@ -304,8 +303,7 @@ class Result:
         if self.latency_s is None:
             parts = ["no timing"]
         else:
-            u = self.latency_uncertainty
-            sure = f", +-{u:.0%}" if u is not None else ""
+            sure = "" if (u := uncertainty_text(self)) == "-" else f", {u}"
             parts = [
                 f"{self.latency_s:.2f} s (median of {len(self.latency_samples)}{sure}, "
                 f"IQR {self.latency_iqr_s:.2f} s)"
