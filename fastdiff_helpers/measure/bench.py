@@ -26,22 +26,12 @@ from .flops import count_flops, denoiser_calls
 from .quality import compare_images
 from .record import Result
 from .timing import (StageMarks, _peak_rss_bytes, _ticking, marked, profile_ops, progress_bar,
-                     steady_note, until_steady)
+                     steady_note, synchronize, until_steady)
 
 __all__ = ["benchmark", "time_call", "synchronize"]
 
 
 MAX_EXTRA_WARMUP = 3  # untimed calls added while the call before still compiled
-
-
-def synchronize(device: str | torch.device) -> None:
-    """Wait until every queued kernel on `device` has finished (no-op on a CPU).
-
-    GPU work is asynchronous: a call returns as soon as its kernels are queued, so a clock
-    read without this measures the queueing, not the work. Introduced in 01_baseline.ipynb."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def time_call(fn: Callable[[], Any], device: str | torch.device) -> tuple[Any, float]:

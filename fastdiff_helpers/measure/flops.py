@@ -28,7 +28,7 @@ from ..models.build import build_scheduler
 from ..models.presets import ModelSpec, get_spec
 from ..techniques.cache_paths import PATHS
 from ..techniques.step_cache import cached_schedule, guided_steps, plan_settings
-from .timing import StageMarks
+from .timing import StageMarks, synchronize
 
 __all__ = ["count_flops", "denoiser_calls", "flop_floor_seconds", "measure_matmul_tflops"]
 
@@ -207,8 +207,7 @@ def measure_matmul_tflops(device: str = "cuda", dtype: torch.dtype | None = None
     for _ in range(3):  # warm-up: kernel selection, clocks
         a @ b
     clock = StageMarks(dev)  # benchmark()'s clock: CUDA events on a GPU, else perf_counter
-    if clock.cuda:
-        torch.cuda.synchronize(dev)
+    synchronize(dev)
     start = clock.now()
     for _ in range(iters):
         a @ b

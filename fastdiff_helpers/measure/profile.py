@@ -23,7 +23,7 @@ from .. import checks
 from ..errors import FastdiffError
 from ..models.loading import call_kwargs, pipeline_device
 from ..models.presets import DEFAULT_PROMPT
-from .timing import STAGE_PREFIX, StageMarks, marked, profiling
+from .timing import STAGE_PREFIX, StageMarks, marked, profiling, synchronize
 
 __all__ = ["profile", "Profile", "KINDS", "kind_of"]
 
@@ -219,8 +219,7 @@ def _marked_call(pipe, call, device: torch.device) -> tuple[StageMarks, Any, Any
     its waits on the CUDA events are not in the trace)."""
     marks = StageMarks(device, steps=True, ranges=True)
     with marked(pipe, marks):  # no inference_mode: the pipeline's own no_grad, as benchmark
-        if marks.cuda:
-            torch.cuda.synchronize(device)
+        synchronize(device)
         start = marks.now()
         call()
         marks.close()  # a last step still open (output_type="latent": no decode closed it)
