@@ -133,7 +133,7 @@ def test_count_flops_counts_every_call_the_scheduler_makes():
 
 
 def test_count_flops_takes_a_model_spec_as_it_takes_its_key():
-    """_pipeline_parts reads a ModelSpec as a key; the plan lookup took it for a pipeline and
-    refused ("ModelSpec is not one of the course's pipelines")."""
+    """count_flops reads a ModelSpec as a key; a second, later lookup once took it for a
+    pipeline and refused ("ModelSpec is not one of the course's pipelines")."""
     assert count_flops(fdh.MODELS["sd15"]) == count_flops("sd15")
     assert count_flops(fdh.MODELS["sd15"])["calls"] == 31

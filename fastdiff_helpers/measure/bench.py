@@ -26,22 +26,12 @@ from .flops import count_flops, denoiser_calls
 from .quality import compare_images
 from .record import Result
 from .timing import (StageMarks, _peak_rss_bytes, _ticking, marked, profile_ops, progress_bar,
-                     steady_note, until_steady)
+                     steady_note, synchronize, until_steady)
 
 __all__ = ["benchmark", "time_call", "synchronize"]
 
 
 MAX_EXTRA_WARMUP = 3  # untimed calls added while the call before still compiled
-
-
-def synchronize(device: str | torch.device) -> None:
-    """Wait until every queued kernel on `device` has finished (no-op on a CPU).
-
-    GPU work is asynchronous: a call returns as soon as its kernels are queued, so a clock
-    read without this measures the queueing, not the work. Introduced in 01_baseline.ipynb."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def time_call(fn: Callable[[], Any], device: str | torch.device) -> tuple[Any, float]:
@@ -188,12 +178,10 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     cold_split = {key: cold_events[key] for key in ("compile_s", "dynamo_s", "inductor_s",
                                                     "autotune_s")}
     cold_split["call_s"] = max(cold - cold_events["compile_s"], 0.0)
-    # each stage's first call less its warm median: where the cold start went, part by part
-    # (text_encoding_over_warm_s, denoising_over_warm_s, vae_decode_over_warm_s)
+    stages = {k: statistics.median(v) for k, v in stage_samples.items()}
     for stage, seconds in cold_stages.items():
-        if stage_samples.get(stage):
-            cold_split[f"{stage}_over_warm_s"] = max(
-                seconds - statistics.median(stage_samples[stage]), 0.0)
+        if stage in stages:
+            cold_split[f"{stage}_over_warm_s"] = max(seconds - stages[stage], 0.0)
     if device.type == "cuda":
         peak, kind = torch.cuda.max_memory_allocated(device), "cuda_max_allocated"
         reserved = torch.cuda.max_memory_reserved(device)  # includes CUDA-graph pools
@@ -201,8 +189,7 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
         peak, kind, reserved = _peak_rss_bytes(), "process_peak_rss", None
         notes.append("peak memory is the process-lifetime peak RSS (it includes everything "
                      "this process did before, not only this benchmark)")
-    if "quantize" in info.applied:
-        quant = info.applied["quantize"]
+    if (quant := info.applied.get("quantize")) is not None:
         notes.append(f"{quant['kind']}: {quant['linears']} linear layers quantized")
     if "few_step" in info.applied:  # weights changed by fdh.use_few_step: not in the recipe
         notes.append(f"few-step weights fused: {info.applied['few_step']}")
@@ -211,7 +198,6 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
     if info.recipe is None:
         notes.append("no fdh.apply() recipe: the recipe recorded is read off the pipeline "
                      f"(techniques applied one by one: {', '.join(info.applied) or 'none'})")
-    env = env_report()
     latency = statistics.median(samples)
     recipe = current_recipe(pipe)
     n = resolved["num_inference_steps"]
@@ -236,9 +222,9 @@ def benchmark(pipe, prompt: str = DEFAULT_PROMPT, steps: int | None = None,
         seed=seed, prompt=prompt, runs=runs, warmup=warmup, latency_s=latency,
         latency_samples=samples, cold_start_s=cold, peak_memory_bytes=peak,
         peak_memory_kind=kind, peak_reserved_bytes=reserved,
-        stages={k: statistics.median(v) for k, v in stage_samples.items()},
+        stages=stages,
         stage_samples=stage_samples, flops_per_image=float(flops),
         tflops_per_s=flops / latency / 1e12 if device.type == "cuda" else None,
-        quality=quality, env=env, notes=notes, image=image, vae=info.vae,
+        quality=quality, env=env_report(), notes=notes, image=image, vae=info.vae,
         scheduler=type(pipe.scheduler).__name__, tf32=tf32_state(),
-        compile_events=dict(compiles, cold=cold_events), cold_start_split=cold_split, ops=ops)
+        compile_events=compiles, cold_start_split=cold_split, ops=ops)

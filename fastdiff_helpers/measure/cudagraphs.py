@@ -6,9 +6,8 @@ Introduced in 12_cuda_graphs.ipynb; fdh.benchmark records it beside the compile 
 Read from torch's own records (torch 2.13):
 - captures and re-records: the CUDA-graph trees of inductor's tree manager, one per device
   (torch/_inductor/cudagraph_trees.py: CUDAGraphTreeManager.roots, each CUDAGraphNode's
-  children; record_function adds one node per capture, so a second node for the same function
-  at the same place in a tree is a re-record; num_rerecord counts the unexpected ones, those
-  toward triton.cudagraph_unexpected_rerecord_limit);
+  children, read by tree_counts; record_function adds one node per capture; num_rerecord
+  counts the unexpected re-records, those toward triton.cudagraph_unexpected_rerecord_limit);
 - warm-up runs: the functions run eagerly once before their capture (warmed_up_functions);
 - replays: calls of the manager's execute_node (the one path that replays a recorded graph),
   counted by a wrapper on the manager instance while a watch is on;
@@ -46,13 +45,6 @@ class _ReasonHandler(logging.Handler):
         _reasons.append(record.getMessage().split("\n")[0])
 
 
-def _listen() -> None:
-    """Keep the reasons torch logs for each skip (installed once, on the first snapshot)."""
-    logger = logging.getLogger(_LOGGER)
-    if not any(isinstance(h, _ReasonHandler) for h in logger.handlers):
-        logger.addHandler(_ReasonHandler(level=logging.WARNING))
-
-
 def _manager(device_index: int):
     """inductor's tree manager for this device, or None when nothing was captured there yet
     (never created here: creating one reserves a graph memory pool)."""
@@ -64,7 +56,6 @@ def _manager(device_index: int):
 
 
 def _watch_replays(manager, device_index: int) -> None:
-    """Count replays: wrap this manager's execute_node (an instance attribute, once)."""
     if manager is None or getattr(manager, "_fastdiff_counted", False):
         return
     original = manager.execute_node
@@ -107,7 +98,9 @@ def cudagraph_snapshot(device_index: int = 0) -> CudaGraphSnapshot:
     for cudagraph_report(pipe, since=...)."""
     from torch._dynamo.utils import counters
 
-    _listen()
+    logger = logging.getLogger(_LOGGER)  # keep the reasons torch logs for each skip, from now on
+    if not any(isinstance(h, _ReasonHandler) for h in logger.handlers):
+        logger.addHandler(_ReasonHandler(level=logging.WARNING))
     manager = _manager(device_index)
     _watch_replays(manager, device_index)
     snap = CudaGraphSnapshot(skips=counters["inductor"]["cudagraph_skips"],

@@ -28,7 +28,7 @@ from ..models.build import build_scheduler
 from ..models.presets import ModelSpec, get_spec
 from ..techniques.cache_paths import PATHS
 from ..techniques.step_cache import cached_schedule, guided_steps, plan_settings
-from .timing import StageMarks
+from .timing import StageMarks, synchronize
 
 __all__ = ["count_flops", "denoiser_calls", "flop_floor_seconds", "measure_matmul_tflops"]
 
@@ -72,26 +72,6 @@ def _text_encoder_flops(key: _Key, tokens: int) -> int:
     return _count(_meta_copy(key), _meta(1, tokens, dtype=torch.long))
 
 
-def _pipeline_parts(pipe_or_model_key: Any) -> tuple[Any, dict[str, _Key], bool, int, int]:
-    """(spec, {component: key}, negative prompt encoded?, native size, text tokens)."""
-    if isinstance(pipe_or_model_key, (str, ModelSpec)):
-        spec = get_spec(pipe_or_model_key)
-        quiet_known_noise()  # before diffusers (and torchao through it) is first imported
-        keys = {name: _spec_key(c) for name, c in spec.full.items()}
-        import diffusers
-        init = inspect.signature(getattr(diffusers, spec.pipeline_class).__init__).parameters
-        zeros = getattr(init.get("force_zeros_for_empty_prompt"), "default", False)
-        return spec, keys, not zeros, spec.resolution, spec.max_tokens
-
-    pipe = pipe_or_model_key
-    spec = pipeline_spec(pipe)
-    names = (spec.denoiser, "vae", *_TEXT_ENCODERS)
-    keys = {n: _module_key(getattr(pipe, n)) for n in names if getattr(pipe, n, None) is not None}
-    # SDXL's pipeline uses zeros for an empty negative prompt instead of encoding it.
-    zeros = bool(pipe.config.get("force_zeros_for_empty_prompt", False))
-    return spec, keys, not zeros, native_resolution(pipe), spec.max_tokens
-
-
 def denoiser_calls(scheduler: Any, steps: int) -> int:
     """How many times a pipeline calls its denoiser for `steps` inference steps: once per
     timestep its scheduler sets, since the pipelines loop over scheduler.timesteps
@@ -130,7 +110,25 @@ def count_flops(pipe_or_model_key: Any, height: int | None = None, width: int | 
     `guidance_stop`: the share of the steps that keep guidance where a callback passed on the
     call stops it (fdh.benchmark's callback_on_step_end), in place of the pipeline's own
     (None). Cached per configuration."""
-    spec, keys, encodes_negative, size, tokens = _pipeline_parts(pipe_or_model_key)
+    if isinstance(pipe_or_model_key, (str, ModelSpec)):  # the full-size model as it ships
+        spec = get_spec(pipe_or_model_key)
+        quiet_known_noise()  # before diffusers (and torchao through it) is first imported
+        keys = {name: _spec_key(c) for name, c in spec.full.items()}
+        import diffusers
+        init = inspect.signature(getattr(diffusers, spec.pipeline_class).__init__).parameters
+        zeros = getattr(init.get("force_zeros_for_empty_prompt"), "default", False)
+        size, scheduler = spec.resolution, build_scheduler(spec.scheduler)
+        plan = {"every": 1, "branch": 1, "guidance_stop": None}
+    else:
+        pipe = pipe_or_model_key
+        spec = pipeline_spec(pipe)
+        names = (spec.denoiser, "vae", *_TEXT_ENCODERS)
+        keys = {n: _module_key(getattr(pipe, n)) for n in names
+                if getattr(pipe, n, None) is not None}
+        # SDXL's pipeline uses zeros for an empty negative prompt instead of encoding it.
+        zeros = bool(pipe.config.get("force_zeros_for_empty_prompt", False))
+        size, scheduler, plan = native_resolution(pipe), pipe.scheduler, plan_settings(pipe)
+    tokens = spec.max_tokens
     checks.call_size(steps, height, width, spec.size_multiple)
     checks.real("guidance", guidance, none=True)
     stop = checks.real("guidance_stop", guidance_stop, none=True)
@@ -145,18 +143,12 @@ def count_flops(pipe_or_model_key: Any, height: int | None = None, width: int | 
     pooled = pooled_dim(keys)
     denoiser = _denoiser_flops(keys[spec.denoiser], batch, height, width, tokens, pooled)
     vae = _vae_decode_flops(keys["vae"], height, width)
-    passes = 2 if cfg and encodes_negative else 1
+    passes = 2 if cfg and not zeros else 1
     # each encoder at its own tokenizer's length: CLIP's 77, T5's max_tokens (Flux has both)
     lengths = {name.replace("tokenizer", "text_encoder"): 77 if kind == "clip" else tokens
                for name, kind in spec.tokenizers.items()}
     text = sum(passes * _text_encoder_flops(keys[name], lengths.get(name, tokens))
                for name in _TEXT_ENCODERS if name in keys)
-    # fewer denoiser calls (fdh.step_cache, fdh.stop_guidance): each step as what it computes
-    if isinstance(pipe_or_model_key, (str, ModelSpec)):  # the model as it ships
-        plan = {"every": 1, "branch": 1, "guidance_stop": None}
-        scheduler = build_scheduler(spec.scheduler)
-    else:
-        plan, scheduler = plan_settings(pipe_or_model_key), pipe_or_model_key.scheduler
     calls = denoiser_calls(scheduler, steps)
     # guidance stops after a share of the inference steps on the UNet pipelines (diffusers'
     # cut-off callback at that step index: techniques/guidance.py) and of the denoiser's calls
@@ -215,8 +207,7 @@ def measure_matmul_tflops(device: str = "cuda", dtype: torch.dtype | None = None
     for _ in range(3):  # warm-up: kernel selection, clocks
         a @ b
     clock = StageMarks(dev)  # benchmark()'s clock: CUDA events on a GPU, else perf_counter
-    if clock.cuda:
-        torch.cuda.synchronize(dev)
+    synchronize(dev)
     start = clock.now()
     for _ in range(iters):
         a @ b

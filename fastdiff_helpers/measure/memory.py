@@ -108,9 +108,13 @@ def peak_memory(pipe, call: Callable[[], Any], device: str | torch.device | None
     the call's ops kept alive at once (a dispatch mode counting storages; eager calls only).
     Returns {"peak_bytes", "resident_bytes", "kind", "seconds", "output"}.
     Introduced in 11_fitting_your_gpu.ipynb."""
-    device = torch.device(device) if device is not None else _execution_device(pipe)
+    if device is None:  # where it runs: an offloaded pipeline's weights wait on the CPU
+        device = getattr(pipe, "_execution_device", None)
+        if not isinstance(device, torch.device):
+            device = next(p.device for m in pipe.components.values()
+                          if isinstance(m, torch.nn.Module) for p in m.parameters())
+    device = torch.device(device)
     if device.type == "cuda":
-        torch.cuda.synchronize(device)
         resident = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
         output, seconds = time_call(call, device)
@@ -124,14 +128,6 @@ def peak_memory(pipe, call: Callable[[], Any], device: str | torch.device | None
         output, seconds = time_call(call, device)
     return {"peak_bytes": resident + tracker.peak, "resident_bytes": resident,
             "kind": "cpu_live_tensors", "seconds": seconds, "output": output}
-
-
-def _execution_device(pipe) -> torch.device:
-    device = getattr(pipe, "_execution_device", None)
-    if isinstance(device, torch.device):
-        return device
-    return next(p.device for m in pipe.components.values() if isinstance(m, torch.nn.Module)
-                for p in m.parameters())
 
 
 def what_fits(model: str, card_gib: float, dtype="bf16",

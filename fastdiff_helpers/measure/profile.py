@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.autograd import DeviceType
 
 from .. import checks
 from ..errors import FastdiffError
 from ..models.loading import call_kwargs, pipeline_device
 from ..models.presets import DEFAULT_PROMPT
-from .timing import STAGE_PREFIX, StageMarks, marked, profiling
+from .timing import STAGE_PREFIX, StageMarks, marked, profiling, synchronize
 
 __all__ = ["profile", "Profile", "KINDS", "kind_of"]
 
@@ -91,22 +92,10 @@ def kind_of(name: str) -> str:
     return "other ops"
 
 
-def _union(intervals: list[tuple[float, float]]) -> float:
-    total, end = 0.0, float("-inf")
-    for a, b in sorted(intervals):
-        if b <= end:
-            continue
-        total += b - max(a, end)
-        end = b
-    return total
-
-
 def kinds_from_events(events, cuda: bool, wall_us: float) -> tuple[dict[str, float],
                                                                      dict[str, list], int]:
     """Seconds per kind (HOST included) and the top ops of each kind, from the profiler's
     events; and the number of device-to-host syncs (CUDA runtime calls that wait)."""
-    from torch.autograd import DeviceType
-
     kinds = {k: 0.0 for k in KINDS}
     per_op: dict[str, dict[str, float]] = {k: {} for k in KINDS}
     # the host waiting for the device (cudaStreamSynchronize, cudaEventSynchronize...) inside the
@@ -147,11 +136,14 @@ def kinds_from_events(events, cuda: bool, wall_us: float) -> tuple[dict[str, flo
                     else kind_of(e.name))
             if us > 0:
                 add(kind, e.name, us)
-            parent = e.cpu_parent
-            if parent is None or parent.name.startswith(STAGE_PREFIX):
+            if e.cpu_parent is None or e.cpu_parent.name.startswith(STAGE_PREFIX):
                 busy.append((e.time_range.start, e.time_range.end))
-    # the rest of the wall time: no op (CPU) or no kernel (GPU) was running
-    covered = _union(busy)
+    # the rest of the wall time: no op (CPU) or no kernel (GPU) was running (the busy union)
+    covered, end = 0.0, float("-inf")
+    for a, b in sorted(busy):
+        if b > end:
+            covered += b - max(a, end)
+            end = b
     add(HOST, "no op running" if not cuda else "device idle", max(wall_us - covered, 0.0))
     seconds = {k: v / 1e6 for k, v in kinds.items()}
     top = {k: sorted(((n, us / 1e6) for n, us in ops.items()), key=lambda t: -t[1])[:5]
@@ -227,8 +219,7 @@ def _marked_call(pipe, call, device: torch.device) -> tuple[StageMarks, Any, Any
     its waits on the CUDA events are not in the trace)."""
     marks = StageMarks(device, steps=True, ranges=True)
     with marked(pipe, marks):  # no inference_mode: the pipeline's own no_grad, as benchmark
-        if marks.cuda:
-            torch.cuda.synchronize(device)
+        synchronize(device)
         start = marks.now()
         call()
         marks.close()  # a last step still open (output_type="latent": no decode closed it)

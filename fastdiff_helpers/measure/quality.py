@@ -75,12 +75,8 @@ def image_to_array(image: Any) -> np.ndarray:
     if arr.shape[-1] == 4:
         arr = arr[:, :, :3]
 
-    if arr.dtype == np.uint8:
-        return arr.astype(np.float64) / 255.0
-    if arr.dtype == np.uint16:
-        return arr.astype(np.float64) / 65535.0
-    if arr.dtype == np.bool_:
-        return arr.astype(np.float64)
+    if arr.dtype in (np.uint8, np.uint16):
+        return arr.astype(np.float64) / np.iinfo(arr.dtype).max
     if np.issubdtype(arr.dtype, np.integer):
         raise ValueError(f"integer images must be uint8 or uint16, got {arr.dtype}; convert to float in [0, 1]")
     return arr.astype(np.float64)

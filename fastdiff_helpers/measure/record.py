@@ -24,10 +24,9 @@ TUNED_ON = "tuned on the "
 __all__ = ["SCHEMA_VERSION", "Result", "ResultsFormatError", "median_interval", "STEADY"]
 
 SCHEMA_VERSION = 1
-# Timing is steady when the median is known within +-STEADY of itself (uncertainty()).
-# fdh.benchmark adds timed runs, up to its max_runs, until it is; a result that never got there
-# carries its uncertainty as a flag. The quiet 2-core CPU machine with the tiny models: 5 runs
-# within +-3-10 %, so a few more runs usually settle it.
+# Timing is steady when the median is known within +-STEADY of itself (uncertainty()): runs are
+# added until it is (until_steady, fdh.benchmark's max_runs), else flagged (Result.unsteady). The
+# quiet 2-core CPU machine with the tiny models: 5 runs within +-3-10 %, so a few more settle it.
 STEADY = 0.05
 
 
@@ -116,14 +115,6 @@ def psnr_text(quality: dict | None) -> str:
     return "identical" if math.isinf(psnr) else f"{psnr:.1f} dB"
 
 
-def _steps(n: int) -> str:
-    return f"{n} step" + ("" if n == 1 else "s")
-
-
-def _scheduler(name: str | None) -> str:
-    return f", {name.removesuffix('Scheduler')}" if name else ""  # older records: none
-
-
 def denoising_text(results) -> str:
     """'30 steps, EulerDiscrete' when every result ran the same steps and scheduler, else ''
     (then each result is labelled with denoising_label). Introduced in
@@ -132,7 +123,8 @@ def denoising_text(results) -> str:
     if len(runs) != 1:
         return ""
     steps, scheduler = next(iter(runs))
-    return f"{_steps(steps)}{_scheduler(scheduler)}"
+    name = f", {scheduler.removesuffix('Scheduler')}" if scheduler else ""  # older records: none
+    return f"{steps} step" + ("" if steps == 1 else "s") + name
 
 
 def denoising_label(result, results) -> str:
@@ -140,7 +132,7 @@ def denoising_label(result, results) -> str:
     scheduler, else '': how a table or chart tells the runs of a scheduler swap apart."""
     if denoising_text(results):
         return ""
-    return f" ({_steps(result.steps)}{_scheduler(result.scheduler)})"
+    return f" ({denoising_text([result])})"
 
 
 def utc_now() -> str:
@@ -311,8 +303,7 @@ class Result:
         if self.latency_s is None:
             parts = ["no timing"]
         else:
-            u = self.latency_uncertainty
-            sure = f", +-{u:.0%}" if u is not None else ""
+            sure = "" if (u := uncertainty_text(self)) == "-" else f", {u}"
             parts = [
                 f"{self.latency_s:.2f} s (median of {len(self.latency_samples)}{sure}, "
                 f"IQR {self.latency_iqr_s:.2f} s)"

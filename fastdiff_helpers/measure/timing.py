@@ -1,10 +1,11 @@
-"""What benchmark() and profile() time with: stage marks around the text encoder, the steps and
-the VAE decode, the progress bar (calls and time elapsed, never a guessed time left), how sure a
-median is, and the process's peak RSS. Introduced in 01_baseline.ipynb (through fdh.benchmark)."""
+"""What benchmark() and profile() time with: synchronize(), stage marks around the text encoder,
+the steps and the VAE decode, the progress bar, how sure a median is, and the process's peak
+RSS. Introduced in 01_baseline.ipynb (through fdh.benchmark)."""
 
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import threading
 import time
@@ -18,6 +19,16 @@ from .record import STEADY, uncertainty
 
 
 STAGE_PREFIX = "fastdiff: "  # the stage ranges fdh.profile adds to its trace (not work)
+
+
+def synchronize(device: str | torch.device) -> None:
+    """Wait until every queued kernel on `device` has finished (no-op on a CPU).
+
+    GPU work is asynchronous: a call returns as soon as its kernels are queued, so a clock
+    read without this measures the queueing, not the work. Introduced in 01_baseline.ipynb."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 class StageMarks:
@@ -239,8 +250,6 @@ def profiling(cuda: bool) -> Iterator[Any]:
 def _no_stderr() -> Iterator[None]:
     """File descriptor 2 sent to /dev/null for the duration (C++ libraries write there
     directly); only around the profiler's start and stop, never around work that may fail."""
-    import os
-
     sys.stderr.flush()
     saved = os.dup(2)
     null = os.open(os.devnull, os.O_WRONLY)
