@@ -36,14 +36,13 @@ from ..models.dtypes import weight_dtype
 from ..models.loading import pipeline_device, pipeline_info
 from ..models.noise import quiet_known_noise
 from . import attention, compile as comp, fusion, guidance, precision, quantization, step_cache as cache, syncs
-from .attention import SDPABackendProcessor, check_attention, set_attention
+from .attention import check_attention, set_attention
 from .compile import (capture_denoiser_inputs, check_scope, compile_pipeline,
-                      graph_breaks, set_channels_last, blog_inductor_flags)
+                      graph_breaks, set_channels_last)
 from .flux import check_recipe
 from .fusion import fuse_qkv
-from .precision import set_precision, set_tf32, tf32_state
-from .quantization import (blog_conv_filter, blog_filter, conv1x1_to_linear, fastdiff_filter,
-                           quantize)
+from .precision import set_precision, tf32_state
+from .quantization import blog_filter, conv1x1_to_linear, fastdiff_filter, quantize
 from .recipe import Recipe, RecipeError
 from .syncs import count_syncs, remove_syncs
 from .guidance import stop_guidance
@@ -193,8 +192,7 @@ def apply(pipe, recipe: Recipe, tuning: Callable | None = None):
     return pipe
 
 
-__all__ = ["apply", "current_recipe", "set_precision", "set_tf32", "set_attention", "set_channels_last",
-           "compile_pipeline", "blog_inductor_flags", "fuse_qkv", "remove_syncs", "quantize",
-           "conv1x1_to_linear", "graph_breaks", "count_syncs", "capture_denoiser_inputs",
-           "blog_filter", "fastdiff_filter", "blog_conv_filter", "tf32_state",
-           "SDPABackendProcessor", "RecipeError", "step_cache", "stop_guidance"]
+__all__ = ["apply", "current_recipe", "set_precision", "set_attention", "set_channels_last",
+           "compile_pipeline", "fuse_qkv", "remove_syncs", "quantize", "conv1x1_to_linear",
+           "graph_breaks", "count_syncs", "capture_denoiser_inputs", "blog_filter",
+           "fastdiff_filter", "tf32_state", "RecipeError", "step_cache", "stop_guidance"]
