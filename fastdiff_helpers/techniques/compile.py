@@ -16,7 +16,7 @@ from ..models.loading import (call_kwargs, family_of, get_denoiser, pipeline_dev
 from ..models.hooks import tell
 from ..models.noise import quiet_known_noise
 from .flux import refuse
-from ._state import agree, applied, consistent, modules, parts, record
+from ._state import agree, applied, consistent, parts, record
 from ..models.state import compiled_by_hand
 from .recipe import (ACCELERATE_COPIES, COMPILE_MODES, SCOPES, Recipe, RecipeError,
                      compile_mode_for)
@@ -50,7 +50,7 @@ def blog_inductor_flags(quantizing: bool = False) -> dict[str, Any]:
 
 def set_channels_last(pipe):
     """NHWC memory format for the denoiser and VAE convolutions."""
-    for module in modules(pipe):
+    for module in parts(pipe).values():
         module.to(memory_format=torch.channels_last)
     record(pipe, "channels_last", True)
     return pipe

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._state import agree, applied, consistent, modules, parts, record, refuse_after
+from ._state import agree, applied, consistent, parts, record, refuse_after
 from .attention import is_fused, set_attention
 from .recipe import RecipeError
 
@@ -51,7 +51,7 @@ def fuse_qkv(pipe):
     from diffusers.models.attention_processor import AttnProcessor
 
     refuse_after(pipe, "fuse_qkv", "quantize", "compile")
-    targets = [m for m in modules(pipe) if not is_fused(m)]
+    targets = [m for m in parts(pipe).values() if not is_fused(m)]
     if not targets:
         return pipe
     for module in targets:

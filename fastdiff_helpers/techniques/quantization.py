@@ -13,7 +13,7 @@ import torch
 
 from ..models.loading import get_denoiser, pipeline_device
 from ..models.noise import quiet_known_noise
-from ._state import agree, applied, modules, parts, record, refuse_after
+from ._state import agree, applied, parts, record, refuse_after
 from .flux import FLUX_PARTS, check_filter, flux_filter, is_flux
 from .recipe import CONV_SWAPS, FP8, QUANT_FILTERS, QUANTIZE, Recipe, RecipeError
 
@@ -114,10 +114,10 @@ def conv1x1_to_linear(pipe, which: str | bool = "blog"):
     if which not in CONV_SWAPS or which is False:
         raise RecipeError(f"Unknown 1x1-conv swap {which!r}: use 'blog' or 'all'.")
     refuse_after(pipe, "conv1x1_to_linear", "quantize", "compile")
-    for module in modules(pipe):
+    for module in parts(pipe).values():
         swap_conv2d_1x1_to_linear(module, CONV_FILTERS[which])
     swapped = sum(type(m).__name__ == "PermuteSandwich"  # torchao's wrapper of a swapped conv
-                  for module in modules(pipe) for m in module.modules())
+                  for module in parts(pipe).values() for m in module.modules())
     record(pipe, "conv1x1_to_linear", {"filter": which, "swapped": swapped})
     return pipe
 
@@ -198,10 +198,10 @@ def quantize(pipe, kind: str = "int8-dynamic", quant_filter: str | Callable = "b
     from torchao.quantization import quantize_
 
     fn = select_filter(kind, quant_filter)
-    for module in modules(pipe):
+    for module in parts(pipe).values():
         quantize_(module, quant_config(kind), filter_fn=fn)
     count = sum(type(m.weight) not in (torch.nn.Parameter, torch.Tensor)  # a torchao tensor
-                for module in modules(pipe) for m in module.modules()
+                for module in parts(pipe).values() for m in module.modules()
                 if isinstance(m, torch.nn.Linear))
     if count == 0:
         warnings.warn(f"quant_filter={quant_filter!r} selected no linear layer: nothing was "
