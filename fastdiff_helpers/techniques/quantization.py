@@ -152,32 +152,16 @@ def select_filter(kind: str, quant_filter: str | Callable) -> Callable:
     return base
 
 
-def check_fp8(pipe, kind: str) -> None:
-    """Refuse fp8 where torchao would stop half-way with a bare AssertionError: a device
-    without fp8 tensor cores (torchao/float8/inference.py, _check_hardware_support, asserts
-    compute capability 8.9+ for the whole process, whatever the pipeline's device), and per
-    row on weights that are not bf16 (quant_api.py, "PerRow quantization only works for
-    bfloat16 precision input weight"). The course's one policy (fdh.Recipe), before any work."""
-    if kind not in FP8:
-        return
-    Recipe(dtype="bf16", quantize=kind).check_device(str(pipeline_device(pipe)))
-    dtype = next(get_denoiser(pipe).parameters()).dtype
-    if kind == "fp8-dynamic-row" and dtype != torch.bfloat16:
-        raise RecipeError(f"quantize='fp8-dynamic-row' needs bf16 weights (torchao's per-row fp8 "
-                          f"takes only bf16); this pipeline's are {dtype}: load it with "
-                          "dtype='bf16', or use 'fp8-dynamic'.")
-
-
 def quantize(pipe, kind: str = "int8-dynamic", quant_filter: str | Callable = "blog"):
     """Quantize the linears of the denoiser and VAE with torchao's quantize_.
 
     quant_filter: "blog" (diffusion-fast's exact filter, blog_filter), "fastdiff" (ours,
     fastdiff_filter), "all" (every nn.Linear), "flux" (Flux's transformer, flux_filter; "blog"
-    is refused on Flux) or a callable (module, fqn) -> bool. For int8
-    dynamic and fp8, linears the kernels cannot take are always left out (int8_kernel_ok,
-    fp8_kernel_ok). fp8 ("fp8-dynamic": a scale per tensor, "fp8-dynamic-row": per row of the
-    weight and per token) needs compute capability 8.9+ and is refused elsewhere before any
-    work, as fdh.Recipe's policy says (check_fp8; 15_fp8_hopper.ipynb).
+    is refused on Flux) or a callable (module, fqn) -> bool. For int8 dynamic and fp8, linears
+    the kernels cannot take are always left out (int8_kernel_ok, fp8_kernel_ok). fp8
+    ("fp8-dynamic": a scale per tensor, "fp8-dynamic-row": per row of the weight and per
+    token) needs compute capability 8.9+ and is refused elsewhere before any work, as
+    fdh.Recipe's policy says (15_fp8_hopper.ipynb).
     Compile afterwards: without torch.compile the quantized matmuls run unfused and are slower
     than bf16 (measured by the diffusers-torchao project on CogVideoX-5b: int8 dynamic
     550 s eager against 243 s in bf16, A100).
@@ -193,7 +177,18 @@ def quantize(pipe, kind: str = "int8-dynamic", quant_filter: str | Callable = "b
         raise RecipeError("This pipeline is already quantized; load a fresh pipeline.")
     refuse_after(pipe, "quantize", "compile")
     check_filter(pipe, quant_filter)
-    check_fp8(pipe, kind)
+    # fp8 where torchao would stop half-way with a bare AssertionError: a device without fp8
+    # tensor cores (torchao/float8/inference.py, _check_hardware_support, asserts compute
+    # capability 8.9+ for the whole process, whatever the pipeline's device), and per row on
+    # weights that are not bf16 (quant_api.py, "PerRow quantization only works for bfloat16
+    # precision input weight")
+    if kind in FP8:
+        Recipe(dtype="bf16", quantize=kind).check_device(str(pipeline_device(pipe)))
+    dtype = next(get_denoiser(pipe).parameters()).dtype
+    if kind == "fp8-dynamic-row" and dtype != torch.bfloat16:
+        raise RecipeError(f"quantize='fp8-dynamic-row' needs bf16 weights (torchao's per-row fp8 "
+                          f"takes only bf16); this pipeline's are {dtype}: load it with "
+                          "dtype='bf16', or use 'fp8-dynamic'.")
     quiet_known_noise()
     from torchao.quantization import quantize_
 
