@@ -23,9 +23,10 @@ from .recipe import Recipe, RecipeError
 _DENOISER = 'denoiser = pipe.unet if hasattr(pipe, "unet") else pipe.transformer'
 
 
-def _without_docstrings(source: str) -> str:
-    """`source` with the docstring of every function and class in it removed: pasted code
-    stays short, and the why is in the course's text and in the helpers' own docstrings."""
+def _source(o) -> str:
+    """The source of `o` with the docstring of every function and class in it removed: pasted
+    code stays short, and the why is in the course's text and in the helpers' own docstrings."""
+    source = textwrap.dedent(inspect.getsource(o))
     lines = source.splitlines()
     drop: set[int] = set()
     for node in ast.walk(ast.parse(source)):
@@ -35,11 +36,7 @@ def _without_docstrings(source: str) -> str:
             drop.update(range(first.lineno - 1, first.end_lineno))
             if first.end_lineno < len(lines) and not lines[first.end_lineno].strip():
                 drop.add(first.end_lineno)  # the blank line after it
-    return "\n".join(line for i, line in enumerate(lines) if i not in drop)
-
-
-def _source(o) -> str:
-    return _without_docstrings(textwrap.dedent(inspect.getsource(o))).rstrip() + "\n"
+    return "\n".join(line for i, line in enumerate(lines) if i not in drop).rstrip() + "\n"
 
 
 SECTIONS = tuple(name for step in STEPS for name in step.sections)
