@@ -65,12 +65,10 @@ def to_code(recipe: Recipe, flavour: str = "fdh", only: str | Sequence[str] | No
         return "\n".join(["import fastdiff_helpers as fdh", "", *calls]).rstrip() + "\n"
     part = "denoiser" if model is None else (
         "pipe.unet" if get_spec(model).family == "unet" else "pipe.transformer")
-    sections: dict[str, list[str]] = {}  # each step's own `code`, its functions as their source
-    for step in STEPS:
-        if step.on(recipe):
-            for name, lines in step.code(recipe, flux, part).items():
-                sections[name] = [line if isinstance(line, str) else _source(line)
-                                  for line in lines]
+    # each step's own `code`, its functions as their source
+    sections = {name: [line if isinstance(line, str) else _source(line) for line in lines]
+                for step in STEPS if step.on(recipe)
+                for name, lines in step.code(recipe, flux, part).items()}
     wanted = list(SECTIONS) if only is None else [only] if isinstance(only, str) else list(only)
     unknown = [name for name in wanted if name not in SECTIONS]
     if unknown:
