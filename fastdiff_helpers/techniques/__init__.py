@@ -128,9 +128,7 @@ def current_recipe(pipe, records: bool = True) -> dict:
     some of the parts it changes reads as what each part is ("unet: True, vae: False"), which
     no Recipe takes. Introduced in 12_cuda_graphs.ipynb."""
     done = pipeline_info(pipe).applied if records else {}
-    found: dict[str, Any] = {}
-    for step in STEPS:
-        found.update(step.read(pipe, done))
+    found = {name: value for step in STEPS for name, value in step.read(pipe, done).items()}
     return {f.name: found[f.name] for f in dataclasses.fields(Recipe)}
 
 
