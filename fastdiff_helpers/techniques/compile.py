@@ -265,10 +265,9 @@ def code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
     elif r.compile_scope == "regional":
         lines.append(f"{D}.compile_repeated_blocks({args})")
     elif r.compile_scope == "regional-extended":
-        blocks = EXTENDED_BLOCKS
         lines += ["# diffusers' own blocks plus the ones it leaves eager",
-                  f"blocks = {blocks['unet']!r} if hasattr(pipe, 'unet') else "
-                  f"{blocks['transformer']!r}",
+                  f"blocks = {EXTENDED_BLOCKS['unet']!r} if hasattr(pipe, 'unet') else "
+                  f"{EXTENDED_BLOCKS['transformer']!r}",
                   f"for block in [m for m in {D}.modules() if type(m).__name__ in "
                   "blocks]:", f"    block.compile({args})"]
     else:
