@@ -22,7 +22,9 @@ to compose them. Introduced in 01_baseline.ipynb (apply) and one notebook per te
     flux           Flux.1: what does not apply to it and why, its filter, its attention
 
 Imports the models (a technique acts on a loaded pipeline), nothing of measure, results,
-course or runs.
+course or runs. diffusers, torchao, peft, accelerate and torch's dynamo internals are
+imported inside the functions that use them: importing them takes seconds, and `import
+fastdiff_helpers` must stay cheap (tests/test_env.py).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Attention: diffusers' classic processor, or scaled-dot-product attention and its backends.
 
-Introduced in 03_attention.ipynb.
-diffusers' processors are imported inside the functions that use it: importing it takes
-seconds, and `import fastdiff_helpers` must stay cheap (tests/test_env.py)."""
+Introduced in 03_attention.ipynb."""
 
 from __future__ import annotations
 

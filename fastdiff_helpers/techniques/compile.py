@@ -1,9 +1,6 @@
 """torch.compile: modes, inductor flags, channels_last, regional compile, graph breaks.
 
-Introduced in 04_torch_compile.ipynb.
-accelerate and torch's dynamo internals are imported inside the functions that use it:
-importing it takes seconds, and `import fastdiff_helpers` must stay cheap
-(tests/test_env.py)."""
+Introduced in 04_torch_compile.ipynb."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Fused QKV projections: one matmul instead of three. Introduced in 06_fused_qkv.ipynb.
-diffusers' Attention is imported inside the functions that use it: importing it takes
-seconds, and `import fastdiff_helpers` must stay cheap (tests/test_env.py)."""
+"""Fused QKV projections: one matmul instead of three. Introduced in 06_fused_qkv.ipynb."""
 
 from __future__ import annotations
 

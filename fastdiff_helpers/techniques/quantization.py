@@ -1,8 +1,6 @@
 """Dynamic int8 (and weight-only int8, fp8) quantization with torchao; 1x1 conv to linear.
 
-Introduced in 08_int8_quantization.ipynb.
-torchao is imported inside the functions that use it: importing it takes seconds, and
-`import fastdiff_helpers` must stay cheap (tests/test_env.py)."""
+Introduced in 08_int8_quantization.ipynb."""
 
 from __future__ import annotations
 
