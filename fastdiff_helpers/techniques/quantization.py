@@ -222,27 +222,24 @@ def code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
     config = type(quant_config(r.quantize)).__name__
     lines = [f"from torchao.quantization import quantize_, {config}"]
     made = f"{config}(set_inductor_config=False)"
-    if r.quantize in ("fp8-dynamic", "fp8-dynamic-row"):
+    if r.quantize in FP8:
         granularity = "PerRow" if r.quantize == "fp8-dynamic-row" else "PerTensor"
         lines = [f"from torchao.quantization import quantize_, {config}, {granularity}"]
         made = f"{config}(granularity={granularity}(), set_inductor_config=False)"
+    if r.quant_filter == "blog":
+        lines.append("BLOG_EXCLUDED_SHAPES = {" + ", ".join(
+            map(repr, sorted(BLOG_EXCLUDED_SHAPES))) + "}")
+    if r.quant_filter == "flux":
+        lines.append(f"FLUX_PARTS = {FLUX_PARTS!r}")
     named = {"blog": blog_filter, "fastdiff": fastdiff_filter, "flux": flux_filter}
-    if r.quant_filter in named:
-        if r.quant_filter == "blog":
-            lines.append("BLOG_EXCLUDED_SHAPES = {" + ", ".join(
-                map(repr, sorted(BLOG_EXCLUDED_SHAPES))) + "}")
-        if r.quant_filter == "flux":
-            lines.append(f"FLUX_PARTS = {FLUX_PARTS!r}")
-        lines.append(named[r.quant_filter])
-        filt = named[r.quant_filter].__name__
-    else:
-        lines.append("all_linears = lambda m, fqn: isinstance(m, torch.nn.Linear)")
-        filt = "all_linears"
+    chosen = named.get(r.quant_filter)  # none for "all": every linear
+    lines.append(chosen or "all_linears = lambda m, fqn: isinstance(m, torch.nn.Linear)")
+    filt = chosen.__name__ if chosen else "all_linears"
     if r.quantize == "int8-dynamic":
         lines += ["# only linears the int8 kernels take", int8_kernel_ok]
         lines.append(f"int8_filter = lambda m, fqn: {filt}(m, fqn) and int8_kernel_ok(m, fqn)")
         filt = "int8_filter"
-    elif r.quantize in ("fp8-dynamic", "fp8-dynamic-row"):
+    elif r.quantize in FP8:
         lines += ["# only linears torch's fp8 matmul takes", fp8_kernel_ok]
         lines.append(f"fp8_filter = lambda m, fqn: {filt}(m, fqn) and fp8_kernel_ok(m)")
         filt = "fp8_filter"
