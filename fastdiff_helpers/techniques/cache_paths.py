@@ -88,9 +88,7 @@ def _up(unet, i, sample, res, c):
     block = unet.up_blocks[i]
     n = len(block.resnets)
     res_samples, res = res[-n:], res[:-n]
-    upsample_size = None
-    if i < len(unet.up_blocks) - 1 and c["upsample"]:
-        upsample_size = res[-1].shape[2:]
+    upsample_size = res[-1].shape[2:] if i < len(unet.up_blocks) - 1 and c["upsample"] else None
     sample = _block(block, c, hidden_states=sample, res_hidden_states_tuple=res_samples,
                     upsample_size=upsample_size)
     return sample, res
