@@ -22,7 +22,9 @@ to compose them. Introduced in 01_baseline.ipynb (apply) and one notebook per te
     flux           Flux.1: what does not apply to it and why, its filter, its attention
 
 Imports the models (a technique acts on a loaded pipeline), nothing of measure, results,
-course or runs.
+course or runs. diffusers, torchao, peft, accelerate and torch's dynamo internals are
+imported inside the functions that use them: importing them takes seconds, and `import
+fastdiff_helpers` must stay cheap (tests/test_env.py).
 """
 
 from __future__ import annotations
@@ -36,14 +38,13 @@ from ..models.dtypes import weight_dtype
 from ..models.loading import pipeline_device, pipeline_info
 from ..models.noise import quiet_known_noise
 from . import attention, compile as comp, fusion, guidance, precision, quantization, step_cache as cache, syncs
-from .attention import SDPABackendProcessor, check_attention, set_attention
+from .attention import check_attention, set_attention
 from .compile import (capture_denoiser_inputs, check_scope, compile_pipeline,
-                      graph_breaks, set_channels_last, blog_inductor_flags)
+                      graph_breaks, set_channels_last)
 from .flux import check_recipe
 from .fusion import fuse_qkv
-from .precision import set_precision, set_tf32, tf32_state
-from .quantization import (blog_conv_filter, blog_filter, conv1x1_to_linear, fastdiff_filter,
-                           quantize)
+from .precision import set_precision, tf32_state
+from .quantization import blog_filter, conv1x1_to_linear, fastdiff_filter, quantize
 from .recipe import Recipe, RecipeError
 from .syncs import count_syncs, remove_syncs
 from .guidance import stop_guidance
@@ -129,9 +130,7 @@ def current_recipe(pipe, records: bool = True) -> dict:
     some of the parts it changes reads as what each part is ("unet: True, vae: False"), which
     no Recipe takes. Introduced in 12_cuda_graphs.ipynb."""
     done = pipeline_info(pipe).applied if records else {}
-    found: dict[str, Any] = {}
-    for step in STEPS:
-        found.update(step.read(pipe, done))
+    found = {name: value for step in STEPS for name, value in step.read(pipe, done).items()}
     return {f.name: found[f.name] for f in dataclasses.fields(Recipe)}
 
 
@@ -193,8 +192,7 @@ def apply(pipe, recipe: Recipe, tuning: Callable | None = None):
     return pipe
 
 
-__all__ = ["apply", "current_recipe", "set_precision", "set_tf32", "set_attention", "set_channels_last",
-           "compile_pipeline", "blog_inductor_flags", "fuse_qkv", "remove_syncs", "quantize",
-           "conv1x1_to_linear", "graph_breaks", "count_syncs", "capture_denoiser_inputs",
-           "blog_filter", "fastdiff_filter", "blog_conv_filter", "tf32_state",
-           "SDPABackendProcessor", "RecipeError", "step_cache", "stop_guidance"]
+__all__ = ["apply", "current_recipe", "set_precision", "set_attention", "set_channels_last",
+           "compile_pipeline", "fuse_qkv", "remove_syncs", "quantize", "conv1x1_to_linear",
+           "graph_breaks", "count_syncs", "capture_denoiser_inputs", "blog_filter",
+           "fastdiff_filter", "tf32_state", "RecipeError", "step_cache", "stop_guidance"]

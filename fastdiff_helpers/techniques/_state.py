@@ -26,18 +26,13 @@ def refuse_after(pipe, technique: str, *earlier: str) -> None:
                               "(fdh.apply orders the techniques for you).")
 
 
-def modules(pipe):
-    """The modules the techniques change: the denoiser and the VAE."""
-    return [get_denoiser(pipe), pipe.vae]
-
-
-# --- reading a pipeline back (fdh.current_recipe) ---------------------------------------------
-
 def parts(pipe) -> dict[str, Any]:
     """The parts the techniques change, by name: the denoiser ("unet" or "transformer") and the
     VAE."""
     return {pipeline_spec(pipe).denoiser: get_denoiser(pipe), "vae": pipe.vae}
 
+
+# --- reading a pipeline back (fdh.current_recipe) ---------------------------------------------
 
 def agree(found: dict[str, set | None], order: tuple, prefer: Any = None) -> Any:
     """The one value every part is consistent with: `found` holds, per part, the values its

@@ -1,16 +1,14 @@
 """Attention: diffusers' classic processor, or scaled-dot-product attention and its backends.
 
-Introduced in 03_attention.ipynb.
-diffusers' processors are imported inside the functions that use it: importing it takes
-seconds, and `import fastdiff_helpers` must stay cheap (tests/test_env.py)."""
+Introduced in 03_attention.ipynb."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..models.loading import family_of
-from ._state import (agree, consistent, get_denoiser, modules, parts, pipeline_info,
-                     record, refuse_after)
+from ._state import (agree, consistent, get_denoiser, parts, pipeline_info, record,
+                     refuse_after)
 from .flux import FLUX_BACKENDS, is_flux, set_flux_attention
 from .recipe import ATTENTION, RecipeError
 
@@ -136,7 +134,7 @@ def set_attention(pipe, kind: str = "sdpa"):
     refuse_after(pipe, "set_attention", "compile")
     check_attention(pipe, kind, str(get_denoiser(pipe).dtype).removeprefix("torch."))
     pinned = {}
-    for module in modules(pipe):
+    for module in parts(pipe).values():
         if module is get_denoiser(pipe) and is_flux(pipe):  # diffusers' own backends
             count = set_flux_attention(pipe, kind)
             pinned[type(module).__name__] = count if kind in SDPA_BACKENDS else 0

@@ -35,12 +35,6 @@ import torch
 
 # --- UNet ----------------------------------------------------------------------------------------
 
-def unet_branches(unet) -> int:
-    """The largest `branch` a UNet takes: one level fewer than it has (the deepest level and
-    the mid block are what a cached step skips)."""
-    return len(unet.up_blocks) - 1
-
-
 def _unet_down(unet, count: int, sample, timestep, encoder_hidden_states, timestep_cond=None,
                attention_mask=None, cross_attention_kwargs=None, added_cond_kwargs=None,
                encoder_attention_mask=None) -> tuple[torch.Tensor, tuple, dict]:
@@ -88,9 +82,7 @@ def _up(unet, i, sample, res, c):
     block = unet.up_blocks[i]
     n = len(block.resnets)
     res_samples, res = res[-n:], res[:-n]
-    upsample_size = None
-    if i < len(unet.up_blocks) - 1 and c["upsample"]:
-        upsample_size = res[-1].shape[2:]
+    upsample_size = res[-1].shape[2:] if i < len(unet.up_blocks) - 1 and c["upsample"] else None
     sample = _block(block, c, hidden_states=sample, res_hidden_states_tuple=res_samples,
                     upsample_size=upsample_size)
     return sample, res
@@ -128,11 +120,6 @@ def unet_cached(unet, branch: int, feature, **inputs: Any) -> torch.Tensor:
 
 
 # --- PixArt -------------------------------------------------------------------------------
-
-def pixart_branches(transformer) -> int:
-    """The largest `branch` a PixArt transformer takes: all blocks but one."""
-    return len(transformer.transformer_blocks) - 1
-
 
 def _pixart_prepare(t, hidden_states, encoder_hidden_states=None, timestep=None,
                     added_cond_kwargs: Any = None, cross_attention_kwargs=None,
@@ -200,11 +187,6 @@ def pixart_cached(t, branch: int, feature, **inputs: Any) -> torch.Tensor:
 
 # --- Flux.1's transformer ------------------------------------------------------------------------
 
-def flux_branches(transformer) -> int:
-    """The largest `branch` a Flux transformer takes: all blocks, double and single, but one."""
-    return len(transformer.transformer_blocks) + len(transformer.single_transformer_blocks) - 1
-
-
 def _flux_prepare(t, hidden_states, encoder_hidden_states=None, pooled_projections=None,
                   timestep=None, img_ids=None, txt_ids=None, guidance=None,
                   joint_attention_kwargs: Any = None, controlnet_blocks_repeat: bool = False):
@@ -250,6 +232,10 @@ def flux_cached(t, branch: int, feature, **inputs: Any) -> torch.Tensor:
     return t.proj_out(t.norm_out(shallow + feature, c["temb"]))
 
 
-PATHS = {"unet": (unet_full, unet_cached, unet_branches),
-         "transformer": (pixart_full, pixart_cached, pixart_branches),
-         "flux": (flux_full, flux_cached, flux_branches)}
+# Each family's full path, cached path and largest `branch`: a UNet's is one level fewer than it
+# has (the deepest level and the mid block are what a cached step skips); PixArt's and Flux's,
+# all blocks but one (Flux's double- and single-stream blocks together).
+PATHS = {"unet": (unet_full, unet_cached, lambda unet: len(unet.up_blocks) - 1),
+         "transformer": (pixart_full, pixart_cached, lambda t: len(t.transformer_blocks) - 1),
+         "flux": (flux_full, flux_cached,
+                  lambda t: len(t.transformer_blocks) + len(t.single_transformer_blocks) - 1)}

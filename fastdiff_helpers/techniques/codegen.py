@@ -23,9 +23,10 @@ from .recipe import Recipe, RecipeError
 _DENOISER = 'denoiser = pipe.unet if hasattr(pipe, "unet") else pipe.transformer'
 
 
-def _without_docstrings(source: str) -> str:
-    """`source` with the docstring of every function and class in it removed: pasted code
-    stays short, and the why is in the course's text and in the helpers' own docstrings."""
+def _source(o) -> str:
+    """The source of `o` with the docstring of every function and class in it removed: pasted
+    code stays short, and the why is in the course's text and in the helpers' own docstrings."""
+    source = textwrap.dedent(inspect.getsource(o))
     lines = source.splitlines()
     drop: set[int] = set()
     for node in ast.walk(ast.parse(source)):
@@ -35,11 +36,7 @@ def _without_docstrings(source: str) -> str:
             drop.update(range(first.lineno - 1, first.end_lineno))
             if first.end_lineno < len(lines) and not lines[first.end_lineno].strip():
                 drop.add(first.end_lineno)  # the blank line after it
-    return "\n".join(line for i, line in enumerate(lines) if i not in drop)
-
-
-def _source(o) -> str:
-    return _without_docstrings(textwrap.dedent(inspect.getsource(o))).rstrip() + "\n"
+    return "\n".join(line for i, line in enumerate(lines) if i not in drop).rstrip() + "\n"
 
 
 SECTIONS = tuple(name for step in STEPS for name in step.sections)
@@ -68,12 +65,10 @@ def to_code(recipe: Recipe, flavour: str = "fdh", only: str | Sequence[str] | No
         return "\n".join(["import fastdiff_helpers as fdh", "", *calls]).rstrip() + "\n"
     part = "denoiser" if model is None else (
         "pipe.unet" if get_spec(model).family == "unet" else "pipe.transformer")
-    sections: dict[str, list[str]] = {}  # each step's own `code`, its functions as their source
-    for step in STEPS:
-        if step.on(recipe):
-            for name, lines in step.code(recipe, flux, part).items():
-                sections[name] = [line if isinstance(line, str) else _source(line)
-                                  for line in lines]
+    # each step's own `code`, its functions as their source
+    sections = {name: [line if isinstance(line, str) else _source(line) for line in lines]
+                for step in STEPS if step.on(recipe)
+                for name, lines in step.code(recipe, flux, part).items()}
     wanted = list(SECTIONS) if only is None else [only] if isinstance(only, str) else list(only)
     unknown = [name for name in wanted if name not in SECTIONS]
     if unknown:

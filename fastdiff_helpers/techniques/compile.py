@@ -1,9 +1,6 @@
 """torch.compile: modes, inductor flags, channels_last, regional compile, graph breaks.
 
-Introduced in 04_torch_compile.ipynb.
-accelerate and torch's dynamo internals are imported inside the functions that use it:
-importing it takes seconds, and `import fastdiff_helpers` must stay cheap
-(tests/test_env.py)."""
+Introduced in 04_torch_compile.ipynb."""
 
 from __future__ import annotations
 
@@ -16,7 +13,7 @@ from ..models.loading import (call_kwargs, family_of, get_denoiser, pipeline_dev
 from ..models.hooks import tell
 from ..models.noise import quiet_known_noise
 from .flux import refuse
-from ._state import agree, applied, consistent, modules, parts, record
+from ._state import agree, applied, consistent, parts, record
 from ..models.state import compiled_by_hand
 from .recipe import (ACCELERATE_COPIES, COMPILE_MODES, SCOPES, Recipe, RecipeError,
                      compile_mode_for)
@@ -50,7 +47,7 @@ def blog_inductor_flags(quantizing: bool = False) -> dict[str, Any]:
 
 def set_channels_last(pipe):
     """NHWC memory format for the denoiser and VAE convolutions."""
-    for module in modules(pipe):
+    for module in parts(pipe).values():
         module.to(memory_format=torch.channels_last)
     record(pipe, "channels_last", True)
     return pipe
@@ -265,10 +262,9 @@ def code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
     elif r.compile_scope == "regional":
         lines.append(f"{D}.compile_repeated_blocks({args})")
     elif r.compile_scope == "regional-extended":
-        blocks = EXTENDED_BLOCKS
         lines += ["# diffusers' own blocks plus the ones it leaves eager",
-                  f"blocks = {blocks['unet']!r} if hasattr(pipe, 'unet') else "
-                  f"{blocks['transformer']!r}",
+                  f"blocks = {EXTENDED_BLOCKS['unet']!r} if hasattr(pipe, 'unet') else "
+                  f"{EXTENDED_BLOCKS['transformer']!r}",
                   f"for block in [m for m in {D}.modules() if type(m).__name__ in "
                   "blocks]:", f"    block.compile({args})"]
     else:

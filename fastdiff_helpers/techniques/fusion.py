@@ -1,12 +1,10 @@
-"""Fused QKV projections: one matmul instead of three. Introduced in 06_fused_qkv.ipynb.
-diffusers' Attention is imported inside the functions that use it: importing it takes
-seconds, and `import fastdiff_helpers` must stay cheap (tests/test_env.py)."""
+"""Fused QKV projections: one matmul instead of three. Introduced in 06_fused_qkv.ipynb."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ._state import agree, applied, consistent, modules, parts, record, refuse_after
+from ._state import agree, applied, consistent, parts, record, refuse_after
 from .attention import is_fused, set_attention
 from .recipe import RecipeError
 
@@ -51,7 +49,7 @@ def fuse_qkv(pipe):
     from diffusers.models.attention_processor import AttnProcessor
 
     refuse_after(pipe, "fuse_qkv", "quantize", "compile")
-    targets = [m for m in modules(pipe) if not is_fused(m)]
+    targets = [m for m in parts(pipe).values() if not is_fused(m)]
     if not targets:
         return pipe
     for module in targets:

@@ -23,21 +23,6 @@ from .recipe import RecipeError
 from .step_cache import StepPlan, guided_steps, step_plan
 
 
-def _callback(pipe, share: float):
-    from diffusers.callbacks import SDCFGCutoffCallback, SDXLCFGCutoffCallback
-
-    cls = SDXLCFGCutoffCallback if hasattr(pipe, "text_encoder_2") else SDCFGCutoffCallback
-
-    def per_call(kwargs: dict[str, Any]) -> dict[str, Any]:
-        steps = kwargs["num_inference_steps"]
-        guided = guided_steps(steps, share)
-        if guided >= steps or kwargs["guidance_scale"] <= 1:
-            return {}
-        # the callback runs after step `cutoff`: steps 0..cutoff keep guidance
-        return {"callback_on_step_end": cls(cutoff_step_ratio=None, cutoff_step_index=guided - 1)}
-    return per_call
-
-
 def cutoff_share(callback: Any, steps: int, calls: int) -> float | None:
     """The guidance stop a diffusers CFG cut-off callback (SDCFGCutoffCallback,
     SDXLCFGCutoffCallback) makes on a call of `steps` inference steps and `calls` denoiser calls,
@@ -81,8 +66,20 @@ def stop_guidance(pipe, share: float = 0.5):
     share = float(share)
     if family_of(pipe) == "transformer":  # PixArt-alpha: no callback (call_kwargs)
         step_plan(pipe, create=True).guidance_stop = share
-    else:
-        info.per_call.append(_callback(pipe, share))
+    else:  # diffusers' own callback, made for each call (call_kwargs)
+        from diffusers.callbacks import SDCFGCutoffCallback, SDXLCFGCutoffCallback
+
+        cls = SDXLCFGCutoffCallback if hasattr(pipe, "text_encoder_2") else SDCFGCutoffCallback
+
+        def per_call(kwargs: dict[str, Any]) -> dict[str, Any]:
+            steps = kwargs["num_inference_steps"]
+            guided = guided_steps(steps, share)
+            if guided >= steps or kwargs["guidance_scale"] <= 1:
+                return {}
+            # the callback runs after step `cutoff`: steps 0..cutoff keep guidance
+            return {"callback_on_step_end": cls(cutoff_step_ratio=None,
+                                                cutoff_step_index=guided - 1)}
+        info.per_call.append(per_call)
     record(pipe, "guidance_stop", share)
     return pipe
 

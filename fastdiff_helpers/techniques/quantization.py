@@ -1,8 +1,6 @@
 """Dynamic int8 (and weight-only int8, fp8) quantization with torchao; 1x1 conv to linear.
 
-Introduced in 08_int8_quantization.ipynb.
-torchao is imported inside the functions that use it: importing it takes seconds, and
-`import fastdiff_helpers` must stay cheap (tests/test_env.py)."""
+Introduced in 08_int8_quantization.ipynb."""
 
 from __future__ import annotations
 
@@ -13,7 +11,7 @@ import torch
 
 from ..models.loading import get_denoiser, pipeline_device
 from ..models.noise import quiet_known_noise
-from ._state import agree, applied, modules, parts, record, refuse_after
+from ._state import agree, applied, parts, record, refuse_after
 from .flux import FLUX_PARTS, check_filter, flux_filter, is_flux
 from .recipe import CONV_SWAPS, FP8, QUANT_FILTERS, QUANTIZE, Recipe, RecipeError
 
@@ -114,10 +112,10 @@ def conv1x1_to_linear(pipe, which: str | bool = "blog"):
     if which not in CONV_SWAPS or which is False:
         raise RecipeError(f"Unknown 1x1-conv swap {which!r}: use 'blog' or 'all'.")
     refuse_after(pipe, "conv1x1_to_linear", "quantize", "compile")
-    for module in modules(pipe):
+    for module in parts(pipe).values():
         swap_conv2d_1x1_to_linear(module, CONV_FILTERS[which])
     swapped = sum(type(m).__name__ == "PermuteSandwich"  # torchao's wrapper of a swapped conv
-                  for module in modules(pipe) for m in module.modules())
+                  for module in parts(pipe).values() for m in module.modules())
     record(pipe, "conv1x1_to_linear", {"filter": which, "swapped": swapped})
     return pipe
 
@@ -152,32 +150,16 @@ def select_filter(kind: str, quant_filter: str | Callable) -> Callable:
     return base
 
 
-def check_fp8(pipe, kind: str) -> None:
-    """Refuse fp8 where torchao would stop half-way with a bare AssertionError: a device
-    without fp8 tensor cores (torchao/float8/inference.py, _check_hardware_support, asserts
-    compute capability 8.9+ for the whole process, whatever the pipeline's device), and per
-    row on weights that are not bf16 (quant_api.py, "PerRow quantization only works for
-    bfloat16 precision input weight"). The course's one policy (fdh.Recipe), before any work."""
-    if kind not in FP8:
-        return
-    Recipe(dtype="bf16", quantize=kind).check_device(str(pipeline_device(pipe)))
-    dtype = next(get_denoiser(pipe).parameters()).dtype
-    if kind == "fp8-dynamic-row" and dtype != torch.bfloat16:
-        raise RecipeError(f"quantize='fp8-dynamic-row' needs bf16 weights (torchao's per-row fp8 "
-                          f"takes only bf16); this pipeline's are {dtype}: load it with "
-                          "dtype='bf16', or use 'fp8-dynamic'.")
-
-
 def quantize(pipe, kind: str = "int8-dynamic", quant_filter: str | Callable = "blog"):
     """Quantize the linears of the denoiser and VAE with torchao's quantize_.
 
     quant_filter: "blog" (diffusion-fast's exact filter, blog_filter), "fastdiff" (ours,
     fastdiff_filter), "all" (every nn.Linear), "flux" (Flux's transformer, flux_filter; "blog"
-    is refused on Flux) or a callable (module, fqn) -> bool. For int8
-    dynamic and fp8, linears the kernels cannot take are always left out (int8_kernel_ok,
-    fp8_kernel_ok). fp8 ("fp8-dynamic": a scale per tensor, "fp8-dynamic-row": per row of the
-    weight and per token) needs compute capability 8.9+ and is refused elsewhere before any
-    work, as fdh.Recipe's policy says (check_fp8; 15_fp8_hopper.ipynb).
+    is refused on Flux) or a callable (module, fqn) -> bool. For int8 dynamic and fp8, linears
+    the kernels cannot take are always left out (int8_kernel_ok, fp8_kernel_ok). fp8
+    ("fp8-dynamic": a scale per tensor, "fp8-dynamic-row": per row of the weight and per
+    token) needs compute capability 8.9+ and is refused elsewhere before any work, as
+    fdh.Recipe's policy says (15_fp8_hopper.ipynb).
     Compile afterwards: without torch.compile the quantized matmuls run unfused and are slower
     than bf16 (measured by the diffusers-torchao project on CogVideoX-5b: int8 dynamic
     550 s eager against 243 s in bf16, A100).
@@ -193,15 +175,26 @@ def quantize(pipe, kind: str = "int8-dynamic", quant_filter: str | Callable = "b
         raise RecipeError("This pipeline is already quantized; load a fresh pipeline.")
     refuse_after(pipe, "quantize", "compile")
     check_filter(pipe, quant_filter)
-    check_fp8(pipe, kind)
+    # fp8 where torchao would stop half-way with a bare AssertionError: a device without fp8
+    # tensor cores (torchao/float8/inference.py, _check_hardware_support, asserts compute
+    # capability 8.9+ for the whole process, whatever the pipeline's device), and per row on
+    # weights that are not bf16 (quant_api.py, "PerRow quantization only works for bfloat16
+    # precision input weight")
+    if kind in FP8:
+        Recipe(dtype="bf16", quantize=kind).check_device(str(pipeline_device(pipe)))
+    dtype = next(get_denoiser(pipe).parameters()).dtype
+    if kind == "fp8-dynamic-row" and dtype != torch.bfloat16:
+        raise RecipeError(f"quantize='fp8-dynamic-row' needs bf16 weights (torchao's per-row fp8 "
+                          f"takes only bf16); this pipeline's are {dtype}: load it with "
+                          "dtype='bf16', or use 'fp8-dynamic'.")
     quiet_known_noise()
     from torchao.quantization import quantize_
 
     fn = select_filter(kind, quant_filter)
-    for module in modules(pipe):
+    for module in parts(pipe).values():
         quantize_(module, quant_config(kind), filter_fn=fn)
     count = sum(type(m.weight) not in (torch.nn.Parameter, torch.Tensor)  # a torchao tensor
-                for module in modules(pipe) for m in module.modules()
+                for module in parts(pipe).values() for m in module.modules()
                 if isinstance(m, torch.nn.Linear))
     if count == 0:
         warnings.warn(f"quant_filter={quant_filter!r} selected no linear layer: nothing was "
@@ -229,27 +222,24 @@ def code(r, flux: bool = False, D: str = "denoiser") -> dict[str, list]:
     config = type(quant_config(r.quantize)).__name__
     lines = [f"from torchao.quantization import quantize_, {config}"]
     made = f"{config}(set_inductor_config=False)"
-    if r.quantize in ("fp8-dynamic", "fp8-dynamic-row"):
+    if r.quantize in FP8:
         granularity = "PerRow" if r.quantize == "fp8-dynamic-row" else "PerTensor"
         lines = [f"from torchao.quantization import quantize_, {config}, {granularity}"]
         made = f"{config}(granularity={granularity}(), set_inductor_config=False)"
+    if r.quant_filter == "blog":
+        lines.append("BLOG_EXCLUDED_SHAPES = {" + ", ".join(
+            map(repr, sorted(BLOG_EXCLUDED_SHAPES))) + "}")
+    if r.quant_filter == "flux":
+        lines.append(f"FLUX_PARTS = {FLUX_PARTS!r}")
     named = {"blog": blog_filter, "fastdiff": fastdiff_filter, "flux": flux_filter}
-    if r.quant_filter in named:
-        if r.quant_filter == "blog":
-            lines.append("BLOG_EXCLUDED_SHAPES = {" + ", ".join(
-                map(repr, sorted(BLOG_EXCLUDED_SHAPES))) + "}")
-        if r.quant_filter == "flux":
-            lines.append(f"FLUX_PARTS = {FLUX_PARTS!r}")
-        lines.append(named[r.quant_filter])
-        filt = named[r.quant_filter].__name__
-    else:
-        lines.append("all_linears = lambda m, fqn: isinstance(m, torch.nn.Linear)")
-        filt = "all_linears"
+    chosen = named.get(r.quant_filter)  # none for "all": every linear
+    lines.append(chosen or "all_linears = lambda m, fqn: isinstance(m, torch.nn.Linear)")
+    filt = chosen.__name__ if chosen else "all_linears"
     if r.quantize == "int8-dynamic":
         lines += ["# only linears the int8 kernels take", int8_kernel_ok]
         lines.append(f"int8_filter = lambda m, fqn: {filt}(m, fqn) and int8_kernel_ok(m, fqn)")
         filt = "int8_filter"
-    elif r.quantize in ("fp8-dynamic", "fp8-dynamic-row"):
+    elif r.quantize in FP8:
         lines += ["# only linears torch's fp8 matmul takes", fp8_kernel_ok]
         lines.append(f"fp8_filter = lambda m, fqn: {filt}(m, fqn) and fp8_kernel_ok(m)")
         filt = "fp8_filter"

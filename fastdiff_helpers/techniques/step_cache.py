@@ -99,17 +99,6 @@ class StepPlan:
         self.clone_feature = (kwargs.get("mode") in ("max-autotune", "reduce-overhead")
                               or bool(options.get("triton.cudagraphs")))
 
-    def step(self, i: int, **inputs: Any) -> tuple[torch.Tensor, str]:
-        """Denoising step i: the full path on every `every`-th step, else the cached one."""
-        batch = inputs[_SAMPLE[self.kind]].shape[0]
-        if (self.cached is not None and self.feature is not None and i % self.every != 0
-                and self.feature.shape[0] == batch):  # (a guidance stop halves the batch)
-            return self.cached(self.feature, **inputs), "cached"
-        out, feature = self.full(**inputs)
-        if self.cached is not None:  # a CUDA graph would overwrite it: clone it out
-            self.feature = feature.clone() if self.clone_feature else feature
-        return out, "full"
-
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         kw = dict(self.signature.bind(*args, **kwargs).arguments)
         return_dict = kw.pop("return_dict", True)
@@ -129,8 +118,16 @@ class StepPlan:
                  and step >= guided_steps(steps, self.guidance_stop))
         if halve:  # the conditional half of [uncond, cond]
             kw = _second_half(kw, kw[_SAMPLE[self.kind]].shape[0])
-        out, path = self.step(step, **kw)
-        self.log.append((step, path, kw[_SAMPLE[self.kind]].shape[0]))
+        batch = kw[_SAMPLE[self.kind]].shape[0]
+        cached = (self.cached is not None and self.feature is not None and step % self.every != 0
+                  and self.feature.shape[0] == batch)  # (a guidance stop halves the batch)
+        if cached:
+            out = self.cached(self.feature, **kw)
+        else:  # the full path on every `every`-th step
+            out, feature = self.full(**kw)
+            if self.cached is not None:  # a CUDA graph would overwrite it: clone it out
+                self.feature = feature.clone() if self.clone_feature else feature
+        self.log.append((step, "cached" if cached else "full", batch))
         if halve:  # guidance then computes cond + g * (cond - cond) = cond
             out = torch.cat([out, out])
         if not return_dict:

@@ -4,6 +4,7 @@ Introduced in 07_gpu_syncs.ipynb."""
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from typing import Any
 
@@ -130,10 +131,9 @@ def count_syncs(pipe, verbose: bool = True, **kwargs) -> dict[str, Any] | None:
         finally:
             torch.cuda.set_sync_debug_mode(0)
             del pipe.progress_bar  # the class's method again
-    syncs = [w for w in caught if "synchroniz" in str(w.message)]
-    in_loop = sum(1 for i, w in enumerate(caught) if "synchroniz" in str(w.message)
-                  and start and marks and start[0] <= i < marks[-1])
-    where = sorted({f"{w.filename}:{w.lineno}" for w in syncs})
+    syncs = [(i, w) for i, w in enumerate(caught) if "synchroniz" in str(w.message)]
+    in_loop = sum(1 for i, _ in syncs if start and marks and start[0] <= i < marks[-1])
+    where = sorted({f"{w.filename}:{w.lineno}" for _, w in syncs})
     report = {"total": len(syncs), "in_loop": in_loop, "per_step": in_loop / max(len(marks), 1),
               "where": where}
     if verbose:
@@ -148,8 +148,6 @@ def _loop_marks(pipe, call: dict, caught: list) -> tuple[list[int], list[int]]:
     the legacy `callback(step, timestep, latents)`, pipeline_pixart_alpha.py:708 and :961, and
     swallows an unknown callback_on_step_end in its **kwargs: there no step would be marked and
     every sync would count as outside the loop), as positions in `caught`."""
-    import inspect
-
     start: list[int] = []
     marks: list[int] = []
     progress_bar = pipe.progress_bar
