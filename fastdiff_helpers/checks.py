@@ -173,15 +173,20 @@ def nearest_existing(path: str | os.PathLike) -> Path:
     return path
 
 
+def writable(name: str, path: Path, folder: Path) -> None:
+    """`folder` (`path` itself, or the folder `path` goes in) must let this user write in it."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise FastdiffError(f"{arg(name, str(path))}: {folder} is not writable here; give a "
+                            "folder you can write to.")
+
+
 def writable_parent(name: str, path: Path) -> None:
     """The nearest existing folder above `path` must be a folder this user can write to."""
     above = nearest_existing(path.parent)
     if not above.is_dir():
         raise FastdiffError(f"{arg(name, str(path))}: {above} is a file, so {path} cannot be "
                             "created; give a path under a folder.")
-    if not os.access(above, os.W_OK | os.X_OK):
-        raise FastdiffError(f"{arg(name, str(path))}: {above} is not writable here; give a "
-                            "folder you can write to.")
+    writable(name, path, above)
 
 
 def output_file(name: str, value: Any, example: str = "results.jsonl",

@@ -334,3 +334,24 @@ def test_a_lora_file_is_made_in_its_folder_and_never_over_another(box, tiny_pipe
     assert (first / LORA_FILE).read_bytes() == data
     _theirs(box / "cwd" / "mine" / "notes.txt")
     _refused(lambda: fdh.course.make_lora_file(pipe, "mine"), box / "cwd" / "mine" / "notes.txt")
+
+
+def test_a_folder_this_user_cannot_write_is_refused_in_one_wording(tmp_path, monkeypatch):
+    """A run's folder that exists, the folder a new one or a new file would go in: each refused
+    when this user cannot write there, before anything is written, in the same words (root
+    passes every os.access, so the check is made to answer no)."""
+    import os
+    import re
+
+    from fastdiff_helpers.checks import output_file
+    from fastdiff_helpers.course.planning.writes import output_folder
+
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    said = "{} is not writable here; give a folder you can write to."
+    for check, name, path in ((output_folder, "out", tmp_path),
+                              (output_folder, "out", tmp_path / "new"),
+                              (output_file, "path", tmp_path / "results.jsonl")):
+        with pytest.raises(fdh.FastdiffError,
+                           match=re.escape(f"{name}={str(path)!r}: " + said.format(tmp_path))):
+            check(name, path)
+    assert list(tmp_path.iterdir()) == []

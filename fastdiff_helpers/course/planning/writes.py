@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from ...checks import arg, pathlike, writable_parent
+from ...checks import arg, pathlike, writable, writable_parent
 from ...errors import FastdiffError
 
 
@@ -40,9 +40,7 @@ def output_folder(name: str, value: Any, ours: Sequence[str] = (), what: str = "
         if not path.is_dir():
             raise FastdiffError(f"{arg(name, str(path))}: {path} is a file; give a folder (it "
                                 "is created if missing).")
-        if not os.access(path, os.W_OK | os.X_OK):
-            raise FastdiffError(f"{arg(name, str(path))}: {path} is not writable here; give a "
-                                "folder you can write to.")
+        writable(name, path, path)
         held = _made_here(path) if ours else []
         others = [n for n in held if n not in ours]
         if others and ours[0] not in held:
