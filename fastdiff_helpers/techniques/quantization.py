@@ -182,11 +182,12 @@ def quantize(pipe, kind: str = "int8-dynamic", quant_filter: str | Callable = "b
     # precision input weight")
     if kind in FP8:
         Recipe(dtype="bf16", quantize=kind).check_device(str(pipeline_device(pipe)))
-    dtype = next(get_denoiser(pipe).parameters()).dtype
-    if kind == "fp8-dynamic-row" and dtype != torch.bfloat16:
-        raise RecipeError(f"quantize='fp8-dynamic-row' needs bf16 weights (torchao's per-row fp8 "
-                          f"takes only bf16); this pipeline's are {dtype}: load it with "
-                          "dtype='bf16', or use 'fp8-dynamic'.")
+    if kind == "fp8-dynamic-row":
+        dtype = next(get_denoiser(pipe).parameters()).dtype
+        if dtype != torch.bfloat16:
+            raise RecipeError(f"quantize='fp8-dynamic-row' needs bf16 weights (torchao's per-row "
+                              f"fp8 takes only bf16); this pipeline's are {dtype}: load it with "
+                              "dtype='bf16', or use 'fp8-dynamic'.")
     quiet_known_noise()
     from torchao.quantization import quantize_
 
