@@ -7,7 +7,7 @@ the core (models, techniques, measure, results): what a participant takes home, 
 The course's own machinery (the parameters cell, the reference numbers, the day's chart, the
 clock and planning, tuning bundles and cold starts, the long runs and the command line:
 course/, with its planning/, compiletime/ and runs/) is `fdh.course.<name>`, loaded on first use
-(_LAZY below; tests/test_layout.py checks that importing loads none of it).
+(__getattr__ below; tests/test_layout.py checks that importing loads none of it).
 """
 
 import importlib
@@ -37,28 +37,23 @@ from .measure.quality import compare_images
 from .measure.profile import profile
 from .results.charts import (ladder_chart, memory_chart, models_chart, profile_chart,
                              quality_chart, show_images)
+from .results.playground import playground
 from .results.tables import format_table
 from .results.store import Result, load_results, save_results
 
 # The course layer is one name, `fdh.course` (course/__init__.py lists what it holds, each loaded
-# on its first use); the playground's panel is the core's, but it imports ipywidgets and the
-# parameters cell's defaults, so it too loads on first use (a module __getattr__, PEP 562):
-# `import fastdiff_helpers` runs none of that code.
-_LAZY = {"course": None, "playground": "course.playground"}
-
-
+# on its first use), imported on first use by a module __getattr__ (PEP 562): `import
+# fastdiff_helpers` runs none of its code.
 def __getattr__(name: str):
-    """fdh.course or fdh.playground, imported on first use and kept here after."""
-    if name not in _LAZY:
+    """fdh.course, imported on first use and kept here after."""
+    if name != "course":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(f"{__name__}.{_LAZY[name] or name}")
-    value = module if _LAZY[name] is None else getattr(module, name)
-    globals()[name] = value
-    return value
+    globals()[name] = importlib.import_module(f"{__name__}.course")
+    return globals()[name]
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | {"course"})
 
 
 # The public API: what the notebooks and docs use (tests/test_api.py checks both ways: every

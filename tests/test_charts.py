@@ -196,7 +196,7 @@ def test_saved_chart_keeps_every_label_inside_the_figure(chart):
 def test_a_long_recipe_label_does_not_squash_the_chart():
     """Issue 24: the playground labels a run with its whole recipe; rotated on one line it took
     most of the figure's height and squashed the bars. Wrapped to its bar, 4 lines at most."""
-    from fastdiff_helpers.course.playground import describe_recipe
+    from fastdiff_helpers.results.playground import describe_recipe
 
     long = describe_recipe(fdh.Recipe(dtype="bf16", attention="sdpa", compile="max-autotune",
                                       fullgraph=True, inductor_flags=True, channels_last=True,

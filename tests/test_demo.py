@@ -105,7 +105,7 @@ def test_the_demo_and_the_playground_measure_the_same_recipe_alike():
                                width=settings.width, runs=settings.runs,
                                warmup=settings.warmup, max_runs=settings.max_runs,
                                progress=False)
-    panel = fdh.playground("sdxl", weights="tiny", device="cpu")
+    panel = fdh.playground(device="cpu", settings=settings)
     panel.controls["tf32"].value = "blog"  # the blog's fp32 step: TF32 as diffusion-fast set it
     played = panel.run()
     assert played is not None, panel.error.value

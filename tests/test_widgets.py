@@ -8,7 +8,7 @@ import torch
 
 pytest.importorskip("ipywidgets")
 
-from fastdiff_helpers.course import playground as widgets  # noqa: E402
+from fastdiff_helpers.results import playground as widgets  # noqa: E402
 from fastdiff_helpers.techniques.recipe import Recipe  # noqa: E402
 
 
@@ -178,7 +178,7 @@ def test_a_run_loads_the_weights_in_the_dtype_its_recipe_runs_in(monkeypatch):
     import fastdiff_helpers as fdh
 
     panel = _panel()
-    assert panel.recipe()[0] == fdh.course.settings("sd15").baseline
+    assert panel.recipe()[0] == Recipe()  # fp32: no course settings given
     asked = []
     real = widgets.load_pipeline
 
@@ -193,10 +193,36 @@ def test_a_run_loads_the_weights_in_the_dtype_its_recipe_runs_in(monkeypatch):
     assert asked == ["fp32", "fp32", "bf16"]
     assert [r.recipe["dtype"] for r in panel.rows] == ["fp32", "tf32", "bf16"]
     assert panel.rows[2].quality["psnr"] > 35  # against the fp32 baseline, loaded in fp32
-    monkeypatch.setattr(widgets, "course_settings",  # a card where fp32 does not fit
-                        lambda model: replace(fdh.course.settings(model), baseline_dtype="fp16"))
-    t4 = widgets.playground("sdxl", weights="tiny", device="cpu")
-    assert t4.controls["dtype"].value == "fp16"
+    t4 = replace(fdh.course.settings("sdxl"), baseline_dtype="fp16")  # fp32 does not fit
+    assert widgets.playground("sdxl", weights="tiny", device="cpu",
+                              settings=t4).controls["dtype"].value == "fp16"
+
+
+def test_the_course_hooks_in_through_settings_and_the_panel_runs_without_it(monkeypatch):
+    """Issue 58: the panel is the core's and imports nothing of the course layer. Without
+    settings it starts from the model's own steps, fdh.benchmark's runs and warm-up, the fp32
+    baseline, and passes no tuning to fdh.apply; given fdh.course.settings(...), its model,
+    weights, steps, runs, warm-up and baseline are the defaults, smoke mode caps the timed
+    runs, and fdh.apply gets the course's autotune decision (settings.tuning)."""
+    import fastdiff_helpers as fdh
+
+    plain = widgets.playground("sd15", weights="tiny", device="cpu")
+    c = plain.controls
+    assert (c["model"].value, c["steps"].value, c["runs"].value, c["warmup"].value) == (
+        "sd15", fdh.MODELS["sd15"].steps, 5, 2)
+    assert plain.recipe()[0] == Recipe() and plain.tuning is None and plain.max_runs(3) is None
+    settings = replace(fdh.course.settings("sd15", weights="tiny"), steps=3, runs=2, warmup=1,
+                       smoke=True, baseline_dtype="bf16")
+    panel = widgets.playground(device="cpu", settings=settings)
+    c = panel.controls
+    assert (c["model"].value, panel.weights, c["steps"].value, c["runs"].value,
+            c["warmup"].value, c["dtype"].value) == ("sd15", "tiny", 3, 2, 1, "bf16")
+    assert panel.max_runs(2) == 2 and panel.tuning is settings.tuning
+    passed = []
+    monkeypatch.setattr(widgets, "apply", lambda pipe, recipe, tuning=None: passed.append(tuning))
+    c["steps"].value, c["runs"].value, c["warmup"].value = 1, 1, 0
+    assert panel.run() is not None, panel.error.value
+    assert passed == [settings.tuning]
 
 
 def test_reset_clears_the_table_chart_and_baselines(two_runs):
@@ -218,7 +244,7 @@ def test_describe_recipe_names_what_changed():
 def test_a_long_phase_shows_its_elapsed_time_and_a_failure_is_not_frozen(monkeypatch):
     import time as _time
 
-    from fastdiff_helpers.course import playground as widgets
+    from fastdiff_helpers.results import playground as widgets
 
     panel = _panel()
     seen = []

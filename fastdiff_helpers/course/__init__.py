@@ -9,8 +9,6 @@ participant takes home; the core imports nothing from here.
     weights           the weights a parameters cell chose on a GPU, carried to later notebooks;
                       what weights="auto" picks (fdh.course.choose_weights)
     written_for       the library versions the course's code was written for
-    playground        fdh.playground(): the ipywidgets panel to try recipes and compare runs
-                      (its controls, phases and small formatters first)
     hosted            what every notebook's first cell runs where the course is not installed
                       (Colab, Kaggle, any Jupyter): the host's limits, the install with the
                       host's torch and Jupyter held, whether to restart (the cell: tools/)

@@ -4,6 +4,8 @@ Introduced in 10_playground.ipynb. It only composes the public API (load_pipelin
 benchmark, compare_images, ladder_chart, to_code: its box shows the recipe as plain diffusers,
 torch and torchao code, what a participant copies); every run loads a fresh pipeline,
 because a pipeline takes one recipe. ipywidgets is imported only when a panel is built.
+The course hooks in through one argument, `settings` (fdh.course.settings(...)): the panel's
+defaults, smoke mode's run count and the autotune decision passed to fdh.apply.
 
 Its vocabulary comes first: its controls (one per Recipe field, with readable labels and
 choices), its phases, and the small formatters its table and images use.
@@ -22,20 +24,18 @@ from typing import Any, Callable
 import torch
 
 from .. import checks
-from ..models.loading import free_memory, load_pipeline
+from ..models.loading import default_device, free_memory, load_pipeline
 from ..models.presets import MODELS, SCHEDULERS
 from ..models.pretrained import check_weights
 from ..techniques import apply
-from .planning.autotune import course_tuning
 from ..techniques.schedulers import set_scheduler
 from ..techniques.recipe import BASELINE, KNOBS, Recipe, RecipeError
 from ..measure.bench import benchmark
 from ..measure.quality import compare_images
-from ..results.charts import ladder_chart
-from ..results.store import Result
+from .charts import ladder_chart
+from .store import Result
 from ..measure.record import GIB, psnr_text
 from ..techniques.codegen import to_code
-from .parameters import course_settings
 
 __all__ = ["Playground", "playground", "describe_recipe"]
 
@@ -116,19 +116,22 @@ class Playground:
     (Textarea), `error` (HTML), `notes` (HTML), `log` (Output), `images` (baseline, last).
     `run()` is what the Run button calls. Introduced in 10_playground.ipynb."""
 
-    def __init__(self, model: str | None = None, weights: str = "auto",
-                 device: str | None = None) -> None:
+    def __init__(self, model: str | None = None, weights: str | None = None,
+                 device: str | None = None, settings: Any = None) -> None:
         try:
             import ipywidgets as W
         except ImportError:
             raise ImportError("fdh.playground() needs ipywidgets: pip install ipywidgets "
                               "(and jupyterlab to display it).") from None
+        weights = weights or (settings.weights if settings else "auto")
         check_weights(weights)
         if device is not None:
             checks.device(device)
-        settings = course_settings(model or "sdxl")
-        self.weights, self.device = weights, device or settings.device
-        self.smoke = settings.smoke
+        model = model or (settings.model if settings else "sdxl")
+        self.weights, self.device = weights, device or (settings.device if settings
+                                                        else default_device())
+        self.smoke = bool(settings and settings.smoke)
+        self.tuning = settings.tuning if settings else None  # the course's autotune decision
         self.rows: list[Result] = []
         self.baselines: dict[tuple, Result] = {}
         wide = {"description_width": "initial"}
@@ -143,16 +146,18 @@ class Playground:
 
         self.controls: dict[str, Any] = {
             "model": dropdown("model", [(f"{k}: {s.name}", k) for k, s in MODELS.items()],
-                              settings.model),
-            "steps": number("steps", settings.steps, 1, 200),
+                              model),
+            "steps": number("steps", settings.steps if settings else MODELS[model].steps, 1, 200),
             "resolution": dropdown("resolution", RESOLUTIONS, 0),
-            "runs": number("timed runs", settings.runs, 1, 50),
-            "warmup": number("warm-up", settings.warmup, 0, 10),
+            # fdh.benchmark's own runs and warm-up, where no course settings say otherwise
+            "runs": number("timed runs", settings.runs if settings else 5, 1, 50),
+            "warmup": number("warm-up", settings.warmup if settings else 2, 0, 10),
             "scheduler": dropdown("scheduler", SCHEDULER_CHOICES, "own")}
-        # the default recipe is the course's baseline on this card (settings.baseline): fp32,
-        # or the card's half precision where the model's fp32 does not fit (SDXL on a T4)
+        # the default recipe is fp32, or the course's baseline on this card (settings.baseline):
+        # the card's half precision where the model's fp32 does not fit (SDXL on a T4)
+        baseline = settings.baseline if settings else BASELINE
         for name, label in LABELS.items():
-            default = getattr(settings.baseline, name)
+            default = getattr(baseline, name)
             self.controls[name] = (
                 W.Checkbox(value=default, description=label, indent=False,
                            layout=W.Layout(width="auto", margin="0 12px 0 0"))
@@ -274,7 +279,7 @@ class Playground:
             self._phase(2)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                apply(pipe, recipe, tuning=course_tuning)
+                apply(pipe, recipe, tuning=self.tuning)
             notes += [str(w.message) for w in caught]
             self._phase(3)
             size = c["resolution"].value or None  # 0: the model's default
@@ -385,12 +390,16 @@ class Playground:
         return self.widget._repr_mimebundle_(**kwargs)
 
 
-def playground(model: str | None = None, weights: str = "auto",
-               device: str | None = None) -> Playground:
-    """An ipywidgets panel over the course's API: choose a model and a recipe, run it, and
+def playground(model: str | None = None, weights: str | None = None,
+               device: str | None = None, settings: Any = None) -> Playground:
+    """An ipywidgets panel over the helpers' API: choose a model and a recipe, run it, and
     watch the table, speed-up chart, images (with PSNR) and the recipe as code grow.
 
-    model: the initially selected model (default: the course default, sdxl); weights: as in
-    fdh.load_pipeline; device: default from fdh.course.settings (CPU in smoke mode).
+    model: the initially selected model; weights: as in fdh.load_pipeline; device: "cuda"
+    where there is one. settings: the course's hook, what its parameters cell returns
+    (fdh.course.settings(...)): model, weights, device, steps, runs, warm-up and the baseline
+    recipe by default, smoke mode's timed runs, and its autotune decision passed to fdh.apply.
+    Without it: sdxl, "auto" weights, the model's own steps, fdh.benchmark's runs and
+    warm-up, the fp32 baseline, and compiles as the recipe says.
     Introduced in 10_playground.ipynb."""
-    return Playground(model, weights, device)
+    return Playground(model, weights, device, settings)
