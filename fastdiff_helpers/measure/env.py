@@ -1,8 +1,7 @@
-"""env_report(): what a measurement ran on (versions, device, GPU, numeric flags).
-
-Introduced in 00_setup.ipynb. Every Result carries this report, because a timing means
-nothing without the GPU, driver and library versions (and the TF32 setting) behind it.
-Versions are read from package metadata, so diffusers, torchao and friends are not imported.
+"""What a measurement ran on. Introduced in 00_setup.ipynb. Every Result carries env_report(),
+because a timing means nothing without the GPU, driver and library versions (and the TF32
+setting) behind it. Versions are read from package metadata, so diffusers, torchao and friends
+are not imported.
 """
 
 from __future__ import annotations
