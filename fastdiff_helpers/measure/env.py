@@ -89,11 +89,8 @@ def _driver_version(torch: Any) -> str | None:
 
 def _fp32_precision(chain: list[Any]) -> str:
     """Resolve torch's fp32_precision setting ("tf32" or "ieee"), following "none" to the parent."""
-    for node in chain:
-        value = getattr(node, "fp32_precision", "none")
-        if value != "none":
-            return value
-    return "ieee"
+    values = (getattr(node, "fp32_precision", "none") for node in chain)
+    return next((value for value in values if value != "none"), "ieee")
 
 
 def _tf32_flags(torch: Any) -> tuple[bool, bool]:
