@@ -55,19 +55,6 @@ def _manager(device_index: int):
     return cudagraph_trees.get_manager(device_index, create_if_none_exists=False)
 
 
-def _watch_replays(manager, device_index: int) -> None:
-    if manager is None or getattr(manager, "_fastdiff_counted", False):
-        return
-    original = manager.execute_node
-
-    def execute_node(node, new_inputs):
-        _replays[device_index] = _replays.get(device_index, 0) + 1
-        return original(node, new_inputs)
-
-    manager.execute_node = execute_node
-    manager._fastdiff_counted = True
-
-
 def tree_counts(roots: dict[Any, list[Any]] | None) -> tuple[int, int]:
     """(captures, re-records) in CUDA-graph trees: every node is one capture; more than one
     node for a function under the same parent is a re-record of it."""
@@ -102,7 +89,15 @@ def cudagraph_snapshot(device_index: int = 0) -> CudaGraphSnapshot:
     if not any(isinstance(h, _ReasonHandler) for h in logger.handlers):
         logger.addHandler(_ReasonHandler(level=logging.WARNING))
     manager = _manager(device_index)
-    _watch_replays(manager, device_index)
+    if manager is not None and not getattr(manager, "_fastdiff_counted", False):
+        original = manager.execute_node  # count its replays from now on
+
+        def execute_node(node, new_inputs):
+            _replays[device_index] = _replays.get(device_index, 0) + 1
+            return original(node, new_inputs)
+
+        manager.execute_node = execute_node
+        manager._fastdiff_counted = True
     snap = CudaGraphSnapshot(skips=counters["inductor"]["cudagraph_skips"],
                              reasons=list(_reasons), replays=_replays.get(device_index, 0))
     if manager is not None and manager.roots is not None:

@@ -1,8 +1,7 @@
-"""env_report(): what a measurement ran on (versions, device, GPU, numeric flags).
-
-Introduced in 00_setup.ipynb. Every Result carries this report, because a timing means
-nothing without the GPU, driver and library versions (and the TF32 setting) behind it.
-Versions are read from package metadata, so diffusers, torchao and friends are not imported.
+"""What a measurement ran on. Introduced in 00_setup.ipynb. Every Result carries env_report(),
+because a timing means nothing without the GPU, driver and library versions (and the TF32
+setting) behind it. Versions are read from package metadata, so diffusers, torchao and friends
+are not imported.
 """
 
 from __future__ import annotations
@@ -90,11 +89,8 @@ def _driver_version(torch: Any) -> str | None:
 
 def _fp32_precision(chain: list[Any]) -> str:
     """Resolve torch's fp32_precision setting ("tf32" or "ieee"), following "none" to the parent."""
-    for node in chain:
-        value = getattr(node, "fp32_precision", "none")
-        if value != "none":
-            return value
-    return "ieee"
+    values = (getattr(node, "fp32_precision", "none") for node in chain)
+    return next((value for value in values if value != "none"), "ieee")
 
 
 def _tf32_flags(torch: Any) -> tuple[bool, bool]:

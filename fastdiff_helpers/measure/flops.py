@@ -202,8 +202,7 @@ def measure_matmul_tflops(device: str = "cuda", dtype: torch.dtype | None = None
     if dev.type != "cuda":
         n, iters = min(n, 1024), max(3, iters // 4)
     gen = torch.Generator(dev).manual_seed(0)
-    a = torch.randn(n, n, device=dev, dtype=torch.float32, generator=gen).to(dtype)
-    b = torch.randn(n, n, device=dev, dtype=torch.float32, generator=gen).to(dtype)
+    a, b = torch.randn(2, n, n, device=dev, dtype=torch.float32, generator=gen).to(dtype)
     for _ in range(3):  # warm-up: kernel selection, clocks
         a @ b
     clock = StageMarks(dev)  # benchmark()'s clock: CUDA events on a GPU, else perf_counter

@@ -1,7 +1,4 @@
-"""Memory: what the weights need (from the architecture on the meta device), what a call peaks
-at (measured), and what fits a given card.
-
-Introduced in 11_fitting_your_gpu.ipynb."""
+"""Memory: weights, a call's peak, what fits a card. Introduced in 11_fitting_your_gpu.ipynb."""
 
 from __future__ import annotations
 
@@ -91,12 +88,10 @@ class _LiveBytes(TorchDispatchMode):
 
 def _resident(pipe, device: torch.device) -> tuple[int, set[int]]:
     """Bytes of the pipeline's parameters and buffers on `device` now, and their storages."""
-    seen: dict[int, int] = {}
-    for module in pipe.components.values():
-        if isinstance(module, torch.nn.Module):
-            for t in (p for w in [*module.parameters(), *module.buffers()] for p in _plain(w)):
-                if t.device == device and (storage := t.untyped_storage()).data_ptr():
-                    seen[storage.data_ptr()] = storage.nbytes()
+    seen = {storage.data_ptr(): storage.nbytes() for module in pipe.components.values()
+            if isinstance(module, torch.nn.Module)
+            for w in [*module.parameters(), *module.buffers()] for t in _plain(w)
+            if t.device == device and (storage := t.untyped_storage()).data_ptr()}
     return sum(seen.values()), set(seen)
 
 

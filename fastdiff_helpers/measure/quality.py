@@ -1,7 +1,5 @@
-"""Image quality checks: PSNR, SSIM, max abs error and NaN/inf detection.
-
-Introduced in 01_baseline.ipynb: every faster step is compared with the fp32 baseline's
-image, so a speed-up is always shown next to what it cost in output quality.
+"""Image quality. Introduced in 01_baseline.ipynb: every faster step is compared with the
+fp32 baseline's image, so a speed-up is always shown next to what it cost in output quality.
 
 SSIM is written here (about 20 lines) because neither torch nor diffusers ships one and we
 avoid a scikit-image dependency for a single function.
@@ -136,7 +134,8 @@ def compare_images(image: Any, reference: Any) -> dict[str, Any]:
     bad_a = ~np.isfinite(a)
     bad_b = ~np.isfinite(b)
     bad = bad_a | bad_b
-    if bad.any():
+    nan = bool(bad.any())
+    if nan:
         which = " and ".join(
             name for name, m in (("the image", bad_a), ("the reference", bad_b)) if m.any()
         )
@@ -146,29 +145,25 @@ def compare_images(image: Any, reference: Any) -> dict[str, Any]:
                       "'madebyollin/sdxl-vae-fp16-fix', or keep the VAE in fp32/bf16 "
                       "(pipe.vae.to(torch.float32) or dtype='bf16').", NonFiniteImageWarning,
                       stacklevel=2)
-        return {
-            "psnr": math.nan,
-            "ssim": math.nan,
-            "max_abs": math.nan,
-            "nan": True,
-            "nonfinite_fraction": float(bad.mean()),
-        }
-
-    for name, arr in (("image", a), ("reference", b)):
-        if arr.min() < -1e-3 or arr.max() > 1 + 1e-3:
-            warnings.warn(
-                f"the {name} has values in [{arr.min():.3f}, {arr.max():.3f}], outside [0, 1]; "
-                "PSNR/SSIM assume [0, 1]. If it is in [-1, 1] (VAE output), pass (x + 1) / 2.",
-                stacklevel=2,
-            )
-
-    diff = a - b
-    mse = float(np.mean(diff * diff))
-    psnr = math.inf if mse == 0.0 else 10.0 * math.log10(1.0 / mse)
+        psnr = ssim = max_abs = math.nan
+    else:
+        for name, arr in (("image", a), ("reference", b)):
+            if arr.min() < -1e-3 or arr.max() > 1 + 1e-3:
+                warnings.warn(
+                    f"the {name} has values in [{arr.min():.3f}, {arr.max():.3f}], outside "
+                    "[0, 1]; PSNR/SSIM assume [0, 1]. If it is in [-1, 1] (VAE output), pass "
+                    "(x + 1) / 2.",
+                    stacklevel=2,
+                )
+        diff = a - b
+        mse = float(np.mean(diff * diff))
+        psnr = math.inf if mse == 0.0 else 10.0 * math.log10(1.0 / mse)
+        ssim = 1.0 if mse == 0.0 else _ssim(a, b)
+        max_abs = float(np.max(np.abs(diff)))
     return {
         "psnr": psnr,
-        "ssim": 1.0 if mse == 0.0 else _ssim(a, b),
-        "max_abs": float(np.max(np.abs(diff))),
-        "nan": False,
-        "nonfinite_fraction": 0.0,
+        "ssim": ssim,
+        "max_abs": max_abs,
+        "nan": nan,
+        "nonfinite_fraction": float(bad.mean()),
     }
