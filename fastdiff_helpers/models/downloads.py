@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from ..errors import FastdiffError
-from .dtypes import dtype_name, fp32_or_half
+from .dtypes import fp32_or_half
 from .presets import HUB_FILES, MODELS, VAES
 from .hub import (cached, check_cache_folder, file_sizes, free_bytes, offline, weight_files,
                   weight_kinds)
@@ -33,7 +33,7 @@ def wanted_variant(hub_id: str, dtype) -> str | None:
     """"fp16" where a load in `dtype` takes the repository's fp16 files (a half-precision load
     of a repo that has them, presets.HUB_FILES), else None (its plain files)."""
     _, has_fp16 = HUB_FILES.get(hub_id, ("fp32", False))
-    return "fp16" if has_fp16 and fp32_or_half(dtype_name(dtype)) == "half" else None
+    return "fp16" if has_fp16 and fp32_or_half(dtype) == "half" else None
 
 
 def local_variant(model: str, path: str, dtype) -> str | None:
