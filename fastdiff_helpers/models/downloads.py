@@ -1,8 +1,5 @@
 """Downloads: which weight files a load fetches in its dtype, and how many bytes, said before
-they start with the disk checked (say_download). The hub is asked through models/hub.py.
-
-Introduced in 00_setup.ipynb (the first load that downloads says what and how many GB).
-"""
+they start with the disk checked (say_download). Introduced in 00_setup.ipynb."""
 
 from __future__ import annotations
 
@@ -21,8 +18,7 @@ def repo_folders(model: str):
     """(hub id, {folder: Component}) of a model key or a VAE swap key ("fp16-fix": the repo's
     root is its one folder)."""
     if model in VAES:
-        hub_id, full, _ = VAES[model]
-        return hub_id, {"": full}
+        return VAES[model][0], {"": VAES[model][1]}
     if model in MODELS:
         return MODELS[model].hub_id, MODELS[model].full
     raise FastdiffError(f"Unknown model {model!r}. Known: {', '.join(sorted(MODELS))}, and the "
