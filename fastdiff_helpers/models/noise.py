@@ -1,9 +1,8 @@
 """Library messages known to be harmless where the course triggers them, silenced narrowly:
 anything else still shows.
 
-Introduced in 00_setup.ipynb. The helpers that first import diffusers, torchao or the compiler
-(load_pipeline, apply, quantize, compile_pipeline) call quiet_known_noise(). Imports nothing of
-the package."""
+Introduced in 00_setup.ipynb. The helpers that may first import diffusers, torchao or the
+compiler call quiet_known_noise(). Imports nothing of the package."""
 
 from __future__ import annotations
 

@@ -135,8 +135,8 @@ def resolve_weights(model: str | ModelSpec, weights: str, device: str,
 def choose_weights(spec: ModelSpec, path: str | None, device: str, rules: bool = True,
                    before: str = "") -> tuple[str, str]:
     """What weights="auto" picks for `spec` on `device`, and why:
-    - on a CPU: pretrained when available, else the tiny model (as CI's smoke mode and `make
-      demo`);
+    - on a CPU: pretrained when available, else the tiny model (as CI's smoke mode and
+      `make demo`);
     - on a GPU: pretrained when available, else "none": "auto" stops (resolve_weights raises a
       FastdiffError) rather than pick random weights on its own, why saying what to do
       (reconnect, `hf download`, get access to a gated repository, or weights="random" by name).
