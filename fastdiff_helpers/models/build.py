@@ -16,7 +16,6 @@ import torch
 from .noise import quiet_known_noise
 from .presets import Component, ModelSpec
 
-# --- tokenizers built in code (no download) ----------------------------------------------
 
 def clip_tokenizer(model_max_length: int = 77):
     """A byte-level CLIP BPE tokenizer built in code: every byte is a token, no merges.
@@ -41,8 +40,6 @@ def t5_tokenizer(model_max_length: int = 120):
     return T5Tokenizer(vocab=pieces, extra_ids=100, model_max_length=model_max_length)
 
 
-# --- components built in code ------------------------------------------------------------
-
 def _instantiate(comp: Component):
     # before diffusers or transformers (and torchao through diffusers) is first imported: a
     # build on the meta device (fdh.weight_bytes, the plan, `download`) may be the first
@@ -66,11 +63,10 @@ def _init_parameters(module: torch.nn.Module, seed: int) -> None:
         torch.manual_seed(seed)
         covered: set[int] = set()
         for sub in module.modules():
-            if hasattr(sub, "reset_parameters") and callable(sub.reset_parameters):
-                own = list(sub.parameters(recurse=False))
-                if own:
-                    sub.reset_parameters()
-                    covered.update(id(p) for p in own)
+            own = list(sub.parameters(recurse=False))
+            if own and callable(getattr(sub, "reset_parameters", None)):
+                sub.reset_parameters()
+                covered.update(id(p) for p in own)
         for name, p in module.named_parameters():
             if id(p) in covered:
                 continue

@@ -1,15 +1,12 @@
 """Downloads: which weight files a load fetches in its dtype, and how many bytes, said before
-they start with the disk checked (say_download). The hub is asked through models/hub.py.
-
-Introduced in 00_setup.ipynb (the first load that downloads says what and how many GB).
-"""
+they start with the disk checked (say_download). Introduced in 00_setup.ipynb."""
 
 from __future__ import annotations
 
 import os
 
 from ..errors import FastdiffError
-from .dtypes import dtype_name, fp32_or_half
+from .dtypes import fp32_or_half
 from .presets import HUB_FILES, MODELS, VAES
 from .hub import (cached, check_cache_folder, file_sizes, free_bytes, offline, weight_files,
                   weight_kinds)
@@ -21,8 +18,7 @@ def repo_folders(model: str):
     """(hub id, {folder: Component}) of a model key or a VAE swap key ("fp16-fix": the repo's
     root is its one folder)."""
     if model in VAES:
-        hub_id, full, _ = VAES[model]
-        return hub_id, {"": full}
+        return VAES[model][0], {"": VAES[model][1]}
     if model in MODELS:
         return MODELS[model].hub_id, MODELS[model].full
     raise FastdiffError(f"Unknown model {model!r}. Known: {', '.join(sorted(MODELS))}, and the "
@@ -33,7 +29,7 @@ def wanted_variant(hub_id: str, dtype) -> str | None:
     """"fp16" where a load in `dtype` takes the repository's fp16 files (a half-precision load
     of a repo that has them, presets.HUB_FILES), else None (its plain files)."""
     _, has_fp16 = HUB_FILES.get(hub_id, ("fp32", False))
-    return "fp16" if has_fp16 and fp32_or_half(dtype_name(dtype)) == "half" else None
+    return "fp16" if has_fp16 and fp32_or_half(dtype) == "half" else None
 
 
 def local_variant(model: str, path: str, dtype) -> str | None:

@@ -41,15 +41,6 @@ def element_bytes(dtype: str) -> int:  # bytes per element of a name's weights (
     return weight_dtype(dtype).itemsize
 
 
-def dtype_name(dtype) -> str:
-    """The weights' name ("fp32", "bf16", "fp16") of a name, "tf32", a torch dtype or its str."""
-    name = weight_name(str(dtype).removeprefix("torch."))
-    name = {str(v).removeprefix("torch."): k for k, v in DTYPES.items()}.get(name, name)
-    if name not in DTYPES:
-        raise FastdiffError(f"Unknown dtype {dtype!r}: use fp32, bf16 or fp16.")
-    return name
-
-
 def fp32_or_half(dtype: str | torch.dtype) -> str:
     """"fp32" for fp32 weights (a name, "tf32" included, torch.float32 or its str), else "half"."""
     return "fp32" if dtype in ("fp32", "tf32", torch.float32, "torch.float32") else "half"

@@ -1,7 +1,5 @@
-"""Will it fit: a model's estimated GPU peak in a dtype, at a size and batch, against a card.
-
-Introduced in 00_setup.ipynb. The estimate (exact weights, measured or published activations:
-peak_bytes) is for deciding before loading, said as an estimate; fdh.peak_memory measures."""
+"""Will it fit: a model's estimated GPU peak in a dtype, at a size and batch, against a card,
+to decide before loading (fdh.peak_memory measures). Introduced in 00_setup.ipynb."""
 
 from __future__ import annotations
 

@@ -21,11 +21,10 @@ from .spec import CLIP_L, T5_XXL, TINY_CLIP, TINY_T5, Component, ModelSpec, auto
 
 
 def _transformer(guidance: bool, **over: Any) -> Component:
-    cfg = dict(patch_size=1, in_channels=64, num_layers=19, num_single_layers=38,
-               attention_head_dim=128, num_attention_heads=24, joint_attention_dim=4096,
-               pooled_projection_dim=768, guidance_embeds=guidance, axes_dims_rope=[16, 56, 56])
-    cfg.update(over)
-    return Component("diffusers", "FluxTransformer2DModel", cfg)
+    return Component("diffusers", "FluxTransformer2DModel", dict(
+        patch_size=1, in_channels=64, num_layers=19, num_single_layers=38, attention_head_dim=128,
+        num_attention_heads=24, joint_attention_dim=4096, pooled_projection_dim=768,
+        guidance_embeds=guidance, axes_dims_rope=[16, 56, 56]) | over)
 
 
 # 16 latent channels, no quant convs: vae/config.json of both variants

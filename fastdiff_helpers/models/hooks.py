@@ -18,7 +18,6 @@ a listener or a rule nothing happens.
 
 The autotune decision is no hook: fdh.apply and fdh.compile_pipeline take it as an argument
 (`tuning=`), which the course's settings give (fdh.course.settings(...).tuning).
-docs/layout.md names it under models/.
 """
 
 from __future__ import annotations

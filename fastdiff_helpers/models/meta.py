@@ -17,25 +17,16 @@ import torch
 
 from .presets import Component
 
-# (library, "module:ClassName", "module:ConfigClass" or None, config as sorted JSON)
-Key = tuple[str, str, "str | None", str]
-
-
-def _path(cls: type) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
-
-
-def _import(path: str) -> Any:
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
+# (library, class, config class (transformers') or None, config as sorted JSON)
+Key = tuple[str, type, "type | None", str]
 
 
 def spec_key(comp: Component) -> Key:
     """Key of a preset component (the configs fdh.load_pipeline builds from)."""
     lib = importlib.import_module(comp.library)
-    cls = getattr(lib, comp.class_name)
-    cfg_cls = _path(getattr(lib, comp.config_class)) if comp.config_class else None
-    return (comp.library, _path(cls), cfg_cls, json.dumps(comp.config, sort_keys=True))
+    cfg_cls = getattr(lib, comp.config_class) if comp.config_class else None
+    return (comp.library, getattr(lib, comp.class_name), cfg_cls,
+            json.dumps(comp.config, sort_keys=True))
 
 
 def module_key(module: torch.nn.Module) -> Key:
@@ -44,20 +35,19 @@ def module_key(module: torch.nn.Module) -> Key:
     config = module.config
     if hasattr(config, "to_json_string"):  # transformers PretrainedConfig
         cfg = json.dumps(config.to_dict(), sort_keys=True, default=str)
-        return ("transformers", _path(type(module)), _path(type(config)), cfg)
+        return ("transformers", type(module), type(config), cfg)
     cfg = json.dumps(dict(config), sort_keys=True, default=str)
-    return ("diffusers", _path(type(module)), None, cfg)
+    return ("diffusers", type(module), None, cfg)
 
 
 def meta_copy(key: Key) -> torch.nn.Module:
     """A new module of `key`'s class and config on the meta device, in eval mode."""
-    library, cls_path, cfg_path, cfg_json = key
-    cls = _import(cls_path)
+    library, cls, cfg_cls, cfg_json = key
     config = json.loads(cfg_json)
     with torch.device("meta"):
         if library == "diffusers":
             return cls.from_config(config).eval()
-        return cls(_import(cfg_path).from_dict(config)).eval()
+        return cls(cfg_cls.from_dict(config)).eval()
 
 
 def meta(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -1,15 +1,15 @@
 """Library messages known to be harmless where the course triggers them, silenced narrowly:
 anything else still shows.
 
-Introduced in 00_setup.ipynb. The helpers that first import diffusers, torchao or the compiler
-(load_pipeline, apply, quantize, compile_pipeline) call quiet_known_noise(). Imports nothing of
-the package."""
+Introduced in 00_setup.ipynb. The helpers that may first import diffusers, torchao or the
+compiler call quiet_known_noise(). Imports nothing of the package."""
 
 from __future__ import annotations
 
 import logging
 import re
 import warnings
+from typing import Callable
 
 # (logger, message pattern, why it is harmless here)
 KNOWN_LOG_NOISE = (
@@ -35,16 +35,12 @@ KNOWN_WARNINGS = (
 )
 
 
-class _Drop(logging.Filter):
-    def __init__(self, pattern: str) -> None:
-        super().__init__()
-        self.pattern = re.compile(pattern)
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not self.pattern.search(record.getMessage())
+def _drop(pattern: str) -> Callable[[logging.LogRecord], bool]:
+    search = re.compile(pattern).search  # a callable is a filter (logging's Filterer.filter)
+    return lambda record: not search(record.getMessage())
 
 
-_installed: list[tuple[logging.Logger, _Drop]] = []
+_installed: list[tuple[logging.Logger, Callable]] = []
 
 
 def quiet_known_noise(enabled: bool = True) -> None:
@@ -60,7 +56,7 @@ def quiet_known_noise(enabled: bool = True) -> None:
         return
     if not _installed:
         for name, pattern, _ in KNOWN_LOG_NOISE:
-            logger, drop = logging.getLogger(name), _Drop(pattern)
+            logger, drop = logging.getLogger(name), _drop(pattern)
             logger.addFilter(drop)
             _installed.append((logger, drop))
     for message, module, _ in KNOWN_WARNINGS:  # re-adding a warnings filter only moves it

@@ -1,13 +1,6 @@
 """Pretrained weights: are they here (a local folder, the hub cache, a reachable hub whose
-gate lets this machine's token in), which weight source "auto" picks, and from_pretrained with
-safetensors only.
-
-The rule of weights="auto" (choose_weights):
-- on a CPU: pretrained when available, else the tiny model (as CI's smoke mode and `make demo`);
-- on a GPU: pretrained when available, else it stops. It never picks random weights on its own:
-  it stops with a FastdiffError saying why and what to do (reconnect, `hf download`, get access
-  to a gated repository, or weights="random" by name). A rule put before it (models/hooks.py,
-  where the course's is said) decides first.
+gate lets this machine's token in), which weight source "auto" picks (choose_weights), and
+from_pretrained with safetensors only.
 
 Introduced in 00_setup.ipynb. The hub is asked through models/hub.py; diffusers is imported
 inside the functions (cost at import; see build.py).
@@ -16,7 +9,6 @@ inside the functions (cost at import; see build.py).
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import torch
 
@@ -101,13 +93,10 @@ def load_pretrained(spec: ModelSpec, path: str | None, dtype: torch.dtype,
     import diffusers
 
     cls = getattr(diffusers, spec.pipeline_class)
-    kwargs: dict[str, Any] = dict(dtype=dtype, use_safetensors=True)  # torch_dtype: deprecated
-    if variant is not None:
-        kwargs["variant"] = variant
-    if spec.key == "sd15":
-        kwargs.update(safety_checker=None, requires_safety_checker=False)
-    try:
-        return cls.from_pretrained(path or spec.hub_id, **kwargs)
+    no_checker = dict(safety_checker=None, requires_safety_checker=False)
+    try:  # dtype=: torch_dtype is deprecated; variant=None is from_pretrained's default
+        return cls.from_pretrained(path or spec.hub_id, dtype=dtype, use_safetensors=True,
+                                   variant=variant, **(no_checker if spec.key == "sd15" else {}))
     except OSError as exc:
         gate = hub_errors().GatedRepoError
         # diffusers re-raises a refused gate as an EnvironmentError from it
@@ -145,10 +134,14 @@ def resolve_weights(model: str | ModelSpec, weights: str, device: str,
 
 def choose_weights(spec: ModelSpec, path: str | None, device: str, rules: bool = True,
                    before: str = "") -> tuple[str, str]:
-    """What weights="auto" picks for `spec` on `device` (the rule atop this module), and why;
-    "none" where "auto" stops, why saying what to do. A rule put in models/hooks.py (the
-    course's carried choice) is asked first, unless not `rules`; `before`: what it says ahead
-    of why "auto" stops. Introduced in 00_setup.ipynb."""
+    """What weights="auto" picks for `spec` on `device`, and why:
+    - on a CPU: pretrained when available, else the tiny model (as CI's smoke mode and
+      `make demo`);
+    - on a GPU: pretrained when available, else "none": "auto" stops (resolve_weights raises a
+      FastdiffError) rather than pick random weights on its own, why saying what to do
+      (reconnect, `hf download`, get access to a gated repository, or weights="random" by name).
+    A rule put in models/hooks.py (the course's carried choice) is asked first, unless not
+    `rules`; `before`: what it says ahead of why "auto" stops. Introduced in 00_setup.ipynb."""
     for rule in WEIGHTS_RULES if rules else ():
         chosen = rule(spec, path, device)
         if chosen is not None:

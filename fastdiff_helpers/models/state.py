@@ -39,9 +39,8 @@ class PipelineState:
         return self.spec.key
 
     def __repr__(self) -> str:
-        said = ", ".join(f"{k}={v!r}" for k, v in (
-            ("model", self.model), ("weights", self.weights), ("dtype", self.dtype),
-            ("device", self.device), ("vae", self.vae), ("applied", self.applied)))
+        said = ", ".join(f"{k}={getattr(self, k)!r}"
+                         for k in ("model", "weights", "dtype", "device", "vae", "applied"))
         return f"PipelineState({said}{f', recipe={self.recipe!r}' if self.recipe else ''})"
 
 
