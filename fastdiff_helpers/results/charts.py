@@ -119,8 +119,8 @@ def ladder_chart(
     speedups = _speedups(results)
     fig, ax = _new_figure(len(results) * (2 if reference else 1))
     width = 0.4 if reference else 0.7
-    offset = -width / 2 if reference else 0.0
     xs = list(range(len(results)))
+    centres = [x - width / 2 for x in xs] if reference else xs  # ours left of the reference
     timed = [r.latency_s for r in results if _timed(r)]
     ref_values = [reference.seconds.get(r.step) for r in results] if reference else []
     top = max(timed + [v for v in ref_values if v is not None] + [0.0]) or 1.0
@@ -128,10 +128,9 @@ def ladder_chart(
 
     heights = [r.latency_s if _timed(r) else stub for r in results]
     whiskered = False
-    bars = ax.bar([x + offset for x in xs], heights, width, color=_OURS,
+    bars = ax.bar(centres, heights, width, color=_OURS,
                   label=f"Measured ({first.device_name})")
-    for x, r, bar, speedup in zip(xs, results, bars, speedups):
-        cx = x + offset
+    for cx, r, bar, speedup in zip(centres, results, bars, speedups):
         if speedup is None:
             bar.set(fill=False, hatch="//", edgecolor=_FAILED)
             text = ax.text(cx, stub, "failed" if r.error is not None else "no timing",
@@ -265,7 +264,6 @@ def models_chart(results_by_model: dict[str, Sequence[Result]]) -> Figure:
     width = 0.8 / n
     fig, ax = _new_figure(len(steps) * max(1, n // 2))
     for i, (model, results) in enumerate(results_by_model.items()):
-        results = list(results)
         pairs = [(steps.index(r.step), s) for r, s in zip(results, _speedups(results)) if s is not None]
         xs = [x - 0.4 + width * (i + 0.5) for x, _ in pairs]
         ax.bar(xs, [s for _, s in pairs], width, label=model)
