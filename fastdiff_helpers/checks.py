@@ -2,10 +2,9 @@
 input (counts, image sizes, numbers, devices, files and folders), so every helper and every
 command refuses the same bad input the same way.
 
-Introduced in 00_setup.ipynb. A message names the argument as the interface the user came
-through writes it: `steps=0` from Python, `--steps 0` from the command line (cli.main runs
-its commands inside `command_line()`), and says what to use instead. Imports only errors.py
-(and torch), so every layer of the package can use it.
+Introduced in 00_setup.ipynb. A message names the argument as the user's interface writes it
+(arg(); cli.main runs its commands inside `command_line()`) and says what to use instead.
+Imports only errors.py (and torch), so every layer of the package can use it.
 """
 
 from __future__ import annotations
@@ -126,6 +125,8 @@ def device(value: Any, name: str = "device", meta: bool = False) -> str:
     except (RuntimeError, TypeError, ValueError):
         raise FastdiffError(f"{arg(name, value)} is not a device: use 'cpu', 'cuda' or "
                             "'cuda:N'.") from None
+    if parsed.type not in ("cpu", "cuda", "mps", "meta"):
+        raise FastdiffError(f"{arg(name, value)}: the course runs on 'cpu', 'cuda' or 'mps'.")
     if parsed.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
@@ -135,17 +136,13 @@ def device(value: Any, name: str = "device", meta: bool = False) -> str:
         if parsed.index is not None and parsed.index >= count:
             raise FastdiffError(f"{arg(name, value)} but this machine has {count} GPU(s): use "
                                 f"cuda:0 to cuda:{count - 1}.")
-    elif parsed.type == "mps":
-        if not torch.backends.mps.is_available():
-            raise FastdiffError(f"{arg(name, value)} but this machine has no MPS device: use "
-                                f"{arg(name, 'cpu')}.")
-    elif parsed.type == "meta":
-        if not meta:
-            raise FastdiffError(f"{arg(name, value)} holds no data and cannot run: use 'cpu' "
-                                "or 'cuda' (the meta device only builds the architecture, "
-                                "in fdh.load_pipeline(weights='random')).")
-    elif parsed.type != "cpu":
-        raise FastdiffError(f"{arg(name, value)}: the course runs on 'cpu', 'cuda' or 'mps'.")
+    elif parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise FastdiffError(f"{arg(name, value)} but this machine has no MPS device: use "
+                            f"{arg(name, 'cpu')}.")
+    elif parsed.type == "meta" and not meta:
+        raise FastdiffError(f"{arg(name, value)} holds no data and cannot run: use 'cpu' "
+                            "or 'cuda' (the meta device only builds the architecture, "
+                            "in fdh.load_pipeline(weights='random')).")
     return str(value)
 
 

@@ -1,5 +1,4 @@
-"""Charts of benchmark results: the ladder, memory, quality vs speed, models side by side;
-and fdh.profile's answer, one bar per profiled pipeline.
+"""Charts of benchmark results, and of fdh.profile's answer (one bar per profiled pipeline).
 
 Introduced in 01_baseline.ipynb (show_images), 02_precision.ipynb (the charts) and
 16_where_the_time_goes.ipynb (profile_chart). Charts only read records (Results, fdh.profile's
@@ -82,7 +81,7 @@ def _timed(r: Result) -> bool:
 def _speedups(results: Sequence[Result]) -> list[float | None]:
     """Speed-up of each result vs the first successful one (None for failed/untimed)."""
     base = next((r.latency_s for r in results if _timed(r)), None)
-    return [base / r.latency_s if base is not None and _timed(r) else None for r in results]
+    return [base / r.latency_s if _timed(r) else None for r in results]
 
 
 def _fit(fig: Figure, text: str, fontsize: float = 10.0, vertical: bool = False) -> str:
@@ -119,8 +118,8 @@ def ladder_chart(
     speedups = _speedups(results)
     fig, ax = _new_figure(len(results) * (2 if reference else 1))
     width = 0.4 if reference else 0.7
-    offset = -width / 2 if reference else 0.0
     xs = list(range(len(results)))
+    centres = [x - width / 2 for x in xs] if reference else xs  # ours left of the reference
     timed = [r.latency_s for r in results if _timed(r)]
     ref_values = [reference.seconds.get(r.step) for r in results] if reference else []
     top = max(timed + [v for v in ref_values if v is not None] + [0.0]) or 1.0
@@ -128,15 +127,13 @@ def ladder_chart(
 
     heights = [r.latency_s if _timed(r) else stub for r in results]
     whiskered = False
-    bars = ax.bar([x + offset for x in xs], heights, width, color=_OURS,
+    bars = ax.bar(centres, heights, width, color=_OURS,
                   label=f"Measured ({first.device_name})")
-    for x, r, bar, speedup in zip(xs, results, bars, speedups):
-        cx = x + offset
+    for cx, r, bar, speedup in zip(centres, results, bars, speedups):
         if speedup is None:
             bar.set(fill=False, hatch="//", edgecolor=_FAILED)
-            text = ax.text(cx, stub, "failed" if r.error is not None else "no timing",
-                           ha="center", va="bottom", color=_FAILED, fontsize=9)
-            text.set_gid("failed")
+            ax.text(cx, stub, "failed" if r.error is not None else "no timing",
+                    ha="center", va="bottom", color=_FAILED, fontsize=9, gid="failed")
             continue
         lo, hi = r.latency_quartiles_s
         if hi > lo:  # the interquartile range of the timed samples, the course's spread
@@ -145,9 +142,9 @@ def ladder_chart(
             whiskered = True
         flags = "".join(f"\n{flag.split(' (')[0]}!" for flag in r.flags)
         # the label sits above the whisker, never on it
-        text = ax.text(cx, max(hi, r.latency_s), f"{r.latency_s:.2f} s\n{speedup:.2f}x{flags}",
-                       ha="center", va="bottom", fontsize=9, color="firebrick" if flags else None)
-        text.set_gid("ours-flagged" if flags else "ours")
+        ax.text(cx, max(hi, r.latency_s), f"{r.latency_s:.2f} s\n{speedup:.2f}x{flags}",
+                ha="center", va="bottom", fontsize=9, color="firebrick" if flags else None,
+                gid="ours-flagged" if flags else "ours")
 
     if reference is not None:
         pairs = [(x, v) for x, v in zip(xs, ref_values) if v is not None]
@@ -160,9 +157,8 @@ def ladder_chart(
         ax.bar([x + width / 2 for x, _ in pairs], [v for _, v in pairs], width, color=_REF,
                edgecolor="black", linewidth=0.5, label=_fit(fig, reference.label, 8))
         for x, v in pairs:
-            text = ax.text(x + width / 2, v, f"{v:.2f} s\n{ref_base / v:.2f}x",
-                           ha="center", va="bottom", fontsize=8, color="#555555")
-            text.set_gid("reference")
+            ax.text(x + width / 2, v, f"{v:.2f} s\n{ref_base / v:.2f}x",
+                    ha="center", va="bottom", fontsize=8, color="#555555", gid="reference")
         ax.legend(loc="upper right", fontsize=8)
 
     ax.set_xticks(xs, _ticks(fig, [r.step + denoising_label(r, results) for r in results]), fontsize=9)
@@ -265,7 +261,6 @@ def models_chart(results_by_model: dict[str, Sequence[Result]]) -> Figure:
     width = 0.8 / n
     fig, ax = _new_figure(len(steps) * max(1, n // 2))
     for i, (model, results) in enumerate(results_by_model.items()):
-        results = list(results)
         pairs = [(steps.index(r.step), s) for r, s in zip(results, _speedups(results)) if s is not None]
         xs = [x - 0.4 + width * (i + 0.5) for x, _ in pairs]
         ax.bar(xs, [s for _, s in pairs], width, label=model)
@@ -289,9 +284,8 @@ def show_images(images: dict, reference: Any = None, columns: int = 4,
     if checks.whole("columns", columns, 1) and checks.real("size", size) <= 0:
         raise checks.FastdiffError(f"{checks.arg('size', size)}: give inches per image, > 0.")
     ref = images.get(reference, reference) if isinstance(reference, str) else reference
-    n = len(images)
-    cols = min(columns, n)
-    rows = -(-n // cols)
+    cols = min(columns, len(images))
+    rows = math.ceil(len(images) / cols)
     fig = ChartFigure(figsize=(size * cols, size * rows + 0.4), layout="constrained")
     for i, (title, image) in enumerate(images.items()):
         ax = fig.add_subplot(rows, cols, i + 1)

@@ -2,9 +2,7 @@
 
 Introduced in 01_baseline.ipynb. One Result is one benchmarked configuration: what ran
 (model, weights, recipe, resolution, steps), where (device, env) and every timing sample,
-not only the median. ``save_results`` appends one JSON line per record, written with one
-``os.write`` on an ``O_APPEND`` file and fsynced, so a run killed midway never corrupts the
-records already written; ``load_results`` reads them back exactly.
+not only the median. ``save_results`` appends them, ``load_results`` reads them back exactly.
 """
 
 from __future__ import annotations
@@ -24,14 +22,9 @@ __all__ = ["SCHEMA_VERSION", "Result", "ResultsFormatError", "save_results", "lo
 
 def _repair_tail(path: Path) -> None:
     """If the file does not end in a newline, end the last line (valid) or drop it (cut write)."""
-    if not path.exists() or path.stat().st_size == 0:
+    data = path.read_bytes() if path.exists() else b""
+    if not data or data.endswith(b"\n"):
         return
-    with open(path, "rb") as fh:
-        fh.seek(-1, os.SEEK_END)
-        if fh.read(1) == b"\n":
-            return
-        fh.seek(0)
-        data = fh.read()
     start = data.rfind(b"\n") + 1
     fd = os.open(path, os.O_WRONLY | os.O_APPEND)
     try:
@@ -118,11 +111,10 @@ def load_results(path: str | os.PathLike) -> list[Result]:
     for i, chunk in enumerate(chunks, start=1):
         if not chunk.strip():
             continue
-        unterminated = i == len(chunks)  # the file does not end with a newline
         try:
             record = json.loads(chunk.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            if unterminated:
+            if i == len(chunks):  # the file does not end with a newline
                 warnings.warn(
                     f"{path}:{i}: skipping an incomplete last record (a write cut short): {e}",
                     stacklevel=2,

@@ -49,8 +49,6 @@ def format_table(results: Sequence[Result]) -> str:
         prev = r.latency_s
     widths = [max([len(head[i])] + [len(row[i]) for row in rows if len(row) > i])
               for i in range(len(head))]  # every step failed: the heads alone
-    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    for row in rows:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
-    return "\n".join(lines)
+    lines = [head, ["-" * w for w in widths], *rows]  # the heads, a rule under each, the rows
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip()
+                     for line in lines)
