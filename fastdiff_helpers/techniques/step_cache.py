@@ -3,8 +3,7 @@ cache for PixArt and Flux) and, for PixArt, guidance stopped after a share of th
 
 Introduced in 09_fewer_denoiser_calls.ipynb. Both run through one StepPlan, put in place of the
 denoiser's forward: it counts the steps of each pipeline call and picks, per step, the full path
-(cache_paths: the whole forward, keeping the deep features) or the cached one (the shallow
-branch around the kept features). Its choice is plain Python outside any compiled code, so a
+or the cached one (cache_paths.py). Its choice is plain Python outside any compiled code, so a
 compiled pipeline compiles each path once (compile_pipeline compiles the plan's paths) and
 never recompiles for the step, and nothing in it reads a tensor's value (no host sync).
 """
@@ -57,10 +56,9 @@ class StepPlan:
     module's docstring); `log` holds (step, path, batch) of the current or last pipeline call."""
 
     def __init__(self, pipe) -> None:
-        denoiser = get_denoiser(pipe)
-        self.pipe, self.denoiser = pipe, denoiser
+        self.pipe, self.denoiser = pipe, get_denoiser(pipe)
         self.kind = family_of(pipe)
-        self.original = denoiser.forward
+        self.original = self.denoiser.forward
         self.signature = inspect.signature(self.original)
         self.every, self.branch, self.guidance_stop = 1, 1, None
         self.clone_feature = False
@@ -195,10 +193,9 @@ def compile_plan(pipe, **kwargs: Any) -> bool:
     """Compile the step plan's paths in place of the whole denoiser (compile_pipeline, scope
     "full"); False when the pipeline has no plan."""
     plan = step_plan(pipe)
-    if plan is None:
-        return False
-    plan.compile(**kwargs)
-    return True
+    if plan is not None:
+        plan.compile(**kwargs)
+    return plan is not None
 
 
 def plan_settings(pipe) -> dict[str, Any]:
