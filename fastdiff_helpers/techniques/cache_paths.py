@@ -15,10 +15,9 @@ inputs the course's pipelines pass (anything else is refused by the step cache):
   Attention Broadcast, which does attach to PixArt's attention, keeps its step count on the
   module, so a compiled transformer recompiles on every step (pinned in
   tests/test_fewer_calls.py).
-- FluxTransformer2DModel.forward (models/transformers/transformer_flux.py:671-821), for the
-  inputs FluxPipeline passes (the step cache refuses ControlNet samples and IP-Adapter
-  embeddings): the same block cache over the forward's blocks in order, the 19 double-stream
-  blocks (FluxTransformerBlock: image and text streams apart) then the 38 single-stream ones
+- FluxTransformer2DModel.forward (models/transformers/transformer_flux.py:671-821): the same
+  block cache over the forward's blocks in order, the 19 double-stream blocks
+  (FluxTransformerBlock: image and text streams apart) then the 38 single-stream ones
   (FluxSingleTransformerBlock: the two concatenated); all take and return (text stream, image
   stream). The residual kept is the image stream's, which is all the output reads (norm_out
   and proj_out take the image stream alone, transformer_flux.py:815-816). diffusers'
@@ -109,10 +108,9 @@ def unet_full(unet, branch: int, **inputs: Any) -> tuple[torch.Tensor, torch.Ten
 
 
 def unet_cached(unet, branch: int, feature, **inputs: Any) -> torch.Tensor:
-    """The shallow branch only: the first `branch` down blocks, then the last `branch` up
-    blocks from the cached deep feature. (The last shallow down block runs whole, its
-    downsampler too, whose output no shallow up block reads: block-level granularity.
-    count_flops counts it, as computed.)"""
+    """The shallow branch around the cached deep feature. The last shallow down block runs
+    whole, its downsampler too, whose output no shallow up block reads (block-level
+    granularity; count_flops counts it, as computed)."""
     _, res, c = _unet_down(unet, branch, **inputs)
     deep_at = len(unet.up_blocks) - branch
     res = res[:sum(len(b.resnets) for b in unet.up_blocks[deep_at:])]
