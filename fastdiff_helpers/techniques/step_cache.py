@@ -216,9 +216,8 @@ def trace_steps(pipe, **kwargs: Any) -> list[tuple[int, str, int]]:
     module hooks: torch/_dynamo/config.py, skip_nnmodule_hook_guards = True), and the path and
     batch of each step are chosen outside it, so the eager call takes the same ones.
     Introduced in 09_fewer_denoiser_calls.ipynb."""
-    denoiser = get_denoiser(pipe)
-    first = {"unet": getattr(denoiser, "conv_in", None), "flux": getattr(denoiser, "x_embedder",
-             None)}.get(family_of(pipe), getattr(denoiser, "pos_embed", None))
+    name = {"unet": "conv_in", "flux": "x_embedder"}.get(family_of(pipe), "pos_embed")
+    first = getattr(get_denoiser(pipe), name)
     batches: list[int] = []
     handle = first.register_forward_pre_hook(lambda m, args: batches.append(args[0].shape[0]))
     try:
