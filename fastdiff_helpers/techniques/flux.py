@@ -1,10 +1,9 @@
-"""Flux.1 in the techniques: what applies to it, what does not and why, its quantization filter
-and its attention (diffusers' own backends).
+"""Flux.1 in the techniques: what does not apply to it and why, its quantization filter and its
+attention (diffusers' own backends). Introduced in 19_flux.ipynb.
 
-Introduced in 19_flux.ipynb. Every refusal below is raised before any work, by fdh.apply and by
-the technique called alone, and names what to use instead. Each was decided by reading
-diffusers 0.42.1 (the lines cited) and is pinned in tests/test_flux.py.
-"""
+Every refusal below is raised before any work, by fdh.apply and by the technique called alone,
+and names what to use instead. Each was decided by reading diffusers 0.42.1 (the lines cited)
+and is pinned in tests/test_flux.py."""
 
 from __future__ import annotations
 
