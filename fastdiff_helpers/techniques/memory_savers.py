@@ -23,9 +23,8 @@ from ._state import applied, record
 
 __all__ = ["MEMORY_SAVERS", "OFFLOADS", "apply_memory_saver", "encode_prompt_once"]
 
-MEMORY_SAVERS = ("model-offload", "sequential-offload", "group-offload", "vae-slicing",
-                 "vae-tiling", "text-encoders-freed")
 OFFLOADS = ("model-offload", "sequential-offload", "group-offload")
+MEMORY_SAVERS = OFFLOADS + ("vae-slicing", "vae-tiling", "text-encoders-freed")
 TEXT_ENCODERS = ("text_encoder", "text_encoder_2")
 
 
