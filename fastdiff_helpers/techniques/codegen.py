@@ -1,12 +1,9 @@
 """fdh.to_code(recipe): the surgery as source to paste into your own notebook.
 
-Plain code (to_code's "plain" flavour) is the technique alone, what turns a stock diffusers
-pipeline into the recipe (a stock pipeline's defaults, diffusers' SDPA processor and TF32 off
-for matmuls, are not written). The plain pieces that have no library equivalent (a
-backend-pinned SDPA processor, the 1x1-conv swap, the quantization filter, the sync removal)
-are emitted from the helpers' own source with inspect, so plain code and helpers cannot drift
-apart. Both flavours run in the order of fdh.apply, and tests execute both against apply().
-"""
+The plain pieces that have no library equivalent (a backend-pinned SDPA processor, the 1x1-conv
+swap, the quantization filter, the sync removal) are emitted from the helpers' own source with
+inspect, so plain code and helpers cannot drift apart. Tests execute both flavours against
+apply()."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
-"""Flux.1 in the techniques: what applies to it, what does not and why, its quantization filter
-and its attention (diffusers' own backends).
+"""Flux.1 in the techniques: what does not apply to it and why, its quantization filter and its
+attention (diffusers' own backends). Introduced in 19_flux.ipynb.
 
-Introduced in 19_flux.ipynb. Every refusal below is raised before any work, by fdh.apply and by
-the technique called alone, and names what to use instead. Each was decided by reading
-diffusers 0.42.1 (the lines cited) and is pinned in tests/test_flux.py.
-"""
+Every refusal below is raised before any work, by fdh.apply and by the technique called alone,
+and names what to use instead. Each was decided by reading diffusers 0.42.1 (the lines cited)
+and is pinned in tests/test_flux.py."""
 
 from __future__ import annotations
 
@@ -105,14 +104,12 @@ def flux_filter(module, fqn: str) -> bool:
 
 
 def set_flux_attention(pipe, kind: str) -> int:
-    """Flux's transformer keeps its own processor, FluxAttnProcessor, and gets the kernel from
-    diffusers' attention backends: "native" for 'sdpa' (torch picks the kernel),
-    "_native_<kernel>" for a pinned one. Set on each attention module
-    (AttentionModuleMixin.set_attention_backend, diffusers/models/attention.py:161-168, which
-    sets that module's processor only), not with the model's set_attention_backend
-    (modeling_utils.py:608), which also makes the backend diffusers' process-wide default
-    (set_active_backend, modeling_utils.py:668): a later pipeline would run it unasked.
-    Returns the number of attention modules set."""
+    """FLUX_BACKENDS[kind] set on each attention module of Flux's transformer, which keeps its
+    FluxAttnProcessor (AttentionModuleMixin.set_attention_backend, diffusers/models/
+    attention.py:161-168, which sets that module's processor only), not with the model's
+    set_attention_backend (modeling_utils.py:608), which also makes the backend diffusers'
+    process-wide default (set_active_backend, modeling_utils.py:668): a later pipeline would
+    run it unasked. Returns the number of attention modules set."""
     from diffusers.models.attention import AttentionModuleMixin
 
     if kind == "classic":

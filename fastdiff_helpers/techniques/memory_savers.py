@@ -9,10 +9,6 @@ text encoders can go.
     vae-tiling          pipe.vae.enable_tiling(): an image decoded in overlapping tiles
     text-encoders-freed the prompts encoded once, the embeddings kept, the encoders deleted
 
-The three offloads move weights between CPU memory and an accelerator: on a CPU-only machine
-there is nowhere to offload to, and diffusers refuses the first two itself ("requires
-accelerator", diffusers/pipelines/pipeline_utils.py, enable_model_cpu_offload and
-enable_sequential_cpu_offload); they are refused here before any work, saying so.
 Introduced in 11_fitting_your_gpu.ipynb."""
 
 from __future__ import annotations
@@ -27,17 +23,15 @@ from ._state import applied, record
 
 __all__ = ["MEMORY_SAVERS", "OFFLOADS", "apply_memory_saver", "encode_prompt_once"]
 
-MEMORY_SAVERS = ("model-offload", "sequential-offload", "group-offload", "vae-slicing",
-                 "vae-tiling", "text-encoders-freed")
 OFFLOADS = ("model-offload", "sequential-offload", "group-offload")
+MEMORY_SAVERS = OFFLOADS + ("vae-slicing", "vae-tiling", "text-encoders-freed")
 TEXT_ENCODERS = ("text_encoder", "text_encoder_2")
 
 
-def encode_prompt_once(pipe, prompt: str, negative_prompt: str | None = None,
-                       guidance: bool = True) -> dict[str, Any]:
+def encode_prompt_once(pipe, prompt: str) -> dict[str, Any]:
     """The keyword arguments that stand for `prompt` in a call: the embeddings the pipeline's
-    own encode_prompt makes (with classifier-free guidance's negative ones), so a later call
-    needs no text encoder. Introduced in 11_fitting_your_gpu.ipynb."""
+    own encode_prompt makes by default (with classifier-free guidance's negative ones), so a
+    later call needs no text encoder. Introduced in 11_fitting_your_gpu.ipynb."""
     if any(getattr(pipe, name, None) is None for name in TEXT_ENCODERS if hasattr(pipe, name)):
         raise FastdiffError("This pipeline's text encoders are gone: encode the prompts before "
                             "apply_memory_saver(pipe, 'text-encoders-freed').")
@@ -45,24 +39,19 @@ def encode_prompt_once(pipe, prompt: str, negative_prompt: str | None = None,
     name = pipeline_spec(pipe).pipeline_class  # the class decides encode_prompt's signature
     with torch.no_grad():
         if name == "StableDiffusionXLPipeline":
-            embeds, negative, pooled, negative_pooled = pipe.encode_prompt(
-                prompt, device=device, do_classifier_free_guidance=guidance,
-                negative_prompt=negative_prompt)
+            embeds, negative, pooled, negative_pooled = pipe.encode_prompt(prompt, device=device)
             return dict(prompt_embeds=embeds, negative_prompt_embeds=negative,
                         pooled_prompt_embeds=pooled, negative_pooled_prompt_embeds=negative_pooled)
         if name == "FluxPipeline":  # no negative prompt (guidance is an input); T5 at its length
             embeds, pooled, _ = pipe.encode_prompt(
-                prompt, prompt_2=None, device=device,
-                max_sequence_length=pipeline_spec(pipe).max_tokens)
+                prompt, device=device, max_sequence_length=pipeline_spec(pipe).max_tokens)
             return dict(prompt_embeds=embeds, pooled_prompt_embeds=pooled)
         if name == "PixArtAlphaPipeline":
-            embeds, mask, negative, negative_mask = pipe.encode_prompt(
-                prompt, do_classifier_free_guidance=guidance,
-                negative_prompt=negative_prompt or "", device=device)
+            embeds, mask, negative, negative_mask = pipe.encode_prompt(prompt, device=device)
             return dict(prompt_embeds=embeds, prompt_attention_mask=mask,
                         negative_prompt_embeds=negative,
                         negative_prompt_attention_mask=negative_mask)
-        embeds, negative = pipe.encode_prompt(prompt, device, 1, guidance, negative_prompt)
+        embeds, negative = pipe.encode_prompt(prompt, device, 1, True)
         return dict(prompt_embeds=embeds, negative_prompt_embeds=negative)
 
 
@@ -74,6 +63,8 @@ def apply_memory_saver(pipe, saver: str, prompt: str | None = None) -> dict[str,
     if saver not in MEMORY_SAVERS:
         raise FastdiffError(f"Unknown memory saver {saver!r}. Use one of: "
                             f"{', '.join(MEMORY_SAVERS)}.")
+    # diffusers refuses the first two offloads itself ("requires accelerator", diffusers/
+    # pipelines/pipeline_utils.py, enable_model_cpu_offload and enable_sequential_cpu_offload)
     if saver in OFFLOADS and not torch.cuda.is_available():
         raise FastdiffError(f"{saver} moves weights between CPU memory and a GPU; this machine "
                             "has no GPU, so there is nowhere to offload to (diffusers refuses "

@@ -16,22 +16,16 @@ from .recipe import DTYPES, TF32_MODES, RecipeError
 # default), the legacy cuDNN switch (conv and rnn), and the matmul switch, through
 # set_float32_matmul_precision, or, for "guide", the legacy matmul flag the guide shows.
 TF32_SETTINGS = {
-    "off": ("ieee", False, "highest"),
-    "on": ("tf32", True, "high"),
-    "blog": ("none", True, "high"),
-    "guide": ("none", True, "allow_tf32"),
+    "off": ("ieee", False, "highest"),  # true fp32 everywhere, the course's baseline
+    "on": ("tf32", True, "high"),  # TF32 for every fp32 matmul and convolution, eager and compiled
+    "blog": ("none", True, "high"),  # diffusion-fast's run_benchmark.py; cuDNN: torch's default
+    "guide": ("none", True, "allow_tf32"),  # the diffusers guide's; cuDNN: torch's default
 }
 
 
 def set_tf32(mode: str | bool) -> None:
-    """Set TF32 for fp32 matmuls and convolutions, process-wide. `mode`:
-
-    "off" (or False): true fp32 everywhere, the course's baseline.
-    "on" (or True): TF32 for every fp32 matmul and convolution, eager and compiled.
-    "blog": what diffusion-fast's run_benchmark.py did, `torch.set_float32_matmul_precision(
-        "high")`, with torch's default for cuDNN (TF32 convolutions).
-    "guide": what the diffusers guide shows, `torch.backends.cuda.matmul.allow_tf32 = True`,
-        with torch's default for cuDNN.
+    """Set TF32 for fp32 matmuls and convolutions, process-wide: `mode` is one of TF32_SETTINGS
+    (True: "on", False: "off").
 
     torch 2.13 keeps TF32 state at three levels: the CUDA-wide `torch.backends.cudnn.
     fp32_precision` (what inductor's conv templates read, torch/_inductor/kernel/conv.py), the
