@@ -25,7 +25,7 @@ import torch
 
 from .. import checks
 from ..models.loading import default_device, free_memory, load_pipeline
-from ..models.presets import MODELS, SCHEDULERS
+from ..models.presets import MODELS, SCHEDULERS, get_spec
 from ..models.pretrained import check_weights
 from ..techniques import apply
 from ..techniques.schedulers import set_scheduler
@@ -127,7 +127,7 @@ class Playground:
         check_weights(weights)
         if device is not None:
             checks.device(device)
-        model = model or (settings.model if settings else "sdxl")
+        spec = get_spec(model or (settings.model if settings else "sdxl"))  # refuses a typo
         self.weights, self.device = weights, device or (settings.device if settings
                                                         else default_device())
         self.smoke = bool(settings and settings.smoke)
@@ -146,8 +146,8 @@ class Playground:
 
         self.controls: dict[str, Any] = {
             "model": dropdown("model", [(f"{k}: {s.name}", k) for k, s in MODELS.items()],
-                              model),
-            "steps": number("steps", settings.steps if settings else MODELS[model].steps, 1, 200),
+                              spec.key),
+            "steps": number("steps", settings.steps if settings else spec.steps, 1, 200),
             "resolution": dropdown("resolution", RESOLUTIONS, 0),
             # fdh.benchmark's own runs and warm-up, where no course settings say otherwise
             "runs": number("timed runs", settings.runs if settings else 5, 1, 50),
