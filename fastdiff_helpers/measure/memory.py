@@ -88,10 +88,12 @@ class _LiveBytes(TorchDispatchMode):
 
 def _resident(pipe, device: torch.device) -> tuple[int, set[int]]:
     """Bytes of the pipeline's parameters and buffers on `device` now, and their storages."""
-    seen = {storage.data_ptr(): storage.nbytes() for module in pipe.components.values()
-            if isinstance(module, torch.nn.Module)
-            for w in [*module.parameters(), *module.buffers()] for t in _plain(w)
-            if t.device == device and (storage := t.untyped_storage()).data_ptr()}
+    seen: dict[int, int] = {}
+    for module in pipe.components.values():
+        if isinstance(module, torch.nn.Module):
+            for t in (p for w in [*module.parameters(), *module.buffers()] for p in _plain(w)):
+                if t.device == device and (storage := t.untyped_storage()).data_ptr():
+                    seen[storage.data_ptr()] = storage.nbytes()
     return sum(seen.values()), set(seen)
 
 

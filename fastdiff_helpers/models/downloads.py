@@ -18,7 +18,8 @@ def repo_folders(model: str):
     """(hub id, {folder: Component}) of a model key or a VAE swap key ("fp16-fix": the repo's
     root is its one folder)."""
     if model in VAES:
-        return VAES[model][0], {"": VAES[model][1]}
+        hub_id, full, _ = VAES[model]
+        return hub_id, {"": full}
     if model in MODELS:
         return MODELS[model].hub_id, MODELS[model].full
     raise FastdiffError(f"Unknown model {model!r}. Known: {', '.join(sorted(MODELS))}, and the "

@@ -22,9 +22,14 @@ __all__ = ["SCHEMA_VERSION", "Result", "ResultsFormatError", "save_results", "lo
 
 def _repair_tail(path: Path) -> None:
     """If the file does not end in a newline, end the last line (valid) or drop it (cut write)."""
-    data = path.read_bytes() if path.exists() else b""
-    if not data or data.endswith(b"\n"):
+    if not path.exists() or path.stat().st_size == 0:
         return
+    with open(path, "rb") as fh:  # the last byte first: a whole file is read only to repair it
+        fh.seek(-1, os.SEEK_END)
+        if fh.read(1) == b"\n":
+            return
+        fh.seek(0)
+        data = fh.read()
     start = data.rfind(b"\n") + 1
     fd = os.open(path, os.O_WRONLY | os.O_APPEND)
     try:
