@@ -1,4 +1,4 @@
-"""`python -m fastdiff_helpers ladder | bench | env`: see fastdiff_helpers/cli.py."""
+"""`python -m fastdiff_helpers --help`: the course's command line, course/runs/cli.py."""
 
 from .course.runs.cli import main
 
