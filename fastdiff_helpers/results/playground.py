@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import base64
 import html
+import io
 import threading
 import time
 import warnings
-import io
 from typing import Any, Callable
 
 import torch
@@ -28,14 +28,14 @@ from ..models.loading import default_device, free_memory, load_pipeline
 from ..models.presets import MODELS, SCHEDULERS, get_spec
 from ..models.pretrained import check_weights
 from ..techniques import apply
-from ..techniques.schedulers import set_scheduler
+from ..techniques.codegen import to_code
 from ..techniques.recipe import BASELINE, KNOBS, Recipe, RecipeError
+from ..techniques.schedulers import set_scheduler
 from ..measure.bench import benchmark
 from ..measure.quality import compare_images
+from ..measure.record import GIB, psnr_text
 from .charts import ladder_chart
 from .store import Result
-from ..measure.record import GIB, psnr_text
-from ..techniques.codegen import to_code
 
 __all__ = ["Playground", "playground", "describe_recipe"]
 
